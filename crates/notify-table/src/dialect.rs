@@ -1,0 +1,269 @@
+//! The SQL of each dialect. Built once per [`NotifyTable`](crate::NotifyTable); the table
+//! name is the only identifier and is validated before it gets here.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::statement::Value;
+
+/// The database a [`NotifyTable`](crate::NotifyTable) writes SQL for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Dialect {
+    /// MySQL 8.0 and MariaDB 10.6 or later: server time `UTC_TIMESTAMP(6)`, sender
+    /// `CONNECTION_ID()`, InnoDB.
+    MySql,
+    /// SQLite 3.35 or later. SQLite has no server session, so the sender id written with
+    /// each notification is `pid`, normally the notifying process's id.
+    Sqlite {
+        /// The id written as the sender of this process's notifications.
+        pid: u32,
+    },
+}
+
+/// Server time minus a bind, formatted as text that sorts like the time it stands for.
+const MYSQL_CUTOFF: &str = "DATE_FORMAT(UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND, '%Y-%m-%d %H:%i:%s.%f')";
+const SQLITE_NOW: &str = "strftime('%Y-%m-%d %H:%M:%f', 'now')";
+const SQLITE_CUTOFF: &str = "strftime('%Y-%m-%d %H:%M:%f', 'now', ?)";
+
+/// The statement texts of one table in one dialect.
+#[derive(Debug, Clone)]
+pub(crate) struct Sql {
+    pub dialect: Dialect,
+    pub quoted: String,
+    pub create: Vec<Arc<str>>,
+    pub drop: Arc<str>,
+    pub notify: Arc<str>,
+    pub subscribe: Arc<str>,
+    pub cleanup: Arc<str>,
+}
+
+impl Sql {
+    pub fn new(dialect: Dialect, table: &str) -> Self {
+        let t = format!("`{table}`");
+        let (create, notify, subscribe, cleanup) = match dialect {
+            Dialect::MySql => (
+                vec![format!(
+                    "CREATE TABLE IF NOT EXISTS {t} (\n\
+                     \x20 `id` BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,\n\
+                     \x20 `channel` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n\
+                     \x20 `payload` TEXT CHARACTER SET utf8mb4 NOT NULL,\n\
+                     \x20 `pid` BIGINT UNSIGNED NOT NULL,\n\
+                     \x20 `created_at` DATETIME(6) NOT NULL,\n\
+                     \x20 PRIMARY KEY (`id`),\n\
+                     \x20 KEY `channel_id` (`channel`, `id`),\n\
+                     \x20 KEY `channel_created_at` (`channel`, `created_at`),\n\
+                     \x20 KEY `created_at` (`created_at`)\n\
+                     ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
+                )],
+                format!(
+                    "INSERT INTO {t} (`channel`, `payload`, `pid`, `created_at`) \
+                     VALUES (?, ?, CONNECTION_ID(), UTC_TIMESTAMP(6))"
+                ),
+                // The mark row comes first and its subquery matches the channel exactly:
+                // the column's collation pads trailing spaces, `CAST(? AS BINARY)` does not.
+                format!(
+                    "SELECT COALESCE((SELECT `id` FROM {t} WHERE `channel` = ? AND `channel` = CAST(? AS BINARY) \
+                     ORDER BY `id` DESC LIMIT 1), CAST(0 AS UNSIGNED)) AS `id`, '' AS `channel`, '' AS `payload`, \
+                     CAST(0 AS UNSIGNED) AS `pid`, {MYSQL_CUTOFF} AS `cutoff` \
+                     UNION ALL SELECT `id`, '', '', CAST(0 AS UNSIGNED), NULL FROM {t} \
+                     WHERE `channel` = ? AND `created_at` >= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND"
+                ),
+                format!(
+                    "DELETE FROM {t} WHERE `created_at` < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND \
+                     ORDER BY `created_at` LIMIT ?"
+                ),
+            ),
+            Dialect::Sqlite { .. } => (
+                vec![
+                    format!(
+                        "CREATE TABLE IF NOT EXISTS {t} (\n\
+                         \x20 `id` INTEGER PRIMARY KEY AUTOINCREMENT,\n\
+                         \x20 `channel` TEXT NOT NULL CHECK (length(`channel`) BETWEEN 1 AND 255),\n\
+                         \x20 `payload` TEXT NOT NULL CHECK (length(CAST(`payload` AS BLOB)) <= 65535),\n\
+                         \x20 `pid` INTEGER NOT NULL,\n\
+                         \x20 `created_at` TEXT NOT NULL\n\
+                         )"
+                    ),
+                    format!("CREATE INDEX IF NOT EXISTS `{table}_channel_id` ON {t} (`channel`, `id`)"),
+                    format!(
+                        "CREATE INDEX IF NOT EXISTS `{table}_channel_created_at` ON {t} (`channel`, `created_at`)"
+                    ),
+                    format!("CREATE INDEX IF NOT EXISTS `{table}_created_at` ON {t} (`created_at`)"),
+                ],
+                format!(
+                    "INSERT INTO {t} (`channel`, `payload`, `pid`, `created_at`) VALUES (?, ?, ?, {SQLITE_NOW})"
+                ),
+                // One materialized cutoff, so the mark row and the window agree on it.
+                format!(
+                    "WITH `c`(`cutoff`) AS MATERIALIZED (SELECT {SQLITE_CUTOFF}) \
+                     SELECT COALESCE((SELECT MAX(`id`) FROM {t} WHERE `channel` = ?), 0), '', '', 0, `c`.`cutoff` FROM `c` \
+                     UNION ALL SELECT `n`.`id`, '', '', 0, NULL FROM {t} AS `n`, `c` \
+                     WHERE `n`.`channel` = ? AND `n`.`created_at` >= `c`.`cutoff`"
+                ),
+                // SQLite is not built with DELETE ... LIMIT; a subquery bounds the batch.
+                format!(
+                    "DELETE FROM {t} WHERE `id` IN (SELECT `id` FROM {t} WHERE `created_at` < {SQLITE_CUTOFF} \
+                     ORDER BY `created_at` LIMIT ?)"
+                ),
+            ),
+        };
+        Sql {
+            dialect,
+            create: create.into_iter().map(Arc::from).collect(),
+            drop: Arc::from(format!("DROP TABLE IF EXISTS {t}")),
+            notify: Arc::from(notify),
+            subscribe: Arc::from(subscribe),
+            cleanup: Arc::from(cleanup),
+            quoted: t,
+        }
+    }
+
+    /// The poll statement over `channels` subscriptions. Its binds are
+    /// [`Sql::age_bind`] of the lookback, then per channel those of [`Sql::poll_binds`].
+    pub fn poll(&self, channels: usize) -> String {
+        let t = &self.quoted;
+        let mut sql = String::with_capacity(256 + channels * 256);
+        match self.dialect {
+            Dialect::MySql => {
+                sql.push_str("SELECT CAST(0 AS UNSIGNED) AS `id`, '' AS `channel`, '' AS `payload`, CAST(0 AS UNSIGNED) AS `pid`, ");
+                sql.push_str(MYSQL_CUTOFF);
+                sql.push_str(" AS `cutoff`");
+                for _ in 0..channels {
+                    // Rows above the mark, then the window below it: two index ranges,
+                    // (channel, id) and (channel, created_at), and no row twice.
+                    sql.push_str(" UNION ALL SELECT `id`, `channel`, `payload`, `pid`, NULL FROM ");
+                    sql.push_str(t);
+                    sql.push_str(" WHERE `channel` = ? AND `id` > ?");
+                    sql.push_str(" UNION ALL SELECT `id`, `channel`, `payload`, `pid`, NULL FROM ");
+                    sql.push_str(t);
+                    sql.push_str(
+                        " WHERE `channel` = ? AND `created_at` >= CAST(? AS DATETIME(6)) AND `id` <= ?",
+                    );
+                }
+            }
+            Dialect::Sqlite { .. } => {
+                // SQLite caps a compound SELECT at 500 terms: the channels travel as a
+                // VALUES list joined against the table instead.
+                sql.push_str("WITH `c`(`cutoff`) AS MATERIALIZED (SELECT ");
+                sql.push_str(SQLITE_CUTOFF);
+                sql.push_str("), `s`(`channel`, `mark`, `cutoff`) AS (VALUES ");
+                for i in 0..channels {
+                    sql.push_str(if i == 0 { "(?, ?, ?)" } else { ", (?, ?, ?)" });
+                }
+                sql.push_str(") SELECT 0, '', '', 0, `cutoff` FROM `c`");
+                for window in [false, true] {
+                    sql.push_str(" UNION ALL SELECT `n`.`id`, `n`.`channel`, `n`.`payload`, `n`.`pid`, NULL FROM `s` CROSS JOIN ");
+                    sql.push_str(t);
+                    sql.push_str(" AS `n` ON `n`.`channel` = `s`.`channel` AND ");
+                    sql.push_str(if window {
+                        "`n`.`created_at` >= `s`.`cutoff` AND `n`.`id` <= `s`.`mark`"
+                    } else {
+                        "`n`.`id` > `s`.`mark`"
+                    });
+                }
+            }
+        }
+        sql
+    }
+
+    /// Appends one subscription's binds to a poll statement's.
+    pub fn poll_binds(&self, binds: &mut Vec<Value>, channel: &Arc<str>, mark: u64, cutoff: &Arc<str>) {
+        let mark = Value::Int(id_to_int(mark));
+        let channel = Value::Text(channel.clone());
+        let cutoff = Value::Text(cutoff.clone());
+        match self.dialect {
+            Dialect::MySql => binds.extend([channel.clone(), mark.clone(), channel, cutoff, mark]),
+            Dialect::Sqlite { .. } => binds.extend([channel, mark, cutoff]),
+        }
+    }
+
+    /// The bind that stands for "now minus `age`" in this dialect: microseconds for
+    /// MySQL's `INTERVAL`, a time modifier for SQLite's `strftime`.
+    pub fn age_bind(&self, age: Duration) -> Value {
+        match self.dialect {
+            Dialect::MySql => Value::Int(i64::try_from(age.as_micros()).unwrap_or(i64::MAX)),
+            Dialect::Sqlite { .. } => {
+                Value::Text(Arc::from(format!("-{}.{:06} seconds", age.as_secs(), age.subsec_micros())))
+            }
+        }
+    }
+}
+
+/// Ids are BIGINT UNSIGNED on MySQL but never reach 2^63 in practice; clamp rather than wrap.
+pub(crate) fn id_to_int(id: u64) -> i64 {
+    i64::try_from(id).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn placeholders(sql: &str) -> usize {
+        sql.matches('?').count()
+    }
+
+    #[test]
+    fn mysql_table_matches_the_seed_column_for_column() {
+        let sql = Sql::new(Dialect::MySql, "rowbus_notify");
+        let ddl = &sql.create[0];
+        for part in [
+            "CREATE TABLE IF NOT EXISTS `rowbus_notify`",
+            "`id` BIGINT UNSIGNED NOT NULL AUTO_INCREMENT",
+            "`channel` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL",
+            "`payload` TEXT CHARACTER SET utf8mb4 NOT NULL",
+            "`pid` BIGINT UNSIGNED NOT NULL",
+            "`created_at` DATETIME(6) NOT NULL",
+            "PRIMARY KEY (`id`)",
+            "KEY `channel_id` (`channel`, `id`)",
+            "KEY `channel_created_at` (`channel`, `created_at`)",
+            "KEY `created_at` (`created_at`)",
+            ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+        ] {
+            assert!(ddl.contains(part), "missing {part:?} in {ddl}");
+        }
+        assert_eq!(&*sql.drop, "DROP TABLE IF EXISTS `rowbus_notify`");
+    }
+
+    #[test]
+    fn sqlite_table_has_the_same_columns_and_indexes() {
+        let sql = Sql::new(Dialect::Sqlite { pid: 1 }, "n");
+        assert_eq!(sql.create.len(), 4);
+        assert!(sql.create[0].contains("`id` INTEGER PRIMARY KEY AUTOINCREMENT"));
+        assert!(sql.create[1].ends_with("ON `n` (`channel`, `id`)"));
+        assert!(sql.create[2].ends_with("ON `n` (`channel`, `created_at`)"));
+        assert!(sql.create[3].ends_with("ON `n` (`created_at`)"));
+    }
+
+    #[test]
+    fn placeholder_counts_match_bind_layouts() {
+        let mysql = Sql::new(Dialect::MySql, "t");
+        assert_eq!(placeholders(&mysql.notify), 2);
+        assert!(mysql.notify.contains("CONNECTION_ID(), UTC_TIMESTAMP(6)"));
+        assert_eq!(placeholders(&mysql.subscribe), 5);
+        assert_eq!(placeholders(&mysql.cleanup), 2);
+        assert_eq!(placeholders(&mysql.poll(3)), 1 + 3 * 5);
+
+        let sqlite = Sql::new(Dialect::Sqlite { pid: 1 }, "t");
+        assert_eq!(placeholders(&sqlite.notify), 3);
+        assert_eq!(placeholders(&sqlite.subscribe), 3);
+        assert_eq!(placeholders(&sqlite.cleanup), 2);
+        assert_eq!(placeholders(&sqlite.poll(3)), 1 + 3 * 3);
+    }
+
+    #[test]
+    fn poll_text_depends_only_on_the_channel_count() {
+        let sql = Sql::new(Dialect::MySql, "t");
+        assert_eq!(sql.poll(2), sql.poll(2));
+        assert_ne!(sql.poll(2), sql.poll(3));
+    }
+
+    #[test]
+    fn age_binds() {
+        let age = Duration::from_millis(60_250);
+        assert_eq!(Sql::new(Dialect::MySql, "t").age_bind(age), Value::Int(60_250_000));
+        assert_eq!(
+            Sql::new(Dialect::Sqlite { pid: 1 }, "t").age_bind(age),
+            Value::Text(Arc::from("-60.250000 seconds"))
+        );
+    }
+}

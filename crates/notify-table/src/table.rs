@@ -1,0 +1,334 @@
+//! The listener's state machine: marks, cutoffs, remembered ids and the cleanup cadence.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use crate::channel::{check_channel, check_payload};
+use crate::config::Config;
+use crate::dialect::{Dialect, Sql};
+use crate::error::{ConfigError, Error};
+use crate::statement::{Notification, Row, Statement, Value};
+
+/// Most channels one [`NotifyTable`] subscribes, so that a poll statement's bind
+/// parameters stay under every server's limit (SQLite: 32,766; MySQL: 65,535).
+pub const MAX_CHANNELS: usize = 10_000;
+
+/// Names the poll statement a [`NotifyTable::poll_sql`] call built: hand it back to
+/// [`NotifyTable::polled`] with that statement's rows.
+///
+/// It records which subscriptions the statement was built for, so that rows of a channel
+/// unsubscribed (or subscribed again) while the statement was in flight are dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "a poll's rows must be folded with the token of the statement that read them"]
+pub struct PollToken {
+    seq: u64,
+    generation: u64,
+}
+
+/// One channel's subscription.
+#[derive(Debug)]
+struct Subscription {
+    /// Unique across the object's life: a channel subscribed again gets a new one.
+    generation: u64,
+    channel: Arc<str>,
+    /// The highest id known on the channel; rises only.
+    mark: u64,
+    /// Server time minus lookback, as of the channel's previous statement; rises only.
+    cutoff: Arc<str>,
+    /// Ids the previous statement returned: the rows of the window already handled.
+    seen: HashSet<u64>,
+    /// Ids the statement being folded returned; swapped into `seen` when it is done.
+    next: HashSet<u64>,
+}
+
+/// The sans-I/O LISTEN/NOTIFY emulation over a notify table, for one listen connection.
+///
+/// `NotifyTable` builds SQL with bind values and folds the rows a statement returned; it
+/// never runs a statement, reads a clock or waits. The transport that owns it (one object
+/// per listen connection, dropped with the connection) drives it:
+///
+/// 1. **listen**: run [`subscribe_sql`](Self::subscribe_sql), hand its rows to
+///    [`subscribed`](Self::subscribed); only then is the subscription in effect (the mark
+///    is taken there). **unlisten**: [`unsubscribe`](Self::unsubscribe), no statement.
+/// 2. **every `poll_interval`**: [`poll_sql`](Self::poll_sql) (nothing to run when no
+///    channel is subscribed); run it; hand its rows and token to
+///    [`polled`](Self::polled) and deliver what it returns, in order. A failed poll
+///    statement means a dead connection: drop this object with it and start a new one.
+/// 3. **after a poll**: if [`cleanup_sql`](Self::cleanup_sql) returns a statement, run it
+///    and report the affected rows to [`cleaned`](Self::cleaned) (`None` when it failed;
+///    a failed cleanup is no reason to drop the connection).
+///
+/// [`notify_sql`](Self::notify_sql) may run on any connection, inside any transaction:
+/// the notification is delivered when that transaction commits.
+///
+/// ```
+/// use notify_table::{Config, Dialect, NotifyTable, Row};
+///
+/// let mut nt = NotifyTable::new(Config::default(), Dialect::MySql)?;
+/// // listen: the subscribe statement returned the mark row (highest id 7) only.
+/// let _stmt = nt.subscribe_sql("jobs")?;
+/// nt.subscribed("jobs", vec![Row::cutoff(7, "2026-11-29 12:00:00.000000")])?;
+///
+/// // a tick: run the poll, fold its rows.
+/// let (_stmt, token) = nt.poll_sql().expect("a channel is subscribed");
+/// let rows = vec![
+///     Row::cutoff(0, "2026-11-29 12:00:01.000000"),
+///     Row::notification(8, "jobs", "wake up", 42),
+/// ];
+/// for n in nt.polled(token, rows)? {
+///     assert_eq!((n.channel.as_str(), n.payload.as_str(), n.pid), ("jobs", "wake up", 42));
+/// }
+///
+/// // then the cleanup, when one is due (the first poll makes it due).
+/// if let Some(_stmt) = nt.cleanup_sql() {
+///     nt.cleaned(Some(12));
+/// }
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct NotifyTable {
+    config: Config,
+    sql: Sql,
+    subscriptions: HashMap<Arc<str>, Subscription>,
+    generation: u64,
+    /// The poll statement text, kept while the number of channels stays the same.
+    poll_text: Option<(usize, Arc<str>)>,
+    poll_seq: u64,
+    folded_seq: u64,
+    polls: u64,
+    next_cleanup: u64,
+}
+
+impl NotifyTable {
+    /// A notify table for `dialect`, with the configuration validated.
+    pub fn new(config: Config, dialect: Dialect) -> Result<Self, ConfigError> {
+        config.validate()?;
+        Ok(NotifyTable {
+            sql: Sql::new(dialect, &config.table),
+            config,
+            subscriptions: HashMap::new(),
+            generation: 0,
+            poll_text: None,
+            poll_seq: 0,
+            folded_seq: 0,
+            polls: 0,
+            next_cleanup: 1,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The dialect.
+    pub fn dialect(&self) -> Dialect {
+        self.sql.dialect
+    }
+
+    /// The table name, backtick-quoted, as it appears in every statement.
+    pub fn quoted_table(&self) -> &str {
+        &self.sql.quoted
+    }
+
+    /// The statements that create the table and its indexes if they do not exist (one on
+    /// MySQL, four on SQLite). Nothing runs them implicitly; MySQL commits around DDL, so
+    /// run them outside any transaction.
+    pub fn create_table_sql(&self) -> Vec<Statement> {
+        self.sql.create.iter().map(|sql| Statement { sql: sql.clone(), binds: Vec::new() }).collect()
+    }
+
+    /// `DROP TABLE IF EXISTS` the table.
+    pub fn drop_table_sql(&self) -> Statement {
+        Statement { sql: self.sql.drop.clone(), binds: Vec::new() }
+    }
+
+    /// The INSERT of one notification, delivered when the transaction it runs in commits.
+    /// Refuses a channel [`check_channel`] refuses and a payload over 65,535 bytes; an
+    /// absent payload is the empty string.
+    pub fn notify_sql(&self, channel: &str, payload: &str) -> Result<Statement, Error> {
+        let channel = check_channel(channel)?;
+        let payload = check_payload(payload)?;
+        let mut binds = vec![Value::Text(Arc::from(channel)), Value::Text(Arc::from(payload))];
+        if let Dialect::Sqlite { pid } = self.sql.dialect {
+            binds.push(Value::Int(i64::from(pid)));
+        }
+        Ok(Statement { sql: self.sql.notify.clone(), binds })
+    }
+
+    /// The statement that takes `channel`'s mark: its highest id and the current cutoff
+    /// in the first row, then the ids inside the lookback window. Hand its rows to
+    /// [`subscribed`](Self::subscribed).
+    pub fn subscribe_sql(&self, channel: &str) -> Result<Statement, Error> {
+        let channel = check_channel(channel)?;
+        self.check_room_for(channel)?;
+        let channel = Value::Text(Arc::from(channel));
+        let lookback = self.sql.age_bind(self.config.lookback);
+        let binds = match self.sql.dialect {
+            Dialect::MySql => vec![channel.clone(), channel.clone(), lookback.clone(), channel, lookback],
+            Dialect::Sqlite { .. } => vec![lookback, channel.clone(), channel],
+        };
+        Ok(Statement { sql: self.sql.subscribe.clone(), binds })
+    }
+
+    /// Folds the rows of [`subscribe_sql`](Self::subscribe_sql): from now on `channel` is
+    /// polled, and only what was not visible to that statement is delivered. Replaces an
+    /// earlier subscription of the channel.
+    pub fn subscribed(&mut self, channel: &str, rows: Vec<Row>) -> Result<(), Error> {
+        let channel = check_channel(channel)?;
+        self.check_room_for(channel)?;
+        let mut mark_row = None;
+        let mut seen = HashSet::with_capacity(rows.len());
+        for row in rows {
+            match row.cutoff {
+                Some(cutoff) => mark_row = Some((row.id, cutoff)),
+                None => {
+                    seen.insert(row.id);
+                }
+            }
+        }
+        let (mark, cutoff) = mark_row.ok_or_else(|| Error::MissingMarkRow { channel: channel.to_owned() })?;
+        self.generation += 1;
+        let channel: Arc<str> = Arc::from(channel);
+        self.subscriptions.insert(
+            channel.clone(),
+            Subscription {
+                generation: self.generation,
+                channel,
+                mark,
+                cutoff: Arc::from(cutoff),
+                seen,
+                next: HashSet::new(),
+            },
+        );
+        Ok(())
+    }
+
+    /// Stops polling `channel`; returns whether it was subscribed. Local bookkeeping, no
+    /// statement: rows for it that a poll already in flight returns are dropped.
+    pub fn unsubscribe(&mut self, channel: &str) -> bool {
+        self.subscriptions.remove(channel).is_some()
+    }
+
+    /// Stops polling every channel.
+    pub fn unsubscribe_all(&mut self) {
+        self.subscriptions.clear();
+    }
+
+    /// Whether `channel` is subscribed.
+    pub fn is_subscribed(&self, channel: &str) -> bool {
+        self.subscriptions.contains_key(channel)
+    }
+
+    /// The subscribed channels, sorted.
+    pub fn channels(&self) -> Vec<&str> {
+        let mut channels: Vec<&str> = self.subscriptions.keys().map(|c| &**c).collect();
+        channels.sort_unstable();
+        channels
+    }
+
+    /// The poll statement over every subscribed channel, in one statement, and the token
+    /// to fold its rows with; `None` when nothing is subscribed.
+    pub fn poll_sql(&mut self) -> Option<(Statement, PollToken)> {
+        let n = self.subscriptions.len();
+        if n == 0 {
+            return None;
+        }
+        let sql = match &self.poll_text {
+            Some((count, sql)) if *count == n => sql.clone(),
+            _ => {
+                let sql: Arc<str> = Arc::from(self.sql.poll(n));
+                self.poll_text = Some((n, sql.clone()));
+                sql
+            }
+        };
+        let mut binds = Vec::with_capacity(1 + n * 5);
+        binds.push(self.sql.age_bind(self.config.lookback));
+        for sub in self.subscriptions.values() {
+            self.sql.poll_binds(&mut binds, &sub.channel, sub.mark, &sub.cutoff);
+        }
+        self.poll_seq += 1;
+        Some((Statement { sql, binds }, PollToken { seq: self.poll_seq, generation: self.generation }))
+    }
+
+    /// Folds the rows of the poll statement `token` names and returns the notifications
+    /// new to this listener, in id order. Counts one poll towards the next cleanup.
+    ///
+    /// Rows are matched to channels exactly (MySQL's collation pads trailing spaces, so
+    /// the statement returns `'jobs '` for `jobs`); rows of a channel unsubscribed or
+    /// subscribed again since the statement was built are dropped with their bookkeeping.
+    /// Fails, changing nothing, on rows without the cutoff row or on a token older than
+    /// one already folded.
+    pub fn polled(&mut self, token: PollToken, rows: Vec<Row>) -> Result<Vec<Notification>, Error> {
+        if token.seq <= self.folded_seq {
+            return Err(Error::StaleToken { token: token.seq, last: self.folded_seq });
+        }
+        let cutoff: Arc<str> = rows
+            .iter()
+            .filter_map(|row| row.cutoff.as_deref())
+            .max()
+            .map(Arc::from)
+            .ok_or(Error::MissingCutoffRow)?;
+        self.folded_seq = token.seq;
+        self.polls += 1;
+
+        let mut fresh: Vec<(u64, Notification)> = Vec::new();
+        for row in rows {
+            if row.cutoff.is_some() {
+                continue;
+            }
+            let Some(sub) = self.subscriptions.get_mut(row.channel.as_str()) else {
+                continue;
+            };
+            if sub.generation > token.generation || !sub.next.insert(row.id) {
+                continue;
+            }
+            sub.mark = sub.mark.max(row.id);
+            if !sub.seen.contains(&row.id) {
+                fresh.push((
+                    row.id,
+                    Notification { channel: row.channel, payload: row.payload, pid: row.pid },
+                ));
+            }
+        }
+        for sub in self.subscriptions.values_mut() {
+            if sub.generation <= token.generation {
+                std::mem::swap(&mut sub.seen, &mut sub.next);
+                sub.next.clear();
+                if *cutoff > *sub.cutoff {
+                    sub.cutoff = cutoff.clone();
+                }
+            }
+        }
+        fresh.sort_unstable_by_key(|(id, _)| *id);
+        Ok(fresh.into_iter().map(|(_, n)| n).collect())
+    }
+
+    /// The retention DELETE, when one is due: after the first poll, then once a minute
+    /// of polling (counted in polls), and on the very next poll while the last run
+    /// deleted a whole batch. `None` when none is due or retention is zero. Report the
+    /// outcome to [`cleaned`](Self::cleaned).
+    pub fn cleanup_sql(&self) -> Option<Statement> {
+        if self.config.retention.is_zero() || self.polls < self.next_cleanup {
+            return None;
+        }
+        let binds =
+            vec![self.sql.age_bind(self.config.retention), Value::Int(i64::from(self.config.cleanup_limit))];
+        Some(Statement { sql: self.sql.cleanup.clone(), binds })
+    }
+
+    /// Records a cleanup run: `Some(rows deleted)`, or `None` when the statement failed.
+    /// A whole batch makes the next poll clean up again; anything else waits a period.
+    pub fn cleaned(&mut self, affected: Option<u64>) {
+        let full = matches!(affected, Some(n) if n >= u64::from(self.config.cleanup_limit));
+        self.next_cleanup =
+            if full { self.polls + 1 } else { self.polls + self.config.cleanup_period_polls() };
+    }
+
+    fn check_room_for(&self, channel: &str) -> Result<(), Error> {
+        if self.subscriptions.len() >= MAX_CHANNELS && !self.subscriptions.contains_key(channel) {
+            return Err(Error::TooManyChannels { max: MAX_CHANNELS });
+        }
+        Ok(())
+    }
+}

@@ -9,6 +9,9 @@ use crate::error::ConfigError;
 /// How often a listener's cleanup runs, in time of polling (counted in polls).
 pub(crate) const CLEANUP_PERIOD: Duration = Duration::from_secs(60);
 
+/// Largest [`Config::cleanup_limit`]: SQLite binds at most 32,766 values per statement.
+pub const MAX_CLEANUP_LIMIT: u32 = 32_766;
+
 /// Longest table name MySQL accepts for an identifier.
 pub const MAX_TABLE_LEN: usize = 64;
 
@@ -45,7 +48,8 @@ pub struct Config {
     /// Otherwise it must exceed `lookback + poll_interval`, so that a late commit is still
     /// there when the next poll looks for it.
     pub retention: Duration,
-    /// Rows one cleanup statement deletes at most. Positive.
+    /// Rows one cleanup run deletes at most: a positive integer, at most
+    /// [`MAX_CLEANUP_LIMIT`], so that the DELETE's ids fit in one statement on every server.
     pub cleanup_limit: u32,
 }
 
@@ -86,11 +90,11 @@ impl Config {
                 "must be 0 (cleanup off) or greater than lookback + poll_interval",
             ));
         }
-        if self.cleanup_limit == 0 {
+        if self.cleanup_limit == 0 || self.cleanup_limit > MAX_CLEANUP_LIMIT {
             return Err(ConfigError::Invalid {
                 key: "cleanup_limit",
-                value: "0".into(),
-                rule: "must be a positive integer",
+                value: self.cleanup_limit.to_string(),
+                rule: "must be a positive integer, at most 32766",
             });
         }
         Ok(())
@@ -110,7 +114,7 @@ impl Config {
                 self.cleanup_limit = value.parse().map_err(|_| ConfigError::Invalid {
                     key: "cleanup_limit",
                     value: value.to_owned(),
-                    rule: "must be a positive integer (at most 4294967295)",
+                    rule: "must be a positive integer, at most 32766",
                 })?
             }
             _ => return Err(ConfigError::UnknownKey { key: key.to_owned() }),
@@ -245,6 +249,7 @@ mod tests {
             (Config { lookback: zero, ..Config::default() }, "lookback"),
             (Config { retention: Duration::from_secs(61), ..Config::default() }, "retention"),
             (Config { cleanup_limit: 0, ..Config::default() }, "cleanup_limit"),
+            (Config { cleanup_limit: MAX_CLEANUP_LIMIT + 1, ..Config::default() }, "cleanup_limit"),
         ];
         for (config, key) in cases {
             assert_eq!(rule_of(config.validate().unwrap_err()).0, key);

@@ -68,8 +68,10 @@ impl Sql {
                      UNION ALL SELECT `id`, '', '', CAST(0 AS UNSIGNED), NULL FROM {t} \
                      WHERE `channel` = ? AND `created_at` >= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND"
                 ),
+                // A consistent read: a locking range DELETE would wait for an open
+                // notifier's row at the end of the created_at index, stalling the listener.
                 format!(
-                    "DELETE FROM {t} WHERE `created_at` < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND \
+                    "SELECT `id` FROM {t} WHERE `created_at` < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND \
                      ORDER BY `created_at` LIMIT ?"
                 ),
             ),
@@ -100,10 +102,8 @@ impl Sql {
                      UNION ALL SELECT `n`.`id`, '', '', 0, NULL FROM {t} AS `n`, `c` \
                      WHERE `n`.`channel` = ? AND `n`.`created_at` >= `c`.`cutoff`"
                 ),
-                // SQLite is not built with DELETE ... LIMIT; a subquery bounds the batch.
                 format!(
-                    "DELETE FROM {t} WHERE `id` IN (SELECT `id` FROM {t} WHERE `created_at` < {SQLITE_CUTOFF} \
-                     ORDER BY `created_at` LIMIT ?)"
+                    "SELECT `id` FROM {t} WHERE `created_at` < {SQLITE_CUTOFF} ORDER BY `created_at` LIMIT ?"
                 ),
             ),
         };
@@ -116,6 +116,16 @@ impl Sql {
             cleanup: Arc::from(cleanup),
             quoted: t,
         }
+    }
+
+    /// The DELETE of `ids` rows by primary key.
+    pub fn delete(&self, ids: usize) -> String {
+        let mut sql = format!("DELETE FROM {} WHERE `id` IN (", self.quoted);
+        for i in 0..ids {
+            sql.push_str(if i == 0 { "?" } else { ", ?" });
+        }
+        sql.push(')');
+        sql
     }
 
     /// The poll statement over `channels` subscriptions. Its binds are
@@ -241,6 +251,7 @@ mod tests {
         assert!(mysql.notify.contains("CONNECTION_ID(), UTC_TIMESTAMP(6)"));
         assert_eq!(placeholders(&mysql.subscribe), 5);
         assert_eq!(placeholders(&mysql.cleanup), 2);
+        assert_eq!(mysql.delete(3), "DELETE FROM `t` WHERE `id` IN (?, ?, ?)");
         assert_eq!(placeholders(&mysql.poll(3)), 1 + 3 * 5);
 
         let sqlite = Sql::new(Dialect::Sqlite { pid: 1 }, "t");

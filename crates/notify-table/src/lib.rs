@@ -41,9 +41,13 @@
 //!             println!("{channel}: {payload} (from {pid})");
 //!         }
 //!     }
-//!     if let Some(stmt) = nt.cleanup_sql() {                 // retention
-//!         run(&stmt);
-//!         nt.cleaned(Some(0));
+//!     if let Some(select) = nt.cleanup_sql() {               // retention
+//!         let expired: Vec<u64> = run(&select).iter().map(|row| row.id).collect();
+//!         let deleted = match nt.delete_sql(&expired) {
+//!             Some(delete) => { run(&delete); expired.len() as u64 }
+//!             None => 0,
+//!         };
+//!         nt.cleaned(Some(deleted));
 //!     }
 //! }
 //! # Ok::<(), Box<dyn std::error::Error>>(())
@@ -57,7 +61,7 @@ mod statement;
 mod table;
 
 pub use channel::{MAX_CHANNEL_CHARS, MAX_PAYLOAD_BYTES, check_channel, check_payload};
-pub use config::{Config, MAX_TABLE_LEN};
+pub use config::{Config, MAX_CLEANUP_LIMIT, MAX_TABLE_LEN};
 pub use dialect::Dialect;
 pub use error::{ConfigError, Error};
 pub use statement::{Notification, Row, Statement, Value};

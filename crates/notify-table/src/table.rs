@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::channel::{check_channel, check_payload};
 use crate::config::Config;
-use crate::dialect::{Dialect, Sql};
+use crate::dialect::{Dialect, Sql, id_to_int};
 use crate::error::{ConfigError, Error};
 use crate::statement::{Notification, Row, Statement, Value};
 
@@ -54,9 +54,11 @@ struct Subscription {
 ///    channel is subscribed); run it; hand its rows and token to
 ///    [`polled`](Self::polled) and deliver what it returns, in order. A failed poll
 ///    statement means a dead connection: drop this object with it and start a new one.
-/// 3. **after a poll**: if [`cleanup_sql`](Self::cleanup_sql) returns a statement, run it
-///    and report the affected rows to [`cleaned`](Self::cleaned) (`None` when it failed;
-///    a failed cleanup is no reason to drop the connection).
+/// 3. **after a poll**: if [`cleanup_sql`](Self::cleanup_sql) returns a statement, run it:
+///    it selects the ids of expired rows. Hand them to [`delete_sql`](Self::delete_sql),
+///    run the DELETE it returns, and report the deleted rows to [`cleaned`](Self::cleaned)
+///    (`Some(0)` when there was nothing to delete, `None` when a statement failed; a failed
+///    cleanup is no reason to drop the connection).
 ///
 /// [`notify_sql`](Self::notify_sql) may run on any connection, inside any transaction:
 /// the notification is delivered when that transaction commits.
@@ -80,8 +82,10 @@ struct Subscription {
 /// }
 ///
 /// // then the cleanup, when one is due (the first poll makes it due).
-/// if let Some(_stmt) = nt.cleanup_sql() {
-///     nt.cleaned(Some(12));
+/// if let Some(_select) = nt.cleanup_sql() {
+///     let expired = [3, 4];                      // the ids the SELECT returned
+///     let _delete = nt.delete_sql(&expired);     // Some: there is something to delete
+///     nt.cleaned(Some(2));                       // rows the DELETE affected
 /// }
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -304,10 +308,15 @@ impl NotifyTable {
         Ok(fresh.into_iter().map(|(_, n)| n).collect())
     }
 
-    /// The retention DELETE, when one is due: after the first poll, then once a minute
-    /// of polling (counted in polls), and on the very next poll while the last run
-    /// deleted a whole batch. `None` when none is due or retention is zero. Report the
-    /// outcome to [`cleaned`](Self::cleaned).
+    /// The first half of the retention cleanup, when one is due: the SELECT of the ids of
+    /// rows older than `retention`, oldest first, at most `cleanup_limit` of them. Due after
+    /// the first poll, then once a minute of polling (counted in polls), and on the very next
+    /// poll while the last run deleted a whole batch. `None` when none is due or retention is
+    /// zero. Hand the ids it returns to [`delete_sql`](Self::delete_sql).
+    ///
+    /// The ids are read first, without locks, because a range `DELETE` walking the
+    /// `created_at` index waits for a notifier transaction still open at its end, and would
+    /// stall this listener's polls for as long.
     pub fn cleanup_sql(&self) -> Option<Statement> {
         if self.config.retention.is_zero() || self.polls < self.next_cleanup {
             return None;
@@ -315,6 +324,17 @@ impl NotifyTable {
         let binds =
             vec![self.sql.age_bind(self.config.retention), Value::Int(i64::from(self.config.cleanup_limit))];
         Some(Statement { sql: self.sql.cleanup.clone(), binds })
+    }
+
+    /// The second half of the cleanup: the DELETE of the expired rows `ids` by primary key;
+    /// `None` when there are none (report `cleaned(Some(0))`). Report the rows it deleted
+    /// to [`cleaned`](Self::cleaned).
+    pub fn delete_sql(&self, ids: &[u64]) -> Option<Statement> {
+        if ids.is_empty() {
+            return None;
+        }
+        let binds = ids.iter().map(|&id| Value::Int(id_to_int(id))).collect();
+        Some(Statement { sql: Arc::from(self.sql.delete(ids.len())), binds })
     }
 
     /// Records a cleanup run: `Some(rows deleted)`, or `None` when the statement failed.

@@ -1,1 +1,201 @@
-fn main() {}
+//! The `rowbus` command: LISTEN/NOTIFY on PostgreSQL, MySQL/MariaDB and SQLite.
+
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use rowbus::{DbPool, Event, Listener, ListenerOptions, Notifier, NotifyConfig};
+
+/// The database used when neither --database-url nor DATABASE_URL is given.
+const DEFAULT_URL: &str = "sqlite://rowbus.sqlite";
+
+#[derive(Debug, Parser)]
+#[command(name = "rowbus", version, about = "Messaging over the SQL database you already run")]
+struct Cli {
+    /// Database URL: postgres://, mysql://, mariadb:// or sqlite:
+    #[arg(long, env = "DATABASE_URL", default_value = DEFAULT_URL, global = true)]
+    database_url: String,
+
+    #[command(flatten)]
+    notify_table: NotifyTableArgs,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// The notify table's settings (MySQL/MariaDB and SQLite).
+#[derive(Debug, Args)]
+struct NotifyTableArgs {
+    /// Notify table name [default: rowbus_notify]
+    #[arg(long, global = true, value_name = "NAME")]
+    notify_table: Option<String>,
+    /// Seconds between two polls of the notify table, e.g. 0.05 [default: 1]
+    #[arg(long, global = true, value_name = "SECS")]
+    poll_interval: Option<String>,
+    /// Seconds a notifying transaction may stay open and still be caught [default: 60]
+    #[arg(long, global = true, value_name = "SECS")]
+    lookback: Option<String>,
+    /// Seconds a notification is kept before cleanup; 0 turns cleanup off [default: 3600]
+    #[arg(long, global = true, value_name = "SECS")]
+    retention: Option<String>,
+    /// Rows one cleanup statement deletes at most [default: 1000]
+    #[arg(long, global = true, value_name = "N")]
+    cleanup_limit: Option<String>,
+}
+
+impl NotifyTableArgs {
+    fn config(&self) -> Result<NotifyConfig, rowbus::Error> {
+        let mut config = NotifyConfig::default();
+        for (key, value) in [
+            ("table", &self.notify_table),
+            ("poll_interval", &self.poll_interval),
+            ("lookback", &self.lookback),
+            ("retention", &self.retention),
+            ("cleanup_limit", &self.cleanup_limit),
+        ] {
+            if let Some(value) = value {
+                config.set(key, value)?;
+            }
+        }
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Create what rowbus needs: the notify table (nothing on PostgreSQL)
+    Deploy,
+    /// Send one notification
+    Notify {
+        /// The channel
+        channel: String,
+        /// The payload (empty when left out)
+        #[arg(default_value = "")]
+        payload: String,
+    },
+    /// Print notifications on the channels, one line each, until interrupted
+    Listen {
+        /// Print JSON lines {"channel": ..., "payload": ..., "pid": ...}
+        #[arg(long)]
+        json: bool,
+        /// The channels
+        #[arg(required = true)]
+        channels: Vec<String>,
+    },
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error")),
+        )
+        .init();
+    match run(cli).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("rowbus: error: {}", one_line(&error));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The error and its causes, on one line.
+fn one_line(error: &rowbus::Error) -> String {
+    let mut line = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        let cause = cause.to_string();
+        if !line.contains(&cause) {
+            line.push_str(": ");
+            line.push_str(&cause);
+        }
+        source = cause_of(source);
+    }
+    line.replace('\n', " ")
+}
+
+fn cause_of<'a>(
+    e: Option<&'a (dyn std::error::Error + 'static)>,
+) -> Option<&'a (dyn std::error::Error + 'static)> {
+    e.and_then(std::error::Error::source)
+}
+
+async fn run(cli: Cli) -> Result<(), rowbus::Error> {
+    let config = cli.notify_table.config()?;
+    let url = cli.database_url.as_str();
+    match cli.command {
+        Command::Deploy => {
+            let db = DbPool::connect_with_size(url, 1).await?;
+            let outcome = db.deploy_notify_table(&config).await;
+            db.close().await;
+            println!("{}", outcome?);
+        }
+        Command::Notify { channel, payload } => {
+            let notifier = Notifier::new(config)?;
+            let db = DbPool::connect_with_size(url, 1).await?;
+            let sent = db.notify_with(&notifier, &channel, &payload).await;
+            db.close().await;
+            sent?;
+        }
+        Command::Listen { json, channels } => listen(url, config, &channels, json).await?,
+    }
+    Ok(())
+}
+
+async fn listen(
+    url: &str,
+    config: NotifyConfig,
+    channels: &[String],
+    json: bool,
+) -> Result<(), rowbus::Error> {
+    let options = ListenerOptions { notify_table: config, ..ListenerOptions::default() };
+    let mut listener = Listener::connect_with(url, options).await?;
+    for channel in channels {
+        listener.listen(channel).await?;
+    }
+    let mut interrupted = std::pin::pin!(interrupted());
+    // Install the signal handlers (on first poll) before announcing that we listen.
+    if futures::poll!(interrupted.as_mut()).is_ready() {
+        return Ok(());
+    }
+    eprintln!("rowbus: listening on {}", channels.join(", "));
+    loop {
+        let event = tokio::select! {
+            _ = &mut interrupted => return Ok(()),
+            event = listener.recv() => event?,
+        };
+        match event {
+            Event::Notification(n) if json => {
+                println!("{}", serde_json::json!({"channel": n.channel, "payload": n.payload, "pid": n.pid}))
+            }
+            Event::Notification(n) => println!("{}: {}", n.channel, n.payload.escape_debug()),
+            Event::Disconnected(error) => {
+                eprintln!("rowbus: connection lost ({}); reconnecting", one_line(&error))
+            }
+            Event::Reconnected => {
+                eprintln!("rowbus: reconnected; notifications sent while disconnected were not received")
+            }
+        }
+    }
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+async fn interrupted() {
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("installing a SIGTERM handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

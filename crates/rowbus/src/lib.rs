@@ -1,1 +1,41 @@
-//! placeholder
+//! Messaging over the SQL database you already run.
+//!
+//! rowbus gives PostgreSQL, MySQL/MariaDB and SQLite one LISTEN/NOTIFY API: PostgreSQL's
+//! own on PostgreSQL, and elsewhere an exact emulation over a polled notify table (the
+//! [`notify_table`] core): delivered on commit, exactly once, out-of-order commits caught.
+//!
+//! ```no_run
+//! # async fn f() -> Result<(), rowbus::Error> {
+//! use rowbus::{DbPool, Event, Listener};
+//!
+//! let url = "sqlite://app.sqlite";
+//! let db = DbPool::connect(url).await?;
+//! db.deploy_notify_table(&Default::default()).await?; // no-op on PostgreSQL
+//!
+//! let mut listener = Listener::connect(url).await?;
+//! listener.listen("jobs").await?; // in effect when this returns
+//!
+//! db.notify("jobs", "wake up").await?;
+//! match listener.recv().await? {
+//!     Event::Notification(n) => println!("{}: {} (from {})", n.channel, n.payload, n.pid),
+//!     Event::Disconnected(error) => eprintln!("lost the connection ({error}); resync"),
+//!     Event::Reconnected => eprintln!("listening again; anything sent meanwhile is gone"),
+//! }
+//! # Ok(()) }
+//! ```
+
+mod backend;
+mod deploy;
+mod error;
+mod listener;
+mod notify;
+
+pub use backend::{Backend, DbPool, redact};
+pub use deploy::NotifyDeploy;
+pub use error::Error;
+pub use listener::{Event, Listener, ListenerOptions};
+pub use notify::{
+    Db, Notifier, PG_MAX_CHANNEL_BYTES, PG_PAYLOAD_LIMIT_BYTES, check_pg_channel, check_pg_payload, notify,
+};
+
+pub use notify_table::{self, Config as NotifyConfig, Notification};

@@ -1,0 +1,109 @@
+//! The library's errors.
+
+/// What rowbus refuses or could not do.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The database URL names no database rowbus speaks, or cannot be parsed.
+    #[error("invalid database URL {url:?}: {reason}")]
+    InvalidUrl {
+        /// The URL as given (password removed).
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The server could not be reached or refused the connection.
+    #[error("cannot connect to {target}: {source}")]
+    Connect {
+        /// Where rowbus tried to connect (password removed).
+        target: String,
+        /// The driver's error.
+        #[source]
+        source: sqlx::Error,
+    },
+    /// The notify table does not exist yet.
+    #[error(
+        "the notify table `{table}` does not exist: create it with `rowbus deploy` \
+         (or run the statements of NotifyTable::create_table_sql)"
+    )]
+    MissingNotifyTable {
+        /// The table's name.
+        table: String,
+    },
+    /// A channel or payload the notify table cannot hold, or a poll that returned
+    /// malformed rows.
+    #[error(transparent)]
+    NotifyTable(#[from] notify_table::Error),
+    /// An invalid notify-table configuration.
+    #[error(transparent)]
+    Config(#[from] notify_table::ConfigError),
+    /// A PostgreSQL channel name is an identifier: at most 63 bytes.
+    #[error("invalid channel {channel:?}: {bytes} bytes, PostgreSQL channel names hold at most 63 bytes")]
+    PgChannelTooLong {
+        /// The channel.
+        channel: String,
+        /// Its length in bytes.
+        bytes: usize,
+    },
+    /// A PostgreSQL channel name must not be empty.
+    #[error("invalid channel: the name is empty")]
+    PgChannelEmpty,
+    /// A PostgreSQL NOTIFY payload must be shorter than 8000 bytes.
+    #[error("payload too large: {bytes} bytes, PostgreSQL payloads must be under 8000 bytes")]
+    PgPayloadTooLarge {
+        /// Its length in bytes.
+        bytes: usize,
+    },
+    /// The listener's connection task has stopped; the listener cannot be used any more.
+    #[error("the listener has stopped")]
+    ListenerClosed,
+    /// A statement failed.
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+}
+
+impl Error {
+    /// Whether this error means the connection it happened on is gone (or unusable),
+    /// rather than that the statement was refused.
+    pub fn is_connection_error(&self) -> bool {
+        match self {
+            Error::Connect { .. } => true,
+            Error::Database(e) => is_connection_lost(e),
+            _ => false,
+        }
+    }
+}
+
+/// Whether a driver error means the connection is gone rather than the statement refused.
+pub(crate) fn is_connection_lost(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => true,
+        sqlx::Error::Database(db) => {
+            if let Some(my) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
+                // 1053 server shutdown, 1927 connection killed, 2006/2013 server gone.
+                return matches!(my.number(), 1053 | 1927 | 2006 | 2013);
+            }
+            // PostgreSQL: class 08 (connection exception), 57P01-57P03 (administrator or
+            // crash shutdown, cannot connect now).
+            let code = db.code();
+            let code = code.as_deref().unwrap_or("");
+            code.starts_with("08") || code.starts_with("57P0")
+        }
+        _ => false,
+    }
+}
+
+/// Whether a driver error says the table a statement named does not exist.
+pub(crate) fn is_missing_table(e: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(db) = e else { return false };
+    if let Some(my) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
+        return my.number() == 1146;
+    }
+    // PostgreSQL undefined_table; SQLite reports it in the message only.
+    db.code().as_deref() == Some("42P01") || db.message().contains("no such table")
+}

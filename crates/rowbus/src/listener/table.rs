@@ -1,0 +1,194 @@
+//! MySQL/MariaDB and SQLite: the notify-table core driven on one connection.
+
+use std::future::Future;
+
+use notify_table::{Dialect, NotifyTable, Row, Statement};
+use sqlx::{MySqlConnection, Row as _, SqliteConnection};
+use tokio::time::{Interval, MissedTickBehavior};
+use tracing::{debug, warn};
+
+use super::ListenerOptions;
+use super::driver::{Command, Control, Session, Wake};
+use crate::backend::{connect_mysql, connect_sqlite};
+use crate::error::{Error, is_missing_table};
+use crate::notify::{missing, query};
+
+/// A connection the notify-table core can run its statements on.
+pub(crate) trait TableConn: Send + Sized + 'static {
+    fn dialect() -> Dialect;
+    fn open(url: &str) -> impl Future<Output = Result<Self, Error>> + Send;
+    fn session_id(&mut self) -> impl Future<Output = Result<Option<u64>, Error>> + Send;
+    fn fetch(&mut self, stmt: &Statement) -> impl Future<Output = Result<Vec<Row>, sqlx::Error>> + Send;
+    fn execute(&mut self, stmt: &Statement) -> impl Future<Output = Result<u64, sqlx::Error>> + Send;
+    /// The first column of every row, as ids.
+    fn fetch_ids(&mut self, stmt: &Statement) -> impl Future<Output = Result<Vec<u64>, sqlx::Error>> + Send;
+}
+
+impl TableConn for MySqlConnection {
+    fn dialect() -> Dialect {
+        Dialect::MySql
+    }
+
+    async fn open(url: &str) -> Result<Self, Error> {
+        connect_mysql(url).await
+    }
+
+    async fn session_id(&mut self) -> Result<Option<u64>, Error> {
+        Ok(Some(sqlx::query_scalar("SELECT CONNECTION_ID()").fetch_one(self).await?))
+    }
+
+    async fn fetch(&mut self, stmt: &Statement) -> Result<Vec<Row>, sqlx::Error> {
+        let rows = query(stmt).fetch_all(self).await?;
+        rows.iter()
+            .map(|r| {
+                Ok(Row {
+                    id: r.try_get(0)?,
+                    channel: r.try_get(1)?,
+                    payload: r.try_get(2)?,
+                    pid: r.try_get(3)?,
+                    cutoff: r.try_get(4)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn execute(&mut self, stmt: &Statement) -> Result<u64, sqlx::Error> {
+        Ok(query(stmt).execute(self).await?.rows_affected())
+    }
+
+    async fn fetch_ids(&mut self, stmt: &Statement) -> Result<Vec<u64>, sqlx::Error> {
+        query(stmt).fetch_all(self).await?.iter().map(|r| r.try_get(0)).collect()
+    }
+}
+
+impl TableConn for SqliteConnection {
+    fn dialect() -> Dialect {
+        Dialect::Sqlite { pid: std::process::id() }
+    }
+
+    async fn open(url: &str) -> Result<Self, Error> {
+        connect_sqlite(url).await
+    }
+
+    async fn session_id(&mut self) -> Result<Option<u64>, Error> {
+        Ok(None)
+    }
+
+    async fn fetch(&mut self, stmt: &Statement) -> Result<Vec<Row>, sqlx::Error> {
+        let rows = query(stmt).fetch_all(self).await?;
+        let unsigned = |v: i64| u64::try_from(v).unwrap_or_default();
+        rows.iter()
+            .map(|r| {
+                Ok(Row {
+                    id: unsigned(r.try_get(0)?),
+                    channel: r.try_get(1)?,
+                    payload: r.try_get(2)?,
+                    pid: unsigned(r.try_get(3)?),
+                    cutoff: r.try_get(4)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn execute(&mut self, stmt: &Statement) -> Result<u64, sqlx::Error> {
+        Ok(query(stmt).execute(self).await?.rows_affected())
+    }
+
+    async fn fetch_ids(&mut self, stmt: &Statement) -> Result<Vec<u64>, sqlx::Error> {
+        let rows = query(stmt).fetch_all(self).await?;
+        rows.iter().map(|r| Ok(u64::try_from(r.try_get::<i64, _>(0)?).unwrap_or_default())).collect()
+    }
+}
+
+/// One listen connection and its own core object: a new connection starts a new core,
+/// with new marks, as a new PostgreSQL session would.
+pub(crate) struct TableSession<C> {
+    conn: C,
+    table: NotifyTable,
+    ticker: Interval,
+}
+
+impl<C: TableConn> TableSession<C> {
+    /// Selects the expired rows' ids, then deletes them by primary key.
+    async fn cleanup(&mut self, select: &Statement) -> Result<u64, sqlx::Error> {
+        let expired = self.conn.fetch_ids(select).await?;
+        match self.table.delete_sql(&expired) {
+            Some(delete) => self.conn.execute(&delete).await,
+            None => Ok(0),
+        }
+    }
+}
+
+impl<C: TableConn> Session for TableSession<C> {
+    async fn connect(url: &str, options: &ListenerOptions) -> Result<Self, Error> {
+        let table = NotifyTable::new(options.notify_table.clone(), C::dialect())?;
+        let conn = C::open(url).await?;
+        let mut ticker = tokio::time::interval(table.config().poll_interval);
+        ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        Ok(TableSession { conn, table, ticker })
+    }
+
+    async fn session_id(&mut self) -> Result<Option<u64>, Error> {
+        self.conn.session_id().await
+    }
+
+    async fn listen(&mut self, channel: &str) -> Result<(), Error> {
+        let stmt = self.table.subscribe_sql(channel)?;
+        let rows = match self.conn.fetch(&stmt).await {
+            Ok(rows) => rows,
+            Err(e) if is_missing_table(&e) => return Err(missing(&self.table)),
+            Err(e) => return Err(e.into()),
+        };
+        Ok(self.table.subscribed(channel, rows)?)
+    }
+
+    async fn unlisten(&mut self, channel: &str) -> Result<(), Error> {
+        self.table.unsubscribe(channel);
+        Ok(())
+    }
+
+    async fn next(&mut self, control: &mut Control) -> Result<Wake, Error> {
+        tokio::select! {
+            biased;
+            command = control.commands.recv() => return Ok(Wake::Command(command)),
+            _ = self.ticker.tick() => {}
+        }
+        let Some((stmt, token)) = self.table.poll_sql() else {
+            return Ok(Wake::Notifications(Vec::new()));
+        };
+        let rows = {
+            let fetch = self.conn.fetch(&stmt);
+            tokio::pin!(fetch);
+            loop {
+                tokio::select! {
+                    biased;
+                    rows = &mut fetch => break rows?,
+                    // An unlisten is bookkeeping: it takes effect on the rows in flight.
+                    command = control.commands.recv() => match command {
+                        Some(Command::Unlisten { channel, reply }) => {
+                            self.table.unsubscribe(&channel);
+                            control.forget(&channel);
+                            let _ = reply.send(());
+                        }
+                        Some(Command::Listen { channel, reply }) => control.deferred.push((channel, reply)),
+                        None => return Ok(Wake::Command(None)),
+                    },
+                }
+            }
+        };
+        let notifications = self.table.polled(token, rows)?;
+        if let Some(select) = self.table.cleanup_sql() {
+            match self.cleanup(&select).await {
+                Ok(deleted) => {
+                    debug!(deleted, "notify table cleanup");
+                    self.table.cleaned(Some(deleted));
+                }
+                Err(error) => {
+                    warn!(%error, "notify table cleanup failed; retrying in a minute of polling");
+                    self.table.cleaned(None);
+                }
+            }
+        }
+        Ok(Wake::Notifications(notifications))
+    }
+}

@@ -1,0 +1,250 @@
+//! Sending notifications, on any executor of any of the three databases.
+
+use std::future::Future;
+use std::sync::OnceLock;
+
+use notify_table::{Config, Dialect, NotifyTable, Statement, Value};
+use sqlx::query::Query;
+use sqlx::{AssertSqlSafe, Database, Encode, Executor, MySql, Postgres, Sqlite, Type};
+
+use crate::backend::{Backend, DbPool};
+use crate::error::{Error, is_missing_table};
+
+/// Longest PostgreSQL channel name in bytes (an identifier: `NAMEDATALEN - 1`).
+pub const PG_MAX_CHANNEL_BYTES: usize = 63;
+/// PostgreSQL payloads must be shorter than this many bytes.
+pub const PG_PAYLOAD_LIMIT_BYTES: usize = 8000;
+
+/// Checks a channel name against PostgreSQL's limits before the server sees it.
+pub fn check_pg_channel(channel: &str) -> Result<(), Error> {
+    if channel.is_empty() {
+        return Err(Error::PgChannelEmpty);
+    }
+    if channel.len() > PG_MAX_CHANNEL_BYTES {
+        return Err(Error::PgChannelTooLong { channel: channel.to_owned(), bytes: channel.len() });
+    }
+    Ok(())
+}
+
+/// Checks a payload against PostgreSQL's limit before the server sees it.
+pub fn check_pg_payload(payload: &str) -> Result<(), Error> {
+    if payload.len() >= PG_PAYLOAD_LIMIT_BYTES {
+        return Err(Error::PgPayloadTooLarge { bytes: payload.len() });
+    }
+    Ok(())
+}
+
+/// Sends notifications: `pg_notify` on PostgreSQL, an INSERT into the notify table on
+/// MySQL/MariaDB and SQLite. Limits are checked before anything reaches the server.
+///
+/// Run it inside a transaction to have the notification delivered when that
+/// transaction commits, and never if it rolls back.
+///
+/// ```no_run
+/// # async fn f(pool: sqlx::MySqlPool) -> Result<(), rowbus::Error> {
+/// use rowbus::{NotifyConfig, Notifier};
+/// let notifier = Notifier::new(NotifyConfig { table: "app_notify".into(), ..Default::default() })?;
+/// let mut tx = pool.begin().await?;
+/// notifier.notify(&mut *tx, "jobs", "42").await?;
+/// tx.commit().await?; // delivered now
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Notifier {
+    mysql: NotifyTable,
+    sqlite: NotifyTable,
+}
+
+impl Notifier {
+    /// A notifier writing to the notify table `config` names.
+    pub fn new(config: Config) -> Result<Self, Error> {
+        Ok(Notifier {
+            mysql: NotifyTable::new(config.clone(), Dialect::MySql)?,
+            sqlite: NotifyTable::new(config, Dialect::Sqlite { pid: std::process::id() })?,
+        })
+    }
+
+    /// The notifier for the default notify table (`rowbus_notify`).
+    pub fn default_table() -> &'static Notifier {
+        static DEFAULT: OnceLock<Notifier> = OnceLock::new();
+        DEFAULT.get_or_init(|| Notifier::new(Config::default()).expect("the default configuration is valid"))
+    }
+
+    /// The notify-table core for `dialect`.
+    pub(crate) fn table(&self, backend: Backend) -> &NotifyTable {
+        match backend {
+            Backend::Sqlite => &self.sqlite,
+            _ => &self.mysql,
+        }
+    }
+
+    /// Sends `payload` on `channel` through `executor`: a pool, a connection, or a
+    /// transaction (`&mut *tx`).
+    pub async fn notify<'c, E>(&self, executor: E, channel: &str, payload: &str) -> Result<(), Error>
+    where
+        E: Executor<'c>,
+        E::Database: Db,
+    {
+        <E::Database as Db>::notify_on(self, executor, channel, payload).await
+    }
+}
+
+/// Sends `payload` on `channel` through `executor` (a pool, a connection, or `&mut *tx`
+/// to have it delivered on commit), using the default notify table on MySQL/MariaDB
+/// and SQLite.
+///
+/// ```no_run
+/// # async fn f(pool: sqlx::PgPool) -> Result<(), rowbus::Error> {
+/// rowbus::notify(&pool, "jobs", "wake up").await?;
+/// # Ok(()) }
+/// ```
+pub async fn notify<'c, E>(executor: E, channel: &str, payload: &str) -> Result<(), Error>
+where
+    E: Executor<'c>,
+    E::Database: Db,
+{
+    Notifier::default_table().notify(executor, channel, payload).await
+}
+
+impl DbPool {
+    /// Sends a notification on the default notify table (see [`notify`]).
+    pub async fn notify(&self, channel: &str, payload: &str) -> Result<(), Error> {
+        self.notify_with(Notifier::default_table(), channel, payload).await
+    }
+
+    /// Sends a notification with `notifier`.
+    pub async fn notify_with(&self, notifier: &Notifier, channel: &str, payload: &str) -> Result<(), Error> {
+        match self {
+            DbPool::Postgres(pool) => notifier.notify(pool, channel, payload).await,
+            DbPool::MySql(pool) => notifier.notify(pool, channel, payload).await,
+            DbPool::Sqlite(pool) => notifier.notify(pool, channel, payload).await,
+        }
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for sqlx::Postgres {}
+    impl Sealed for sqlx::MySql {}
+    impl Sealed for sqlx::Sqlite {}
+}
+
+/// The sqlx databases rowbus works on: [`Postgres`], [`MySql`] and [`Sqlite`].
+pub trait Db: Database + sealed::Sealed {
+    /// Which backend this is.
+    const BACKEND: Backend;
+
+    #[doc(hidden)]
+    fn rows_affected(result: &Self::QueryResult) -> u64;
+
+    #[doc(hidden)]
+    fn notify_on<'c, E>(
+        notifier: &Notifier,
+        executor: E,
+        channel: &str,
+        payload: &str,
+    ) -> impl Future<Output = Result<(), Error>> + Send
+    where
+        E: Executor<'c, Database = Self>;
+}
+
+impl Db for Postgres {
+    const BACKEND: Backend = Backend::Postgres;
+
+    fn rows_affected(result: &Self::QueryResult) -> u64 {
+        result.rows_affected()
+    }
+
+    async fn notify_on<'c, E>(_: &Notifier, executor: E, channel: &str, payload: &str) -> Result<(), Error>
+    where
+        E: Executor<'c, Database = Self>,
+    {
+        check_pg_channel(channel)?;
+        check_pg_payload(payload)?;
+        sqlx::query("SELECT pg_notify($1, $2)").bind(channel).bind(payload).execute(executor).await?;
+        Ok(())
+    }
+}
+
+impl Db for MySql {
+    const BACKEND: Backend = Backend::MySql;
+
+    fn rows_affected(result: &Self::QueryResult) -> u64 {
+        result.rows_affected()
+    }
+
+    async fn notify_on<'c, E>(
+        notifier: &Notifier,
+        executor: E,
+        channel: &str,
+        payload: &str,
+    ) -> Result<(), Error>
+    where
+        E: Executor<'c, Database = Self>,
+    {
+        let table = notifier.table(Backend::MySql);
+        execute(table, executor, table.notify_sql(channel, payload)?).await.map(drop)
+    }
+}
+
+impl Db for Sqlite {
+    const BACKEND: Backend = Backend::Sqlite;
+
+    fn rows_affected(result: &Self::QueryResult) -> u64 {
+        result.rows_affected()
+    }
+
+    async fn notify_on<'c, E>(
+        notifier: &Notifier,
+        executor: E,
+        channel: &str,
+        payload: &str,
+    ) -> Result<(), Error>
+    where
+        E: Executor<'c, Database = Self>,
+    {
+        let table = notifier.table(Backend::Sqlite);
+        execute(table, executor, table.notify_sql(channel, payload)?).await.map(drop)
+    }
+}
+
+/// A core statement as an sqlx query.
+pub(crate) fn query<DB>(stmt: &Statement) -> Query<'static, DB, DB::Arguments>
+where
+    DB: Database,
+    for<'a> &'a str: Encode<'a, DB> + Type<DB>,
+    for<'a> i64: Encode<'a, DB> + Type<DB>,
+{
+    let mut query = sqlx::query(AssertSqlSafe(stmt.sql.clone()));
+    for value in &stmt.binds {
+        query = match value {
+            Value::Text(text) => query.bind(&**text),
+            Value::Int(int) => query.bind(*int),
+        };
+    }
+    query
+}
+
+/// Runs a core statement that returns no rows; a missing table gets its own error.
+pub(crate) async fn execute<'c, DB, E>(
+    table: &NotifyTable,
+    executor: E,
+    stmt: Statement,
+) -> Result<u64, Error>
+where
+    DB: Db,
+    E: Executor<'c, Database = DB>,
+    for<'a> &'a str: Encode<'a, DB> + Type<DB>,
+    for<'a> i64: Encode<'a, DB> + Type<DB>,
+    for<'a> DB::Arguments: sqlx::IntoArguments<DB>,
+{
+    match executor.execute(query::<DB>(&stmt)).await {
+        Ok(done) => Ok(DB::rows_affected(&done)),
+        Err(e) if is_missing_table(&e) => Err(missing(table)),
+        Err(e) => Err(Error::Database(e)),
+    }
+}
+
+pub(crate) fn missing(table: &NotifyTable) -> Error {
+    Error::MissingNotifyTable { table: table.config().table.clone() }
+}

@@ -1,0 +1,194 @@
+//! Shared by the integration tests: the servers, unique names, temporary SQLite files,
+//! transactions on any backend, and waiting for events with a deadline.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use rowbus::{DbPool, Event, Listener, ListenerOptions, Notification, Notifier, NotifyConfig};
+use sqlx::{Executor, MySql, Postgres, Sqlite, Transaction};
+
+/// The PostgreSQL server every test uses (scripts/services.sh starts it).
+pub const PG: &str = "postgres://postgres@127.0.0.1:5432/test";
+/// The MariaDB server every test uses.
+pub const MARIADB: &str = "mysql://root@127.0.0.1:3306/test";
+
+/// A name no other test (or test process) uses.
+pub fn unique(prefix: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    format!("{prefix}_{}_{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// A SQLite database file removed when dropped.
+pub struct TempSqlite {
+    path: PathBuf,
+    pub url: String,
+}
+
+impl TempSqlite {
+    pub fn new() -> Self {
+        let path = std::env::temp_dir().join(format!("{}.sqlite", unique("rowbus_test")));
+        let url = format!("sqlite://{}", path.display());
+        TempSqlite { path, url }
+    }
+}
+
+impl Drop for TempSqlite {
+    fn drop(&mut self) {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", self.path.display()));
+        }
+    }
+}
+
+/// One database to test against: its URL, a pool, and (off PostgreSQL) a notify table
+/// of the test's own, deployed.
+pub struct Env {
+    pub url: String,
+    pub db: DbPool,
+    pub config: NotifyConfig,
+    pub notifier: Notifier,
+    _sqlite: Option<TempSqlite>,
+}
+
+/// Connects to `url` (`None`: a new temporary SQLite file) and deploys a notify table
+/// named for the test, polled every 50 ms. Panics, loudly, when the server is down.
+pub async fn env(url: Option<&str>) -> Env {
+    env_with(url, |_| {}).await
+}
+
+pub async fn env_with(url: Option<&str>, adjust: impl FnOnce(&mut NotifyConfig)) -> Env {
+    let sqlite = url.is_none().then(TempSqlite::new);
+    let url = url.map(str::to_owned).unwrap_or_else(|| sqlite.as_ref().unwrap().url.clone());
+    let db = DbPool::connect(&url).await.unwrap_or_else(|e| {
+        panic!("the test database {url} must be reachable (run scripts/services.sh): {e}")
+    });
+    let mut config = NotifyConfig {
+        table: unique("nt"),
+        poll_interval: Duration::from_millis(50),
+        lookback: Duration::from_secs(5),
+        ..NotifyConfig::default()
+    };
+    adjust(&mut config);
+    db.deploy_notify_table(&config).await.expect("deploy the notify table");
+    let notifier = Notifier::new(config.clone()).unwrap();
+    Env { url, db, config, notifier, _sqlite: sqlite }
+}
+
+impl Env {
+    pub fn options(&self) -> ListenerOptions {
+        ListenerOptions {
+            notify_table: self.config.clone(),
+            reconnect_min: Duration::from_millis(50),
+            reconnect_max: Duration::from_millis(500),
+            ..ListenerOptions::default()
+        }
+    }
+
+    pub async fn listener(&self) -> Listener {
+        Listener::connect_with(&self.url, self.options()).await.expect("connect a listener")
+    }
+
+    pub async fn notify(&self, channel: &str, payload: &str) {
+        self.db.notify_with(&self.notifier, channel, payload).await.expect("notify");
+    }
+
+    pub async fn begin(&self) -> Tx {
+        match &self.db {
+            DbPool::Postgres(pool) => Tx::Pg(pool.begin().await.unwrap()),
+            DbPool::MySql(pool) => Tx::My(pool.begin().await.unwrap()),
+            DbPool::Sqlite(pool) => Tx::Lite(pool.begin().await.unwrap()),
+        }
+    }
+
+    /// Runs raw SQL without binds (test set-up only).
+    pub async fn exec(&self, sql: &'static str) {
+        match &self.db {
+            DbPool::Postgres(pool) => drop(pool.execute(sql).await.unwrap()),
+            DbPool::MySql(pool) => drop(pool.execute(sql).await.unwrap()),
+            DbPool::Sqlite(pool) => drop(pool.execute(sql).await.unwrap()),
+        }
+    }
+
+    /// Rows in the notify table on `channel`.
+    pub async fn count(&self, channel: &str) -> i64 {
+        let sql = format!("SELECT COUNT(*) FROM `{}` WHERE channel = ?", self.config.table);
+        let sql = sqlx::AssertSqlSafe(sql);
+        match &self.db {
+            DbPool::MySql(pool) => sqlx::query_scalar(sql).bind(channel).fetch_one(pool).await.unwrap(),
+            DbPool::Sqlite(pool) => sqlx::query_scalar(sql).bind(channel).fetch_one(pool).await.unwrap(),
+            DbPool::Postgres(_) => panic!("PostgreSQL has no notify table"),
+        }
+    }
+
+    /// Drops the test's notify table (MariaDB keeps tables across runs).
+    pub async fn cleanup(self) {
+        if let DbPool::MySql(pool) = &self.db {
+            let sql = sqlx::AssertSqlSafe(format!("DROP TABLE IF EXISTS `{}`", self.config.table));
+            pool.execute(sqlx::query(sql)).await.unwrap();
+        }
+        self.db.close().await;
+    }
+}
+
+/// A transaction on any of the three databases.
+pub enum Tx {
+    Pg(Transaction<'static, Postgres>),
+    My(Transaction<'static, MySql>),
+    Lite(Transaction<'static, Sqlite>),
+}
+
+impl Tx {
+    pub async fn notify(&mut self, notifier: &Notifier, channel: &str, payload: &str) {
+        match self {
+            Tx::Pg(tx) => notifier.notify(&mut **tx, channel, payload).await,
+            Tx::My(tx) => notifier.notify(&mut **tx, channel, payload).await,
+            Tx::Lite(tx) => notifier.notify(&mut **tx, channel, payload).await,
+        }
+        .expect("notify in a transaction")
+    }
+
+    pub async fn commit(self) {
+        match self {
+            Tx::Pg(tx) => tx.commit().await,
+            Tx::My(tx) => tx.commit().await,
+            Tx::Lite(tx) => tx.commit().await,
+        }
+        .expect("commit")
+    }
+
+    pub async fn rollback(self) {
+        match self {
+            Tx::Pg(tx) => tx.rollback().await,
+            Tx::My(tx) => tx.rollback().await,
+            Tx::Lite(tx) => tx.rollback().await,
+        }
+        .expect("rollback")
+    }
+}
+
+/// The next event, or `None` after `within`.
+pub async fn event_within(listener: &mut Listener, within: Duration) -> Option<Event> {
+    tokio::time::timeout(within, listener.recv()).await.ok().map(|e| e.expect("listener alive"))
+}
+
+/// The next event, which must be a notification arriving within 10 s.
+pub async fn notification(listener: &mut Listener) -> Notification {
+    match event_within(listener, Duration::from_secs(10)).await {
+        Some(Event::Notification(n)) => n,
+        other => panic!("expected a notification, got {other:?}"),
+    }
+}
+
+/// Asserts nothing arrives for `quiet`.
+pub async fn silence(listener: &mut Listener, quiet: Duration) {
+    if let Some(event) = event_within(listener, quiet).await {
+        panic!("expected nothing, got {event:?}");
+    }
+}
+
+/// (channel, payload) of a notification.
+pub fn cp(n: &Notification) -> (&str, &str) {
+    (n.channel.as_str(), n.payload.as_str())
+}

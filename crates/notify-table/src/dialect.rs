@@ -140,14 +140,17 @@ impl Sql {
                 sql.push_str(" AS `cutoff`");
                 for _ in 0..channels {
                     // Rows above the mark, then the window below it: two index ranges,
-                    // (channel, id) and (channel, created_at), and no row twice.
+                    // (channel, id) and (channel, created_at), and no row twice. The
+                    // collation pads trailing spaces; the binary comparison keeps `jobs `
+                    // rows out of `jobs`'s branch, whose mark and window are not theirs.
                     sql.push_str(" UNION ALL SELECT `id`, `channel`, `payload`, `pid`, NULL FROM ");
                     sql.push_str(t);
-                    sql.push_str(" WHERE `channel` = ? AND `id` > ?");
+                    sql.push_str(" WHERE `channel` = ? AND `channel` = CAST(? AS BINARY) AND `id` > ?");
                     sql.push_str(" UNION ALL SELECT `id`, `channel`, `payload`, `pid`, NULL FROM ");
                     sql.push_str(t);
                     sql.push_str(
-                        " WHERE `channel` = ? AND `created_at` >= CAST(? AS DATETIME(6)) AND `id` <= ?",
+                        " WHERE `channel` = ? AND `channel` = CAST(? AS BINARY) \
+                         AND `created_at` >= CAST(? AS DATETIME(6)) AND `id` <= ?",
                     );
                 }
             }
@@ -182,7 +185,15 @@ impl Sql {
         let channel = Value::Text(channel.clone());
         let cutoff = Value::Text(cutoff.clone());
         match self.dialect {
-            Dialect::MySql => binds.extend([channel.clone(), mark.clone(), channel, cutoff, mark]),
+            Dialect::MySql => binds.extend([
+                channel.clone(),
+                channel.clone(),
+                mark.clone(),
+                channel.clone(),
+                channel,
+                cutoff,
+                mark,
+            ]),
             Dialect::Sqlite { .. } => binds.extend([channel, mark, cutoff]),
         }
     }
@@ -252,7 +263,7 @@ mod tests {
         assert_eq!(placeholders(&mysql.subscribe), 5);
         assert_eq!(placeholders(&mysql.cleanup), 2);
         assert_eq!(mysql.delete(3), "DELETE FROM `t` WHERE `id` IN (?, ?, ?)");
-        assert_eq!(placeholders(&mysql.poll(3)), 1 + 3 * 5);
+        assert_eq!(placeholders(&mysql.poll(3)), 1 + 3 * 7);
 
         let sqlite = Sql::new(Dialect::Sqlite { pid: 1 }, "t");
         assert_eq!(placeholders(&sqlite.notify), 3);

@@ -10,8 +10,9 @@ use crate::error::{ConfigError, Error};
 use crate::statement::{Notification, Row, Statement, Value};
 
 /// Most channels one [`NotifyTable`] subscribes, so that a poll statement's bind
-/// parameters stay under every server's limit (SQLite: 32,766; MySQL: 65,535).
-pub const MAX_CHANNELS: usize = 10_000;
+/// parameters stay under every server's limit (MySQL: 65,535 at 7 per channel; SQLite:
+/// 32,766 at 3 per channel).
+pub const MAX_CHANNELS: usize = 9_000;
 
 /// Names the poll statement a [`NotifyTable::poll_sql`] call built: hand it back to
 /// [`NotifyTable::polled`] with that statement's rows.
@@ -246,7 +247,7 @@ impl NotifyTable {
                 sql
             }
         };
-        let mut binds = Vec::with_capacity(1 + n * 5);
+        let mut binds = Vec::with_capacity(1 + n * 7);
         binds.push(self.sql.age_bind(self.config.lookback));
         for sub in self.subscriptions.values() {
             self.sql.poll_binds(&mut binds, &sub.channel, sub.mark, &sub.cutoff);

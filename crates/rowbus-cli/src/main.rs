@@ -1,5 +1,7 @@
 //! The `rowbus` command: LISTEN/NOTIFY on PostgreSQL, MySQL/MariaDB and SQLite.
 
+mod bench;
+
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
@@ -62,7 +64,18 @@ impl NotifyTableArgs {
 }
 
 #[derive(Debug, Subcommand)]
+enum BenchCommand {
+    /// Notify-to-receive latency and the notifications/s one listener keeps up with
+    Notify(bench::NotifyBench),
+}
+
+#[derive(Debug, Subcommand)]
 enum Command {
+    /// Measure rowbus on the chosen database
+    Bench {
+        #[command(subcommand)]
+        what: BenchCommand,
+    },
     /// Create what rowbus needs: the notify table (nothing on PostgreSQL)
     Deploy,
     /// Send one notification
@@ -142,6 +155,7 @@ async fn run(cli: Cli) -> Result<(), rowbus::Error> {
             sent?;
         }
         Command::Listen { json, channels } => listen(url, config, &channels, json).await?,
+        Command::Bench { what: BenchCommand::Notify(args) } => bench::notify(url, config, args).await?,
     }
     Ok(())
 }

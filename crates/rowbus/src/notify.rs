@@ -1,6 +1,5 @@
 //! Sending notifications, on any executor of any of the three databases.
 
-use std::future::Future;
 use std::sync::OnceLock;
 
 use notify_table::{Config, Dialect, NotifyTable, Statement, Value};
@@ -85,7 +84,7 @@ impl Notifier {
         E: Executor<'c>,
         E::Database: Db,
     {
-        <E::Database as Db>::notify_on(self, executor, channel, payload).await
+        notify_on(self, executor, channel, payload).await
     }
 }
 
@@ -130,82 +129,59 @@ mod sealed {
 }
 
 /// The sqlx databases rowbus works on: [`Postgres`], [`MySql`] and [`Sqlite`].
-pub trait Db: Database + sealed::Sealed {
+pub trait Db: Database<Arguments: sqlx::IntoArguments<Self>> + sealed::Sealed {
     /// Which backend this is.
     const BACKEND: Backend;
 
     #[doc(hidden)]
     fn rows_affected(result: &Self::QueryResult) -> u64;
 
+    /// A statement with its binds as an sqlx query. A trait method, so that no async
+    /// function carries the higher-ranked `Encode` bounds (their futures would not be
+    /// provably `Send`).
     #[doc(hidden)]
-    fn notify_on<'c, E>(
-        notifier: &Notifier,
-        executor: E,
-        channel: &str,
-        payload: &str,
-    ) -> impl Future<Output = Result<(), Error>> + Send
-    where
-        E: Executor<'c, Database = Self>;
+    fn statement(stmt: &Statement) -> Query<'static, Self, Self::Arguments>;
 }
 
-impl Db for Postgres {
-    const BACKEND: Backend = Backend::Postgres;
+macro_rules! db {
+    ($db:ty, $backend:expr) => {
+        impl Db for $db {
+            const BACKEND: Backend = $backend;
 
-    fn rows_affected(result: &Self::QueryResult) -> u64 {
-        result.rows_affected()
-    }
+            fn rows_affected(result: &Self::QueryResult) -> u64 {
+                result.rows_affected()
+            }
 
-    async fn notify_on<'c, E>(_: &Notifier, executor: E, channel: &str, payload: &str) -> Result<(), Error>
-    where
-        E: Executor<'c, Database = Self>,
-    {
+            fn statement(stmt: &Statement) -> Query<'static, Self, Self::Arguments> {
+                query(stmt)
+            }
+        }
+    };
+}
+db!(Postgres, Backend::Postgres);
+db!(MySql, Backend::MySql);
+db!(Sqlite, Backend::Sqlite);
+
+async fn notify_on<'c, DB, E>(
+    notifier: &Notifier,
+    executor: E,
+    channel: &str,
+    payload: &str,
+) -> Result<(), Error>
+where
+    DB: Db,
+    E: Executor<'c, Database = DB>,
+{
+    if DB::BACKEND == Backend::Postgres {
         check_pg_channel(channel)?;
         check_pg_payload(payload)?;
-        sqlx::query("SELECT pg_notify($1, $2)").bind(channel).bind(payload).execute(executor).await?;
-        Ok(())
+        let binds = vec![Value::Text(channel.into()), Value::Text(payload.into())];
+        let stmt = Statement { sql: "SELECT pg_notify($1, $2)".into(), binds };
+        executor.execute(DB::statement(&stmt)).await?;
+        return Ok(());
     }
-}
-
-impl Db for MySql {
-    const BACKEND: Backend = Backend::MySql;
-
-    fn rows_affected(result: &Self::QueryResult) -> u64 {
-        result.rows_affected()
-    }
-
-    async fn notify_on<'c, E>(
-        notifier: &Notifier,
-        executor: E,
-        channel: &str,
-        payload: &str,
-    ) -> Result<(), Error>
-    where
-        E: Executor<'c, Database = Self>,
-    {
-        let table = notifier.table(Backend::MySql);
-        execute(table, executor, table.notify_sql(channel, payload)?).await.map(drop)
-    }
-}
-
-impl Db for Sqlite {
-    const BACKEND: Backend = Backend::Sqlite;
-
-    fn rows_affected(result: &Self::QueryResult) -> u64 {
-        result.rows_affected()
-    }
-
-    async fn notify_on<'c, E>(
-        notifier: &Notifier,
-        executor: E,
-        channel: &str,
-        payload: &str,
-    ) -> Result<(), Error>
-    where
-        E: Executor<'c, Database = Self>,
-    {
-        let table = notifier.table(Backend::Sqlite);
-        execute(table, executor, table.notify_sql(channel, payload)?).await.map(drop)
-    }
+    let table = notifier.table(DB::BACKEND);
+    execute(table, executor, table.notify_sql(channel, payload)?).await.map(drop)
 }
 
 /// A core statement as an sqlx query.
@@ -234,11 +210,8 @@ pub(crate) async fn execute<'c, DB, E>(
 where
     DB: Db,
     E: Executor<'c, Database = DB>,
-    for<'a> &'a str: Encode<'a, DB> + Type<DB>,
-    for<'a> i64: Encode<'a, DB> + Type<DB>,
-    for<'a> DB::Arguments: sqlx::IntoArguments<DB>,
 {
-    match executor.execute(query::<DB>(&stmt)).await {
+    match executor.execute(DB::statement(&stmt)).await {
         Ok(done) => Ok(DB::rows_affected(&done)),
         Err(e) if is_missing_table(&e) => Err(missing(table)),
         Err(e) => Err(Error::Database(e)),

@@ -103,6 +103,36 @@ async fn trailing_space_is_another_channel(env: Env) {
     env.cleanup().await;
 }
 
+/// `jobs` and `jobs ` on one listener: each gets its own, once, and no history.
+async fn pad_equal_channels_on_one_listener(env: Env) {
+    let ch = unique("jobs");
+    let padded = format!("{ch} ");
+    env.notify(&ch, "history").await;
+    env.notify(&padded, "history").await;
+    let mut listener = env.listener().await;
+    listener.listen(&padded).await.unwrap();
+    listener.listen(&ch).await.unwrap();
+    env.notify(&ch, "exact").await;
+    env.notify(&padded, "padded").await;
+    let mut got = [notification(&mut listener).await, notification(&mut listener).await];
+    got.sort_by(|a, b| a.payload.cmp(&b.payload));
+    assert_eq!(cp(&got[0]), (ch.as_str(), "exact"));
+    assert_eq!(cp(&got[1]), (padded.as_str(), "padded"));
+    silence(&mut listener, QUIET).await;
+    drop(listener);
+    env.cleanup().await;
+}
+
+#[tokio::test]
+async fn pad_equal_channels_on_one_listener_mariadb() {
+    pad_equal_channels_on_one_listener(env(Some(MARIADB)).await).await;
+}
+
+#[tokio::test]
+async fn pad_equal_channels_on_one_listener_sqlite() {
+    pad_equal_channels_on_one_listener(env(None).await).await;
+}
+
 #[tokio::test]
 async fn trailing_space_channel_not_delivered_mariadb() {
     trailing_space_is_another_channel(env(Some(MARIADB)).await).await;
@@ -168,9 +198,9 @@ async fn backlog(env: &Env, rows: usize) {
 
 async fn cleanup_in_bounded_batches(env: Env) {
     backlog(&env, 25).await;
-    let mut listener = env.listener().await;
-    listener.listen(&unique("any")).await.unwrap();
     let mut seen = vec![env.count("old").await];
+    let listener = env.listener().await;
+    listener.listen(&unique("any")).await.unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     while *seen.last().unwrap() > 0 && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -204,7 +234,7 @@ async fn cleanup_works_off_a_backlog_in_bounded_batches_sqlite() {
 
 async fn retention_zero_deletes_nothing(env: Env) {
     backlog(&env, 5).await;
-    let mut listener = env.listener().await;
+    let listener = env.listener().await;
     listener.listen(&unique("any")).await.unwrap();
     tokio::time::sleep(Duration::from_millis(600)).await; // a dozen polls
     assert_eq!(env.count("old").await, 5);

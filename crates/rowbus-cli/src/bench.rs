@@ -1,0 +1,247 @@
+//! `rowbus bench`: measured figures on the chosen database.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use rowbus::{DbPool, Event, Listener, ListenerOptions, Notifier, NotifyConfig};
+use tokio::sync::Mutex;
+
+/// Options of `rowbus bench notify`.
+#[derive(Debug, Args)]
+pub struct NotifyBench {
+    /// Notifications timed one at a time for the latency figures
+    #[arg(long, default_value_t = 100)]
+    samples: u32,
+    /// Notifying connections for the throughput figure
+    #[arg(long, default_value_t = 4)]
+    notifiers: u32,
+    /// Seconds the notifiers send as fast as they can
+    #[arg(long, default_value_t = 5.0)]
+    duration: f64,
+    /// Print the results as one JSON object
+    #[arg(long)]
+    json: bool,
+}
+
+/// Latency percentiles, in milliseconds.
+#[derive(Debug, Clone, Copy, Default)]
+struct Percentiles {
+    p50: f64,
+    p99: f64,
+    max: f64,
+}
+
+fn percentiles(mut samples: Vec<Duration>) -> Percentiles {
+    if samples.is_empty() {
+        return Percentiles::default();
+    }
+    samples.sort_unstable();
+    let at = |q: f64| {
+        let rank = ((q * samples.len() as f64).ceil() as usize).clamp(1, samples.len());
+        samples[rank - 1].as_secs_f64() * 1000.0
+    };
+    Percentiles { p50: at(0.50), p99: at(0.99), max: at(1.0) }
+}
+
+/// A small xorshift generator: spacing samples so they fall on every phase of the poll.
+struct Jitter(u64);
+
+impl Jitter {
+    fn next_unit(&mut self) -> f64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+fn bar(len: u64, what: &str) -> ProgressBar {
+    let bar = ProgressBar::new(len);
+    bar.set_style(
+        ProgressStyle::with_template("{prefix:>12} [{bar:30}] {pos}/{len} {msg}")
+            .expect("a valid template")
+            .progress_chars("=> "),
+    );
+    bar.set_prefix(what.to_owned());
+    bar
+}
+
+/// A task's result; a panic inside it goes on unwinding here.
+async fn joined<T>(task: tokio::task::JoinHandle<T>) -> T {
+    match task.await {
+        Ok(value) => value,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
+}
+
+pub async fn notify(url: &str, config: NotifyConfig, args: NotifyBench) -> Result<(), rowbus::Error> {
+    let db = DbPool::connect_with_size(url, args.notifiers.max(1)).await?;
+    db.deploy_notify_table(&config).await?;
+    let notifier = Arc::new(Notifier::new(config.clone())?);
+    let options = ListenerOptions { notify_table: config.clone(), ..ListenerOptions::default() };
+    let mut listener = Listener::connect_with(url, options).await?;
+    let run = format!("bench_{}", std::process::id());
+    let (latency_channel, load_channel) = (format!("{run}_latency"), format!("{run}_load"));
+    listener.listen(&latency_channel).await?;
+    listener.listen(&load_channel).await?;
+
+    // Latency: one notification at a time, spaced at random so they land on every phase
+    // of the poll interval.
+    let poll = if db.backend() == rowbus::Backend::Postgres { Duration::ZERO } else { config.poll_interval };
+    let progress = bar(u64::from(args.samples), "latency");
+    let sent_at: Arc<Mutex<HashMap<u64, Instant>>> = Arc::default();
+    let sender = {
+        let (db, notifier, sent_at, channel) =
+            (db.clone(), notifier.clone(), sent_at.clone(), latency_channel.clone());
+        let samples = args.samples;
+        tokio::spawn(async move {
+            let mut jitter = Jitter(0x9E37_79B9_7F4A_7C15);
+            for i in 0..u64::from(samples) {
+                let spacing = Duration::from_millis(5) + poll.mul_f64(0.3 * jitter.next_unit());
+                tokio::time::sleep(spacing).await;
+                sent_at.lock().await.insert(i, Instant::now());
+                db.notify_with(&notifier, &channel, &i.to_string()).await?;
+            }
+            Ok::<(), rowbus::Error>(())
+        })
+    };
+    let mut latencies = Vec::with_capacity(args.samples as usize);
+    let deadline = Duration::from_secs(10) + poll * 3;
+    while latencies.len() < args.samples as usize {
+        let event = tokio::time::timeout(deadline, listener.recv()).await;
+        match event {
+            Ok(Ok(Event::Notification(n))) if n.channel == latency_channel => {
+                let received = Instant::now();
+                let i: u64 = n.payload.parse().unwrap_or(u64::MAX);
+                if let Some(sent) = sent_at.lock().await.remove(&i) {
+                    latencies.push(received - sent);
+                    progress.inc(1);
+                }
+            }
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(e),
+            Err(_) => break,
+        }
+    }
+    progress.finish_and_clear();
+    joined(sender).await?;
+    let lost_samples = u64::from(args.samples) - latencies.len() as u64;
+    let latency = percentiles(latencies);
+
+    // Throughput: `notifiers` connections commit one notification each, as fast as they can.
+    let sent = Arc::new(AtomicU64::new(0));
+    let stop_at = Instant::now() + Duration::from_secs_f64(args.duration);
+    let mut senders = Vec::new();
+    for _ in 0..args.notifiers {
+        let (db, notifier, sent, channel) =
+            (db.clone(), notifier.clone(), sent.clone(), load_channel.clone());
+        senders.push(tokio::spawn(async move {
+            while Instant::now() < stop_at {
+                db.notify_with(&notifier, &channel, "x").await?;
+                sent.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok::<(), rowbus::Error>(())
+        }));
+    }
+    let progress = ProgressBar::new_spinner();
+    progress.set_message("throughput");
+    let started = Instant::now();
+    let mut received = 0u64;
+    let mut last_received_at = started;
+    let mut senders_done = false;
+    loop {
+        if !senders_done && senders.iter().all(|s| s.is_finished()) {
+            senders_done = true;
+        }
+        let total = sent.load(Ordering::Relaxed);
+        if senders_done && received >= total {
+            break;
+        }
+        match tokio::time::timeout(Duration::from_secs(5) + poll * 3, listener.recv()).await {
+            Ok(Ok(Event::Notification(n))) if n.channel == load_channel => {
+                received += 1;
+                last_received_at = Instant::now();
+                if received.is_multiple_of(256) {
+                    progress.set_message(format!("throughput: {received} received"));
+                    progress.tick();
+                }
+            }
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(e),
+            Err(_) if senders_done => break,
+            Err(_) => {}
+        }
+    }
+    progress.finish_and_clear();
+    for s in senders {
+        joined(s).await?;
+    }
+    let total = sent.load(Ordering::Relaxed);
+    let window = args.duration;
+    let receive_window = (last_received_at - started).as_secs_f64().max(window);
+    drop(listener);
+    db.close().await;
+
+    let results = serde_json::json!({
+        "backend": db.backend().name(),
+        "poll_interval_ms": poll.as_secs_f64() * 1000.0,
+        "latency_samples": args.samples,
+        "latency_lost": lost_samples,
+        "latency_p50_ms": latency.p50,
+        "latency_p99_ms": latency.p99,
+        "latency_max_ms": latency.max,
+        "notifiers": args.notifiers,
+        "sent": total,
+        "received": received,
+        "sent_per_s": total as f64 / window,
+        "received_per_s": received as f64 / receive_window,
+        "kept_up": received == total,
+    });
+    if args.json {
+        println!("{results}");
+    } else {
+        println!(
+            "{:<14} {:>8} {:>9} {:>9} {:>9} {:>11} {:>11} {:>8}",
+            "backend", "poll ms", "p50 ms", "p99 ms", "max ms", "sent/s", "recv/s", "kept up"
+        );
+        println!(
+            "{:<14} {:>8.0} {:>9.1} {:>9.1} {:>9.1} {:>11.0} {:>11.0} {:>8}",
+            db.backend().name(),
+            poll.as_secs_f64() * 1000.0,
+            latency.p50,
+            latency.p99,
+            latency.max,
+            total as f64 / window,
+            received as f64 / receive_window,
+            if received == total { "yes" } else { "NO" },
+        );
+        if lost_samples > 0 {
+            println!("{lost_samples} latency samples never arrived");
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_by_rank() {
+        let ms = |v: u64| Duration::from_millis(v);
+        let p = percentiles((1..=100).map(ms).collect());
+        assert_eq!((p.p50, p.p99, p.max), (50.0, 99.0, 100.0));
+        let p = percentiles(vec![ms(7)]);
+        assert_eq!((p.p50, p.p99, p.max), (7.0, 7.0, 7.0));
+    }
+
+    #[test]
+    fn jitter_stays_in_the_unit_interval() {
+        let mut j = Jitter(1);
+        assert!((0..1000).map(|_| j.next_unit()).all(|u| (0.0..1.0).contains(&u)));
+    }
+}

@@ -4,8 +4,8 @@ use notify_table::{Config, Dialect, NotifyTable};
 use sqlx::Executor;
 
 use crate::backend::DbPool;
+use crate::db::sealed::Sealed as _;
 use crate::error::Error;
-use crate::notify::query;
 
 /// What [`DbPool::deploy_notify_table`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,7 +43,7 @@ impl DbPool {
             DbPool::MySql(pool) => {
                 let table = NotifyTable::new(config.clone(), Dialect::MySql)?;
                 for stmt in table.create_table_sql() {
-                    pool.execute(query(&stmt)).await?;
+                    pool.execute(sqlx::MySql::statement(&stmt)).await?;
                 }
                 Ok(ready())
             }
@@ -51,7 +51,7 @@ impl DbPool {
                 let table = NotifyTable::new(config.clone(), Dialect::Sqlite { pid: std::process::id() })?;
                 let mut tx = pool.begin().await?;
                 for stmt in table.create_table_sql() {
-                    tx.execute(query(&stmt)).await?;
+                    tx.execute(sqlx::Sqlite::statement(&stmt)).await?;
                 }
                 tx.commit().await?;
                 Ok(ready())

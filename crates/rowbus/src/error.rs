@@ -54,6 +54,36 @@ pub enum Error {
         /// Its length in bytes.
         bytes: usize,
     },
+    /// A queue table or group name that rowbus refuses.
+    #[error("invalid name {name:?}: {reason}")]
+    InvalidName {
+        /// The name as given.
+        name: String,
+        /// The rule it breaks.
+        reason: String,
+    },
+    /// An ack, retry or lease extension came after the message's lease ran out: someone
+    /// else may hold the message now, so nothing was changed.
+    #[error(
+        "the lease on message {id} of `{table}` was lost (it ran out and the message may be held by another worker); nothing was changed"
+    )]
+    LeaseLost {
+        /// The queue table.
+        table: String,
+        /// The message's id.
+        id: i64,
+    },
+    /// The broker is shutting down and takes no new work.
+    #[error("the broker is shutting down")]
+    ShuttingDown,
+    /// A payload that was to be decoded as text or JSON is not.
+    #[error("message {id} payload cannot be decoded: {reason}")]
+    Payload {
+        /// The message's id.
+        id: i64,
+        /// What failed.
+        reason: String,
+    },
     /// The listener's connection task has stopped; the listener cannot be used any more.
     #[error("the listener has stopped")]
     ListenerClosed,
@@ -96,6 +126,15 @@ pub(crate) fn is_connection_lost(e: &sqlx::Error) -> bool {
         }
         _ => false,
     }
+}
+
+/// Whether a driver error is a deadlock or serialization failure worth one more try.
+pub(crate) fn is_retryable(e: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(db) = e else { return false };
+    if let Some(my) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
+        return matches!(my.number(), 1213 | 1205);
+    }
+    matches!(db.code().as_deref(), Some("40001" | "40P01"))
 }
 
 /// Whether a driver error says the table a statement named does not exist.

@@ -25,17 +25,24 @@
 //! ```
 
 mod backend;
+mod broker;
+mod db;
 mod deploy;
 mod error;
 mod listener;
 mod notify;
 
 pub use backend::{Backend, DbPool, redact};
+pub use broker::{
+    Broker, BrokerOptions, BrokerTx, Delivery, MAX_GROUP_CHARS, MAX_TABLE_NAME, Message, Outcome, Queue,
+    QueueTable, RetryPolicy, Stats, Subscription, SubscriptionBuilder, TxMessage,
+};
+pub use db::Db;
 pub use deploy::NotifyDeploy;
 pub use error::Error;
-pub use listener::{Event, Listener, ListenerOptions};
+pub use listener::{Event, Listener, ListenerHandle, ListenerOptions};
 pub use notify::{
-    Db, Notifier, PG_MAX_CHANNEL_BYTES, PG_PAYLOAD_LIMIT_BYTES, check_pg_channel, check_pg_payload, notify,
+    Notifier, PG_MAX_CHANNEL_BYTES, PG_PAYLOAD_LIMIT_BYTES, check_pg_channel, check_pg_payload, notify,
 };
 
 pub use notify_table::{self, Config as NotifyConfig, Notification};

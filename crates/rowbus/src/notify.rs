@@ -3,8 +3,9 @@
 use std::sync::OnceLock;
 
 use notify_table::{Config, Dialect, NotifyTable, Statement, Value};
-use sqlx::query::Query;
-use sqlx::{AssertSqlSafe, Database, Encode, Executor, MySql, Postgres, Sqlite, Type};
+
+use crate::db::Db;
+use sqlx::Executor;
 
 use crate::backend::{Backend, DbPool};
 use crate::error::{Error, is_missing_table};
@@ -121,47 +122,6 @@ impl DbPool {
     }
 }
 
-mod sealed {
-    pub trait Sealed {}
-    impl Sealed for sqlx::Postgres {}
-    impl Sealed for sqlx::MySql {}
-    impl Sealed for sqlx::Sqlite {}
-}
-
-/// The sqlx databases rowbus works on: [`Postgres`], [`MySql`] and [`Sqlite`].
-pub trait Db: Database<Arguments: sqlx::IntoArguments<Self>> + sealed::Sealed {
-    /// Which backend this is.
-    const BACKEND: Backend;
-
-    #[doc(hidden)]
-    fn rows_affected(result: &Self::QueryResult) -> u64;
-
-    /// A statement with its binds as an sqlx query. A trait method, so that no async
-    /// function carries the higher-ranked `Encode` bounds (their futures would not be
-    /// provably `Send`).
-    #[doc(hidden)]
-    fn statement(stmt: &Statement) -> Query<'static, Self, Self::Arguments>;
-}
-
-macro_rules! db {
-    ($db:ty, $backend:expr) => {
-        impl Db for $db {
-            const BACKEND: Backend = $backend;
-
-            fn rows_affected(result: &Self::QueryResult) -> u64 {
-                result.rows_affected()
-            }
-
-            fn statement(stmt: &Statement) -> Query<'static, Self, Self::Arguments> {
-                query(stmt)
-            }
-        }
-    };
-}
-db!(Postgres, Backend::Postgres);
-db!(MySql, Backend::MySql);
-db!(Sqlite, Backend::Sqlite);
-
 async fn notify_on<'c, DB, E>(
     notifier: &Notifier,
     executor: E,
@@ -182,23 +142,6 @@ where
     }
     let table = notifier.table(DB::BACKEND);
     execute(table, executor, table.notify_sql(channel, payload)?).await.map(drop)
-}
-
-/// A core statement as an sqlx query.
-pub(crate) fn query<DB>(stmt: &Statement) -> Query<'static, DB, DB::Arguments>
-where
-    DB: Database,
-    for<'a> &'a str: Encode<'a, DB> + Type<DB>,
-    for<'a> i64: Encode<'a, DB> + Type<DB>,
-{
-    let mut query = sqlx::query(AssertSqlSafe(stmt.sql.clone()));
-    for value in &stmt.binds {
-        query = match value {
-            Value::Text(text) => query.bind(&**text),
-            Value::Int(int) => query.bind(*int),
-        };
-    }
-    query
 }
 
 /// Runs a core statement that returns no rows; a missing table gets its own error.

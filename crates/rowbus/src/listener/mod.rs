@@ -115,24 +115,18 @@ impl Listener {
     /// delivered. Listening on a channel twice is a no-op. While the connection is lost,
     /// waits until it is back.
     pub async fn listen(&self, channel: &str) -> Result<(), Error> {
-        match self.backend {
-            Backend::Postgres => check_pg_channel(channel)?,
-            Backend::MySql | Backend::Sqlite => drop(check_channel(channel)?),
-        }
-        let (reply, done) = oneshot::channel();
-        self.commands
-            .send(Command::Listen { channel: channel.to_owned(), reply })
-            .map_err(|_| Error::ListenerClosed)?;
-        done.await.map_err(|_| Error::ListenerClosed)?
+        self.handle().listen(channel).await
     }
 
     /// Stops listening on `channel`. Rows of a poll already in flight for it are dropped.
     pub async fn unlisten(&self, channel: &str) -> Result<(), Error> {
-        let (reply, done) = oneshot::channel();
-        self.commands
-            .send(Command::Unlisten { channel: channel.to_owned(), reply })
-            .map_err(|_| Error::ListenerClosed)?;
-        done.await.map_err(|_| Error::ListenerClosed)
+        self.handle().unlisten(channel).await
+    }
+
+    /// A handle that listens and unlistens on this listener from elsewhere (another task),
+    /// while this one receives.
+    pub fn handle(&self) -> ListenerHandle {
+        ListenerHandle { backend: self.backend, commands: self.commands.clone() }
     }
 
     /// The next event, in order. Fails only when the listener's task has stopped.
@@ -156,6 +150,37 @@ impl Listener {
             .await
             .map_err(|_| Error::ListenerClosed)?;
         Ok(session.unwrap_or_default())
+    }
+}
+
+/// Listens and unlistens on a [`Listener`] from another task; see [`Listener::handle`].
+#[derive(Debug, Clone)]
+pub struct ListenerHandle {
+    backend: Backend,
+    commands: mpsc::UnboundedSender<Command>,
+}
+
+impl ListenerHandle {
+    /// See [`Listener::listen`].
+    pub async fn listen(&self, channel: &str) -> Result<(), Error> {
+        match self.backend {
+            Backend::Postgres => check_pg_channel(channel)?,
+            Backend::MySql | Backend::Sqlite => drop(check_channel(channel)?),
+        }
+        let (reply, done) = oneshot::channel();
+        self.commands
+            .send(Command::Listen { channel: channel.to_owned(), reply })
+            .map_err(|_| Error::ListenerClosed)?;
+        done.await.map_err(|_| Error::ListenerClosed)?
+    }
+
+    /// See [`Listener::unlisten`].
+    pub async fn unlisten(&self, channel: &str) -> Result<(), Error> {
+        let (reply, done) = oneshot::channel();
+        self.commands
+            .send(Command::Unlisten { channel: channel.to_owned(), reply })
+            .map_err(|_| Error::ListenerClosed)?;
+        done.await.map_err(|_| Error::ListenerClosed)
     }
 }
 

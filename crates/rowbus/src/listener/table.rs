@@ -10,8 +10,9 @@ use tracing::{debug, warn};
 use super::ListenerOptions;
 use super::driver::{Command, Control, Session, Wake};
 use crate::backend::{connect_mysql, connect_sqlite};
+use crate::db::sealed::Sealed as _;
 use crate::error::{Error, is_missing_table};
-use crate::notify::{missing, query};
+use crate::notify::missing;
 
 /// A connection the notify-table core can run its statements on.
 pub(crate) trait TableConn: Send + Sized + 'static {
@@ -38,7 +39,7 @@ impl TableConn for MySqlConnection {
     }
 
     async fn fetch(&mut self, stmt: &Statement) -> Result<Vec<Row>, sqlx::Error> {
-        let rows = query(stmt).fetch_all(self).await?;
+        let rows = sqlx::MySql::statement(stmt).fetch_all(self).await?;
         rows.iter()
             .map(|r| {
                 Ok(Row {
@@ -53,11 +54,11 @@ impl TableConn for MySqlConnection {
     }
 
     async fn execute(&mut self, stmt: &Statement) -> Result<u64, sqlx::Error> {
-        Ok(query(stmt).execute(self).await?.rows_affected())
+        Ok(sqlx::MySql::statement(stmt).execute(self).await?.rows_affected())
     }
 
     async fn fetch_ids(&mut self, stmt: &Statement) -> Result<Vec<u64>, sqlx::Error> {
-        query(stmt).fetch_all(self).await?.iter().map(|r| r.try_get(0)).collect()
+        sqlx::MySql::statement(stmt).fetch_all(self).await?.iter().map(|r| r.try_get(0)).collect()
     }
 }
 
@@ -75,7 +76,7 @@ impl TableConn for SqliteConnection {
     }
 
     async fn fetch(&mut self, stmt: &Statement) -> Result<Vec<Row>, sqlx::Error> {
-        let rows = query(stmt).fetch_all(self).await?;
+        let rows = sqlx::Sqlite::statement(stmt).fetch_all(self).await?;
         let unsigned = |v: i64| u64::try_from(v).unwrap_or_default();
         rows.iter()
             .map(|r| {
@@ -91,11 +92,11 @@ impl TableConn for SqliteConnection {
     }
 
     async fn execute(&mut self, stmt: &Statement) -> Result<u64, sqlx::Error> {
-        Ok(query(stmt).execute(self).await?.rows_affected())
+        Ok(sqlx::Sqlite::statement(stmt).execute(self).await?.rows_affected())
     }
 
     async fn fetch_ids(&mut self, stmt: &Statement) -> Result<Vec<u64>, sqlx::Error> {
-        let rows = query(stmt).fetch_all(self).await?;
+        let rows = sqlx::Sqlite::statement(stmt).fetch_all(self).await?;
         rows.iter().map(|r| Ok(u64::try_from(r.try_get::<i64, _>(0)?).unwrap_or_default())).collect()
     }
 }

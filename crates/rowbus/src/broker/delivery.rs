@@ -1,0 +1,269 @@
+//! A claimed message and what its holder can do with it.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tracing::{debug, warn};
+
+use super::{Queue, ops};
+use crate::db::{ClaimedRow, Db};
+use crate::error::Error;
+
+/// What a handler decided about its message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Done: delete it.
+    Ack,
+    /// Run it again after this delay (counts as an attempt).
+    Retry(Duration),
+    /// Discard it without running it again or dead-lettering it.
+    Drop,
+}
+
+impl From<()> for Outcome {
+    fn from((): ()) -> Self {
+        Outcome::Ack
+    }
+}
+
+fn decode_text(id: i64, payload: &[u8]) -> Result<&str, Error> {
+    std::str::from_utf8(payload).map_err(|e| Error::Payload { id, reason: e.to_string() })
+}
+
+fn decode_json<T: serde::de::DeserializeOwned>(id: i64, payload: &[u8]) -> Result<T, Error> {
+    serde_json::from_slice(payload).map_err(|e| Error::Payload { id, reason: e.to_string() })
+}
+
+fn published_at(row: &ClaimedRow) -> SystemTime {
+    UNIX_EPOCH + Duration::from_micros(u64::try_from(row.created_at).unwrap_or(0))
+}
+
+/// The lease on one claimed message: what settles it.
+#[derive(Debug)]
+pub(crate) struct Lease<DB: Db> {
+    queue: Queue<DB>,
+    id: i64,
+    token: i64,
+    attempt: u32,
+    /// Shared by a delivery and its runner's ticket: set once either settled it.
+    settled: Arc<AtomicBool>,
+}
+
+impl<DB: Db> Clone for Lease<DB> {
+    fn clone(&self) -> Self {
+        Lease {
+            queue: self.queue.clone(),
+            id: self.id,
+            token: self.token,
+            attempt: self.attempt,
+            settled: self.settled.clone(),
+        }
+    }
+}
+
+impl<DB: Db> Lease<DB> {
+    fn settling(&self) {
+        self.settled.store(true, Ordering::Release);
+    }
+
+    pub fn is_settled(&self) -> bool {
+        self.settled.load(Ordering::Acquire)
+    }
+
+    pub fn id(&self) -> i64 {
+        self.id
+    }
+
+    pub fn token(&self) -> i64 {
+        self.token
+    }
+
+    async fn ack(&self, dropped: bool) -> Result<(), Error> {
+        self.settling();
+        ops::ack(&self.queue, self.id, self.token, dropped).await
+    }
+
+    async fn retry(&self, after: Duration, reason: &str) -> Result<(), Error> {
+        self.settling();
+        ops::retry(&self.queue, self.id, self.token, after, reason).await
+    }
+
+    async fn dead_letter(&self, reason: &str) -> Result<(), Error> {
+        self.settling();
+        ops::dead_letter(&self.queue, self.id, self.token, reason).await
+    }
+
+    async fn fail(&self, error: &str) -> Result<(), Error> {
+        let policy = &self.queue.inner().options.retry;
+        let (table, id, attempt) = (self.queue.table(), self.id, self.attempt);
+        if policy.exhausted(attempt) {
+            warn!(%table, id, attempt, error, "dead-lettered");
+            self.dead_letter(error).await
+        } else {
+            let after = policy.delay(attempt);
+            debug!(%table, id, attempt, ?after, error, "retrying");
+            self.retry(after, error).await
+        }
+    }
+
+    /// Settles the message as a handler's result says, unless it settled it itself.
+    pub async fn settle(&self, result: Result<Outcome, String>) {
+        if self.is_settled() {
+            return;
+        }
+        let settled = match result {
+            Ok(Outcome::Ack) => self.ack(false).await,
+            Ok(Outcome::Retry(after)) => self.retry(after, "retry requested by the handler").await,
+            Ok(Outcome::Drop) => self.ack(true).await,
+            Err(error) => self.fail(&error).await,
+        };
+        if let Err(error) = settled {
+            warn!(%error, table = %self.queue.table(), id = self.id, "settling a message failed; it comes back when its lease runs out");
+        }
+    }
+}
+
+/// A message claimed under a lease. Acknowledge it, retry it, or let the lease run out
+/// (then it comes back to a subscription). Every settlement is refused with
+/// [`Error::LeaseLost`] once the lease ran out, so it never touches a message another
+/// worker holds now.
+#[derive(Debug)]
+pub struct Delivery<DB: Db> {
+    lease: Lease<DB>,
+    row: ClaimedRow,
+}
+
+impl<DB: Db> Delivery<DB> {
+    pub(crate) fn new(queue: Queue<DB>, row: ClaimedRow, token: i64) -> Self {
+        let attempt = u32::try_from(row.attempts).unwrap_or(u32::MAX);
+        let lease = Lease { queue, id: row.id, token, attempt, settled: Arc::default() };
+        Delivery { lease, row }
+    }
+
+    /// The lease, for a runner to settle the message after its handler.
+    pub(crate) fn lease(&self) -> Lease<DB> {
+        self.lease.clone()
+    }
+
+    /// The message's id in its table.
+    pub fn id(&self) -> i64 {
+        self.row.id
+    }
+
+    /// Its group (`""` by default).
+    pub fn group(&self) -> &str {
+        &self.row.group
+    }
+
+    /// Its payload.
+    pub fn payload(&self) -> &[u8] {
+        &self.row.payload
+    }
+
+    /// Its payload as UTF-8 text.
+    pub fn text(&self) -> Result<&str, Error> {
+        decode_text(self.row.id, &self.row.payload)
+    }
+
+    /// Its payload decoded from JSON.
+    pub fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T, Error> {
+        decode_json(self.row.id, &self.row.payload)
+    }
+
+    /// Which attempt this is: 1 the first time.
+    pub fn attempt(&self) -> u32 {
+        self.lease.attempt
+    }
+
+    /// When it was published (the database's clock).
+    pub fn published_at(&self) -> SystemTime {
+        published_at(&self.row)
+    }
+
+    /// The queue it came from.
+    pub fn queue(&self) -> &Queue<DB> {
+        &self.lease.queue
+    }
+
+    /// Done: deletes it.
+    pub async fn ack(self) -> Result<(), Error> {
+        self.lease.ack(false).await
+    }
+
+    /// Runs it again after `after`, recording `reason` as its last error.
+    pub async fn retry(self, after: Duration, reason: &str) -> Result<(), Error> {
+        self.lease.retry(after, reason).await
+    }
+
+    /// A failed attempt: retries with the broker's backoff, or dead-letters the message
+    /// once it has used its attempts.
+    pub async fn fail(self, error: &str) -> Result<(), Error> {
+        self.lease.fail(error).await
+    }
+
+    /// Moves it to the dead-letter table now, with `reason`.
+    pub async fn dead_letter(self, reason: &str) -> Result<(), Error> {
+        self.lease.dead_letter(reason).await
+    }
+
+    /// Discards it: deleted, not dead-lettered.
+    pub async fn discard(self) -> Result<(), Error> {
+        self.lease.ack(true).await
+    }
+
+    /// Gives it back unstarted: claimable again at once, the attempt not counted.
+    pub async fn release(self) -> Result<(), Error> {
+        self.lease.settling();
+        ops::release(&self.lease.queue, self.lease.id, self.lease.token).await
+    }
+
+    /// Keeps it for `lease` more from now, for work that takes longer than the lease.
+    pub async fn extend_lease(&self, lease: Duration) -> Result<(), Error> {
+        ops::extend(&self.lease.queue, self.lease.id, self.lease.token, lease).await
+    }
+}
+
+/// The message a transactional handler gets, with the claim's transaction: it is
+/// deleted when that transaction commits.
+#[derive(Debug)]
+pub struct TxMessage {
+    pub(crate) row: ClaimedRow,
+}
+
+impl TxMessage {
+    /// The message's id in its table.
+    pub fn id(&self) -> i64 {
+        self.row.id
+    }
+
+    /// Its group.
+    pub fn group(&self) -> &str {
+        &self.row.group
+    }
+
+    /// Its payload.
+    pub fn payload(&self) -> &[u8] {
+        &self.row.payload
+    }
+
+    /// Its payload as UTF-8 text.
+    pub fn text(&self) -> Result<&str, Error> {
+        decode_text(self.row.id, &self.row.payload)
+    }
+
+    /// Its payload decoded from JSON.
+    pub fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T, Error> {
+        decode_json(self.row.id, &self.row.payload)
+    }
+
+    /// Which attempt this is: 1 the first time.
+    pub fn attempt(&self) -> u32 {
+        u32::try_from(self.row.attempts + 1).unwrap_or(u32::MAX)
+    }
+
+    /// When it was published.
+    pub fn published_at(&self) -> SystemTime {
+        published_at(&self.row)
+    }
+}

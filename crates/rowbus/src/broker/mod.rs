@@ -1,0 +1,465 @@
+//! The table broker: queues are tables, subscriptions claim rows for workers or batches.
+
+mod delivery;
+mod ops;
+mod retry;
+mod runner;
+mod stats;
+mod subscription;
+mod table;
+mod wake;
+
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use notify_table::Config as NotifyConfig;
+use sqlx::{ConnectOptions as _, Pool, Transaction};
+use tokio::sync::{Notify, watch};
+use tracing::{debug, info, warn};
+
+use crate::backend::Backend;
+use crate::db::Db;
+use crate::error::Error;
+use crate::listener::{Event, Listener, ListenerHandle, ListenerOptions};
+use crate::notify::Notifier;
+
+pub use delivery::{Delivery, Outcome, TxMessage};
+pub use retry::RetryPolicy;
+pub use stats::Stats;
+pub use subscription::{Subscription, SubscriptionBuilder};
+pub use table::{MAX_GROUP_CHARS, MAX_TABLE_NAME, QueueTable};
+
+use stats::Counters;
+use table::{TableSql, check_group};
+use wake::Wakers;
+
+/// How a [`Broker`] claims, leases, retries and wakes.
+#[derive(Debug, Clone)]
+pub struct BrokerOptions {
+    /// The longest a subscription waits between two claims when nothing wakes it: the
+    /// floor under every wake-up. A subscription may set its own.
+    pub poll_interval: Duration,
+    /// How long a claimed message stays with its worker before it comes back.
+    pub lease: Duration,
+    /// Retries and dead letters.
+    pub retry: RetryPolicy,
+    /// Wake subscriptions in other processes too: PostgreSQL's LISTEN/NOTIFY, the notify
+    /// table on MySQL/MariaDB and SQLite. Costs one connection for the broker's life and
+    /// one more statement per publish.
+    pub listen_notify: bool,
+    /// The notify table `listen_notify` uses on MySQL/MariaDB and SQLite, polled at its
+    /// own `poll_interval` (50 ms by default).
+    pub notify_table: NotifyConfig,
+    /// How long a failed claim waits before the next.
+    pub claim_error_wait: Duration,
+}
+
+impl Default for BrokerOptions {
+    fn default() -> Self {
+        BrokerOptions {
+            poll_interval: Duration::from_secs(1),
+            lease: Duration::from_secs(30),
+            retry: RetryPolicy::default(),
+            listen_notify: false,
+            notify_table: NotifyConfig {
+                poll_interval: Duration::from_millis(50),
+                ..NotifyConfig::default()
+            },
+            claim_error_wait: Duration::from_secs(1),
+        }
+    }
+}
+
+/// A message to publish: a payload (bytes, text or JSON), a group, an optional delay.
+///
+/// ```
+/// use std::time::Duration;
+/// use rowbus::Message;
+/// let m = Message::text("resize 42.png").group("images").delay(Duration::from_secs(5));
+/// assert_eq!(m.payload(), b"resize 42.png");
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Message {
+    payload: Vec<u8>,
+    group: String,
+    delay: Duration,
+}
+
+impl Message {
+    /// A message with these bytes.
+    pub fn new(payload: impl Into<Vec<u8>>) -> Self {
+        Message { payload: payload.into(), ..Message::default() }
+    }
+
+    /// A message with this text.
+    pub fn text(payload: impl Into<String>) -> Self {
+        Message::new(payload.into().into_bytes())
+    }
+
+    /// A message with this value as JSON.
+    pub fn json<T: serde::Serialize + ?Sized>(value: &T) -> Result<Self, serde_json::Error> {
+        Ok(Message::new(serde_json::to_vec(value)?))
+    }
+
+    /// In this group of the table (`""`, the default, is the table's only group when it
+    /// has none).
+    pub fn group(mut self, group: impl Into<String>) -> Self {
+        self.group = group.into();
+        self
+    }
+
+    /// Claimable only after this delay.
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+
+    /// The payload.
+    pub fn payload(&self) -> &[u8] {
+        &self.payload
+    }
+}
+
+/// A table broker on one sqlx pool: queues in tables, subscriptions that claim, waking,
+/// leases, retries, dead letters, transactional handlers.
+///
+/// ```no_run
+/// # async fn f(pool: sqlx::PgPool) -> Result<(), rowbus::Error> {
+/// use rowbus::{Broker, BrokerOptions, Message};
+/// let broker = Broker::new(pool, BrokerOptions { listen_notify: true, ..Default::default() }).await?;
+/// let jobs = broker.queue("jobs")?;
+/// jobs.deploy().await?;
+/// jobs.publish(Message::text("hello")).await?;
+/// jobs.subscribe().workers(8).run(|delivery| async move {
+///     println!("{}", delivery.text()?);
+///     Ok::<_, rowbus::Error>(())
+/// }).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Broker<DB: Db> {
+    inner: Arc<Inner<DB>>,
+}
+
+impl<DB: Db> Clone for Broker<DB> {
+    fn clone(&self) -> Self {
+        Broker { inner: self.inner.clone() }
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct Inner<DB: Db> {
+    pub pool: Pool<DB>,
+    pub options: BrokerOptions,
+    pub wakers: Arc<Wakers>,
+    pub counters: Counters,
+    tables: Mutex<HashMap<QueueTable, Arc<TableSql>>>,
+    /// Writes notifications on MySQL/MariaDB and SQLite when `listen_notify` is on.
+    pub notifier: Option<Notifier>,
+    pub listen: Option<ListenerHandle>,
+    listen_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    pub shutdown: watch::Sender<bool>,
+    /// Runners still running, and a signal when one ends.
+    pub running: AtomicUsize,
+    pub ended: Notify,
+    tokens: AtomicU64,
+    token_keys: std::hash::RandomState,
+}
+
+impl<DB: Db> Inner<DB> {
+    /// A lease token no other claim, here or in another process, has.
+    pub fn token(&self) -> i64 {
+        let n = self.tokens.fetch_add(1, Ordering::Relaxed);
+        (self.token_keys.hash_one(n) & (i64::MAX as u64)) as i64
+    }
+
+    pub fn is_shutting_down(&self) -> bool {
+        *self.shutdown.borrow()
+    }
+}
+
+impl<DB: Db> Broker<DB> {
+    /// A broker on `pool`. With `listen_notify`, connects the listening connection now
+    /// (from the pool's connect options) and keeps it until [`shutdown`](Self::shutdown).
+    pub async fn new(pool: Pool<DB>, options: BrokerOptions) -> Result<Self, Error> {
+        let mut notifier = None;
+        let mut listener = None;
+        if options.listen_notify {
+            let url = pool.connect_options().to_url_lossy().to_string();
+            if DB::BACKEND != Backend::Postgres {
+                notifier = Some(Notifier::new(options.notify_table.clone())?);
+            }
+            let listener_options =
+                ListenerOptions { notify_table: options.notify_table.clone(), ..Default::default() };
+            listener = Some(Listener::connect_with(&url, listener_options).await?);
+        }
+        let inner = Arc::new(Inner {
+            pool,
+            options,
+            wakers: Arc::default(),
+            counters: Counters::default(),
+            tables: Mutex::default(),
+            notifier,
+            listen: listener.as_ref().map(Listener::handle),
+            listen_task: Mutex::default(),
+            shutdown: watch::Sender::new(false),
+            running: AtomicUsize::new(0),
+            ended: Notify::new(),
+            tokens: AtomicU64::new(0),
+            token_keys: std::hash::RandomState::new(),
+        });
+        if let Some(listener) = listener {
+            let task = tokio::spawn(wake_from_notifications(listener, inner.wakers.clone()));
+            *inner.listen_task.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
+        }
+        Ok(Broker { inner })
+    }
+
+    /// The queue in table `name` (`jobs`, or `app.jobs` where the database has schemas).
+    pub fn queue(&self, name: &str) -> Result<Queue<DB>, Error> {
+        let table: QueueTable = name.parse()?;
+        let mut tables = self.inner.tables.lock().unwrap_or_else(|e| e.into_inner());
+        let sql = match tables.get(&table) {
+            Some(sql) => sql.clone(),
+            None => {
+                let sql = Arc::new(TableSql::new(DB::BACKEND, &table)?);
+                tables.insert(table, sql.clone());
+                sql
+            }
+        };
+        Ok(Queue { broker: self.clone(), sql })
+    }
+
+    /// The pool the broker works on.
+    pub fn pool(&self) -> &Pool<DB> {
+        &self.inner.pool
+    }
+
+    /// The broker's options.
+    pub fn options(&self) -> &BrokerOptions {
+        &self.inner.options
+    }
+
+    /// What the broker has done so far.
+    pub fn stats(&self) -> Stats {
+        let mut stats = self.inner.counters.snapshot();
+        stats.wakeups = self.inner.wakers.woken.load(Ordering::Relaxed);
+        stats
+    }
+
+    /// Starts a transaction whose publishes wake subscriptions when it commits, and never
+    /// if it rolls back. Run your own statements on it too (`&mut *tx`).
+    pub async fn begin(&self) -> Result<BrokerTx<DB>, Error> {
+        let tx = ops::begin(&self.inner.pool).await?;
+        Ok(BrokerTx { broker: self.clone(), tx: Some(tx), woken: Vec::new() })
+    }
+
+    /// Stops every subscription of this broker: no new claims; handlers in flight get
+    /// until `deadline` to finish; claimed messages not yet started are given back at
+    /// once; then the listening connection is closed. Returns when every runner has ended
+    /// (or the deadline passed).
+    pub async fn shutdown(&self, deadline: Duration) {
+        info!("broker shutting down");
+        self.inner.shutdown.send_replace(true);
+        let until = tokio::time::Instant::now() + deadline + Duration::from_millis(500);
+        while self.inner.running.load(Ordering::Acquire) > 0 {
+            let ended = self.inner.ended.notified();
+            if self.inner.running.load(Ordering::Acquire) == 0 {
+                break;
+            }
+            if tokio::time::timeout_at(until, ended).await.is_err() {
+                warn!("runners still running after the shutdown deadline");
+                break;
+            }
+        }
+        let task = self.inner.listen_task.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(task) = task {
+            task.abort();
+        }
+    }
+}
+
+/// Receives the listening connection's notifications and wakes the subscriptions they
+/// name; after a reconnect, wakes every subscription once.
+async fn wake_from_notifications(mut listener: Listener, wakers: Arc<Wakers>) {
+    loop {
+        match listener.recv().await {
+            Ok(Event::Notification(n)) => {
+                let group = (!n.payload.is_empty()).then_some(n.payload.as_str());
+                let woken = wakers.wake(&n.channel, group);
+                debug!(table = %n.channel, group = n.payload, woken, "woken by a notification");
+            }
+            Ok(Event::Disconnected(error)) => warn!(%error, "broker listening connection lost"),
+            Ok(Event::Reconnected) => {
+                let woken = wakers.wake_all();
+                info!(woken, "broker listening connection back: woke every subscription");
+            }
+            Err(_) => return,
+        }
+    }
+}
+
+/// One queue table of a [`Broker`].
+#[derive(Debug)]
+pub struct Queue<DB: Db> {
+    broker: Broker<DB>,
+    sql: Arc<TableSql>,
+}
+
+impl<DB: Db> Clone for Queue<DB> {
+    fn clone(&self) -> Self {
+        Queue { broker: self.broker.clone(), sql: self.sql.clone() }
+    }
+}
+
+impl<DB: Db> Queue<DB> {
+    /// The table.
+    pub fn table(&self) -> &QueueTable {
+        &self.sql.table
+    }
+
+    /// The broker this queue belongs to.
+    pub fn broker(&self) -> &Broker<DB> {
+        &self.broker
+    }
+
+    pub(crate) fn inner(&self) -> &Arc<Inner<DB>> {
+        &self.broker.inner
+    }
+
+    /// Creates the queue table, its claim index and its dead-letter table (`<table>_dead`)
+    /// if they do not exist; on PostgreSQL also the schema. With `listen_notify` on
+    /// MySQL/MariaDB or SQLite, also the notify table.
+    pub async fn deploy(&self) -> Result<(), Error> {
+        ops::deploy(self).await
+    }
+
+    /// Publishes one message; wakes this broker's subscriptions of its table and group.
+    pub async fn publish(&self, message: Message) -> Result<(), Error> {
+        self.publish_batch(std::iter::once(message)).await.map(drop)
+    }
+
+    /// Publishes many messages in one statement (per 1,000); returns how many. Wakes each
+    /// group's subscriptions once.
+    pub async fn publish_batch(&self, messages: impl IntoIterator<Item = Message>) -> Result<u64, Error> {
+        let messages: Vec<Message> = messages.into_iter().collect();
+        for m in &messages {
+            check_group(&m.group)?;
+        }
+        let mut conn = self.inner().pool.acquire().await?;
+        let n = ops::insert(self, &mut conn, &messages).await?;
+        let groups = groups_of(&messages);
+        ops::notify_others(self, &mut conn, &groups, false).await;
+        drop(conn);
+        for group in &groups {
+            self.inner().wakers.wake(self.sql.table.channel(), Some(group));
+        }
+        Ok(n)
+    }
+
+    /// A subscription to this queue (the default group unless you name one).
+    pub fn subscribe(&self) -> SubscriptionBuilder<DB> {
+        SubscriptionBuilder::new(self.clone())
+    }
+
+    /// Messages waiting (claimable or not) and messages dead-lettered, in `group`.
+    pub async fn depth(&self, group: &str) -> Result<(i64, i64), Error> {
+        ops::depth(self, group).await
+    }
+}
+
+fn groups_of(messages: &[Message]) -> Vec<String> {
+    let mut groups: Vec<String> = messages.iter().map(|m| m.group.clone()).collect();
+    groups.sort_unstable();
+    groups.dedup();
+    groups
+}
+
+/// A transaction of a [`Broker`]: publishes inside it wake subscriptions after it commits,
+/// never before and never if it rolls back. Dereferences to the connection, so your own
+/// statements run in it too: `sqlx::query(...).execute(&mut *tx)`.
+pub struct BrokerTx<DB: Db> {
+    broker: Broker<DB>,
+    tx: Option<Transaction<'static, DB>>,
+    /// (table, group) pairs published in this transaction.
+    woken: Vec<(Arc<TableSql>, String)>,
+}
+
+impl<DB: Db> std::fmt::Debug for BrokerTx<DB> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BrokerTx").field("pending_wakeups", &self.woken.len()).finish()
+    }
+}
+
+impl<DB: Db> BrokerTx<DB> {
+    fn tx(&mut self) -> &mut Transaction<'static, DB> {
+        self.tx.as_mut().expect("a BrokerTx is usable until commit or rollback consumes it")
+    }
+
+    /// Publishes one message in this transaction.
+    pub async fn publish(&mut self, queue: &Queue<DB>, message: Message) -> Result<(), Error> {
+        self.publish_batch(queue, std::iter::once(message)).await.map(drop)
+    }
+
+    /// Publishes many messages in this transaction.
+    pub async fn publish_batch(
+        &mut self,
+        queue: &Queue<DB>,
+        messages: impl IntoIterator<Item = Message>,
+    ) -> Result<u64, Error> {
+        let messages: Vec<Message> = messages.into_iter().collect();
+        for m in &messages {
+            check_group(&m.group)?;
+        }
+        let n = ops::insert(queue, &mut **self.tx(), &messages).await?;
+        let mut fresh = Vec::new();
+        for group in groups_of(&messages) {
+            if !self.woken.iter().any(|(t, g)| Arc::ptr_eq(t, &queue.sql) && *g == group) {
+                fresh.push(group.clone());
+                self.woken.push((queue.sql.clone(), group));
+            }
+        }
+        // The notify table's rows go in with the messages and are delivered on commit.
+        if DB::BACKEND != Backend::Postgres {
+            let tx = self.tx.as_mut().expect("usable until consumed");
+            ops::notify_others(queue, &mut **tx, &fresh, true).await;
+        }
+        Ok(n)
+    }
+
+    /// Commits; then wakes the subscriptions of every table and group published to.
+    pub async fn commit(mut self) -> Result<(), Error> {
+        let mut tx = self.tx.take().expect("usable until consumed");
+        if DB::BACKEND == Backend::Postgres && self.broker.inner.options.listen_notify {
+            ops::pg_notify_in_tx(&mut tx, &self.woken).await;
+        }
+        tx.commit().await?;
+        for (table, group) in &self.woken {
+            self.broker.inner.wakers.wake(table.table.channel(), Some(group));
+        }
+        Ok(())
+    }
+
+    /// Rolls back: nothing published in it is seen, nobody is woken.
+    pub async fn rollback(mut self) -> Result<(), Error> {
+        let tx = self.tx.take().expect("usable until consumed");
+        Ok(tx.rollback().await?)
+    }
+}
+
+impl<DB: Db> std::ops::Deref for BrokerTx<DB> {
+    type Target = DB::Connection;
+
+    fn deref(&self) -> &DB::Connection {
+        self.tx.as_ref().expect("usable until consumed")
+    }
+}
+
+impl<DB: Db> std::ops::DerefMut for BrokerTx<DB> {
+    fn deref_mut(&mut self) -> &mut DB::Connection {
+        self.tx()
+    }
+}

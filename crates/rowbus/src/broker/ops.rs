@@ -1,0 +1,358 @@
+//! The broker's statements, run on a connection: the one place that speaks SQL.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::{Pool, Transaction};
+use tracing::warn;
+
+use super::table::TableSql;
+use super::{Message, Queue};
+use crate::backend::Backend;
+use crate::db::{Arg, ClaimedRow, Db, args_of};
+use crate::error::{Error, is_retryable};
+
+fn micros(d: Duration) -> i64 {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}
+
+/// Most messages one INSERT carries (three binds each).
+const INSERT_CHUNK: usize = 1000;
+/// Tries of a statement that deadlocked (MySQL/MariaDB take row locks in index order).
+const DEADLOCK_TRIES: usize = 4;
+
+/// A transaction; on SQLite `BEGIN IMMEDIATE`, so a claim takes the write lock first
+/// instead of failing to upgrade a read lock.
+pub(crate) async fn begin<DB: Db>(pool: &Pool<DB>) -> Result<Transaction<'static, DB>, Error> {
+    Ok(match DB::BACKEND {
+        Backend::Sqlite => pool.begin_with("BEGIN IMMEDIATE").await?,
+        _ => pool.begin().await?,
+    })
+}
+
+pub(crate) async fn deploy<DB: Db>(queue: &Queue<DB>) -> Result<(), Error> {
+    let sql = &queue.sql;
+    let mut conn = queue.inner().pool.acquire().await?;
+    if let (Backend::Postgres, Some((schema, _))) = (DB::BACKEND, sql.table.channel().split_once('.')) {
+        let create = Arc::from(format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""));
+        DB::execute(&mut conn, &create, &[]).await?;
+    }
+    for statement in &sql.create {
+        DB::execute(&mut conn, &Arc::from(statement.as_str()), &[]).await?;
+    }
+    if let Some(notifier) = &queue.inner().notifier {
+        for stmt in notifier.table(DB::BACKEND).create_table_sql() {
+            DB::execute(&mut conn, &stmt.sql, &[]).await?;
+        }
+    }
+    Ok(())
+}
+
+pub(crate) async fn insert<DB: Db>(
+    queue: &Queue<DB>,
+    conn: &mut DB::Connection,
+    messages: &[Message],
+) -> Result<u64, Error> {
+    let mut inserted = 0;
+    for chunk in messages.chunks(INSERT_CHUNK) {
+        let sql = Arc::from(queue.sql.insert(chunk.len()));
+        let delays: Vec<i64> = chunk.iter().map(|m| micros(m.delay)).collect();
+        let mut args = Vec::with_capacity(chunk.len() * 3);
+        for (m, delay) in chunk.iter().zip(&delays) {
+            args.extend([Arg::Text(&m.group), Arg::Bytes(&m.payload), Arg::Int(*delay)]);
+        }
+        inserted += DB::execute(conn, &sql, &args).await?;
+    }
+    super::Counters::add(&queue.inner().counters.published, inserted);
+    Ok(inserted)
+}
+
+/// With `listen_notify`, tells other processes: `pg_notify(table, group)` outside a
+/// transaction on PostgreSQL (inside one, [`pg_notify_in_tx`] does it at commit); a
+/// notify-table row elsewhere, inside the transaction when there is one. A failure is
+/// logged: the poll interval still reaches the rows.
+pub(crate) async fn notify_others<DB: Db>(
+    queue: &Queue<DB>,
+    conn: &mut DB::Connection,
+    groups: &[String],
+    _in_tx: bool,
+) {
+    let inner = queue.inner();
+    if !inner.options.listen_notify {
+        return;
+    }
+    let channel = queue.sql.table.channel();
+    for group in groups {
+        let sent = match &inner.notifier {
+            None => {
+                let sql: Arc<str> = Arc::from("SELECT pg_notify($1, $2)");
+                DB::execute(conn, &sql, &[Arg::Text(channel), Arg::Text(group)])
+                    .await
+                    .map(drop)
+                    .map_err(Error::from)
+            }
+            Some(notifier) => match notifier.table(DB::BACKEND).notify_sql(channel, group) {
+                Ok(stmt) => {
+                    DB::execute(conn, &stmt.sql, &args_of(&stmt)).await.map(drop).map_err(Error::from)
+                }
+                Err(e) => Err(e.into()),
+            },
+        };
+        if let Err(error) = sent {
+            warn!(%error, table = channel, group, "wake-up notification failed; subscriptions elsewhere wait for their poll interval");
+        }
+    }
+}
+
+/// `pg_notify` for each (table, group) of a transaction, in a savepoint so that a failure
+/// cannot abort the transaction.
+pub(crate) async fn pg_notify_in_tx<DB: Db>(
+    tx: &mut Transaction<'static, DB>,
+    pairs: &[(Arc<TableSql>, String)],
+) {
+    if pairs.is_empty() {
+        return;
+    }
+    let run = |sql: &'static str| Arc::<str>::from(sql);
+    let result: Result<(), sqlx::Error> = async {
+        DB::execute(tx, &run("SAVEPOINT rowbus_notify"), &[]).await?;
+        for (table, group) in pairs {
+            let notify = run("SELECT pg_notify($1, $2)");
+            if let Err(e) =
+                DB::execute(tx, &notify, &[Arg::Text(table.table.channel()), Arg::Text(group)]).await
+            {
+                DB::execute(tx, &run("ROLLBACK TO SAVEPOINT rowbus_notify"), &[]).await?;
+                return Err(e);
+            }
+        }
+        DB::execute(tx, &run("RELEASE SAVEPOINT rowbus_notify"), &[]).await.map(drop)
+    }
+    .await;
+    if let Err(error) = result {
+        warn!(%error, "wake-up notification failed; subscriptions elsewhere wait for their poll interval");
+    }
+}
+
+/// Claims up to `limit` ready messages of `group` under a new lease; returns the rows and
+/// the lease token.
+pub(crate) async fn claim<DB: Db>(
+    queue: &Queue<DB>,
+    group: &str,
+    limit: usize,
+    lease: Duration,
+) -> Result<(Vec<ClaimedRow>, i64), Error> {
+    let inner = queue.inner();
+    let token = inner.token();
+    let sql = &queue.sql;
+    let (lease, limit) = (micros(lease), i64::try_from(limit).unwrap_or(i64::MAX));
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let result = match DB::BACKEND {
+            Backend::Postgres => {
+                let mut conn = inner.pool.acquire().await?;
+                let args = [Arg::Text(group), Arg::Int(limit), Arg::Int(lease), Arg::Int(token)];
+                DB::fetch_claimed(&mut conn, &sql.claim, &args).await
+            }
+            Backend::Sqlite => {
+                let mut conn = inner.pool.acquire().await?;
+                let args = [Arg::Int(lease), Arg::Int(token), Arg::Text(group), Arg::Int(limit)];
+                DB::fetch_claimed(&mut conn, &sql.claim, &args).await
+            }
+            Backend::MySql => claim_mysql(queue, group, limit, lease, token).await,
+        };
+        match result {
+            Ok(mut rows) => {
+                rows.sort_unstable_by_key(|r| r.id);
+                return Ok((rows, token));
+            }
+            Err(e) if is_retryable(&e) && tries < DEADLOCK_TRIES => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// MySQL has no `UPDATE ... RETURNING`: lock with `SKIP LOCKED`, then mark, in one
+/// transaction.
+async fn claim_mysql<DB: Db>(
+    queue: &Queue<DB>,
+    group: &str,
+    limit: i64,
+    lease: i64,
+    token: i64,
+) -> Result<Vec<ClaimedRow>, sqlx::Error> {
+    let sql = &queue.sql;
+    let mut tx = queue.inner().pool.begin().await?;
+    let rows = DB::fetch_claimed(&mut tx, &sql.claim_select, &[Arg::Text(group), Arg::Int(limit)]).await?;
+    if !rows.is_empty() {
+        let mark = Arc::from(sql.claim_mark(rows.len()));
+        let mut args = vec![Arg::Int(lease), Arg::Int(token)];
+        args.extend(rows.iter().map(|r| Arg::Int(r.id)));
+        DB::execute(&mut tx, &mark, &args).await?;
+    }
+    tx.commit().await?;
+    Ok(rows)
+}
+
+/// Runs a statement that must change exactly the leased row; refuses with
+/// [`Error::LeaseLost`] when it changed nothing. Retries deadlocks.
+async fn on_lease<DB: Db>(queue: &Queue<DB>, sql: &Arc<str>, args: &[Arg<'_>], id: i64) -> Result<(), Error> {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let mut conn = queue.inner().pool.acquire().await?;
+        match DB::execute(&mut conn, sql, args).await {
+            Ok(0) => {
+                super::Counters::add(&queue.inner().counters.leases_lost, 1);
+                return Err(Error::LeaseLost { table: queue.sql.table.to_string(), id });
+            }
+            Ok(_) => return Ok(()),
+            Err(e) if is_retryable(&e) && tries < DEADLOCK_TRIES => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Deletes a leased message: acknowledged, or `dropped` by its handler.
+pub(crate) async fn ack<DB: Db>(queue: &Queue<DB>, id: i64, token: i64, dropped: bool) -> Result<(), Error> {
+    on_lease(queue, &queue.sql.ack, &[Arg::Int(id), Arg::Int(token)], id).await?;
+    let counters = &queue.inner().counters;
+    super::Counters::add(if dropped { &counters.dropped } else { &counters.acked }, 1);
+    Ok(())
+}
+
+/// Acknowledges the messages `ids` of one claim in one statement; returns how many were
+/// still leased (the rest had lost their lease and were left alone).
+pub(crate) async fn ack_many<DB: Db>(
+    queue: &Queue<DB>,
+    token: i64,
+    ids: &[i64],
+    dropped: bool,
+) -> Result<u64, Error> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let sql = Arc::from(queue.sql.ack_many(ids.len()));
+    let mut args = vec![Arg::Int(token)];
+    args.extend(ids.iter().map(|&id| Arg::Int(id)));
+    let mut tries = 0;
+    let done = loop {
+        tries += 1;
+        let mut conn = queue.inner().pool.acquire().await?;
+        match DB::execute(&mut conn, &sql, &args).await {
+            Ok(n) => break n,
+            Err(e) if is_retryable(&e) && tries < DEADLOCK_TRIES => continue,
+            Err(e) => return Err(e.into()),
+        }
+    };
+    let counters = &queue.inner().counters;
+    super::Counters::add(if dropped { &counters.dropped } else { &counters.acked }, done);
+    super::Counters::add(&counters.leases_lost, ids.len() as u64 - done);
+    Ok(done)
+}
+
+pub(crate) async fn retry<DB: Db>(
+    queue: &Queue<DB>,
+    id: i64,
+    token: i64,
+    after: Duration,
+    error: &str,
+) -> Result<(), Error> {
+    let args = [Arg::Int(micros(after)), Arg::Text(error), Arg::Int(id), Arg::Int(token)];
+    on_lease(queue, &queue.sql.retry, &args, id).await?;
+    super::Counters::add(&queue.inner().counters.retried, 1);
+    Ok(())
+}
+
+pub(crate) async fn release<DB: Db>(queue: &Queue<DB>, id: i64, token: i64) -> Result<(), Error> {
+    on_lease(queue, &queue.sql.release, &[Arg::Int(id), Arg::Int(token)], id).await?;
+    super::Counters::add(&queue.inner().counters.released, 1);
+    Ok(())
+}
+
+pub(crate) async fn extend<DB: Db>(
+    queue: &Queue<DB>,
+    id: i64,
+    token: i64,
+    lease: Duration,
+) -> Result<(), Error> {
+    on_lease(queue, &queue.sql.extend, &[Arg::Int(micros(lease)), Arg::Int(id), Arg::Int(token)], id).await
+}
+
+/// Moves a leased message to the dead-letter table with `error`, in one transaction.
+pub(crate) async fn dead_letter<DB: Db>(
+    queue: &Queue<DB>,
+    id: i64,
+    token: i64,
+    error: &str,
+) -> Result<(), Error> {
+    let sql = &queue.sql;
+    let mut tx = begin(&queue.inner().pool).await?;
+    let copied =
+        DB::execute(&mut tx, &sql.dead_insert, &[Arg::Text(error), Arg::Int(id), Arg::Int(token)]).await?;
+    let deleted = DB::execute(&mut tx, &sql.ack, &[Arg::Int(id), Arg::Int(token)]).await?;
+    if copied != 1 || deleted != 1 {
+        tx.rollback().await?;
+        super::Counters::add(&queue.inner().counters.leases_lost, 1);
+        return Err(Error::LeaseLost { table: sql.table.to_string(), id });
+    }
+    tx.commit().await?;
+    super::Counters::add(&queue.inner().counters.dead_lettered, 1);
+    Ok(())
+}
+
+/// One ready message of `group`, locked in `tx` (a transactional handler's claim).
+pub(crate) async fn claim_locked<DB: Db>(
+    queue: &Queue<DB>,
+    tx: &mut Transaction<'static, DB>,
+    group: &str,
+) -> Result<Option<ClaimedRow>, Error> {
+    let mut rows = DB::fetch_claimed(tx, &queue.sql.claim_locked, &[Arg::Text(group)]).await?;
+    Ok(rows.pop())
+}
+
+pub(crate) async fn delete_locked<DB: Db>(
+    queue: &Queue<DB>,
+    tx: &mut Transaction<'static, DB>,
+    id: i64,
+) -> Result<u64, Error> {
+    Ok(DB::execute(tx, &queue.sql.delete_unleased, &[Arg::Int(id)]).await?)
+}
+
+/// After a transactional handler failed (and its transaction rolled back): counts the
+/// attempt and schedules the next (after `after`, or the policy's backoff), or
+/// dead-letters the message once it has used its attempts.
+pub(crate) async fn fail_unleased_after<DB: Db>(
+    queue: &Queue<DB>,
+    row: &ClaimedRow,
+    error: &str,
+    after: Option<Duration>,
+) -> Result<(), Error> {
+    let inner = queue.inner();
+    let attempts = u32::try_from(row.attempts + 1).unwrap_or(u32::MAX);
+    let sql = &queue.sql;
+    if after.is_none() && inner.options.retry.exhausted(attempts) {
+        let mut tx = begin(&inner.pool).await?;
+        DB::execute(&mut tx, &sql.dead_insert_unleased, &[Arg::Text(error), Arg::Int(row.id)]).await?;
+        DB::execute(&mut tx, &sql.delete_unleased, &[Arg::Int(row.id)]).await?;
+        tx.commit().await?;
+        super::Counters::add(&inner.counters.dead_lettered, 1);
+    } else {
+        let delay = micros(after.unwrap_or_else(|| inner.options.retry.delay(attempts)));
+        let mut conn = inner.pool.acquire().await?;
+        DB::execute(&mut conn, &sql.fail_unleased, &[Arg::Int(delay), Arg::Text(error), Arg::Int(row.id)])
+            .await?;
+        super::Counters::add(&inner.counters.retried, 1);
+    }
+    Ok(())
+}
+
+pub(crate) async fn depth<DB: Db>(queue: &Queue<DB>, group: &str) -> Result<(i64, i64), Error> {
+    let p = if DB::BACKEND == Backend::Postgres { "$1" } else { "?" };
+    let mut conn = queue.inner().pool.acquire().await?;
+    let count =
+        |table: &str| Arc::<str>::from(format!("SELECT COUNT(*) FROM {table} WHERE group_name = {p}"));
+    let waiting = DB::fetch_ints(&mut conn, &count(&queue.sql.quoted), &[Arg::Text(group)]).await?;
+    let dead = DB::fetch_ints(&mut conn, &count(&queue.sql.dead), &[Arg::Text(group)]).await?;
+    Ok((waiting.first().copied().unwrap_or(0), dead.first().copied().unwrap_or(0)))
+}

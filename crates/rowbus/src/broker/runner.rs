@@ -1,0 +1,351 @@
+//! Runners: a subscription driven for you, with N handlers at once, a batch handler, or a
+//! transactional handler; all stop at the broker's shutdown.
+
+use std::fmt::Display;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use futures::FutureExt as _;
+use futures::future::BoxFuture;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
+use tokio::task::JoinSet;
+use tracing::{debug, warn};
+
+use super::delivery::Lease;
+use super::subscription::{Claimer, Pace, SubscriptionBuilder};
+use super::{Counters, Delivery, Inner, Outcome, Queue, TxMessage, ops};
+use crate::db::Db;
+use crate::error::Error;
+
+/// Counts a runner as running until dropped, so that shutdown can wait for it.
+struct Running<DB: Db>(Arc<Inner<DB>>);
+
+impl<DB: Db> Running<DB> {
+    fn new(inner: &Arc<Inner<DB>>) -> Self {
+        inner.running.fetch_add(1, Ordering::AcqRel);
+        Running(inner.clone())
+    }
+}
+
+impl<DB: Db> Drop for Running<DB> {
+    fn drop(&mut self) {
+        self.0.running.fetch_sub(1, Ordering::AcqRel);
+        self.0.ended.notify_waiters();
+    }
+}
+
+/// A handler's result, with a panic turned into a failure.
+async fn outcome<F, O, E>(handler: F) -> Result<Outcome, String>
+where
+    F: Future<Output = Result<O, E>>,
+    O: Into<Outcome>,
+    E: Display,
+{
+    match AssertUnwindSafe(handler).catch_unwind().await {
+        Ok(Ok(o)) => Ok(o.into()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            Err(format!("the handler panicked: {what}"))
+        }
+    }
+}
+
+/// Free workers: waits for one, then takes every other free one too.
+async fn free_workers(semaphore: &Arc<Semaphore>, max: usize) -> Vec<OwnedSemaphorePermit> {
+    let first = semaphore.clone().acquire_owned().await.expect("the semaphore is never closed");
+    let mut permits = vec![first];
+    while permits.len() < max {
+        match semaphore.clone().try_acquire_owned() {
+            Ok(permit) => permits.push(permit),
+            Err(_) => break,
+        }
+    }
+    permits
+}
+
+/// Lets handlers in flight finish within the shutdown timeout; aborts the rest (their
+/// messages come back when their leases run out; a transaction rolls back at once).
+async fn drain(set: &mut JoinSet<()>, timeout: std::time::Duration) {
+    let finished = tokio::time::timeout(timeout, async { while set.join_next().await.is_some() {} }).await;
+    if finished.is_err() {
+        warn!(unfinished = set.len(), "handlers still running at the shutdown deadline; aborting them");
+        set.abort_all();
+        while set.join_next().await.is_some() {}
+    }
+}
+
+/// Gives claimed messages back unstarted (claimed while shutdown began).
+async fn release_all<DB: Db>(deliveries: Vec<Delivery<DB>>) {
+    for delivery in deliveries {
+        if let Err(error) = delivery.release().await {
+            warn!(%error, "giving a claimed message back failed; it returns when its lease runs out");
+        }
+    }
+}
+
+impl<DB: Db> SubscriptionBuilder<DB> {
+    /// Runs `handler` on each message, up to `workers` at once, until the broker shuts
+    /// down. Each claim takes a message per free worker. `Ok` acknowledges (or does what
+    /// the [`Outcome`] says); `Err` or a panic retries with backoff, then dead-letters.
+    pub async fn run<F, Fut, O, E>(self, handler: F) -> Result<(), Error>
+    where
+        F: Fn(Delivery<DB>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<O, E>> + Send + 'static,
+        O: Into<Outcome> + Send + 'static,
+        E: Display + Send + 'static,
+    {
+        let mut claimer = Claimer::start(&self).await?;
+        let _running = Running::new(self.queue.inner());
+        let handler = Arc::new(handler);
+        let workers = Arc::new(Semaphore::new(self.workers));
+        let mut set = JoinSet::new();
+        loop {
+            while set.try_join_next().is_some() {}
+            let permits = tokio::select! {
+                biased;
+                _ = claimer.shutdown.wait_for(|stop| *stop) => break,
+                permits = free_workers(&workers, self.workers) => permits,
+            };
+            if !claimer.wait().await {
+                break;
+            }
+            let Ok(deliveries) = claimer.claim(permits.len()).await else { continue };
+            if *claimer.shutdown.borrow() {
+                release_all(deliveries).await;
+                break;
+            }
+            for (delivery, permit) in deliveries.into_iter().zip(permits) {
+                let handler = handler.clone();
+                set.spawn(async move {
+                    let _worker = permit;
+                    let lease = delivery.lease();
+                    let result = outcome(handler(delivery)).await;
+                    lease.settle(result).await;
+                });
+            }
+        }
+        drain(&mut set, self.shutdown_timeout).await;
+        Ok(())
+    }
+
+    /// Runs `handler` on batches of up to `batch` messages, `workers` batches at once.
+    /// The outcome applies to the whole batch; an acknowledgement is one statement.
+    pub async fn run_batch<F, Fut, O, E>(self, handler: F) -> Result<(), Error>
+    where
+        F: Fn(Vec<Delivery<DB>>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<O, E>> + Send + 'static,
+        O: Into<Outcome> + Send + 'static,
+        E: Display + Send + 'static,
+    {
+        let mut claimer = Claimer::start(&self).await?;
+        let _running = Running::new(self.queue.inner());
+        let handler = Arc::new(handler);
+        let workers = Arc::new(Semaphore::new(self.workers));
+        let mut set = JoinSet::new();
+        loop {
+            while set.try_join_next().is_some() {}
+            let permit = tokio::select! {
+                biased;
+                _ = claimer.shutdown.wait_for(|stop| *stop) => break,
+                permit = workers.clone().acquire_owned() => permit.expect("never closed"),
+            };
+            if !claimer.wait().await {
+                break;
+            }
+            let Ok(batch) = claimer.claim(self.batch).await else { continue };
+            if *claimer.shutdown.borrow() {
+                release_all(batch).await;
+                break;
+            }
+            if batch.is_empty() {
+                continue;
+            }
+            let (handler, queue) = (handler.clone(), self.queue.clone());
+            set.spawn(async move {
+                let _worker = permit;
+                let leases: Vec<Lease<DB>> = batch.iter().map(Delivery::lease).collect();
+                let result = outcome(handler(batch)).await;
+                settle_batch(&queue, leases, result).await;
+            });
+        }
+        drain(&mut set, self.shutdown_timeout).await;
+        Ok(())
+    }
+
+    /// Runs `handler` inside the claim's transaction, up to `workers` at once: its writes
+    /// and the message's deletion commit together or not at all (exactly-once effects in
+    /// the database). `Err` or a panic rolls back and counts the attempt.
+    ///
+    /// ```no_run
+    /// # async fn f(queue: rowbus::Queue<sqlx::Postgres>) -> Result<(), rowbus::Error> {
+    /// queue.subscribe().workers(4).run_tx(|conn, message| Box::pin(async move {
+    ///     sqlx::query("INSERT INTO effects (message_id) VALUES ($1)")
+    ///         .bind(message.id())
+    ///         .execute(&mut *conn)
+    ///         .await?;
+    ///     Ok::<_, sqlx::Error>(())
+    /// })).await
+    /// # }
+    /// ```
+    pub async fn run_tx<F, O, E>(self, handler: F) -> Result<(), Error>
+    where
+        F: for<'c> Fn(&'c mut DB::Connection, TxMessage) -> BoxFuture<'c, Result<O, E>>
+            + Send
+            + Sync
+            + 'static,
+        O: Into<Outcome> + Send + 'static,
+        E: Display + Send + 'static,
+    {
+        let mut claimer = Claimer::start(&self).await?;
+        let _running = Running::new(self.queue.inner());
+        let handler = Arc::new(handler);
+        let workers = Arc::new(Semaphore::new(self.workers));
+        let mut set = JoinSet::new();
+        loop {
+            while set.try_join_next().is_some() {}
+            let permits = tokio::select! {
+                biased;
+                _ = claimer.shutdown.wait_for(|stop| *stop) => break,
+                permits = free_workers(&workers, self.workers) => permits,
+            };
+            if !claimer.wait().await {
+                break;
+            }
+            // A transaction per free worker, each claiming one message for itself.
+            let mut claims = Vec::with_capacity(permits.len());
+            for permit in permits {
+                let (found, claimed) = oneshot::channel();
+                let (handler, queue, group) = (handler.clone(), self.queue.clone(), claimer.group.clone());
+                set.spawn(async move {
+                    let _worker = permit;
+                    transactional(&queue, &group, handler, found).await;
+                });
+                claims.push(claimed);
+            }
+            let mut all_found = true;
+            for claimed in claims {
+                match claimed.await {
+                    Ok(Ok(true)) => {}
+                    Ok(Ok(false)) => all_found = false,
+                    Ok(Err(())) | Err(_) => {
+                        all_found = false;
+                        claimer.pace = Pace::Failed;
+                    }
+                }
+            }
+            if claimer.pace != Pace::Failed {
+                claimer.pace = if all_found { Pace::Now } else { Pace::Idle };
+            }
+        }
+        drain(&mut set, self.shutdown_timeout).await;
+        Ok(())
+    }
+}
+
+/// One transactional attempt: claim a row locked in a transaction, run the handler in it,
+/// delete the row and commit; or roll back and count the failure.
+async fn transactional<DB, F, O, E>(
+    queue: &Queue<DB>,
+    group: &str,
+    handler: Arc<F>,
+    found: oneshot::Sender<Result<bool, ()>>,
+) where
+    DB: Db,
+    F: for<'c> Fn(&'c mut DB::Connection, TxMessage) -> BoxFuture<'c, Result<O, E>> + Send + Sync + 'static,
+    O: Into<Outcome> + Send + 'static,
+    E: Display + Send + 'static,
+{
+    let counters = &queue.inner().counters;
+    let claimed = async {
+        let mut tx = ops::begin(&queue.inner().pool).await?;
+        let row = ops::claim_locked(queue, &mut tx, group).await?;
+        Ok::<_, Error>((tx, row))
+    }
+    .await;
+    let (mut tx, row) = match claimed {
+        Ok((tx, Some(row))) => (tx, row),
+        Ok((_, None)) => {
+            let _ = found.send(Ok(false));
+            return;
+        }
+        Err(error) => {
+            Counters::add(&counters.claim_errors, 1);
+            warn!(%error, table = %queue.table(), "transactional claim failed");
+            let _ = found.send(Err(()));
+            return;
+        }
+    };
+    let _ = found.send(Ok(true));
+    Counters::add(&counters.claimed, 1);
+    let id = row.id;
+    let message = TxMessage { row: clone_row(&row) };
+    let result = outcome(handler(&mut tx, message)).await;
+    let settled = match result {
+        Ok(Outcome::Ack) | Ok(Outcome::Drop) => {
+            let done = async {
+                ops::delete_locked(queue, &mut tx, id).await?;
+                tx.commit().await?;
+                Ok::<_, Error>(())
+            }
+            .await;
+            match (&done, result) {
+                (Ok(()), Ok(Outcome::Drop)) => Counters::add(&counters.dropped, 1),
+                (Ok(()), _) => Counters::add(&counters.acked, 1),
+                _ => {}
+            }
+            done
+        }
+        Ok(Outcome::Retry(after)) => match tx.rollback().await {
+            Ok(()) => {
+                ops::fail_unleased_after(queue, &row, "retry requested by the handler", Some(after)).await
+            }
+            Err(e) => Err(e.into()),
+        },
+        Err(error) => {
+            debug!(table = %queue.table(), id, error, "transactional handler failed; rolling back");
+            match tx.rollback().await {
+                Ok(()) => ops::fail_unleased_after(queue, &row, &error, None).await,
+                Err(e) => Err(e.into()),
+            }
+        }
+    };
+    if let Err(error) = settled {
+        warn!(%error, table = %queue.table(), id, "settling a transactional message failed");
+    }
+}
+
+fn clone_row(row: &crate::db::ClaimedRow) -> crate::db::ClaimedRow {
+    crate::db::ClaimedRow {
+        id: row.id,
+        group: row.group.clone(),
+        payload: row.payload.clone(),
+        attempts: row.attempts,
+        created_at: row.created_at,
+    }
+}
+
+/// Settles a batch: an acknowledgement (or drop) is one statement for the whole claim.
+async fn settle_batch<DB: Db>(queue: &Queue<DB>, leases: Vec<Lease<DB>>, result: Result<Outcome, String>) {
+    let open: Vec<Lease<DB>> = leases.into_iter().filter(|l| !l.is_settled()).collect();
+    match result {
+        Ok(outcome @ (Outcome::Ack | Outcome::Drop)) => {
+            let Some(first) = open.first() else { return };
+            let ids: Vec<i64> = open.iter().map(Lease::id).collect();
+            if let Err(error) = ops::ack_many(queue, first.token(), &ids, outcome == Outcome::Drop).await {
+                warn!(%error, table = %queue.table(), "acknowledging a batch failed; it comes back when its lease runs out");
+            }
+        }
+        other => {
+            for lease in open {
+                lease.settle(other.clone()).await;
+            }
+        }
+    }
+}

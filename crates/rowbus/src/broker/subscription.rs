@@ -1,0 +1,239 @@
+//! Subscriptions: claim while claims come back full, otherwise wait the poll interval,
+//! which a publish of the same broker or a notification cuts short.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures::Stream;
+use futures::stream::BoxStream;
+use tokio::sync::watch;
+use tracing::{debug, warn};
+
+use super::wake::Registration;
+use super::{Counters, Delivery, Queue, ops};
+use crate::backend::Backend;
+use crate::db::Db;
+use crate::error::Error;
+use crate::notify::check_pg_channel;
+
+/// Configures a subscription to a [`Queue`]; finish with [`stream`](Self::stream) or one
+/// of the runners ([`run`](Self::run), [`run_batch`](Self::run_batch),
+/// [`run_tx`](Self::run_tx)).
+#[derive(Debug)]
+pub struct SubscriptionBuilder<DB: Db> {
+    pub(crate) queue: Queue<DB>,
+    pub(crate) group: String,
+    pub(crate) poll_interval: Duration,
+    pub(crate) lease: Duration,
+    pub(crate) batch: usize,
+    pub(crate) workers: usize,
+    pub(crate) shutdown_timeout: Duration,
+}
+
+impl<DB: Db> SubscriptionBuilder<DB> {
+    pub(crate) fn new(queue: Queue<DB>) -> Self {
+        let options = &queue.inner().options;
+        SubscriptionBuilder {
+            poll_interval: options.poll_interval,
+            lease: options.lease,
+            queue,
+            group: String::new(),
+            batch: 1,
+            workers: 1,
+            shutdown_timeout: Duration::from_secs(30),
+        }
+    }
+
+    /// Claim this group's messages only (`""`, the default, is a table's only group when
+    /// it has none).
+    pub fn group(mut self, group: impl Into<String>) -> Self {
+        self.group = group.into();
+        self
+    }
+
+    /// The longest wait between two claims when nothing wakes the subscription.
+    pub fn poll_interval(mut self, poll_interval: Duration) -> Self {
+        self.poll_interval = poll_interval;
+        self
+    }
+
+    /// How long a claimed message stays with this subscription's workers.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// Messages one claim takes at most: the stream's batch, or [`run_batch`](Self::run_batch)'s.
+    pub fn batch(mut self, batch: usize) -> Self {
+        self.batch = batch.max(1);
+        self
+    }
+
+    /// Handlers running at once in a runner.
+    pub fn workers(mut self, workers: usize) -> Self {
+        self.workers = workers.max(1);
+        self
+    }
+
+    /// How long a runner lets handlers in flight finish after shutdown begins.
+    pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.shutdown_timeout = timeout;
+        self
+    }
+
+    /// Starts claiming lazily, as a stream polled by you: claims up to `batch` messages
+    /// when its buffer is empty. A failed claim is an `Err` item; the stream ends at the
+    /// broker's shutdown, giving back the messages it claimed but did not yield.
+    pub async fn stream(self) -> Result<Subscription<DB>, Error> {
+        let claimer = Claimer::start(&self).await?;
+        let state = StreamState { claimer, buffer: VecDeque::new(), limit: self.batch };
+        let stream = futures::stream::unfold(state, |mut state| async move {
+            loop {
+                if let Some(delivery) = state.buffer.pop_front() {
+                    return Some((Ok(delivery), state));
+                }
+                match state.claimer.next(state.limit).await? {
+                    Ok(deliveries) => state.buffer.extend(deliveries),
+                    Err(e) => return Some((Err(e), state)),
+                }
+            }
+        });
+        Ok(Subscription { stream: Box::pin(stream) })
+    }
+}
+
+struct StreamState<DB: Db> {
+    claimer: Claimer<DB>,
+    buffer: VecDeque<Delivery<DB>>,
+    limit: usize,
+}
+
+impl<DB: Db> Drop for StreamState<DB> {
+    fn drop(&mut self) {
+        // Claimed but never yielded: give them back now rather than after their lease.
+        let unstarted: Vec<_> = self.buffer.drain(..).collect();
+        if !unstarted.is_empty() && tokio::runtime::Handle::try_current().is_ok() {
+            tokio::spawn(async move {
+                for delivery in unstarted {
+                    let _ = delivery.release().await;
+                }
+            });
+        }
+    }
+}
+
+/// A subscription's deliveries, claimed when polled.
+pub struct Subscription<DB: Db> {
+    stream: BoxStream<'static, Result<Delivery<DB>, Error>>,
+}
+
+impl<DB: Db> std::fmt::Debug for Subscription<DB> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subscription").finish_non_exhaustive()
+    }
+}
+
+impl<DB: Db> Stream for Subscription<DB> {
+    type Item = Result<Delivery<DB>, Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.stream.as_mut().poll_next(cx)
+    }
+}
+
+/// What the next claim waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pace {
+    /// The last claim filled its limit: claim again at once.
+    Now,
+    /// The last claim found fewer: wait the poll interval, or less when woken.
+    Idle,
+    /// The last claim failed: wait the claim error wait.
+    Failed,
+}
+
+/// The claim loop of one subscription, per the waking diagram.
+pub(crate) struct Claimer<DB: Db> {
+    pub queue: Queue<DB>,
+    pub group: String,
+    pub poll_interval: Duration,
+    pub lease: Duration,
+    pub wake: Registration,
+    pub shutdown: watch::Receiver<bool>,
+    pub pace: Pace,
+}
+
+impl<DB: Db> Claimer<DB> {
+    /// Registers for wake-ups and, with `listen_notify`, listens on the table's channel:
+    /// both before the first claim.
+    pub async fn start(builder: &SubscriptionBuilder<DB>) -> Result<Self, Error> {
+        super::table::check_group(&builder.group)?;
+        let inner = builder.queue.inner();
+        if inner.is_shutting_down() {
+            return Err(Error::ShuttingDown);
+        }
+        let channel = builder.queue.table().channel_arc();
+        let wake = inner.wakers.register(channel, &builder.group);
+        if let Some(listen) = &inner.listen {
+            if DB::BACKEND == Backend::Postgres {
+                check_pg_channel(channel)?;
+            }
+            listen.listen(channel).await?;
+        }
+        Ok(Claimer {
+            queue: builder.queue.clone(),
+            group: builder.group.clone(),
+            poll_interval: builder.poll_interval,
+            lease: builder.lease,
+            wake,
+            shutdown: inner.shutdown.subscribe(),
+            pace: Pace::Now,
+        })
+    }
+
+    /// Waits as the pace says; `false` when the broker shuts down meanwhile.
+    pub async fn wait(&mut self) -> bool {
+        let wait = match self.pace {
+            Pace::Now => return !*self.shutdown.borrow(),
+            Pace::Idle => self.poll_interval,
+            Pace::Failed => self.queue.inner().options.claim_error_wait,
+        };
+        let woken = self.wake.notify.clone();
+        tokio::select! {
+            biased;
+            _ = self.shutdown.wait_for(|stop| *stop) => return false,
+            _ = woken.notified(), if self.pace == Pace::Idle => debug!(table = %self.queue.table(), "woken"),
+            _ = tokio::time::sleep(wait) => {}
+        }
+        !*self.shutdown.borrow()
+    }
+
+    /// Claims up to `limit` messages and sets the pace for the next claim.
+    pub async fn claim(&mut self, limit: usize) -> Result<Vec<Delivery<DB>>, Error> {
+        let counters = &self.queue.inner().counters;
+        match ops::claim(&self.queue, &self.group, limit, self.lease).await {
+            Ok((rows, token)) => {
+                self.pace = if rows.len() >= limit { Pace::Now } else { Pace::Idle };
+                Counters::add(&counters.claimed, rows.len() as u64);
+                debug!(table = %self.queue.table(), group = self.group, claimed = rows.len(), limit, "claim");
+                Ok(rows.into_iter().map(|row| Delivery::new(self.queue.clone(), row, token)).collect())
+            }
+            Err(error) => {
+                self.pace = Pace::Failed;
+                Counters::add(&counters.claim_errors, 1);
+                warn!(%error, table = %self.queue.table(), "claim failed; next claim in a second");
+                Err(error)
+            }
+        }
+    }
+
+    /// Waits, then claims; `None` at shutdown.
+    pub async fn next(&mut self, limit: usize) -> Option<Result<Vec<Delivery<DB>>, Error>> {
+        if !self.wait().await {
+            return None;
+        }
+        Some(self.claim(limit).await)
+    }
+}

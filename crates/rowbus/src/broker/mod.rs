@@ -250,6 +250,13 @@ impl<DB: Db> Broker<DB> {
         stats
     }
 
+    /// The server's id of the listening connection's session (`listen_notify`), for
+    /// monitoring or to terminate it; `None` without `listen_notify`, on SQLite, or while
+    /// it reconnects.
+    pub fn listen_session_id(&self) -> Option<u64> {
+        self.inner.listen.as_ref().and_then(ListenerHandle::session_id)
+    }
+
     /// Starts a transaction whose publishes wake subscriptions when it commits, and never
     /// if it rolls back. Run your own statements on it too (`&mut *tx`).
     pub async fn begin(&self) -> Result<BrokerTx<DB>, Error> {

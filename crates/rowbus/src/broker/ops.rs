@@ -184,11 +184,16 @@ async fn claim_mysql<DB: Db>(
     let sql = &queue.sql;
     let mut tx = queue.inner().pool.begin().await?;
     let rows = DB::fetch_claimed(&mut tx, &sql.claim_select, &[Arg::Text(group), Arg::Int(limit)]).await?;
+    let mut rows = rows;
     if !rows.is_empty() {
         let mark = Arc::from(sql.claim_mark(rows.len()));
         let mut args = vec![Arg::Int(lease), Arg::Int(token)];
         args.extend(rows.iter().map(|r| Arg::Int(r.id)));
         DB::execute(&mut tx, &mark, &args).await?;
+        // The rows were read before the mark counted this attempt.
+        for row in &mut rows {
+            row.attempts += 1;
+        }
     }
     tx.commit().await?;
     Ok(rows)
@@ -319,32 +324,39 @@ pub(crate) async fn delete_locked<DB: Db>(
     Ok(DB::execute(tx, &queue.sql.delete_unleased, &[Arg::Int(id)]).await?)
 }
 
-/// After a transactional handler failed (and its transaction rolled back): counts the
-/// attempt and schedules the next (after `after`, or the policy's backoff), or
-/// dead-letters the message once it has used its attempts.
-pub(crate) async fn fail_unleased_after<DB: Db>(
+/// Savepoint statements around a transactional handler: its writes can be undone while
+/// the claim's row lock is kept, so that the failure is recorded before anyone else can
+/// claim the message again.
+pub(crate) async fn savepoint<DB: Db>(
+    tx: &mut Transaction<'static, DB>,
+    statement: &'static str,
+) -> Result<(), Error> {
+    DB::execute(tx, &Arc::from(statement), &[]).await?;
+    Ok(())
+}
+
+/// In the claim's transaction, after its handler's writes were undone: counts the attempt
+/// and schedules the next (after `after`, or the policy's backoff), or dead-letters the
+/// message once it has used its attempts. The caller commits.
+pub(crate) async fn fail_locked<DB: Db>(
     queue: &Queue<DB>,
+    tx: &mut Transaction<'static, DB>,
     row: &ClaimedRow,
     error: &str,
     after: Option<Duration>,
-) -> Result<(), Error> {
+) -> Result<bool, Error> {
     let inner = queue.inner();
     let attempts = u32::try_from(row.attempts + 1).unwrap_or(u32::MAX);
     let sql = &queue.sql;
     if after.is_none() && inner.options.retry.exhausted(attempts) {
-        let mut tx = begin(&inner.pool).await?;
-        DB::execute(&mut tx, &sql.dead_insert_unleased, &[Arg::Text(error), Arg::Int(row.id)]).await?;
-        DB::execute(&mut tx, &sql.delete_unleased, &[Arg::Int(row.id)]).await?;
-        tx.commit().await?;
-        super::Counters::add(&inner.counters.dead_lettered, 1);
+        DB::execute(tx, &sql.dead_insert_unleased, &[Arg::Text(error), Arg::Int(row.id)]).await?;
+        DB::execute(tx, &sql.delete_unleased, &[Arg::Int(row.id)]).await?;
+        Ok(true)
     } else {
         let delay = micros(after.unwrap_or_else(|| inner.options.retry.delay(attempts)));
-        let mut conn = inner.pool.acquire().await?;
-        DB::execute(&mut conn, &sql.fail_unleased, &[Arg::Int(delay), Arg::Text(error), Arg::Int(row.id)])
-            .await?;
-        super::Counters::add(&inner.counters.retried, 1);
+        DB::execute(tx, &sql.fail_unleased, &[Arg::Int(delay), Arg::Text(error), Arg::Int(row.id)]).await?;
+        Ok(false)
     }
-    Ok(())
 }
 
 pub(crate) async fn depth<DB: Db>(queue: &Queue<DB>, group: &str) -> Result<(i64, i64), Error> {

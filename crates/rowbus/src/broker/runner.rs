@@ -285,39 +285,34 @@ async fn transactional<DB, F, O, E>(
     let _ = found.send(Ok(true));
     Counters::add(&counters.claimed, 1);
     let id = row.id;
-    let message = TxMessage { row: clone_row(&row) };
-    let result = outcome(handler(&mut tx, message)).await;
-    let settled = match result {
-        Ok(Outcome::Ack) | Ok(Outcome::Drop) => {
-            let done = async {
+    let settled = async {
+        ops::savepoint(&mut tx, "SAVEPOINT rowbus_handler").await?;
+        let result = outcome(handler(&mut tx, TxMessage { row: clone_row(&row) })).await;
+        match result {
+            Ok(done @ (Outcome::Ack | Outcome::Drop)) => {
                 ops::delete_locked(queue, &mut tx, id).await?;
                 tx.commit().await?;
-                Ok::<_, Error>(())
+                Counters::add(if done == Outcome::Drop { &counters.dropped } else { &counters.acked }, 1);
             }
-            .await;
-            match (&done, result) {
-                (Ok(()), Ok(Outcome::Drop)) => Counters::add(&counters.dropped, 1),
-                (Ok(()), _) => Counters::add(&counters.acked, 1),
-                _ => {}
+            Ok(Outcome::Retry(after)) => {
+                ops::savepoint(&mut tx, "ROLLBACK TO SAVEPOINT rowbus_handler").await?;
+                ops::fail_locked(queue, &mut tx, &row, "retry requested by the handler", Some(after)).await?;
+                tx.commit().await?;
+                Counters::add(&counters.retried, 1);
             }
-            done
-        }
-        Ok(Outcome::Retry(after)) => match tx.rollback().await {
-            Ok(()) => {
-                ops::fail_unleased_after(queue, &row, "retry requested by the handler", Some(after)).await
-            }
-            Err(e) => Err(e.into()),
-        },
-        Err(error) => {
-            debug!(table = %queue.table(), id, error, "transactional handler failed; rolling back");
-            match tx.rollback().await {
-                Ok(()) => ops::fail_unleased_after(queue, &row, &error, None).await,
-                Err(e) => Err(e.into()),
+            Err(error) => {
+                debug!(table = %queue.table(), id, error, "transactional handler failed; undoing its writes");
+                ops::savepoint(&mut tx, "ROLLBACK TO SAVEPOINT rowbus_handler").await?;
+                let dead = ops::fail_locked(queue, &mut tx, &row, &error, None).await?;
+                tx.commit().await?;
+                Counters::add(if dead { &counters.dead_lettered } else { &counters.retried }, 1);
             }
         }
-    };
+        Ok::<_, Error>(())
+    }
+    .await;
     if let Err(error) = settled {
-        warn!(%error, table = %queue.table(), id, "settling a transactional message failed");
+        warn!(%error, table = %queue.table(), id, "settling a transactional message failed; it is claimable again");
     }
 }
 

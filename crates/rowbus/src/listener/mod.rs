@@ -126,7 +126,11 @@ impl Listener {
     /// A handle that listens and unlistens on this listener from elsewhere (another task),
     /// while this one receives.
     pub fn handle(&self) -> ListenerHandle {
-        ListenerHandle { backend: self.backend, commands: self.commands.clone() }
+        ListenerHandle {
+            backend: self.backend,
+            commands: self.commands.clone(),
+            session: self.session.clone(),
+        }
     }
 
     /// The next event, in order. Fails only when the listener's task has stopped.
@@ -158,9 +162,15 @@ impl Listener {
 pub struct ListenerHandle {
     backend: Backend,
     commands: mpsc::UnboundedSender<Command>,
+    session: watch::Receiver<Option<u64>>,
 }
 
 impl ListenerHandle {
+    /// See [`Listener::session_id`].
+    pub fn session_id(&self) -> Option<u64> {
+        *self.session.borrow()
+    }
+
     /// See [`Listener::listen`].
     pub async fn listen(&self, channel: &str) -> Result<(), Error> {
         match self.backend {

@@ -1,0 +1,592 @@
+//! The table broker against the real PostgreSQL and MariaDB and a temporary SQLite file:
+//! publishing, claiming, waking, groups, leases, retries, dead letters, transactional
+//! handlers, listen_notify and shutdown.
+
+mod common;
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{MARIADB, PG, TempSqlite, unique};
+use futures::StreamExt;
+use rowbus::{Broker, BrokerOptions, Db, DbPool, Error, Message, Outcome, RetryPolicy};
+use sqlx::{MySql, Postgres, Sqlite};
+
+/// A broker on a database of the test's own choosing, with a fast retry policy.
+struct Env<DB: Db> {
+    broker: Broker<DB>,
+    _file: Option<Arc<TempSqlite>>,
+}
+
+fn options() -> BrokerOptions {
+    BrokerOptions {
+        retry: RetryPolicy {
+            max_attempts: 3,
+            base: Duration::from_millis(50),
+            factor: 2.0,
+            max_delay: Duration::from_secs(1),
+        },
+        ..BrokerOptions::default()
+    }
+}
+
+async fn pool(url: &str) -> DbPool {
+    DbPool::connect(url)
+        .await
+        .unwrap_or_else(|e| panic!("{url} must be reachable (run scripts/services.sh): {e}"))
+}
+
+async fn pg(options: BrokerOptions) -> Env<Postgres> {
+    let DbPool::Postgres(pool) = pool(PG).await else { unreachable!() };
+    Env { broker: Broker::new(pool, options).await.unwrap(), _file: None }
+}
+
+async fn mariadb(options: BrokerOptions) -> Env<MySql> {
+    let DbPool::MySql(pool) = pool(MARIADB).await else { unreachable!() };
+    Env { broker: Broker::new(pool, options).await.unwrap(), _file: None }
+}
+
+async fn sqlite_at(file: Arc<TempSqlite>, options: BrokerOptions) -> Env<Sqlite> {
+    let DbPool::Sqlite(pool) = pool(&file.url).await else { unreachable!() };
+    Env { broker: Broker::new(pool, options).await.unwrap(), _file: Some(file) }
+}
+
+async fn sqlite(options: BrokerOptions) -> Env<Sqlite> {
+    sqlite_at(Arc::new(TempSqlite::new()), options).await
+}
+
+/// Runs `scenario` on each database, as three tests.
+macro_rules! on_each_database {
+    ($scenario:ident) => {
+        mod $scenario {
+            use super::*;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                super::$scenario(pg(options()).await.broker).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn mariadb() {
+                super::$scenario(super::mariadb(options()).await.broker).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                let env = super::sqlite(options()).await;
+                super::$scenario(env.broker.clone()).await;
+            }
+        }
+    };
+}
+
+async fn queue<DB: Db>(broker: &Broker<DB>) -> rowbus::Queue<DB> {
+    let queue = broker.queue(&unique("q")).unwrap();
+    queue.deploy().await.unwrap();
+    queue
+}
+
+/// Publish one and many, as bytes, text and JSON; a stream delivers them in order with
+/// their groups, attempts and payloads; an ack deletes.
+async fn publish_and_stream<DB: Db>(broker: Broker<DB>) {
+    let q = queue(&broker).await;
+    q.publish(Message::new(vec![0u8, 159, 146, 150])).await.unwrap();
+    q.publish(Message::text("hello")).await.unwrap();
+    q.publish(Message::json(&serde_json::json!({"n": 7})).unwrap()).await.unwrap();
+    let n = q.publish_batch((0..250).map(|i| Message::text(format!("m{i}")))).await.unwrap();
+    assert_eq!(n, 250);
+    assert_eq!(q.depth("").await.unwrap(), (253, 0));
+
+    let mut sub = q.subscribe().batch(100).stream().await.unwrap();
+    let first = sub.next().await.unwrap().unwrap();
+    assert_eq!(first.payload(), &[0u8, 159, 146, 150]);
+    assert!(first.text().is_err(), "not UTF-8");
+    assert_eq!((first.attempt(), first.group()), (1, ""));
+    first.ack().await.unwrap();
+    assert_eq!(sub.next().await.unwrap().unwrap().text().unwrap(), "hello");
+    let json: serde_json::Value = sub.next().await.unwrap().unwrap().json().unwrap();
+    assert_eq!(json["n"], 7);
+    for i in 0..250 {
+        let d = sub.next().await.unwrap().unwrap();
+        assert_eq!(d.text().unwrap(), format!("m{i}"));
+        d.ack().await.unwrap();
+    }
+    // The unacknowledged two are leased, not waiting.
+    assert_eq!(q.depth("").await.unwrap(), (2, 0));
+    let stats = broker.stats();
+    assert_eq!((stats.published, stats.claimed, stats.acked), (253, 253, 251));
+}
+on_each_database!(publish_and_stream);
+
+/// A backlog larger than a claim drains with no wait between full claims, although the
+/// poll interval is 10 s.
+async fn backlog_drains_without_waiting<DB: Db>(broker: Broker<DB>) {
+    let q = queue(&broker).await;
+    let total = 10_000u64;
+    for chunk in 0..10 {
+        q.publish_batch((0..1000).map(|i| Message::text(format!("{chunk}-{i}")))).await.unwrap();
+    }
+    let handled = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let runner = {
+        let handled = handled.clone();
+        let q = q.clone();
+        tokio::spawn(async move {
+            q.subscribe()
+                .batch(100)
+                .poll_interval(Duration::from_secs(10))
+                .run_batch(move |batch| {
+                    handled.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                    async { Ok::<_, Error>(()) }
+                })
+                .await
+        })
+    };
+    while handled.load(Ordering::Relaxed) < total {
+        assert!(started.elapsed() < Duration::from_secs(9), "the backlog waited for the poll interval");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    broker.shutdown(Duration::from_secs(5)).await;
+    runner.await.unwrap().unwrap();
+    assert_eq!(q.depth("").await.unwrap(), (0, 0));
+    assert_eq!(broker.stats().acked, total);
+}
+on_each_database!(backlog_drains_without_waiting);
+
+/// A publish of the same broker wakes an idle subscription with a 10 s poll interval at
+/// once, and only the subscriptions of its group.
+async fn publish_wakes_its_group<DB: Db>(broker: Broker<DB>) {
+    let q = queue(&broker).await;
+    let mut a = q.subscribe().group("a").poll_interval(Duration::from_secs(10)).stream().await.unwrap();
+    let mut b = q.subscribe().group("b").poll_interval(Duration::from_secs(10)).stream().await.unwrap();
+    // Both are idle: their first claims found nothing.
+    assert!(tokio::time::timeout(Duration::from_millis(200), a.next()).await.is_err());
+    assert!(tokio::time::timeout(Duration::from_millis(200), b.next()).await.is_err());
+
+    let wakeups = broker.stats().wakeups;
+    let sent = Instant::now();
+    q.publish(Message::text("for a").group("a")).await.unwrap();
+    let d = tokio::time::timeout(Duration::from_secs(5), a.next())
+        .await
+        .expect("woken, not polled")
+        .unwrap()
+        .unwrap();
+    let latency = sent.elapsed();
+    assert_eq!((d.text().unwrap(), d.group()), ("for a", "a"));
+    assert!(latency < Duration::from_secs(5), "{latency:?}");
+    assert_eq!(broker.stats().wakeups, wakeups + 1, "one wake-up, for group a only");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), b.next()).await.is_err(),
+        "b is not woken, nor claims a's"
+    );
+    d.ack().await.unwrap();
+}
+on_each_database!(publish_wakes_its_group);
+
+/// Two brokers (two pools) with 4 workers each on one table: every message handled
+/// exactly once here, and never held by two workers at once.
+async fn two_brokers_share_a_table<DB: Db>(first: Broker<DB>, second: Broker<DB>) {
+    let name = unique("shared");
+    let q1 = first.queue(&name).unwrap();
+    q1.deploy().await.unwrap();
+    let q2 = second.queue(&name).unwrap();
+    let total = 400usize;
+    q1.publish_batch((0..total).map(|i| Message::text(i.to_string()))).await.unwrap();
+
+    let holding = Arc::new(Mutex::new(HashSet::new()));
+    let done = Arc::new(Mutex::new(Vec::new()));
+    let handler = |holding: Arc<Mutex<HashSet<String>>>, done: Arc<Mutex<Vec<String>>>| {
+        move |d: rowbus::Delivery<DB>| {
+            let (holding, done) = (holding.clone(), done.clone());
+            async move {
+                let text = d.text()?.to_owned();
+                assert!(holding.lock().unwrap().insert(text.clone()), "{text} held by two workers");
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                holding.lock().unwrap().remove(&text);
+                done.lock().unwrap().push(text);
+                Ok::<_, Error>(())
+            }
+        }
+    };
+    let r1 = tokio::spawn(q1.subscribe().workers(4).run(handler(holding.clone(), done.clone())));
+    let r2 = tokio::spawn(q2.subscribe().workers(4).run(handler(holding.clone(), done.clone())));
+    let started = Instant::now();
+    while done.lock().unwrap().len() < total {
+        assert!(started.elapsed() < Duration::from_secs(60), "only {} handled", done.lock().unwrap().len());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    first.shutdown(Duration::from_secs(5)).await;
+    second.shutdown(Duration::from_secs(5)).await;
+    r1.await.unwrap().unwrap();
+    r2.await.unwrap().unwrap();
+    let mut handled = done.lock().unwrap().clone();
+    handled.sort_by_key(|t| t.parse::<usize>().unwrap());
+    assert_eq!(handled, (0..total).map(|i| i.to_string()).collect::<Vec<_>>(), "each exactly once");
+    assert_eq!(q1.depth("").await.unwrap(), (0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_brokers_share_a_table_postgres() {
+    two_brokers_share_a_table(pg(options()).await.broker, pg(options()).await.broker).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_brokers_share_a_table_mariadb() {
+    two_brokers_share_a_table(mariadb(options()).await.broker, mariadb(options()).await.broker).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_brokers_share_a_table_sqlite() {
+    let file = Arc::new(TempSqlite::new());
+    let (a, b) = (sqlite_at(file.clone(), options()).await, sqlite_at(file, options()).await);
+    two_brokers_share_a_table(a.broker.clone(), b.broker.clone()).await;
+}
+
+/// A lease that runs out brings the message back to another claim; the first holder's
+/// late ack is refused and changes nothing; extending a lease keeps it.
+async fn lease_expiry_redelivers<DB: Db>(broker: Broker<DB>) {
+    let q = queue(&broker).await;
+    q.publish(Message::text("slow")).await.unwrap();
+    q.publish(Message::text("long")).await.unwrap();
+    let mut sub = q
+        .subscribe()
+        .lease(Duration::from_millis(300))
+        .poll_interval(Duration::from_millis(50))
+        .stream()
+        .await
+        .unwrap();
+    let first = sub.next().await.unwrap().unwrap();
+    let long = sub.next().await.unwrap().unwrap();
+    assert_eq!((first.text().unwrap(), long.text().unwrap()), ("slow", "long"));
+    long.extend_lease(Duration::from_secs(30)).await.unwrap();
+
+    let again = tokio::time::timeout(Duration::from_secs(10), sub.next()).await.unwrap().unwrap().unwrap();
+    assert_eq!((again.id(), again.attempt()), (first.id(), 2), "redelivered after the lease");
+    again.extend_lease(Duration::from_secs(30)).await.unwrap();
+    let late = first.ack().await.unwrap_err();
+    assert!(matches!(late, Error::LeaseLost { id, .. } if id == again.id()), "{late:?}");
+    assert!(late.to_string().contains("lease"));
+    assert!(
+        tokio::time::timeout(Duration::from_millis(600), sub.next()).await.is_err(),
+        "the extended lease holds"
+    );
+    again.ack().await.unwrap();
+    long.ack().await.unwrap();
+    assert_eq!(q.depth("").await.unwrap(), (0, 0));
+    assert_eq!(broker.stats().leases_lost, 1);
+}
+on_each_database!(lease_expiry_redelivers);
+
+/// Failures retry with backoff up to the maximum of attempts, then go to the dead-letter
+/// table; a handler can ask for a specific delay, or drop a message; panics are failures.
+async fn retries_and_dead_letters<DB: Db>(broker: Broker<DB>) {
+    let q = queue(&broker).await;
+    for name in ["fails", "panics", "later", "drop", "ok"] {
+        q.publish(Message::text(name)).await.unwrap();
+    }
+    let attempts = Arc::new(Mutex::new(Vec::new()));
+    let seen = attempts.clone();
+    let runner =
+        tokio::spawn(q.subscribe().workers(2).poll_interval(Duration::from_millis(50)).run(move |d| {
+            let seen = seen.clone();
+            async move {
+                let text = d.text()?.to_owned();
+                seen.lock().unwrap().push((text.clone(), d.attempt()));
+                match (text.as_str(), d.attempt()) {
+                    ("fails", _) => Err(Error::ShuttingDown),
+                    ("panics", _) => panic!("boom"),
+                    ("later", 1) => Ok(Outcome::Retry(Duration::from_millis(100))),
+                    ("drop", _) => Ok(Outcome::Drop),
+                    _ => Ok(Outcome::Ack),
+                }
+            }
+        }));
+    let started = Instant::now();
+    loop {
+        let s = broker.stats();
+        if s.dead_lettered == 2 && s.acked == 2 && s.dropped == 1 {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "{s:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    broker.shutdown(Duration::from_secs(5)).await;
+    runner.await.unwrap().unwrap();
+    let attempts = attempts.lock().unwrap().clone();
+    let of = |name: &str| attempts.iter().filter(|(t, _)| t == name).map(|(_, a)| *a).collect::<Vec<_>>();
+    assert_eq!(of("fails"), [1, 2, 3], "three attempts, then dead");
+    assert_eq!(of("panics"), [1, 2, 3]);
+    assert_eq!(of("later"), [1, 2]);
+    assert_eq!(of("drop"), [1]);
+    assert_eq!(of("ok"), [1]);
+    assert_eq!(q.depth("").await.unwrap(), (0, 2));
+    let s = broker.stats();
+    assert_eq!((s.retried, s.dead_lettered, s.dropped, s.acked), (5, 2, 1, 2));
+}
+on_each_database!(retries_and_dead_letters);
+
+/// Shutdown with work in flight: handlers in flight finish, nothing is lost, and what is
+/// left is claimed by the next runner.
+async fn shutdown_loses_nothing<DB: Db>(broker: Broker<DB>) {
+    let q = queue(&broker).await;
+    let total = 60usize;
+    q.publish_batch((0..total).map(|i| Message::text(i.to_string()))).await.unwrap();
+    let handled = Arc::new(AtomicUsize::new(0));
+    let counter = handled.clone();
+    let runner = tokio::spawn(q.subscribe().workers(4).run(move |_d| {
+        let counter = counter.clone();
+        async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            counter.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, Error>(())
+        }
+    }));
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    broker.shutdown(Duration::from_secs(5)).await;
+    runner.await.unwrap().unwrap();
+    let first_run = handled.load(Ordering::SeqCst);
+    assert!(first_run > 0 && first_run < total, "{first_run}");
+    let (left, dead) = q.depth("").await.unwrap();
+    assert_eq!((left as usize + first_run, dead), (total, 0), "every message handled or waiting");
+    let s = broker.stats();
+    assert_eq!(s.acked as usize, first_run);
+    assert!(matches!(q.subscribe().stream().await, Err(Error::ShuttingDown)));
+}
+on_each_database!(shutdown_loses_nothing);
+
+/// A transactional handler's writes and the ack commit together; a failure rolls both
+/// back and counts the attempt; a message's effects happen exactly once.
+async fn transactional_handler_postgres_effects() {
+    let env = pg(options()).await;
+    let broker = env.broker;
+    let q = queue(&broker).await;
+    let effects = unique("effects");
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "CREATE TABLE {effects} (message_id BIGINT PRIMARY KEY, note TEXT)"
+    )))
+    .execute(broker.pool())
+    .await
+    .unwrap();
+    for name in ["ok", "flaky", "bad"] {
+        q.publish(Message::text(name)).await.unwrap();
+    }
+    let insert = Arc::<str>::from(format!("INSERT INTO {effects} (message_id, note) VALUES ($1, $2)"));
+    let runner = tokio::spawn(q.subscribe().workers(2).poll_interval(Duration::from_millis(50)).run_tx(
+        move |conn, m| {
+            let insert = insert.clone();
+            Box::pin(async move {
+                let note = format!("{}#{}", m.text().unwrap(), m.attempt());
+                sqlx::query(sqlx::AssertSqlSafe(insert)).bind(m.id()).bind(&note).execute(&mut *conn).await?;
+                match (m.text().unwrap(), m.attempt()) {
+                    ("flaky", 1) | ("bad", _) => {
+                        Err(sqlx::Error::Protocol("the handler failed after writing".into()))
+                    }
+                    _ => Ok(()),
+                }
+            })
+        },
+    ));
+    let started = Instant::now();
+    while !(broker.stats().acked == 2 && broker.stats().dead_lettered == 1) {
+        assert!(started.elapsed() < Duration::from_secs(20), "{:?}", broker.stats());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    broker.shutdown(Duration::from_secs(5)).await;
+    runner.await.unwrap().unwrap();
+    let notes: Vec<String> =
+        sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT note FROM {effects} ORDER BY note")))
+            .fetch_all(broker.pool())
+            .await
+            .unwrap();
+    assert_eq!(notes, ["flaky#2", "ok#1"], "effects of failed attempts rolled back, the rest once");
+    assert_eq!(q.depth("").await.unwrap(), (0, 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactional_handler_commits_effects_and_ack_together() {
+    transactional_handler_postgres_effects().await;
+}
+
+/// The same on MariaDB and SQLite, counting effects.
+async fn transactional_counts<DB: Db>(broker: Broker<DB>) {
+    let q = queue(&broker).await;
+    for name in ["ok", "flaky", "bad"] {
+        q.publish(Message::text(name)).await.unwrap();
+    }
+    let runner =
+        tokio::spawn(q.subscribe().workers(2).poll_interval(Duration::from_millis(50)).run_tx(|_conn, m| {
+            Box::pin(async move {
+                match (m.text().unwrap(), m.attempt()) {
+                    ("flaky", 1) | ("bad", _) => Err("failed"),
+                    _ => Ok(()),
+                }
+            })
+        }));
+    let started = Instant::now();
+    while !(broker.stats().acked == 2 && broker.stats().dead_lettered == 1) {
+        assert!(started.elapsed() < Duration::from_secs(20), "{:?}", broker.stats());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    broker.shutdown(Duration::from_secs(5)).await;
+    runner.await.unwrap().unwrap();
+    assert_eq!(q.depth("").await.unwrap(), (0, 1));
+    assert_eq!(broker.stats().retried, 3, "flaky once, bad twice");
+}
+on_each_database!(transactional_counts);
+
+/// A publish inside a broker transaction wakes only after commit, and never on rollback.
+async fn transaction_wakes_after_commit<DB: Db>(broker: Broker<DB>) {
+    let q = queue(&broker).await;
+    let mut sub = q.subscribe().poll_interval(Duration::from_secs(10)).stream().await.unwrap();
+    assert!(tokio::time::timeout(Duration::from_millis(200), sub.next()).await.is_err());
+    let mut tx = broker.begin().await.unwrap();
+    tx.publish(&q, Message::text("rolled back")).await.unwrap();
+    tx.rollback().await.unwrap();
+    let mut tx = broker.begin().await.unwrap();
+    tx.publish(&q, Message::text("committed")).await.unwrap();
+    assert!(tokio::time::timeout(Duration::from_millis(300), sub.next()).await.is_err(), "not before commit");
+    tx.commit().await.unwrap();
+    let d = tokio::time::timeout(Duration::from_secs(5), sub.next())
+        .await
+        .expect("woken at commit")
+        .unwrap()
+        .unwrap();
+    assert_eq!(d.text().unwrap(), "committed");
+    d.ack().await.unwrap();
+    assert_eq!(q.depth("").await.unwrap(), (0, 0));
+}
+on_each_database!(transaction_wakes_after_commit);
+
+/// Delayed messages wait for their delay.
+async fn delayed_messages_wait<DB: Db>(broker: Broker<DB>) {
+    let q = queue(&broker).await;
+    q.publish(Message::text("later").delay(Duration::from_millis(700))).await.unwrap();
+    q.publish(Message::text("now")).await.unwrap();
+    let mut sub = q.subscribe().poll_interval(Duration::from_millis(100)).stream().await.unwrap();
+    let started = Instant::now();
+    let now = sub.next().await.unwrap().unwrap();
+    assert_eq!(now.text().unwrap(), "now");
+    now.ack().await.unwrap();
+    let later = tokio::time::timeout(Duration::from_secs(5), sub.next()).await.unwrap().unwrap().unwrap();
+    assert_eq!(later.text().unwrap(), "later");
+    assert!(started.elapsed() >= Duration::from_millis(500), "{:?}", started.elapsed());
+    later.ack().await.unwrap();
+}
+on_each_database!(delayed_messages_wait);
+
+#[tokio::test]
+async fn names_are_validated_and_qualified_on_postgres() {
+    let env = pg(options()).await;
+    for bad in ["jobs; DROP TABLE x", "a.b.c", "", "1x", "jobs\"", &"x".repeat(58)] {
+        assert!(matches!(env.broker.queue(bad), Err(Error::InvalidName { .. })), "{bad}");
+    }
+    let schema = unique("app");
+    let q = env.broker.queue(&format!("{schema}.jobs")).unwrap();
+    q.deploy().await.unwrap();
+    q.publish(Message::text("in a schema")).await.unwrap();
+    assert_eq!(q.depth("").await.unwrap(), (1, 0));
+    assert!(matches!(q.publish(Message::text("x").group("trailing ")).await, Err(Error::InvalidName { .. })));
+    let lite = sqlite(options()).await;
+    assert!(matches!(lite.broker.queue("app.jobs"), Err(Error::InvalidName { .. })));
+}
+
+/// listen_notify on PostgreSQL: a publish from a second broker (second pool) wakes an
+/// idle subscription at once; a row written with plain SQL waits for the poll interval;
+/// a killed listening connection is reconnected and wakes every subscription once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listen_notify_on_postgres() {
+    let notify = BrokerOptions { listen_notify: true, ..options() };
+    let (here, there) = (pg(notify.clone()).await.broker, pg(notify).await.broker);
+    let name = unique("xproc");
+    let q = here.queue(&name).unwrap();
+    q.deploy().await.unwrap();
+    let mut sub = q.subscribe().poll_interval(Duration::from_secs(10)).stream().await.unwrap();
+    assert!(tokio::time::timeout(Duration::from_millis(200), sub.next()).await.is_err());
+
+    there.queue(&name).unwrap().publish(Message::text("from afar")).await.unwrap();
+    let d = tokio::time::timeout(Duration::from_secs(5), sub.next())
+        .await
+        .expect("woken by NOTIFY")
+        .unwrap()
+        .unwrap();
+    assert_eq!(d.text().unwrap(), "from afar");
+    d.ack().await.unwrap();
+
+    let mut plain =
+        q.subscribe().group("plain").poll_interval(Duration::from_secs(2)).stream().await.unwrap();
+    assert!(tokio::time::timeout(Duration::from_millis(200), plain.next()).await.is_err());
+    let insert = format!("INSERT INTO \"{name}\" (group_name, payload) VALUES ('plain', 'raw')");
+    sqlx::query(sqlx::AssertSqlSafe(insert)).execute(here.pool()).await.unwrap();
+    let sent = Instant::now();
+    let d = tokio::time::timeout(Duration::from_secs(5), plain.next()).await.unwrap().unwrap().unwrap();
+    assert!(sent.elapsed() > Duration::from_millis(500), "plain SQL wakes nobody: it waits for the poll");
+    d.ack().await.unwrap();
+
+    let session = here.listen_session_id().expect("a listening session");
+    let killed: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+        .bind(session as i32)
+        .fetch_one(there.pool())
+        .await
+        .unwrap();
+    assert!(killed);
+    let before = here.stats().wakeups;
+    let started = Instant::now();
+    while here.stats().wakeups < before + 2 {
+        assert!(started.elapsed() < Duration::from_secs(10), "reconnect did not wake the subscriptions");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    there.queue(&name).unwrap().publish(Message::text("after reconnect")).await.unwrap();
+    loop {
+        let d = tokio::time::timeout(Duration::from_secs(5), sub.next())
+            .await
+            .expect("still woken")
+            .unwrap()
+            .unwrap();
+        if d.text().unwrap() == "after reconnect" {
+            d.ack().await.unwrap();
+            break;
+        }
+    }
+    here.shutdown(Duration::from_secs(1)).await;
+    there.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test]
+async fn listen_notify_refuses_channels_over_63_bytes_at_startup() {
+    let env = pg(BrokerOptions { listen_notify: true, ..options() }).await;
+    let long = format!("{}.{}", "s".repeat(20), "t".repeat(50));
+    let q = env.broker.queue(&long).unwrap();
+    let err = q.subscribe().stream().await.unwrap_err();
+    assert!(matches!(err, Error::PgChannelTooLong { bytes: 71, .. }), "{err:?}");
+    env.broker.shutdown(Duration::from_secs(1)).await;
+}
+
+/// MariaDB: concurrent batch claims from many connections (they can deadlock on the
+/// index) all succeed, and nothing is handled twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_batch_claims_on_mariadb() {
+    let env = mariadb(options()).await;
+    let q = queue(&env.broker).await;
+    let total = 5_000u64;
+    for _ in 0..5 {
+        q.publish_batch((0..1000).map(|_| Message::text("x"))).await.unwrap();
+    }
+    let handled = Arc::new(AtomicU64::new(0));
+    let counter = handled.clone();
+    let runner = tokio::spawn(q.subscribe().batch(100).workers(8).run_batch(move |batch| {
+        counter.fetch_add(batch.len() as u64, Ordering::Relaxed);
+        async { Ok::<_, Error>(()) }
+    }));
+    let started = Instant::now();
+    while handled.load(Ordering::Relaxed) < total {
+        assert!(started.elapsed() < Duration::from_secs(60));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    env.broker.shutdown(Duration::from_secs(5)).await;
+    runner.await.unwrap().unwrap();
+    assert_eq!(handled.load(Ordering::Relaxed), total);
+    assert_eq!(env.broker.stats().claim_errors, 0);
+    assert_eq!(q.depth("").await.unwrap(), (0, 0));
+}

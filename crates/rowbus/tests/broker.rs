@@ -356,6 +356,44 @@ async fn shutdown_loses_nothing<DB: Db>(broker: Broker<DB>) {
 }
 on_each_database!(shutdown_loses_nothing);
 
+/// At shutdown a stream ends, and the messages it claimed but did not yield are given
+/// back at once, not after their lease.
+async fn shutdown_releases_unstarted_claims<DB: Db>(broker: Broker<DB>) {
+    let q = queue(&broker).await;
+    q.publish_batch((0..10).map(|i| Message::text(i.to_string()))).await.unwrap();
+    let mut sub = q.subscribe().batch(10).lease(Duration::from_secs(600)).stream().await.unwrap();
+    let first = sub.next().await.unwrap().unwrap();
+    broker.shutdown(Duration::from_secs(1)).await;
+    assert!(sub.next().await.is_none(), "the stream ends at shutdown");
+    drop(sub);
+    first.ack().await.unwrap();
+    let started = Instant::now();
+    loop {
+        if broker.stats().released == 9 {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(5), "{:?}", broker.stats());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let fresh = Broker::new(broker.pool().clone(), options()).await.unwrap();
+    let again = fresh.queue(&q.table().to_string()).unwrap();
+    let mut sub = again.subscribe().batch(20).stream().await.unwrap();
+    let mut back = Vec::new();
+    while back.len() < 9 {
+        let d = tokio::time::timeout(Duration::from_secs(5), sub.next())
+            .await
+            .expect("claimable at once")
+            .unwrap()
+            .unwrap();
+        assert_eq!(d.attempt(), 1, "a release does not count the attempt");
+        back.push(d.text().unwrap().to_owned());
+        d.ack().await.unwrap();
+    }
+    back.sort();
+    assert_eq!(back, (1..10).map(|i| i.to_string()).collect::<Vec<_>>());
+}
+on_each_database!(shutdown_releases_unstarted_claims);
+
 /// A transactional handler's writes and the ack commit together; a failure rolls both
 /// back and counts the attempt; a message's effects happen exactly once.
 async fn transactional_handler_postgres_effects() {
@@ -589,4 +627,174 @@ async fn concurrent_batch_claims_on_mariadb() {
     assert_eq!(handled.load(Ordering::Relaxed), total);
     assert_eq!(env.broker.stats().claim_errors, 0);
     assert_eq!(q.depth("").await.unwrap(), (0, 0));
+}
+
+/// listen_notify on MySQL/MariaDB and SQLite, through the notify table: a publish from a
+/// second broker (a second pool) wakes an idle subscription long before its 10 s poll; a
+/// rolled-back publish wakes nobody.
+async fn listen_notify_across_brokers<DB: Db>(here: Broker<DB>, there: Broker<DB>) -> rowbus::Queue<DB> {
+    let name = unique("xproc");
+    let q = here.queue(&name).unwrap();
+    q.deploy().await.unwrap();
+    let mut sub = q.subscribe().poll_interval(Duration::from_secs(10)).stream().await.unwrap();
+    assert!(tokio::time::timeout(Duration::from_millis(300), sub.next()).await.is_err());
+
+    let far = there.queue(&name).unwrap();
+    let sent = Instant::now();
+    far.publish(Message::text("from afar")).await.unwrap();
+    let d = tokio::time::timeout(Duration::from_secs(5), sub.next())
+        .await
+        .expect("woken by the notify table")
+        .unwrap()
+        .unwrap();
+    let latency = sent.elapsed();
+    assert_eq!(d.text().unwrap(), "from afar");
+    assert!(latency < Duration::from_secs(2), "woken, not polled: {latency:?}");
+    d.ack().await.unwrap();
+
+    let wakeups = here.stats().wakeups;
+    let mut tx = there.begin().await.unwrap();
+    tx.publish(&far, Message::text("never")).await.unwrap();
+    tx.rollback().await.unwrap();
+    assert!(tokio::time::timeout(Duration::from_millis(500), sub.next()).await.is_err());
+    assert_eq!(here.stats().wakeups, wakeups, "a rolled-back publish wakes nobody");
+
+    let mut tx = there.begin().await.unwrap();
+    tx.publish(&far, Message::text("committed")).await.unwrap();
+    tx.commit().await.unwrap();
+    let d = tokio::time::timeout(Duration::from_secs(2), sub.next())
+        .await
+        .expect("woken after commit")
+        .unwrap()
+        .unwrap();
+    assert_eq!(d.text().unwrap(), "committed");
+    d.ack().await.unwrap();
+    q
+}
+
+fn notifying() -> BrokerOptions {
+    BrokerOptions { listen_notify: true, ..options() }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listen_notify_on_mariadb_survives_a_killed_listener() {
+    let (here, there) = (mariadb(notifying()).await.broker, mariadb(notifying()).await.broker);
+    let q = listen_notify_across_brokers(here.clone(), there.clone()).await;
+    let mut sub = q.subscribe().group("g").poll_interval(Duration::from_secs(10)).stream().await.unwrap();
+    assert!(tokio::time::timeout(Duration::from_millis(200), sub.next()).await.is_err());
+
+    let session = here.listen_session_id().expect("a listening session");
+    sqlx::query("KILL CONNECTION ?").bind(session).execute(there.pool()).await.unwrap();
+    let before = here.stats().wakeups;
+    let started = Instant::now();
+    while here.stats().wakeups < before + 1 {
+        assert!(started.elapsed() < Duration::from_secs(10), "the reconnect woke nobody");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_ne!(here.listen_session_id(), Some(session));
+    there.queue(&q.table().to_string()).unwrap().publish(Message::text("after").group("g")).await.unwrap();
+    let d = tokio::time::timeout(Duration::from_secs(2), sub.next())
+        .await
+        .expect("still woken")
+        .unwrap()
+        .unwrap();
+    assert_eq!(d.text().unwrap(), "after");
+    d.ack().await.unwrap();
+    here.shutdown(Duration::from_secs(1)).await;
+    there.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listen_notify_on_sqlite() {
+    let file = Arc::new(TempSqlite::new());
+    let (here, there) = (sqlite_at(file.clone(), notifying()).await, sqlite_at(file, notifying()).await);
+    listen_notify_across_brokers(here.broker.clone(), there.broker.clone()).await;
+    here.broker.shutdown(Duration::from_secs(1)).await;
+    there.broker.shutdown(Duration::from_secs(1)).await;
+}
+
+/// The triggers docs/waking.md gives make rows written with plain SQL by other programs
+/// wake subscriptions too.
+async fn trigger_wakes<DB: Db>(
+    broker: &Broker<DB>,
+    name: &str,
+    insert: impl std::future::Future<Output = ()>,
+) {
+    let q = broker.queue(name).unwrap();
+    let mut sub = q.subscribe().poll_interval(Duration::from_secs(10)).stream().await.unwrap();
+    assert!(tokio::time::timeout(Duration::from_millis(300), sub.next()).await.is_err());
+    insert.await;
+    let d = tokio::time::timeout(Duration::from_secs(3), sub.next())
+        .await
+        .expect("woken by the trigger")
+        .unwrap()
+        .unwrap();
+    assert_eq!(d.payload(), b"raw");
+    d.ack().await.unwrap();
+}
+
+async fn exec<'a, E: sqlx::Executor<'a>>(executor: E, sql: String)
+where
+    <E::Database as sqlx::Database>::Arguments: sqlx::IntoArguments<E::Database>,
+{
+    executor.execute(sqlx::AssertSqlSafe(sql)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_trigger_wakes_subscriptions() {
+    let env = pg(notifying()).await;
+    let name = unique("trig");
+    env.broker.queue(&name).unwrap().deploy().await.unwrap();
+    let pool = env.broker.pool().clone();
+    exec(
+        &pool,
+        "CREATE OR REPLACE FUNCTION rowbus_wake() RETURNS trigger LANGUAGE plpgsql AS $$ \
+                 BEGIN PERFORM pg_notify(TG_ARGV[0], NEW.group_name); RETURN NULL; END $$"
+            .into(),
+    )
+    .await;
+    exec(&pool, format!("CREATE TRIGGER {name}_wake AFTER INSERT ON {name} FOR EACH ROW EXECUTE FUNCTION rowbus_wake('{name}')")).await;
+    let insert = exec(&pool, format!("INSERT INTO {name} (payload) VALUES ('raw')"));
+    trigger_wakes(&env.broker, &name, insert).await;
+    env.broker.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_trigger_wakes_subscriptions() {
+    let env = mariadb(notifying()).await;
+    let name = unique("trig");
+    env.broker.queue(&name).unwrap().deploy().await.unwrap();
+    let pool = env.broker.pool().clone();
+    exec(
+        &pool,
+        format!(
+            "CREATE TRIGGER {name}_wake AFTER INSERT ON {name} FOR EACH ROW \
+         INSERT INTO rowbus_notify (channel, payload, pid, created_at) \
+         VALUES ('{name}', NEW.group_name, CONNECTION_ID(), UTC_TIMESTAMP(6))"
+        ),
+    )
+    .await;
+    let insert = exec(&pool, format!("INSERT INTO {name} (payload) VALUES ('raw')"));
+    trigger_wakes(&env.broker, &name, insert).await;
+    env.broker.shutdown(Duration::from_secs(1)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_trigger_wakes_subscriptions() {
+    let env = sqlite(notifying()).await;
+    let name = unique("trig");
+    env.broker.queue(&name).unwrap().deploy().await.unwrap();
+    let pool = env.broker.pool().clone();
+    exec(
+        &pool,
+        format!(
+            "CREATE TRIGGER {name}_wake AFTER INSERT ON {name} BEGIN \
+         INSERT INTO rowbus_notify (channel, payload, pid, created_at) \
+         VALUES ('{name}', NEW.group_name, 0, strftime('%Y-%m-%d %H:%M:%f', 'now')); END"
+        ),
+    )
+    .await;
+    let insert = exec(&pool, format!("INSERT INTO {name} (payload) VALUES ('raw')"));
+    trigger_wakes(&env.broker, &name, insert).await;
+    env.broker.shutdown(Duration::from_secs(1)).await;
 }

@@ -11,7 +11,7 @@ use futures::FutureExt as _;
 use futures::future::BoxFuture;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 use tokio::task::JoinSet;
-use tracing::{debug, warn};
+use tracing::{Instrument as _, debug, info_span, warn};
 
 use super::delivery::Lease;
 use super::subscription::{Claimer, Pace, SubscriptionBuilder};
@@ -123,12 +123,16 @@ impl<DB: Db> SubscriptionBuilder<DB> {
             }
             for (delivery, permit) in deliveries.into_iter().zip(permits) {
                 let handler = handler.clone();
-                set.spawn(async move {
-                    let _worker = permit;
-                    let lease = delivery.lease();
-                    let result = outcome(handler(delivery)).await;
-                    lease.settle(result).await;
-                });
+                let span = info_span!("rowbus.message", id = delivery.id(), attempt = delivery.attempt());
+                set.spawn(
+                    async move {
+                        let _worker = permit;
+                        let lease = delivery.lease();
+                        let result = outcome(handler(delivery)).await;
+                        lease.settle(result).await;
+                    }
+                    .instrument(span),
+                );
             }
         }
         drain(&mut set, self.shutdown_timeout).await;
@@ -168,12 +172,16 @@ impl<DB: Db> SubscriptionBuilder<DB> {
                 continue;
             }
             let (handler, queue) = (handler.clone(), self.queue.clone());
-            set.spawn(async move {
-                let _worker = permit;
-                let leases: Vec<Lease<DB>> = batch.iter().map(Delivery::lease).collect();
-                let result = outcome(handler(batch)).await;
-                settle_batch(&queue, leases, result).await;
-            });
+            let span = info_span!("rowbus.batch", size = batch.len());
+            set.spawn(
+                async move {
+                    let _worker = permit;
+                    let leases: Vec<Lease<DB>> = batch.iter().map(Delivery::lease).collect();
+                    let result = outcome(handler(batch)).await;
+                    settle_batch(&queue, leases, result).await;
+                }
+                .instrument(span),
+            );
         }
         drain(&mut set, self.shutdown_timeout).await;
         Ok(())
@@ -223,10 +231,13 @@ impl<DB: Db> SubscriptionBuilder<DB> {
             for permit in permits {
                 let (found, claimed) = oneshot::channel();
                 let (handler, queue, group) = (handler.clone(), self.queue.clone(), claimer.group.clone());
-                set.spawn(async move {
-                    let _worker = permit;
-                    transactional(&queue, &group, handler, found).await;
-                });
+                set.spawn(
+                    async move {
+                        let _worker = permit;
+                        transactional(&queue, &group, handler, found).await;
+                    }
+                    .instrument(info_span!("rowbus.transactional")),
+                );
                 claims.push(claimed);
             }
             let mut all_found = true;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use futures::Stream;
 use futures::stream::BoxStream;
 use tokio::sync::watch;
-use tracing::{debug, warn};
+use tracing::{Instrument as _, debug, debug_span, warn};
 
 use super::wake::Registration;
 use super::{Counters, Delivery, Queue, ops};
@@ -91,6 +91,10 @@ impl<DB: Db> SubscriptionBuilder<DB> {
         let state = StreamState { claimer, buffer: VecDeque::new(), limit: self.batch };
         let stream = futures::stream::unfold(state, |mut state| async move {
             loop {
+                if *state.claimer.shutdown.borrow() {
+                    // Ends the stream; dropping the state gives the buffer back.
+                    return None;
+                }
                 if let Some(delivery) = state.buffer.pop_front() {
                     return Some((Ok(delivery), state));
                 }
@@ -213,7 +217,8 @@ impl<DB: Db> Claimer<DB> {
     /// Claims up to `limit` messages and sets the pace for the next claim.
     pub async fn claim(&mut self, limit: usize) -> Result<Vec<Delivery<DB>>, Error> {
         let counters = &self.queue.inner().counters;
-        match ops::claim(&self.queue, &self.group, limit, self.lease).await {
+        let span = debug_span!("rowbus.claim", table = %self.queue.table(), group = self.group, limit);
+        match ops::claim(&self.queue, &self.group, limit, self.lease).instrument(span).await {
             Ok((rows, token)) => {
                 self.pace = if rows.len() >= limit { Pace::Now } else { Pace::Idle };
                 Counters::add(&counters.claimed, rows.len() as u64);

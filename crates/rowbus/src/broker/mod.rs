@@ -51,7 +51,9 @@ pub struct BrokerOptions {
     /// one more statement per publish.
     pub listen_notify: bool,
     /// The notify table `listen_notify` uses on MySQL/MariaDB and SQLite, polled at its
-    /// own `poll_interval` (50 ms by default).
+    /// own `poll_interval` (50 ms by default) with a 2 s `lookback`: a wake-up whose
+    /// publishing transaction stayed open longer may be missed, and the subscription then
+    /// finds the message at its poll interval.
     pub notify_table: NotifyConfig,
     /// How long a failed claim waits before the next.
     pub claim_error_wait: Duration,
@@ -64,8 +66,11 @@ impl Default for BrokerOptions {
             lease: Duration::from_secs(30),
             retry: RetryPolicy::default(),
             listen_notify: false,
+            // A wake-up only shortens a wait the poll interval bounds anyway: a short
+            // lookback keeps each poll's re-read of recent rows small.
             notify_table: NotifyConfig {
                 poll_interval: Duration::from_millis(50),
+                lookback: Duration::from_secs(2),
                 ..NotifyConfig::default()
             },
             claim_error_wait: Duration::from_secs(1),

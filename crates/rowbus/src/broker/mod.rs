@@ -349,6 +349,11 @@ impl<DB: Db> Queue<DB> {
         ops::deploy(self).await
     }
 
+    /// Drops the queue table and its dead-letter table, with every message in them.
+    pub async fn undeploy(&self) -> Result<(), Error> {
+        ops::undeploy(self).await
+    }
+
     /// Publishes one message; wakes this broker's subscriptions of its table and group.
     pub async fn publish(&self, message: Message) -> Result<(), Error> {
         self.publish_batch(std::iter::once(message)).await.map(drop)

@@ -48,6 +48,14 @@ pub(crate) async fn deploy<DB: Db>(queue: &Queue<DB>) -> Result<(), Error> {
     Ok(())
 }
 
+pub(crate) async fn undeploy<DB: Db>(queue: &Queue<DB>) -> Result<(), Error> {
+    let mut conn = queue.inner().pool.acquire().await?;
+    for table in [&queue.sql.quoted, &queue.sql.dead] {
+        DB::execute(&mut conn, &Arc::from(format!("DROP TABLE IF EXISTS {table}")), &[]).await?;
+    }
+    Ok(())
+}
+
 pub(crate) async fn insert<DB: Db>(
     queue: &Queue<DB>,
     conn: &mut DB::Connection,

@@ -369,7 +369,7 @@ impl<DB: Db> Queue<DB> {
         let mut conn = self.inner().pool.acquire().await?;
         let n = ops::insert(self, &mut conn, &messages).await?;
         let groups = groups_of(&messages);
-        ops::notify_others(self, &mut conn, &groups, false).await;
+        ops::notify_others(self, &mut conn, &groups).await;
         drop(conn);
         for group in &groups {
             self.inner().wakers.wake(self.sql.table.channel(), Some(group));
@@ -442,7 +442,7 @@ impl<DB: Db> BrokerTx<DB> {
         // The notify table's rows go in with the messages and are delivered on commit.
         if DB::BACKEND != Backend::Postgres {
             let tx = self.tx.as_mut().expect("usable until consumed");
-            ops::notify_others(queue, &mut **tx, &fresh, true).await;
+            ops::notify_others(queue, &mut **tx, &fresh).await;
         }
         Ok(n)
     }

@@ -83,7 +83,6 @@ pub(crate) async fn notify_others<DB: Db>(
     queue: &Queue<DB>,
     conn: &mut DB::Connection,
     groups: &[String],
-    _in_tx: bool,
 ) {
     let inner = queue.inner();
     if !inner.options.listen_notify {

@@ -133,8 +133,8 @@ pub(crate) struct TableSql {
     pub extend: Arc<str>,
     /// Binds: error, id, token: copies the row into the dead-letter table.
     pub dead_insert: Arc<str>,
-    /// Binds: id. After a failed transactional handler: count the attempt, wait.
-    /// Binds: delay µs, error, id.
+    /// After a failed transactional handler, in its transaction: count the attempt and
+    /// wait. Binds: delay µs, error, id.
     pub fail_unleased: Arc<str>,
     /// Binds: error, id: dead-letter a row held by a transaction (no lease).
     pub dead_insert_unleased: Arc<str>,

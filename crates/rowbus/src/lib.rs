@@ -3,6 +3,31 @@
 //! rowbus gives PostgreSQL, MySQL/MariaDB and SQLite one LISTEN/NOTIFY API: PostgreSQL's
 //! own on PostgreSQL, and elsewhere an exact emulation over a polled notify table (the
 //! [`notify_table`] core): delivered on commit, exactly once, out-of-order commits caught.
+//! On top of it, a table [`Broker`]: queues are tables, subscriptions claim rows for
+//! workers or batches under leases, publishes wake subscriptions at once in this process
+//! and, with `listen_notify`, in others; retries, dead letters, transactional handlers.
+//!
+//! # A queue
+//!
+//! ```no_run
+//! # async fn f() -> Result<(), rowbus::Error> {
+//! use rowbus::{Broker, BrokerOptions, DbPool, Message, Outcome};
+//!
+//! let DbPool::Sqlite(pool) = DbPool::connect("sqlite://app.sqlite").await? else { unreachable!() };
+//! let broker = Broker::new(pool, BrokerOptions { listen_notify: true, ..Default::default() }).await?;
+//! let jobs = broker.queue("jobs")?;
+//! jobs.deploy().await?;
+//! jobs.publish(Message::text("resize 42.png").group("images")).await?;
+//!
+//! // Four handlers at once; Ok acknowledges, Err retries with backoff, then dead-letters.
+//! jobs.subscribe().group("images").workers(4).run(|delivery| async move {
+//!     println!("{} (attempt {})", delivery.text()?, delivery.attempt());
+//!     Ok::<_, rowbus::Error>(Outcome::Ack)
+//! }).await?; // returns when broker.shutdown(..) is called elsewhere
+//! # Ok(()) }
+//! ```
+//!
+//! # Listening
 //!
 //! ```no_run
 //! # async fn f() -> Result<(), rowbus::Error> {

@@ -79,11 +79,7 @@ pub(crate) async fn insert<DB: Db>(
 /// transaction on PostgreSQL (inside one, [`pg_notify_in_tx`] does it at commit); a
 /// notify-table row elsewhere, inside the transaction when there is one. A failure is
 /// logged: the poll interval still reaches the rows.
-pub(crate) async fn notify_others<DB: Db>(
-    queue: &Queue<DB>,
-    conn: &mut DB::Connection,
-    groups: &[String],
-) {
+pub(crate) async fn notify_others<DB: Db>(queue: &Queue<DB>, conn: &mut DB::Connection, groups: &[String]) {
     let inner = queue.inner();
     if !inner.options.listen_notify {
         return;

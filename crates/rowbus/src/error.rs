@@ -54,6 +54,14 @@ pub enum Error {
         /// Its length in bytes.
         bytes: usize,
     },
+    /// The queue table does not exist yet.
+    #[error(
+        "the queue table `{table}` does not exist: create it with `rowbus deploy --queue {table}` (or Queue::deploy)"
+    )]
+    MissingQueueTable {
+        /// The table's name.
+        table: String,
+    },
     /// A queue table or group name that rowbus refuses.
     #[error("invalid name {name:?}: {reason}")]
     InvalidName {

@@ -798,3 +798,18 @@ async fn sqlite_trigger_wakes_subscriptions() {
     trigger_wakes(&env.broker, &name, insert).await;
     env.broker.shutdown(Duration::from_secs(1)).await;
 }
+
+/// A queue whose table was never deployed says so, naming the table and the fix: on
+/// publish, and as the stream's error item (the next claim waits a second).
+async fn missing_queue_table_is_named<DB: Db>(broker: Broker<DB>) {
+    let name = unique("never_deployed");
+    let q = broker.queue(&name).unwrap();
+    let err = q.publish(Message::text("x")).await.unwrap_err();
+    assert!(matches!(&err, Error::MissingQueueTable { table } if *table == name), "{err:?}");
+    assert!(err.to_string().contains(&format!("rowbus deploy --queue {name}")), "{err}");
+    let mut sub = q.subscribe().stream().await.unwrap();
+    let err = sub.next().await.unwrap().unwrap_err();
+    assert!(matches!(err, Error::MissingQueueTable { .. }), "{err:?}");
+    assert_eq!(broker.stats().claim_errors, 1);
+}
+on_each_database!(missing_queue_table_is_named);

@@ -382,7 +382,8 @@ impl<DB: Db> Queue<DB> {
         SubscriptionBuilder::new(self.clone())
     }
 
-    /// Messages waiting (claimable or not) and messages dead-lettered, in `group`.
+    /// Messages in the table (ready, delayed or leased) and messages dead-lettered, in
+    /// `group`.
     pub async fn depth(&self, group: &str) -> Result<(i64, i64), Error> {
         ops::depth(self, group).await
     }

@@ -10,7 +10,16 @@ use super::table::TableSql;
 use super::{Message, Queue};
 use crate::backend::Backend;
 use crate::db::{Arg, ClaimedRow, Db, args_of};
-use crate::error::{Error, is_retryable};
+use crate::error::{Error, is_missing_table, is_retryable};
+
+/// A driver error, named for the queue when it says the table is missing.
+fn queue_error<DB: Db>(queue: &Queue<DB>, e: sqlx::Error) -> Error {
+    if is_missing_table(&e) {
+        Error::MissingQueueTable { table: queue.sql.table.to_string() }
+    } else {
+        Error::Database(e)
+    }
+}
 
 fn micros(d: Duration) -> i64 {
     i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
@@ -69,7 +78,7 @@ pub(crate) async fn insert<DB: Db>(
         for (m, delay) in chunk.iter().zip(&delays) {
             args.extend([Arg::Text(&m.group), Arg::Bytes(&m.payload), Arg::Int(*delay)]);
         }
-        inserted += DB::execute(conn, &sql, &args).await?;
+        inserted += DB::execute(conn, &sql, &args).await.map_err(|e| queue_error(queue, e))?;
     }
     super::Counters::add(&queue.inner().counters.published, inserted);
     Ok(inserted)
@@ -170,7 +179,7 @@ pub(crate) async fn claim<DB: Db>(
                 return Ok((rows, token));
             }
             Err(e) if is_retryable(&e) && tries < DEADLOCK_TRIES => continue,
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(queue_error(queue, e)),
         }
     }
 }
@@ -315,7 +324,9 @@ pub(crate) async fn claim_locked<DB: Db>(
     tx: &mut Transaction<'static, DB>,
     group: &str,
 ) -> Result<Option<ClaimedRow>, Error> {
-    let mut rows = DB::fetch_claimed(tx, &queue.sql.claim_locked, &[Arg::Text(group)]).await?;
+    let mut rows = DB::fetch_claimed(tx, &queue.sql.claim_locked, &[Arg::Text(group)])
+        .await
+        .map_err(|e| queue_error(queue, e))?;
     Ok(rows.pop())
 }
 

@@ -1,5 +1,8 @@
 //! `rowbus bench`: measured figures on the chosen database.
 
+pub mod broker;
+mod raw_claim;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,13 +32,14 @@ pub struct NotifyBench {
 
 /// Latency percentiles, in milliseconds.
 #[derive(Debug, Clone, Copy, Default)]
-struct Percentiles {
-    p50: f64,
-    p99: f64,
-    max: f64,
+pub(crate) struct Percentiles {
+    pub(crate) p50: f64,
+    pub(crate) p99: f64,
+    pub(crate) max: f64,
 }
 
-fn percentiles(mut samples: Vec<Duration>) -> Percentiles {
+/// Nearest-rank percentiles of `samples`.
+pub(crate) fn percentiles(mut samples: Vec<Duration>) -> Percentiles {
     if samples.is_empty() {
         return Percentiles::default();
     }
@@ -48,10 +52,11 @@ fn percentiles(mut samples: Vec<Duration>) -> Percentiles {
 }
 
 /// A small xorshift generator: spacing samples so they fall on every phase of the poll.
-struct Jitter(u64);
+pub(crate) struct Jitter(pub(crate) u64);
 
 impl Jitter {
-    fn next_unit(&mut self) -> f64 {
+    /// The next value, uniform in [0, 1).
+    pub(crate) fn next_unit(&mut self) -> f64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
@@ -59,7 +64,8 @@ impl Jitter {
     }
 }
 
-fn bar(len: u64, what: &str) -> ProgressBar {
+/// A progress bar of `len` steps labelled `what`.
+pub(crate) fn bar(len: u64, what: &str) -> ProgressBar {
     let bar = ProgressBar::new(len);
     bar.set_style(
         ProgressStyle::with_template("{prefix:>12} [{bar:30}] {pos}/{len} {msg}")
@@ -71,7 +77,7 @@ fn bar(len: u64, what: &str) -> ProgressBar {
 }
 
 /// A task's result; a panic inside it goes on unwinding here.
-async fn joined<T>(task: tokio::task::JoinHandle<T>) -> T {
+pub(crate) async fn joined<T>(task: tokio::task::JoinHandle<T>) -> T {
     match task.await {
         Ok(value) => value,
         Err(e) => std::panic::resume_unwind(e.into_panic()),

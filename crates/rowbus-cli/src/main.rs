@@ -1,11 +1,22 @@
 //! The `rowbus` command: LISTEN/NOTIFY on PostgreSQL, MySQL/MariaDB and SQLite.
 
 mod bench;
+mod catalog;
+mod chaos;
+mod cli_error;
+mod consume;
+mod demo;
+mod publish;
+mod queue_cmd;
+mod stats;
 
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use rowbus::{DbPool, Event, Listener, ListenerOptions, Notifier, NotifyConfig};
+
+use crate::cli_error::CliError;
+use crate::queue_cmd::on_pool;
 
 /// The database used when neither --database-url nor DATABASE_URL is given.
 const DEFAULT_URL: &str = "sqlite://rowbus.sqlite";
@@ -46,7 +57,11 @@ struct NotifyTableArgs {
 
 impl NotifyTableArgs {
     fn config(&self) -> Result<NotifyConfig, rowbus::Error> {
-        let mut config = NotifyConfig::default();
+        self.applied_to(NotifyConfig::default())
+    }
+
+    /// `config` with the settings given on the command line.
+    fn applied_to(&self, mut config: NotifyConfig) -> Result<NotifyConfig, rowbus::Error> {
         for (key, value) in [
             ("table", &self.notify_table),
             ("poll_interval", &self.poll_interval),
@@ -67,6 +82,8 @@ impl NotifyTableArgs {
 enum BenchCommand {
     /// Notify-to-receive latency and the notifications/s one listener keeps up with
     Notify(bench::NotifyBench),
+    /// Table broker: publish and drain rates against a raw sqlx loop, and wake-up latency
+    Broker(bench::broker::BrokerBench),
 }
 
 #[derive(Debug, Subcommand)]
@@ -76,8 +93,23 @@ enum Command {
         #[command(subcommand)]
         what: BenchCommand,
     },
-    /// Create what rowbus needs: the notify table (nothing on PostgreSQL)
-    Deploy,
+    /// Create what rowbus needs: the notify table (nothing on PostgreSQL), and queue tables
+    Deploy {
+        /// Also create this queue table, its claim index and its dead-letter table
+        /// `<TABLE>_dead` (repeatable)
+        #[arg(long = "queue", value_name = "TABLE")]
+        queues: Vec<String>,
+    },
+    /// Publish a message (or each line of stdin) to a queue table
+    Publish(publish::PublishArgs),
+    /// Handle a queue table's messages until interrupted: print them, or run a command on each
+    #[command(after_help = consume::AFTER_HELP)]
+    Consume(consume::ConsumeArgs),
+    /// Queue tables as they stand (per group: depth, ready, delayed, in flight, oldest, dead)
+    /// and the notify table's size and lag
+    Stats(stats::StatsArgs),
+    /// See a queue at work: publishers, workers, retries, latency; nothing to set up
+    Demo(demo::DemoArgs),
     /// Send one notification
     Notify {
         /// The channel
@@ -86,6 +118,12 @@ enum Command {
         #[arg(default_value = "")]
         payload: String,
     },
+    /// Faults against a real database (killed sessions, SIGKILLed consumers) and the
+    /// counts of what survived them; see docs/reliability.md
+    Chaos(chaos::ChaosArgs),
+    /// One consumer process of `rowbus chaos` (started by it)
+    #[command(hide = true)]
+    ChaosConsumer(chaos::consumer::ConsumerArgs),
     /// Print notifications on the channels, one line each, until interrupted
     Listen {
         /// Print JSON lines {"channel": ..., "payload": ..., "pid": ...}
@@ -110,7 +148,7 @@ async fn main() -> ExitCode {
     match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("rowbus: error: {}", one_line(&error));
+            eprintln!("rowbus: error: {}", error.line());
             ExitCode::FAILURE
         }
     }
@@ -137,15 +175,43 @@ fn cause_of<'a>(
     e.and_then(std::error::Error::source)
 }
 
-async fn run(cli: Cli) -> Result<(), rowbus::Error> {
+async fn run(cli: Cli) -> Result<(), CliError> {
     let config = cli.notify_table.config()?;
     let url = cli.database_url.as_str();
     match cli.command {
-        Command::Deploy => {
+        Command::Deploy { queues } => {
+            let tables = queue_cmd::parse_tables(&queues)?;
             let db = DbPool::connect_with_size(url, 1).await?;
-            let outcome = db.deploy_notify_table(&config).await;
+            let deployed = on_pool!(db.clone(), |pool| queue_cmd::deploy(&db, pool, &config, &tables).await);
             db.close().await;
-            println!("{}", outcome?);
+            deployed?;
+        }
+        Command::Publish(args) => {
+            queue_cmd::parse_tables(std::slice::from_ref(&args.table))?;
+            let db = DbPool::connect_with_size(url, 2).await?;
+            let published = on_pool!(db.clone(), |pool| publish::publish(pool, url, &config, args).await);
+            db.close().await;
+            published?;
+        }
+        Command::Consume(args) => {
+            queue_cmd::parse_tables(std::slice::from_ref(&args.table))?;
+            let db = DbPool::connect_with_size(url, args.pool_size()).await?;
+            let consumed = on_pool!(db.clone(), |pool| consume::consume(pool, url, &config, args).await);
+            db.close().await;
+            consumed?;
+        }
+        Command::Stats(args) => {
+            queue_cmd::parse_tables(&args.tables)?;
+            let db = DbPool::connect_with_size(url, 1).await?;
+            let shown = on_pool!(db.clone(), |pool| stats::stats(pool, url, &config, args).await);
+            db.close().await;
+            shown?;
+        }
+        Command::Demo(args) => {
+            let db = DbPool::connect_with_size(url, 16).await?;
+            let shown = on_pool!(db.clone(), |pool| demo::demo(pool, url, &config, args).await);
+            db.close().await;
+            shown?;
         }
         Command::Notify { channel, payload } => {
             let notifier = Notifier::new(config)?;
@@ -154,18 +220,20 @@ async fn run(cli: Cli) -> Result<(), rowbus::Error> {
             db.close().await;
             sent?;
         }
+        Command::Chaos(args) => chaos::command(url, args).await?,
+        Command::ChaosConsumer(args) => chaos::consumer_command(url, args).await?,
         Command::Listen { json, channels } => listen(url, config, &channels, json).await?,
         Command::Bench { what: BenchCommand::Notify(args) } => bench::notify(url, config, args).await?,
+        Command::Bench { what: BenchCommand::Broker(args) } => {
+            // The broker's own notify table defaults (50 ms polls), with what was given.
+            let notify_table = cli.notify_table.applied_to(rowbus::BrokerOptions::default().notify_table)?;
+            bench::broker::broker(url, notify_table, args).await?
+        }
     }
     Ok(())
 }
 
-async fn listen(
-    url: &str,
-    config: NotifyConfig,
-    channels: &[String],
-    json: bool,
-) -> Result<(), rowbus::Error> {
+async fn listen(url: &str, config: NotifyConfig, channels: &[String], json: bool) -> Result<(), CliError> {
     let options = ListenerOptions { notify_table: config, ..ListenerOptions::default() };
     let mut listener = Listener::connect_with(url, options).await?;
     for channel in channels {
@@ -184,9 +252,12 @@ async fn listen(
         };
         match event {
             Event::Notification(n) if json => {
-                println!("{}", serde_json::json!({"channel": n.channel, "payload": n.payload, "pid": n.pid}))
+                queue_cmd::outln!(
+                    "{}",
+                    serde_json::json!({"channel": n.channel, "payload": n.payload, "pid": n.pid})
+                )
             }
-            Event::Notification(n) => println!("{}: {}", n.channel, n.payload.escape_debug()),
+            Event::Notification(n) => queue_cmd::outln!("{}: {}", n.channel, n.payload.escape_debug()),
             Event::Disconnected(error) => {
                 eprintln!("rowbus: connection lost ({}); reconnecting", one_line(&error))
             }

@@ -1,5 +1,6 @@
 //! Sending notifications, on any executor of any of the three databases.
 
+use std::future::Future;
 use std::sync::OnceLock;
 
 use notify_table::{Config, Dialect, NotifyTable, Statement, Value};
@@ -80,12 +81,17 @@ impl Notifier {
 
     /// Sends `payload` on `channel` through `executor`: a pool, a connection, or a
     /// transaction (`&mut *tx`).
-    pub async fn notify<'c, E>(&self, executor: E, channel: &str, payload: &str) -> Result<(), Error>
+    pub fn notify<'c, E>(
+        &self,
+        executor: E,
+        channel: &str,
+        payload: &str,
+    ) -> impl Future<Output = Result<(), Error>> + Send + 'c
     where
-        E: Executor<'c>,
+        E: Executor<'c> + 'c,
         E::Database: Db,
     {
-        notify_on(self, executor, channel, payload).await
+        notify_on(self, executor, channel, payload)
     }
 }
 
@@ -98,12 +104,16 @@ impl Notifier {
 /// rowbus::notify(&pool, "jobs", "wake up").await?;
 /// # Ok(()) }
 /// ```
-pub async fn notify<'c, E>(executor: E, channel: &str, payload: &str) -> Result<(), Error>
+pub fn notify<'c, E>(
+    executor: E,
+    channel: &str,
+    payload: &str,
+) -> impl Future<Output = Result<(), Error>> + Send + 'c
 where
-    E: Executor<'c>,
+    E: Executor<'c> + 'c,
     E::Database: Db,
 {
-    Notifier::default_table().notify(executor, channel, payload).await
+    Notifier::default_table().notify(executor, channel, payload)
 }
 
 impl DbPool {
@@ -122,42 +132,36 @@ impl DbPool {
     }
 }
 
-async fn notify_on<'c, DB, E>(
+/// Checks the notification and builds its statement at once; the future it returns holds
+/// only the driver's boxed (`Send`) future. An `async fn` generic over the executor would
+/// carry its higher-ranked `Executor` bound into its future, which the compiler then
+/// cannot prove `Send`: a spawned task that notified in a transaction did not compile.
+fn notify_on<'c, DB, E>(
     notifier: &Notifier,
     executor: E,
     channel: &str,
     payload: &str,
-) -> Result<(), Error>
+) -> impl Future<Output = Result<(), Error>> + Send + 'c
 where
     DB: Db,
-    E: Executor<'c, Database = DB>,
+    E: Executor<'c, Database = DB> + 'c,
 {
-    if DB::BACKEND == Backend::Postgres {
-        check_pg_channel(channel)?;
-        check_pg_payload(payload)?;
-        let binds = vec![Value::Text(channel.into()), Value::Text(payload.into())];
-        let stmt = Statement { sql: "SELECT pg_notify($1, $2)".into(), binds };
-        executor.execute(DB::statement(&stmt)).await?;
-        return Ok(());
-    }
-    let table = notifier.table(DB::BACKEND);
-    execute(table, executor, table.notify_sql(channel, payload)?).await.map(drop)
-}
-
-/// Runs a core statement that returns no rows; a missing table gets its own error.
-pub(crate) async fn execute<'c, DB, E>(
-    table: &NotifyTable,
-    executor: E,
-    stmt: Statement,
-) -> Result<u64, Error>
-where
-    DB: Db,
-    E: Executor<'c, Database = DB>,
-{
-    match executor.execute(DB::statement(&stmt)).await {
-        Ok(done) => Ok(DB::rows_affected(&done)),
-        Err(e) if is_missing_table(&e) => Err(missing(table)),
-        Err(e) => Err(Error::Database(e)),
+    let stmt = if DB::BACKEND == Backend::Postgres {
+        check_pg_channel(channel).and_then(|()| check_pg_payload(payload)).map(|()| Statement {
+            sql: "SELECT pg_notify($1, $2)".into(),
+            binds: vec![Value::Text(channel.into()), Value::Text(payload.into())],
+        })
+    } else {
+        notifier.table(DB::BACKEND).notify_sql(channel, payload).map_err(Error::from)
+    };
+    let missing_table = missing(notifier.table(DB::BACKEND));
+    let sent = stmt.map(|stmt| executor.execute(DB::statement(&stmt)));
+    async move {
+        match sent?.await {
+            Ok(_) => Ok(()),
+            Err(e) if DB::BACKEND != Backend::Postgres && is_missing_table(&e) => Err(missing_table),
+            Err(e) => Err(Error::Database(e)),
+        }
     }
 }
 

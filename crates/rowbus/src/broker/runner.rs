@@ -240,20 +240,21 @@ impl<DB: Db> SubscriptionBuilder<DB> {
                 );
                 claims.push(claimed);
             }
-            let mut all_found = true;
+            // The pace follows this round alone: a failure of an earlier round has had
+            // its wait already.
+            let (mut all_found, mut failed) = (true, false);
             for claimed in claims {
                 match claimed.await {
                     Ok(Ok(true)) => {}
                     Ok(Ok(false)) => all_found = false,
-                    Ok(Err(())) | Err(_) => {
-                        all_found = false;
-                        claimer.pace = Pace::Failed;
-                    }
+                    Ok(Err(())) | Err(_) => failed = true,
                 }
             }
-            if claimer.pace != Pace::Failed {
-                claimer.pace = if all_found { Pace::Now } else { Pace::Idle };
-            }
+            claimer.pace = match (failed, all_found) {
+                (true, _) => Pace::Failed,
+                (false, true) => Pace::Now,
+                (false, false) => Pace::Idle,
+            };
         }
         drain(&mut set, self.shutdown_timeout).await;
         Ok(())

@@ -1,0 +1,776 @@
+//! `rowbus bench broker`: the table broker's publish and drain rates, a raw sqlx claim loop
+//! as their baseline, and publish-to-handler latency in one process and across brokers.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use futures::future::try_join_all;
+use rowbus::{Backend, Broker, BrokerOptions, DbPool, Delivery, Message, NotifyConfig, Queue};
+use sqlx::{ColumnIndex, Decode, Encode, Executor, IntoArguments, Pool, Type};
+use tokio::sync::{Notify, mpsc};
+
+use super::raw_claim;
+use super::{Jitter, Percentiles, bar, percentiles};
+
+/// Options of `rowbus bench broker`.
+#[derive(Debug, Args)]
+pub struct BrokerBench {
+    /// Messages each throughput scenario publishes or drains
+    #[arg(long, default_value_t = 20_000)]
+    messages: u64,
+    /// Rounds of the throughput scenarios, interleaved (each figure is the median)
+    #[arg(long, default_value_t = 3)]
+    rounds: u32,
+    /// Concurrent publishers, and connections of the raw loops
+    #[arg(long, default_value_t = 8)]
+    concurrency: usize,
+    /// Workers of each batch subscription
+    #[arg(long, default_value_t = 1)]
+    batch_workers: usize,
+    /// Batch subscriptions draining the queue at once: a subscription has one claim in
+    /// flight at a time, so 8 of them match the raw loops' 8 connections
+    #[arg(long, default_value_t = 8)]
+    batch_subscriptions: usize,
+    /// Messages timed one at a time for each latency figure
+    #[arg(long, default_value_t = 200)]
+    latency_samples: u32,
+    /// Run only these scenarios (comma-separated): publish1, publish100, drain1, drain4,
+    /// drain8, batch16, batch100, raw1, raw16, raw100, latency, latency-remote
+    #[arg(long, value_delimiter = ',', value_name = "SCENARIOS")]
+    only: Vec<Scenario>,
+    /// Print the results as one JSON object
+    #[arg(long)]
+    json: bool,
+}
+
+/// One measurement of the benchmark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Scenario {
+    /// Single-message publishes from concurrent publishers.
+    Publish1,
+    /// `publish_batch` of 100 from concurrent publishers.
+    Publish100,
+    /// `run` with this many workers draining a backlog.
+    Drain(usize),
+    /// `run_batch` with batches of this size draining a backlog.
+    Batch(usize),
+    /// The raw sqlx loop claiming this many rows a turn.
+    Raw(usize),
+    /// Publish-to-handler latency, one broker.
+    Latency,
+    /// Publish-to-handler latency, a second broker publishing, woken by notification.
+    LatencyRemote,
+}
+
+/// Every throughput scenario, in the order one round runs them: each rowbus drain sits
+/// next to the raw loop it is compared with.
+const ROUND: [Scenario; 10] = [
+    Scenario::Publish1,
+    Scenario::Publish100,
+    Scenario::Drain(1),
+    Scenario::Drain(4),
+    Scenario::Drain(8),
+    Scenario::Raw(1),
+    Scenario::Batch(16),
+    Scenario::Raw(16),
+    Scenario::Batch(100),
+    Scenario::Raw(100),
+];
+
+impl fmt::Display for Scenario {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Scenario::Publish1 => f.write_str("publish1"),
+            Scenario::Publish100 => f.write_str("publish100"),
+            Scenario::Drain(n) => write!(f, "drain{n}"),
+            Scenario::Batch(n) => write!(f, "batch{n}"),
+            Scenario::Raw(n) => write!(f, "raw{n}"),
+            Scenario::Latency => f.write_str("latency"),
+            Scenario::LatencyRemote => f.write_str("latency-remote"),
+        }
+    }
+}
+
+impl FromStr for Scenario {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let known = ROUND.iter().copied().chain([Scenario::Latency, Scenario::LatencyRemote]);
+        for scenario in known {
+            if scenario.to_string() == s.trim() {
+                return Ok(scenario);
+            }
+        }
+        Err(format!(
+            "unknown scenario {s:?}: expected publish1, publish100, drain1, drain4, drain8, batch16, \
+             batch100, raw1, raw16, raw100, latency or latency-remote"
+        ))
+    }
+}
+
+impl Scenario {
+    /// What the results table calls it.
+    fn label(self, args: &BrokerBench) -> String {
+        let (c, w, s) = (args.concurrency, args.batch_workers, args.batch_subscriptions);
+        match self {
+            Scenario::Publish1 => format!("publish 1 msg, {c} publishers"),
+            Scenario::Publish100 => format!("publish_batch 100, {c} publishers"),
+            Scenario::Drain(n) => format!("run, {n} worker{}", if n == 1 { "" } else { "s" }),
+            Scenario::Batch(n) if s == 1 => format!("run_batch {n}, {w} workers"),
+            Scenario::Batch(n) => format!("run_batch {n}, {s} subs x {w} workers"),
+            Scenario::Raw(k) => format!("raw sqlx loop k={k}, {c} conns"),
+            Scenario::Latency => "latency, in-process".to_owned(),
+            Scenario::LatencyRemote => "latency, second broker".to_owned(),
+        }
+    }
+
+    /// The raw loop a rowbus drain is compared with.
+    fn baseline(self) -> Option<Scenario> {
+        match self {
+            Scenario::Drain(_) => Some(Scenario::Raw(1)),
+            Scenario::Batch(k) => Some(Scenario::Raw(k)),
+            _ => None,
+        }
+    }
+}
+
+/// The median of `values` (the mean of the middle two for an even count); 0 when empty.
+fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    match sorted.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => sorted[n / 2],
+        n => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
+    }
+}
+
+/// `part` as a percentage of `whole`, when `whole` was measured.
+fn percent_of(part: f64, whole: f64) -> Option<f64> {
+    (whole > 0.0 && part.is_finite()).then(|| 100.0 * part / whole)
+}
+
+/// A number with thousands separators: `12,345`.
+fn thousands(value: f64) -> String {
+    let digits = format!("{:.0}", value.max(0.0));
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// One throughput run.
+#[derive(Debug, Clone, Copy, Default)]
+struct Run {
+    per_s: f64,
+    /// Raw loop: turns tried again after a deadlock. rowbus: claims that failed (after the
+    /// broker's own deadlock retries).
+    retries: u64,
+}
+
+/// One latency figure.
+#[derive(Debug, Clone, Copy, Default)]
+struct Latency {
+    percentiles: Percentiles,
+    lost: u64,
+}
+
+/// Unique queue table names of this run: `rbb_<pid>_<scenario>_<round>`.
+fn table_name(scenario: Scenario, round: u32) -> String {
+    let scenario = scenario.to_string().replace('-', "_");
+    format!("rbb_{}_{scenario}_{round}", std::process::id())
+}
+
+/// The scenarios to run: `--only`'s, or all of them.
+fn selected(only: &[Scenario]) -> (Vec<Scenario>, Vec<Scenario>) {
+    let want = |s: &Scenario| only.is_empty() || only.contains(s);
+    let throughput = ROUND.iter().copied().filter(want).collect();
+    let latency = [Scenario::Latency, Scenario::LatencyRemote].into_iter().filter(want).collect();
+    (throughput, latency)
+}
+
+/// Runs `rowbus bench broker` on `url`; `notify_table` is the notify table the cross-broker
+/// latency wakes through on MySQL/MariaDB and SQLite.
+pub async fn broker(url: &str, notify_table: NotifyConfig, args: BrokerBench) -> Result<(), rowbus::Error> {
+    let db = DbPool::connect(url).await?;
+    let (throughput, latency) = selected(&args.only);
+    let second = if latency.contains(&Scenario::LatencyRemote) {
+        Some(DbPool::connect_with_size(url, 2).await?)
+    } else {
+        None
+    };
+    // The second pool is on the same URL, so of the same backend as the first.
+    macro_rules! second_as {
+        ($variant:ident) => {
+            match &second {
+                Some(DbPool::$variant(pool)) => Some(pool.clone()),
+                _ => None,
+            }
+        };
+    }
+    let results = match &db {
+        DbPool::Postgres(pool) => {
+            run_on(&db, pool, &notify_table, second_as!(Postgres), &args, &throughput, &latency).await
+        }
+        DbPool::MySql(pool) => {
+            run_on(&db, pool, &notify_table, second_as!(MySql), &args, &throughput, &latency).await
+        }
+        DbPool::Sqlite(pool) => {
+            run_on(&db, pool, &notify_table, second_as!(Sqlite), &args, &throughput, &latency).await
+        }
+    };
+    if let Some(second) = second {
+        second.close().await;
+    }
+    db.close().await;
+    let results = results?;
+    if args.json {
+        println!("{}", results.json(&args));
+    } else {
+        results.print(&args);
+    }
+    Ok(())
+}
+
+/// Everything measured.
+struct Results {
+    backend: Backend,
+    runs: BTreeMap<Scenario, Vec<Run>>,
+    latency: BTreeMap<Scenario, Latency>,
+    /// The notify table's poll interval (MySQL/MariaDB and SQLite's cross-broker wake-up).
+    notify_poll: Duration,
+    elapsed: Duration,
+}
+
+impl Results {
+    fn median(&self, scenario: Scenario) -> Option<f64> {
+        let runs = self.runs.get(&scenario)?;
+        Some(median(&runs.iter().map(|r| r.per_s).collect::<Vec<_>>()))
+    }
+
+    /// A rowbus drain's median as a percentage of its raw baseline's.
+    fn vs_raw(&self, scenario: Scenario) -> Option<(Scenario, f64)> {
+        let raw = scenario.baseline()?;
+        Some((raw, percent_of(self.median(scenario)?, self.median(raw)?)?))
+    }
+
+    /// What wakes the subscription in a latency scenario.
+    fn wake_up(&self, scenario: Scenario) -> String {
+        match (scenario, self.backend) {
+            (Scenario::Latency, _) => "same broker".to_owned(),
+            (_, Backend::Postgres) => "LISTEN/NOTIFY".to_owned(),
+            _ => format!("notify table, {} ms poll", self.notify_poll.as_millis()),
+        }
+    }
+
+    fn json(&self, args: &BrokerBench) -> serde_json::Value {
+        let mut throughput = serde_json::Map::new();
+        for (scenario, runs) in &self.runs {
+            let mut entry = serde_json::json!({
+                "label": scenario.label(args),
+                "msgs_per_s": self.median(*scenario),
+                "runs_msgs_per_s": runs.iter().map(|r| r.per_s).collect::<Vec<_>>(),
+            });
+            let key =
+                if matches!(scenario, Scenario::Raw(_)) { "deadlocks_retried" } else { "claims_failed" };
+            entry[key] = runs.iter().map(|r| r.retries).sum::<u64>().into();
+            if let Some((raw, pct)) = self.vs_raw(*scenario) {
+                entry["baseline"] = raw.to_string().into();
+                entry["percent_of_baseline"] = pct.into();
+            }
+            throughput.insert(scenario.to_string(), entry);
+        }
+        let mut latency = serde_json::Map::new();
+        for (scenario, l) in &self.latency {
+            latency.insert(
+                scenario.to_string(),
+                serde_json::json!({
+                    "p50_ms": l.percentiles.p50,
+                    "p99_ms": l.percentiles.p99,
+                    "max_ms": l.percentiles.max,
+                    "samples": args.latency_samples,
+                    "lost": l.lost,
+                    "wake_up": self.wake_up(*scenario),
+                }),
+            );
+        }
+        serde_json::json!({
+            "backend": self.backend.name(),
+            "messages": args.messages,
+            "rounds": args.rounds,
+            "concurrency": args.concurrency,
+            "batch_workers": args.batch_workers,
+            "batch_subscriptions": args.batch_subscriptions,
+            "throughput": throughput,
+            "latency": latency,
+            "elapsed_s": self.elapsed.as_secs_f64(),
+        })
+    }
+
+    fn print(&self, args: &BrokerBench) {
+        println!(
+            "{} — {} messages per run, median of {} interleaved round{}",
+            self.backend.name(),
+            args.messages,
+            args.rounds,
+            if args.rounds == 1 { "" } else { "s" }
+        );
+        if !self.runs.is_empty() {
+            println!("{:<10} {:<36} {:>10}  {:<18} runs", "scenario", "what", "msgs/s", "vs raw");
+        }
+        for (scenario, runs) in &self.runs {
+            let vs = match self.vs_raw(*scenario) {
+                Some((raw, pct)) => format!("{pct:.0}% of {raw}"),
+                None => String::new(),
+            };
+            let all: Vec<String> = runs.iter().map(|r| thousands(r.per_s)).collect();
+            let retries: u64 = runs.iter().map(|r| r.retries).sum();
+            let retries = match (retries, scenario) {
+                (0, _) => String::new(),
+                (n, Scenario::Raw(_)) => format!(" ({n} deadlocks retried)"),
+                (n, _) => format!(" ({n} claims failed)"),
+            };
+            println!(
+                "{:<10} {:<36} {:>10}  {:<18} {}{retries}",
+                scenario.to_string(),
+                scenario.label(args),
+                thousands(self.median(*scenario).unwrap_or(0.0)),
+                vs,
+                all.join(" "),
+            );
+        }
+        if !self.latency.is_empty() {
+            println!("{:<16} {:<24} {:>8} {:>8} {:>8}", "latency", "wake-up", "p50 ms", "p99 ms", "max ms");
+        }
+        for (scenario, l) in &self.latency {
+            let wake = self.wake_up(*scenario);
+            println!(
+                "{:<16} {:<24} {:>8.2} {:>8.2} {:>8.2}",
+                scenario.to_string(),
+                wake,
+                l.percentiles.p50,
+                l.percentiles.p99,
+                l.percentiles.max
+            );
+            if l.lost > 0 {
+                println!("{} latency samples never reached the handler", l.lost);
+            }
+        }
+        println!("({:.0} s in all)", self.elapsed.as_secs_f64());
+    }
+}
+
+/// Runs the scenarios on one backend's pool (and a second pool for the remote latency).
+async fn run_on<DB>(
+    db: &DbPool,
+    pool: &Pool<DB>,
+    notify_table: &NotifyConfig,
+    second: Option<Pool<DB>>,
+    args: &BrokerBench,
+    throughput: &[Scenario],
+    latency: &[Scenario],
+) -> Result<Results, rowbus::Error>
+where
+    DB: rowbus::Db,
+    DB::Arguments: IntoArguments<DB>,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> i64: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    usize: ColumnIndex<DB::Row>,
+{
+    let started = Instant::now();
+    let mut results = Results {
+        backend: db.backend(),
+        runs: BTreeMap::new(),
+        latency: BTreeMap::new(),
+        notify_poll: notify_table.poll_interval,
+        elapsed: Duration::ZERO,
+    };
+    // Latency first, on a server not yet busy purging the throughput runs' deleted rows.
+    for &scenario in latency {
+        let table = table_name(scenario, 0);
+        let measured = match scenario {
+            Scenario::LatencyRemote => {
+                let publisher = second.clone().expect("a second pool for the remote latency");
+                latency_run(pool, Some((publisher, notify_table.clone())), &table, args.latency_samples).await
+            }
+            _ => latency_run(pool, None, &table, args.latency_samples).await,
+        };
+        drop_queue(db, &table).await;
+        results.latency.insert(scenario, measured?);
+    }
+    for round in 1..=args.rounds.max(1) {
+        for &scenario in throughput {
+            let table = table_name(scenario, round);
+            let run = throughput_run(db, pool, &table, scenario, args).await;
+            drop_queue(db, &table).await;
+            results.runs.entry(scenario).or_default().push(run?);
+        }
+    }
+    results.elapsed = started.elapsed();
+    Ok(results)
+}
+
+/// Drops a queue table and its dead-letter table; a failure is only reported.
+async fn drop_queue(db: &DbPool, table: &str) {
+    let statements = [format!("DROP TABLE IF EXISTS {table}"), format!("DROP TABLE IF EXISTS {table}_dead")];
+    for sql in statements {
+        let sql = sqlx::AssertSqlSafe(sql);
+        let dropped = match db {
+            DbPool::Postgres(pool) => sqlx::query(sql).execute(pool).await.map(drop),
+            DbPool::MySql(pool) => sqlx::query(sql).execute(pool).await.map(drop),
+            DbPool::Sqlite(pool) => sqlx::query(sql).execute(pool).await.map(drop),
+        };
+        if let Err(error) = dropped {
+            eprintln!("rowbus: dropping bench table {table}: {error}");
+        }
+    }
+}
+
+/// A ~30-byte payload.
+fn payload(i: u64) -> Message {
+    Message::text(format!("bench message {i:>16}"))
+}
+
+/// A fresh broker with its queue deployed.
+async fn fresh_queue<DB: rowbus::Db>(
+    pool: &Pool<DB>,
+    table: &str,
+    options: BrokerOptions,
+) -> Result<(Broker<DB>, Queue<DB>), rowbus::Error> {
+    let broker = Broker::new(pool.clone(), options).await?;
+    let queue = broker.queue(table)?;
+    queue.deploy().await?;
+    Ok((broker, queue))
+}
+
+/// Fills the queue with `n` messages, 1,000 a statement.
+async fn prefill<DB: rowbus::Db>(queue: &Queue<DB>, n: u64) -> Result<(), rowbus::Error> {
+    let mut next = 0;
+    while next < n {
+        let end = (next + 1000).min(n);
+        queue.publish_batch((next..end).map(payload)).await?;
+        next = end;
+    }
+    Ok(())
+}
+
+/// Checks that the queue holds `expected` messages and none dead-lettered.
+async fn expect_depth<DB: rowbus::Db>(
+    queue: &Queue<DB>,
+    scenario: Scenario,
+    expected: u64,
+) -> Result<(), rowbus::Error> {
+    let (waiting, dead) = queue.depth("").await?;
+    if waiting != expected as i64 || dead != 0 {
+        eprintln!(
+            "rowbus: {scenario}: {waiting} messages left and {dead} dead-lettered (expected {expected} and 0)"
+        );
+    }
+    Ok(())
+}
+
+/// One throughput run of `scenario` on its own table.
+async fn throughput_run<DB>(
+    db: &DbPool,
+    pool: &Pool<DB>,
+    table: &str,
+    scenario: Scenario,
+    args: &BrokerBench,
+) -> Result<Run, rowbus::Error>
+where
+    DB: rowbus::Db,
+    DB::Arguments: IntoArguments<DB>,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> i64: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+    usize: ColumnIndex<DB::Row>,
+{
+    let n = args.messages.max(1);
+    let (broker, queue) = fresh_queue(pool, table, BrokerOptions::default()).await?;
+    let progress = bar(n, &scenario.to_string());
+    let run = match scenario {
+        Scenario::Publish1 | Scenario::Publish100 => {
+            let per = if scenario == Scenario::Publish1 { 1 } else { 100 };
+            let started = Instant::now();
+            publish_all(&queue, n, per, args.concurrency, &progress).await?;
+            let run = Run { per_s: n as f64 / started.elapsed().as_secs_f64(), retries: 0 };
+            expect_depth(&queue, scenario, n).await?;
+            run
+        }
+        Scenario::Drain(workers) => {
+            prefill(&queue, n).await?;
+            let run = drain(&broker, &queue, n, (1, workers), None, &progress).await?;
+            expect_depth(&queue, scenario, 0).await?;
+            run
+        }
+        Scenario::Batch(batch) => {
+            prefill(&queue, n).await?;
+            let shape = (args.batch_subscriptions, args.batch_workers);
+            let run = drain(&broker, &queue, n, shape, Some(batch), &progress).await?;
+            expect_depth(&queue, scenario, 0).await?;
+            run
+        }
+        Scenario::Raw(k) => {
+            prefill(&queue, n).await?;
+            let connections = args.concurrency;
+            let started = Instant::now();
+            let drained = raw_claim::drain(pool, db.backend(), table, k, connections, &progress).await?;
+            let run = Run {
+                per_s: drained.rows as f64 / started.elapsed().as_secs_f64(),
+                retries: drained.retries,
+            };
+            expect_depth(&queue, scenario, 0).await?;
+            run
+        }
+        Scenario::Latency | Scenario::LatencyRemote => unreachable!("not a throughput scenario"),
+    };
+    progress.finish_and_clear();
+    broker.shutdown(Duration::from_secs(5)).await;
+    Ok(run)
+}
+
+/// Publishes `n` messages, `per` a call, from `publishers` concurrent publishers.
+async fn publish_all<DB: rowbus::Db>(
+    queue: &Queue<DB>,
+    n: u64,
+    per: u64,
+    publishers: usize,
+    progress: &indicatif::ProgressBar,
+) -> Result<(), rowbus::Error> {
+    let calls = n.div_ceil(per);
+    let next = AtomicU64::new(0);
+    let publisher = || async {
+        loop {
+            let call = next.fetch_add(1, Ordering::Relaxed);
+            if call >= calls {
+                return Ok::<(), rowbus::Error>(());
+            }
+            let (from, to) = (call * per, ((call + 1) * per).min(n));
+            if per == 1 {
+                queue.publish(payload(from)).await?;
+            } else {
+                queue.publish_batch((from..to).map(payload)).await?;
+            }
+            progress.inc(to - from);
+        }
+    };
+    try_join_all((0..publishers.max(1)).map(|_| publisher())).await?;
+    Ok(())
+}
+
+/// Drains the `n`-message backlog with `run` (`batch` None) or `run_batch`, in
+/// `(subscriptions, workers each)`, from the subscriptions' start until every message is
+/// handled and acknowledged (the broker's shutdown waits for the acknowledgements in
+/// flight).
+async fn drain<DB: rowbus::Db>(
+    broker: &Broker<DB>,
+    queue: &Queue<DB>,
+    n: u64,
+    (subscriptions, workers): (usize, usize),
+    batch: Option<usize>,
+    progress: &indicatif::ProgressBar,
+) -> Result<Run, rowbus::Error> {
+    let handled = Arc::new(AtomicU64::new(0));
+    let all_handled = Arc::new(Notify::new());
+    let count = {
+        let (handled, all_handled) = (handled.clone(), all_handled.clone());
+        move |k: u64| {
+            if handled.fetch_add(k, Ordering::Relaxed) + k >= n {
+                all_handled.notify_one();
+            }
+        }
+    };
+    let started = Instant::now();
+    let subscription = |count: Arc<dyn Fn(u64) + Send + Sync>| async move {
+        let builder = queue.subscribe().workers(workers).poll_interval(Duration::from_secs(1));
+        match batch {
+            None => {
+                builder
+                    .run(move |_: Delivery<DB>| {
+                        count(1);
+                        async { Ok::<(), Infallible>(()) }
+                    })
+                    .await
+            }
+            Some(batch) => {
+                builder
+                    .batch(batch)
+                    .run_batch(move |deliveries: Vec<Delivery<DB>>| {
+                        count(deliveries.len() as u64);
+                        async { Ok::<(), Infallible>(()) }
+                    })
+                    .await
+            }
+        }
+    };
+    let watcher = async {
+        let mut last = (0, Instant::now());
+        loop {
+            tokio::select! {
+                _ = all_handled.notified() => break,
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+            }
+            let now = handled.load(Ordering::Relaxed);
+            progress.set_position(now);
+            if now != last.0 {
+                last = (now, Instant::now());
+            } else if last.1.elapsed() > Duration::from_secs(30) {
+                eprintln!("rowbus: drain stalled at {now} of {n} messages");
+                break;
+            }
+        }
+        broker.shutdown(Duration::from_secs(30)).await;
+        started.elapsed()
+    };
+    let count: Arc<dyn Fn(u64) + Send + Sync> = Arc::new(count);
+    let subscriptions = try_join_all((0..subscriptions.max(1)).map(|_| subscription(count.clone())));
+    let (ran, elapsed) = tokio::join!(subscriptions, watcher);
+    ran?;
+    let stats = broker.stats();
+    Ok(Run {
+        per_s: handled.load(Ordering::Relaxed) as f64 / elapsed.as_secs_f64(),
+        retries: stats.claim_errors,
+    })
+}
+
+/// Publish-to-handler latency of an idle subscription (10 s poll interval): `samples`
+/// messages, one at a time, 10-20 ms apart. With `remote`, a second broker on that pool
+/// publishes and the subscription's broker is woken by its notification (`listen_notify`,
+/// through that notify table on MySQL/MariaDB and SQLite); there the spacing is 10 ms plus a
+/// random part of the table's poll interval, so that samples fall on every phase of the
+/// poll (each is published soon after the poll that delivered the one before).
+async fn latency_run<DB: rowbus::Db>(
+    pool: &Pool<DB>,
+    remote: Option<(Pool<DB>, NotifyConfig)>,
+    table: &str,
+    samples: u32,
+) -> Result<Latency, rowbus::Error> {
+    let listen_notify = remote.is_some();
+    let mut options = BrokerOptions { listen_notify, ..BrokerOptions::default() };
+    if let Some((_, notify_table)) = &remote {
+        options.notify_table = notify_table.clone();
+    }
+    let (broker, queue) = fresh_queue(pool, table, options.clone()).await?;
+    let publisher = match remote {
+        Some((remote, _)) => {
+            let other = Broker::new(remote, options.clone()).await?;
+            Some((other.queue(table)?, other))
+        }
+        None => None,
+    };
+    let publish_queue = publisher.as_ref().map_or(&queue, |(q, _)| q);
+    let spread = match DB::BACKEND {
+        Backend::MySql | Backend::Sqlite if listen_notify => options.notify_table.poll_interval,
+        _ => Duration::from_millis(10),
+    };
+    let base = Instant::now();
+    let (tx, mut rx) = mpsc::unbounded_channel::<Duration>();
+    let subscription =
+        queue.subscribe().poll_interval(Duration::from_secs(10)).run(move |d: Delivery<DB>| {
+            let at = base.elapsed();
+            let sent = d.text().ok().and_then(|t| t.trim().parse::<u64>().ok()).map(Duration::from_nanos);
+            if let Some(sent) = sent {
+                let _ = tx.send(at.saturating_sub(sent));
+            }
+            async { Ok::<(), Infallible>(()) }
+        });
+    let label = if listen_notify { "latency-remote" } else { "latency" };
+    let progress = bar(u64::from(samples), label);
+    let timer = async {
+        // Let the subscription make its first (empty) claim and go idle.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let mut jitter = Jitter(0x2545_F491_4F6C_DD1D);
+        let mut latencies = Vec::with_capacity(samples as usize);
+        let mut lost = 0;
+        for _ in 0..samples {
+            tokio::time::sleep(Duration::from_millis(10) + spread.mul_f64(jitter.next_unit())).await;
+            let sent = base.elapsed().as_nanos() as u64;
+            if let Err(error) = publish_queue.publish(Message::text(sent.to_string())).await {
+                broker.shutdown(Duration::from_secs(5)).await;
+                return Err(error);
+            }
+            // The poll interval is 10 s: a sample lost to the wake-up still arrives by then.
+            match tokio::time::timeout(Duration::from_secs(15), rx.recv()).await {
+                Ok(Some(latency)) => latencies.push(latency),
+                _ => lost += 1,
+            }
+            progress.inc(1);
+        }
+        broker.shutdown(Duration::from_secs(5)).await;
+        Ok(Latency { percentiles: percentiles(latencies), lost })
+    };
+    let (ran, measured) = tokio::join!(subscription, timer);
+    progress.finish_and_clear();
+    if let Some((_, other)) = publisher {
+        other.shutdown(Duration::from_secs(1)).await;
+    }
+    ran?;
+    measured
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scenarios_parse_and_print_alike() {
+        for scenario in ROUND.iter().copied().chain([Scenario::Latency, Scenario::LatencyRemote]) {
+            assert_eq!(scenario.to_string().parse::<Scenario>(), Ok(scenario));
+        }
+        assert_eq!(" drain8".parse::<Scenario>(), Ok(Scenario::Drain(8)));
+        assert!("drain2".parse::<Scenario>().is_err());
+        assert!("".parse::<Scenario>().is_err());
+    }
+
+    #[test]
+    fn only_selects_in_round_order() {
+        let (throughput, latency) = selected(&[Scenario::Raw(16), Scenario::Latency, Scenario::Batch(16)]);
+        assert_eq!(throughput, vec![Scenario::Batch(16), Scenario::Raw(16)]);
+        assert_eq!(latency, vec![Scenario::Latency]);
+        let (throughput, latency) = selected(&[]);
+        assert_eq!(throughput.len(), ROUND.len());
+        assert_eq!(latency.len(), 2);
+    }
+
+    #[test]
+    fn drains_compare_with_their_raw_loop() {
+        assert_eq!(Scenario::Drain(8).baseline(), Some(Scenario::Raw(1)));
+        assert_eq!(Scenario::Batch(100).baseline(), Some(Scenario::Raw(100)));
+        assert_eq!(Scenario::Publish1.baseline(), None);
+        assert_eq!(Scenario::Raw(16).baseline(), None);
+    }
+
+    #[test]
+    fn medians_and_percentages() {
+        assert_eq!(median(&[]), 0.0);
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert_eq!(percent_of(60.0, 100.0), Some(60.0));
+        assert_eq!(percent_of(1.0, 0.0), None);
+    }
+
+    #[test]
+    fn thousands_are_grouped() {
+        assert_eq!(thousands(0.0), "0");
+        assert_eq!(thousands(999.4), "999");
+        assert_eq!(thousands(1234.0), "1,234");
+        assert_eq!(thousands(1_234_567.0), "1,234,567");
+    }
+
+    #[test]
+    fn table_names_are_valid_and_distinct() {
+        let a = table_name(Scenario::LatencyRemote, 0);
+        assert!(a.parse::<rowbus::QueueTable>().is_ok(), "{a}");
+        assert_ne!(table_name(Scenario::Raw(1), 1), table_name(Scenario::Raw(1), 2));
+        assert_ne!(table_name(Scenario::Batch(16), 1), table_name(Scenario::Raw(16), 1));
+    }
+}

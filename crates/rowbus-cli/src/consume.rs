@@ -1,0 +1,477 @@
+//! `rowbus consume TABLE`: print (or run a command on) each message, until Ctrl-C.
+
+use std::io::Write as _;
+use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use clap::Args;
+use rowbus::{Backend, Broker, BrokerOptions, Db, Delivery, NotifyConfig, RetryPolicy};
+use sqlx::Pool;
+use tokio::io::AsyncWriteExt as _;
+use tokio::sync::watch;
+
+use crate::catalog::{self, Found, Sql};
+use crate::cli_error::CliError;
+use crate::queue_cmd::{self, parse_positive_secs, parse_secs};
+
+/// What `rowbus consume --help` adds about the global flags.
+pub(crate) const AFTER_HELP: &str = "\
+For consume, --poll-interval SECS is the longest wait between two claims when nothing wakes \
+the consumer [default: 1]. Publishes of `rowbus publish` wake a consumer started with \
+--listen-notify at once (the notify table, when used, is then polled every 0.05 s).";
+
+/// Options of `rowbus consume`.
+#[derive(Debug, Args)]
+pub(crate) struct ConsumeArgs {
+    /// The queue table (create it with `rowbus deploy --queue TABLE`)
+    pub(crate) table: String,
+    /// Consume this group's messages [default: the default group]
+    #[arg(long, value_name = "G", default_value = "", hide_default_value = true)]
+    group: String,
+    /// Messages handled at once
+    #[arg(long, value_name = "N", default_value_t = 1, conflicts_with = "batch",
+          value_parser = clap::value_parser!(u32).range(1..=1024))]
+    workers: u32,
+    /// Claim up to N messages at a time, handle them in order and acknowledge them in one
+    /// statement
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    batch: Option<u32>,
+    /// Run `sh -c CMD` per message with the payload on stdin (and ROWBUS_TABLE,
+    /// ROWBUS_GROUP, ROWBUS_ID, ROWBUS_ATTEMPT set): exit status 0 acknowledges it, any
+    /// other fails the attempt (retried with backoff, then dead-lettered). The command's
+    /// output is rowbus's; messages are not printed
+    #[arg(long, value_name = "CMD", conflicts_with = "json")]
+    exec: Option<String>,
+    /// Print JSON lines {"id", "group", "payload", "attempt"} (and "payload_hex" when the
+    /// payload is not UTF-8) instead of `ID GROUP PAYLOAD` (the default group shows as -)
+    #[arg(long)]
+    json: bool,
+    /// Be woken by publishers in other processes at once rather than at the next poll
+    /// (PostgreSQL LISTEN/NOTIFY, or the notify table `rowbus deploy` creates)
+    #[arg(long)]
+    listen_notify: bool,
+    /// Attempts before a failing message goes to the dead-letter table
+    #[arg(long, value_name = "N", default_value_t = 5,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    max_attempts: u32,
+    /// Seconds before a failed message runs again; doubles with each further failure
+    #[arg(long, value_name = "SECS", default_value = "1", value_parser = parse_secs)]
+    retry_delay: Duration,
+    /// Seconds a claimed message stays with this consumer (a running --exec command's
+    /// lease is extended as it goes)
+    #[arg(long, value_name = "SECS", default_value = "30", value_parser = parse_positive_secs)]
+    lease: Duration,
+    /// Seconds handlers in flight get to finish after Ctrl-C
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_secs)]
+    shutdown_timeout: Duration,
+}
+
+impl ConsumeArgs {
+    /// Connections for the pool: one per worker (settling takes one), plus the claims'.
+    pub(crate) fn pool_size(&self) -> u32 {
+        (self.workers + 2).min(32)
+    }
+}
+
+/// Why the consumer stops before being interrupted: the first fatal error.
+#[derive(Debug, Clone)]
+struct Fatal(
+    /// The first fatal error, once there is one.
+    watch::Sender<Option<String>>,
+);
+
+impl Fatal {
+    /// No fatal error yet.
+    fn new() -> Self {
+        Fatal(watch::Sender::new(None))
+    }
+
+    /// Records `message` unless an earlier one is recorded.
+    fn set(&self, message: String) {
+        self.0.send_if_modified(|slot| {
+            if slot.is_none() {
+                *slot = Some(message);
+                true
+            } else {
+                false
+            }
+        });
+    }
+
+    /// Resolves with the first fatal error.
+    async fn wait(&self) -> String {
+        let mut rx = self.0.subscribe();
+        match rx.wait_for(Option::is_some).await {
+            Ok(slot) => slot.clone().unwrap_or_default(),
+            Err(_) => String::new(),
+        }
+    }
+}
+
+/// What every handler shares.
+struct Shared {
+    /// `--json`.
+    json: bool,
+    /// `--exec CMD`.
+    exec: Option<String>,
+    /// Where a handler reports an error that stops the consumer.
+    fatal: Fatal,
+    /// Set when the consumer is stopping: a command killed meanwhile gives its message back.
+    stopping: AtomicBool,
+    /// The lease a running command's message is extended by.
+    lease: Duration,
+    /// The broker's retry policy, to say what comes after a failure.
+    retry: RetryPolicy,
+}
+
+/// One delivery as a line: `ID GROUP PAYLOAD` (escaped onto one line), or JSON.
+fn render<DB: Db>(d: &Delivery<DB>, json: bool) -> String {
+    let text = std::str::from_utf8(d.payload()).ok();
+    if json {
+        let mut value = serde_json::json!({
+            "id": d.id(),
+            "group": d.group(),
+            "payload": text.map_or_else(|| String::from_utf8_lossy(d.payload()).into_owned(), str::to_owned),
+            "attempt": d.attempt(),
+        });
+        if text.is_none() {
+            let hex: String = d.payload().iter().map(|b| format!("{b:02x}")).collect();
+            value["payload_hex"] = hex.into();
+        }
+        value.to_string()
+    } else {
+        let group = if d.group().is_empty() { "-".to_owned() } else { d.group().escape_debug().to_string() };
+        let payload = match text {
+            Some(text) => text.escape_debug().to_string(),
+            None => d.payload().escape_ascii().to_string(),
+        };
+        format!("{} {group} {payload}", d.id())
+    }
+}
+
+/// Writes `text` to stdout at once.
+fn write_out(text: &str) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()
+}
+
+/// Runs until Ctrl-C/SIGTERM, then shuts the broker down gracefully.
+pub(crate) async fn consume<DB: Sql>(
+    pool: Pool<DB>,
+    url: &str,
+    config: &NotifyConfig,
+    args: ConsumeArgs,
+) -> Result<(), CliError> {
+    // The name first, so that a bad one is reported before connecting the listener.
+    queue_cmd::parse_tables(std::slice::from_ref(&args.table))?;
+    queue_cmd::check_group(&args.group)?;
+    let retry =
+        RetryPolicy { max_attempts: args.max_attempts, base: args.retry_delay, ..RetryPolicy::default() };
+    // `--poll-interval` is the subscription's here; the notify table that wakes it is
+    // polled at the broker's fast default.
+    let poll = config.poll_interval;
+    let notify_table =
+        NotifyConfig { poll_interval: BrokerOptions::default().notify_table.poll_interval, ..config.clone() };
+    let options = BrokerOptions {
+        poll_interval: poll,
+        lease: args.lease,
+        retry: retry.clone(),
+        listen_notify: args.listen_notify,
+        notify_table,
+        ..BrokerOptions::default()
+    };
+    let broker = Broker::new(pool, options).await?;
+    let result = run(&broker, url, retry, args).await;
+    // (Already shut down on the normal path; this closes the listener on an early error.)
+    broker.shutdown(Duration::ZERO).await;
+    result
+}
+
+/// Consumes until interrupted (or a fatal error), then shuts the broker down.
+async fn run<DB: Sql>(
+    broker: &Broker<DB>,
+    url: &str,
+    retry: RetryPolicy,
+    args: ConsumeArgs,
+) -> Result<(), CliError> {
+    let queue = queue_cmd::existing_queue(broker, &args.table, url).await?;
+    if args.listen_notify && DB::BACKEND != Backend::Postgres {
+        let table = &broker.options().notify_table.table;
+        if catalog::find(broker.pool(), None, table).await? == Found::Missing {
+            return Err(rowbus::Error::MissingNotifyTable { table: table.clone() }.into());
+        }
+    }
+    let mut interrupted = std::pin::pin!(crate::interrupted());
+    // Install the signal handlers (on first poll) before announcing anything.
+    if futures::poll!(interrupted.as_mut()).is_ready() {
+        return Ok(());
+    }
+    let shared = Arc::new(Shared {
+        json: args.json,
+        exec: args.exec.clone(),
+        fatal: Fatal::new(),
+        stopping: AtomicBool::new(false),
+        lease: args.lease,
+        retry,
+    });
+    let builder = queue
+        .subscribe()
+        .group(args.group.clone())
+        .poll_interval(broker.options().poll_interval)
+        .lease(args.lease)
+        .shutdown_timeout(args.shutdown_timeout);
+    let (mut runner, mode) = match args.batch {
+        Some(n) => {
+            let shared = shared.clone();
+            let runner = tokio::spawn(
+                builder.batch(n as usize).run_batch(move |batch| handle_batch(shared.clone(), batch)),
+            );
+            (runner, format!("batches of up to {n}"))
+        }
+        None => {
+            let shared = shared.clone();
+            let runner = tokio::spawn(
+                builder.workers(args.workers as usize).run(move |d| handle_one(shared.clone(), d)),
+            );
+            (runner, format!("{} worker{}", args.workers, if args.workers == 1 { "" } else { "s" }))
+        }
+    };
+    let group = if args.group.is_empty() {
+        "the default group".to_owned()
+    } else {
+        format!("group {:?}", args.group)
+    };
+    eprintln!("rowbus: consuming `{}` ({group}, {mode}); Ctrl-C stops", queue.table());
+
+    // The runner ends by itself only when it cannot start (an invalid group, say). Failing
+    // claims (a lost server) are retried by the broker: say so, rather than stall silently.
+    let mut check = tokio::time::interval(Duration::from_secs(5));
+    let mut claim_errors = 0;
+    let outcome = loop {
+        tokio::select! {
+            _ = &mut interrupted => break Ok(()),
+            message = shared.fatal.wait() => break Err(CliError::Message(message)),
+            ended = &mut runner => break match ended {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => return Err(e.into()),
+                Err(e) => Err(CliError::Message(format!("the consumer stopped unexpectedly: {e}"))),
+            },
+            _ = check.tick() => {
+                let now = broker.stats().claim_errors;
+                if now > claim_errors {
+                    eprintln!(
+                        "rowbus: warning: {} claims failed in the last 5 s; retrying (RUST_LOG=warn shows \
+                         why)",
+                        now - claim_errors
+                    );
+                    claim_errors = now;
+                }
+            }
+        }
+    };
+    shared.stopping.store(true, Ordering::Release);
+    broker.shutdown(args.shutdown_timeout).await;
+    if !runner.is_finished() {
+        runner.abort();
+    }
+    let stats = broker.stats();
+    eprintln!(
+        "rowbus: stopped: {} acknowledged, {} retried, {} dead-lettered, {} given back",
+        stats.acked, stats.retried, stats.dead_lettered, stats.released
+    );
+    outcome
+}
+
+/// One message (the workers' runner): printed, or given to the command.
+async fn handle_one<DB: Db>(shared: Arc<Shared>, d: Delivery<DB>) -> Result<(), String> {
+    if shared.exec.is_some() {
+        return match execute(&shared, &d).await {
+            Ran::Ok => Ok(()),
+            Ran::Failed(reason) => {
+                report_failure(&shared, &d, &reason);
+                Err(reason)
+            }
+            Ran::Stopped => {
+                give_back(d).await;
+                Ok(())
+            }
+        };
+    }
+    let line = render(&d, shared.json) + "\n";
+    if let Err(e) = write_out(&line) {
+        shared.fatal.set(format!("cannot write to stdout: {e}"));
+        give_back(d).await;
+    }
+    Ok(())
+}
+
+/// One claim's batch: printed and acknowledged together, or each given to the command and
+/// settled on its own.
+async fn handle_batch<DB: Db>(shared: Arc<Shared>, batch: Vec<Delivery<DB>>) -> Result<(), String> {
+    if shared.exec.is_some() {
+        for d in batch {
+            if shared.stopping.load(Ordering::Acquire) {
+                give_back(d).await;
+                continue;
+            }
+            let settled = match execute(&shared, &d).await {
+                Ran::Ok => d.ack().await,
+                Ran::Failed(reason) => {
+                    report_failure(&shared, &d, &reason);
+                    d.fail(&reason).await
+                }
+                Ran::Stopped => d.release().await,
+            };
+            if let Err(e) = settled {
+                eprintln!("rowbus: warning: {}", crate::one_line(&e));
+            }
+        }
+        return Ok(());
+    }
+    let text: String = batch.iter().map(|d| render(d, shared.json) + "\n").collect();
+    if let Err(e) = write_out(&text) {
+        shared.fatal.set(format!("cannot write to stdout: {e}"));
+        for d in batch {
+            give_back(d).await;
+        }
+    }
+    Ok(())
+}
+
+/// Gives a message back unstarted (claimable again at once, the attempt not counted).
+async fn give_back<DB: Db>(d: Delivery<DB>) {
+    if let Err(e) = d.release().await {
+        eprintln!("rowbus: warning: {}", crate::one_line(&e));
+    }
+}
+
+/// What running the command on a message came to.
+enum Ran {
+    /// Exit status 0.
+    Ok,
+    /// Anything else, and why.
+    Failed(String),
+    /// Killed by a signal while the consumer was stopping: not the message's fault.
+    Stopped,
+}
+
+/// Runs `sh -c CMD` with the payload on stdin, extending the message's lease while it runs.
+async fn execute<DB: Db>(shared: &Shared, d: &Delivery<DB>) -> Ran {
+    let command = shared.exec.as_deref().unwrap_or_default();
+    let mut spawned = tokio::process::Command::new("sh");
+    spawned
+        .arg("-c")
+        .arg(command)
+        .env("ROWBUS_TABLE", d.queue().table().channel())
+        .env("ROWBUS_GROUP", d.group())
+        .env("ROWBUS_ID", d.id().to_string())
+        .env("ROWBUS_ATTEMPT", d.attempt().to_string())
+        .stdin(Stdio::piped())
+        .kill_on_drop(true);
+    // A group of its own: a Ctrl-C at the terminal reaches rowbus only, which lets the
+    // command finish within the shutdown timeout; past it the whole group is killed.
+    #[cfg(unix)]
+    spawned.process_group(0);
+    let mut child = match spawned.spawn() {
+        Ok(child) => child,
+        Err(e) => return Ran::Failed(format!("cannot run `sh -c {command}`: {e}")),
+    };
+    let mut group = GroupGuard { pid: child.id(), exited: false };
+    let stdin = child.stdin.take();
+    let payload = d.payload().to_vec();
+    let feed = async move {
+        if let Some(mut stdin) = stdin {
+            // A command that does not read its stdin is fine: ignore the broken pipe.
+            let _ = stdin.write_all(&payload).await;
+        }
+    };
+    let wait = async {
+        let mut every = tokio::time::interval((shared.lease / 3).max(Duration::from_millis(10)));
+        every.tick().await;
+        loop {
+            tokio::select! {
+                status = child.wait() => return status,
+                _ = every.tick() => {
+                    if let Err(e) = d.extend_lease(shared.lease).await {
+                        eprintln!("rowbus: warning: {}", crate::one_line(&e));
+                    }
+                }
+            }
+        }
+    };
+    let ((), status) = tokio::join!(feed, wait);
+    group.exited = status.is_ok();
+    match status {
+        Ok(status) if status.success() => Ran::Ok,
+        Ok(status) if signalled(&status) && shared.stopping.load(Ordering::Acquire) => Ran::Stopped,
+        Ok(status) => Ran::Failed(format!("`{command}` {}", describe(&status))),
+        Err(e) => Ran::Failed(format!("waiting for `{command}` failed: {e}")),
+    }
+}
+
+/// Kills a command's process group unless the command has exited: a command aborted at the
+/// shutdown deadline leaves nothing behind, not even what `sh -c` forked.
+struct GroupGuard {
+    /// The command's pid, which is also its process group's id.
+    pid: Option<u32>,
+    /// Whether the command was seen to exit.
+    exited: bool,
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        #[cfg(unix)]
+        if let (Some(pid), false) = (self.pid, self.exited) {
+            // No libc here (unsafe code is forbidden): kill(1) signals the group.
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", "--", &format!("-{pid}")])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+/// How a failed command ended: `exited with status 3`, `was killed by signal 9`.
+fn describe(status: &ExitStatus) -> String {
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt as _;
+        if let Some(signal) = status.signal() {
+            return format!("was killed by signal {signal}");
+        }
+    }
+    match status.code() {
+        Some(code) => format!("exited with status {code}"),
+        None => format!("ended with {status}"),
+    }
+}
+
+/// Whether the process was ended by a signal.
+fn signalled(status: &ExitStatus) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt as _;
+        status.signal().is_some()
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = status;
+        false
+    }
+}
+
+/// One stderr line per failed attempt: what happened and what comes next.
+fn report_failure<DB: Db>(shared: &Shared, d: &Delivery<DB>, reason: &str) {
+    let (attempt, max) = (d.attempt(), shared.retry.max_attempts);
+    let next = if shared.retry.exhausted(attempt) {
+        "dead-lettered".to_owned()
+    } else {
+        format!("retrying in {}", queue_cmd::human(shared.retry.delay(attempt)))
+    };
+    eprintln!("rowbus: message {} (attempt {attempt} of {max}): {reason}; {next}", d.id());
+}

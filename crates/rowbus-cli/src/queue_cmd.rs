@@ -1,0 +1,192 @@
+//! What the queue commands (`deploy --queue`, `publish`, `consume`, `stats`, `demo`) share:
+//! dispatching on the database, names, the broker's options, finding a queue table.
+
+use std::time::Duration;
+
+use rowbus::{Broker, BrokerOptions, Db, DbPool, NotifyConfig, Queue, QueueTable, redact};
+
+use crate::catalog::{self, Found, Sql};
+use crate::cli_error::CliError;
+
+/// Runs `$body` with `$pool` bound to the concrete sqlx pool inside a [`rowbus::DbPool`]:
+/// the body is written once, generic over the database.
+macro_rules! on_pool {
+    ($db:expr, |$pool:ident| $body:expr) => {
+        match $db {
+            rowbus::DbPool::Postgres($pool) => $body,
+            rowbus::DbPool::MySql($pool) => $body,
+            rowbus::DbPool::Sqlite($pool) => $body,
+        }
+    };
+}
+pub(crate) use on_pool;
+
+/// Writes `text` and a line end to stdout; a closed stdout (`| head`) is an error, not a
+/// panic.
+pub(crate) fn out(text: &str) -> Result<(), CliError> {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{text}")
+        .and_then(|()| stdout.flush())
+        .map_err(|e| CliError::Message(format!("cannot write to stdout: {e}")))
+}
+
+/// `println!` through [`out`]: returns its error from the enclosing function.
+macro_rules! outln {
+    () => {
+        $crate::queue_cmd::out("")?
+    };
+    ($($arg:tt)*) => {
+        $crate::queue_cmd::out(&format!($($arg)*))?
+    };
+}
+pub(crate) use outln;
+
+/// Seconds as clap parses them: a non-negative decimal number (`0.05`, `2`).
+pub(crate) fn parse_secs(text: &str) -> Result<Duration, String> {
+    let secs: f64 = text.trim().parse().map_err(|_| format!("`{text}` is not a number of seconds"))?;
+    Duration::try_from_secs_f64(secs).map_err(|_| format!("`{text}` is not a non-negative number of seconds"))
+}
+
+/// Like [`parse_secs`], greater than 0.
+pub(crate) fn parse_positive_secs(text: &str) -> Result<Duration, String> {
+    match parse_secs(text)? {
+        d if d.is_zero() => Err(format!("`{text}`: must be greater than 0 seconds")),
+        d => Ok(d),
+    }
+}
+
+/// Checks each name is a queue table name rowbus accepts (before connecting).
+pub(crate) fn parse_tables(names: &[String]) -> Result<Vec<QueueTable>, CliError> {
+    names.iter().map(|name| name.parse::<QueueTable>().map_err(CliError::from)).collect()
+}
+
+/// Checks a group name as the broker will (at most 255 characters, no trailing space),
+/// before anything is started.
+pub(crate) fn check_group(group: &str) -> Result<(), CliError> {
+    let invalid = |reason: &str| {
+        CliError::from(rowbus::Error::InvalidName { name: group.to_owned(), reason: reason.to_owned() })
+    };
+    if group.chars().count() > rowbus::MAX_GROUP_CHARS {
+        return Err(invalid("a group name has at most 255 characters"));
+    }
+    if group.ends_with(' ') {
+        return Err(invalid("a group name must not end with a space"));
+    }
+    Ok(())
+}
+
+/// The notify table the broker wakes through with `listen_notify`: the flags' table, and
+/// their poll interval when one was given; otherwise the broker's fast default (50 ms).
+pub(crate) fn broker_notify_config(config: &NotifyConfig) -> NotifyConfig {
+    let mut notify = config.clone();
+    if config.poll_interval == NotifyConfig::DEFAULT_POLL_INTERVAL {
+        notify.poll_interval = BrokerOptions::default().notify_table.poll_interval;
+    }
+    notify
+}
+
+/// `duration` for people: `850ms`, `12.3s`, `4m 05s`, `2h 03m`, `3d 04h`.
+pub(crate) fn human(duration: Duration) -> String {
+    let secs = duration.as_secs();
+    match secs {
+        0 => format!("{}ms", duration.as_millis()),
+        1..60 => format!("{:.1}s", duration.as_secs_f64()),
+        60..3600 => format!("{}m {:02}s", secs / 60, secs % 60),
+        3600..86400 => format!("{}h {:02}m", secs / 3600, secs % 3600 / 60),
+        _ => format!("{}d {:02}h", secs / 86400, secs % 86400 / 3600),
+    }
+}
+
+/// `n` with thousands separators: `12,345`.
+pub(crate) fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The error for a queue table that is not there.
+pub(crate) fn missing_table(table: &QueueTable, url: &str) -> CliError {
+    CliError::Message(format!(
+        "queue table `{table}` does not exist in {}: create it with `rowbus deploy --queue {table}`",
+        redact(url)
+    ))
+}
+
+/// The queue `name` of `broker`, checked: a valid name for this database, and a table
+/// that exists with the queue columns.
+pub(crate) async fn existing_queue<DB: Sql>(
+    broker: &Broker<DB>,
+    name: &str,
+    url: &str,
+) -> Result<Queue<DB>, CliError> {
+    let queue = broker.queue(name)?;
+    let (schema, table) = catalog::parts(queue.table());
+    match catalog::find(broker.pool(), schema, table).await? {
+        Found::Queue => Ok(queue),
+        Found::Missing => Err(missing_table(queue.table(), url)),
+        Found::Other { columns } => Err(CliError::Message(format!(
+            "table `{}` is not a rowbus queue table: it has {columns} of the columns {} \
+             (create queue tables with `rowbus deploy --queue TABLE`)",
+            queue.table(),
+            catalog::QUEUE_COLUMNS.join(", ")
+        ))),
+    }
+}
+
+/// `rowbus deploy [--queue T...]`: the notify table (nothing on PostgreSQL), then each
+/// queue table, its claim index and its dead-letter table; one line each. Every name is
+/// checked for this database before anything is created.
+pub(crate) async fn deploy<DB: Db>(
+    db: &DbPool,
+    pool: sqlx::Pool<DB>,
+    config: &NotifyConfig,
+    tables: &[QueueTable],
+) -> Result<(), CliError> {
+    let broker = Broker::new(pool, BrokerOptions::default()).await?;
+    let queues = tables.iter().map(|t| broker.queue(t.channel())).collect::<Result<Vec<_>, _>>()?;
+    outln!("{}", db.deploy_notify_table(config).await?);
+    for queue in queues {
+        queue.deploy().await?;
+        let table = queue.table();
+        outln!("queue table `{table}` is ready (dead letters go to `{table}_dead`)");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seconds() {
+        assert_eq!(parse_secs("0.05"), Ok(Duration::from_millis(50)));
+        assert_eq!(parse_secs("2"), Ok(Duration::from_secs(2)));
+        assert!(parse_secs("-1").is_err());
+        assert!(parse_secs("soon").is_err());
+        assert!(parse_positive_secs("0").is_err());
+    }
+
+    #[test]
+    fn human_durations() {
+        assert_eq!(human(Duration::from_millis(850)), "850ms");
+        assert_eq!(human(Duration::from_millis(12_340)), "12.3s");
+        assert_eq!(human(Duration::from_secs(245)), "4m 05s");
+        assert_eq!(human(Duration::from_secs(7380)), "2h 03m");
+        assert_eq!(human(Duration::from_secs(3 * 86400 + 4 * 3600)), "3d 04h");
+    }
+
+    #[test]
+    fn separators() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1000), "1,000");
+        assert_eq!(thousands(1_234_567), "1,234,567");
+    }
+}

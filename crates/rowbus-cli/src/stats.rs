@@ -1,0 +1,157 @@
+//! `rowbus stats [TABLE...]`: each queue table's groups as they stand, and the notify
+//! table's size and lag.
+
+use clap::Args;
+use rowbus::{Broker, BrokerOptions, NotifyConfig, QueueTable, redact};
+use serde_json::json;
+use sqlx::Pool;
+
+use crate::catalog::{self, GroupStats, NotifyStats, Sql};
+use crate::cli_error::CliError;
+use crate::queue_cmd::{self, human, outln, parse_tables};
+
+/// Options of `rowbus stats`.
+#[derive(Debug, Args)]
+pub(crate) struct StatsArgs {
+    /// Queue tables [default: every table with the queue columns in the current schema(s)
+    /// or database]
+    pub(crate) tables: Vec<String>,
+    /// Print one JSON object {"queues": [...], "notify_table": {...} or null}
+    #[arg(long)]
+    json: bool,
+}
+
+/// One line of the report: a group of a queue table.
+struct Line {
+    /// The queue table.
+    table: QueueTable,
+    /// One of its groups.
+    group: GroupStats,
+}
+
+/// Prints the figures.
+pub(crate) async fn stats<DB: Sql>(
+    pool: Pool<DB>,
+    url: &str,
+    config: &NotifyConfig,
+    args: StatsArgs,
+) -> Result<(), CliError> {
+    parse_tables(&args.tables)?;
+    let broker = Broker::new(pool, BrokerOptions::default()).await?;
+    let pool = broker.pool();
+    let tables: Vec<QueueTable> = if args.tables.is_empty() {
+        let mut found = Vec::new();
+        for name in catalog::discover(pool).await? {
+            // Names come from the catalog: only those rowbus accepts are queried.
+            match broker.queue(&name) {
+                Ok(queue) => found.push(queue.table().clone()),
+                Err(e) => eprintln!("rowbus: skipping table {name:?}: {}", crate::one_line(&e)),
+            }
+        }
+        found
+    } else {
+        let mut checked = Vec::new();
+        for name in &args.tables {
+            checked.push(queue_cmd::existing_queue(&broker, name, url).await?.table().clone());
+        }
+        checked
+    };
+    let mut lines = Vec::new();
+    for table in tables {
+        for group in catalog::queue_stats(pool, &table).await? {
+            lines.push(Line { table: table.clone(), group });
+        }
+    }
+    let notify = catalog::notify_stats(pool, &config.table).await?;
+    if args.json {
+        outln!("{}", to_json(&lines, notify.as_ref()));
+    } else {
+        print_table(&lines, notify.as_ref(), url, config)?;
+    }
+    Ok(())
+}
+
+/// The report as one JSON object.
+fn to_json(lines: &[Line], notify: Option<&NotifyStats>) -> serde_json::Value {
+    let queues: Vec<serde_json::Value> = lines
+        .iter()
+        .map(|Line { table, group: g }| {
+            json!({
+                "table": table.channel(),
+                "group": g.group,
+                "depth": g.depth,
+                "ready": g.ready,
+                "delayed": g.delayed(),
+                "in_flight": g.in_flight,
+                "oldest_age_s": g.oldest.map(|d| d.as_secs_f64()),
+                "dead": g.dead,
+            })
+        })
+        .collect();
+    let notify = notify.map(
+        |n| json!({"table": n.table, "rows": n.rows, "oldest_age_s": n.oldest.map(|d| d.as_secs_f64())}),
+    );
+    json!({"queues": queues, "notify_table": notify})
+}
+
+/// The report as an aligned table, then the notify table's line.
+fn print_table(
+    lines: &[Line],
+    notify: Option<&NotifyStats>,
+    url: &str,
+    config: &NotifyConfig,
+) -> Result<(), CliError> {
+    if lines.is_empty() {
+        outln!("no queue tables in {}: create one with `rowbus deploy --queue TABLE`", redact(url));
+    } else {
+        let header = ["TABLE", "GROUP", "DEPTH", "READY", "DELAYED", "IN FLIGHT", "OLDEST", "DEAD"];
+        let rows: Vec<[String; 8]> = lines
+            .iter()
+            .map(|Line { table, group: g }| {
+                [
+                    table.to_string(),
+                    if g.group.is_empty() { "-".to_owned() } else { g.group.escape_debug().to_string() },
+                    g.depth.to_string(),
+                    g.ready.to_string(),
+                    g.delayed().to_string(),
+                    g.in_flight.to_string(),
+                    g.oldest.map_or_else(|| "-".to_owned(), human),
+                    g.dead.map_or_else(|| "-".to_owned(), |d| d.to_string()),
+                ]
+            })
+            .collect();
+        let mut widths = header.map(str::len);
+        for row in &rows {
+            for (w, cell) in widths.iter_mut().zip(row) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+        let format = |cells: &[&str]| {
+            let mut line = String::new();
+            for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
+                let pad = " ".repeat(w - cell.chars().count());
+                // Names left-aligned, figures right-aligned.
+                if i < 2 {
+                    line.push_str(&format!("{cell}{pad}  "));
+                } else {
+                    line.push_str(&format!("{pad}{cell}  "));
+                }
+            }
+            line.trim_end().to_owned()
+        };
+        outln!("{}", format(&header));
+        for row in &rows {
+            outln!("{}", format(&row.each_ref().map(String::as_str)));
+        }
+    }
+    if let Some(n) = notify {
+        let oldest = n.oldest.map_or_else(String::new, |d| format!(", oldest {} old", human(d)));
+        let cleanup = if config.retention.is_zero() {
+            "cleanup off".to_owned()
+        } else {
+            format!("rows older than {} are cleaned up", human(config.retention))
+        };
+        outln!("notify table `{}`: {} rows{oldest} ({cleanup})", n.table, n.rows);
+    }
+    Ok(())
+}

@@ -1,0 +1,909 @@
+//! End-to-end tests of the queue commands of the `rowbus` binary (`deploy --queue`,
+//! `publish`, `consume`, `stats`, `demo`): real processes against real PostgreSQL, MariaDB
+//! and SQLite.
+//!
+//! The servers must be up (`scripts/services.sh` starts them); a test fails, never skips,
+//! when one is unreachable. Every test uses its own queue tables (and, on MariaDB and
+//! SQLite, its own notify table), dropped at the end, so they run in parallel.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const PG_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+const MARIADB_URL: &str = "mysql://root@127.0.0.1:3306/test";
+
+/// How long a one-shot command may run.
+const RUN_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a consumer may take to print its next line or to start.
+const LINE_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a consumer may take to exit after SIGINT/SIGTERM.
+const EXIT_TIMEOUT: Duration = Duration::from_secs(15);
+
+static COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+/// A name no other test (nor another run of this file) uses: `name_<pid>_<n>`.
+fn unique(name: &str) -> String {
+    format!("{name}_{}_{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed))
+}
+
+/// The binary, with none of the caller's DATABASE_URL or RUST_LOG, backtraces on (so that
+/// a panic would show), run in the temp directory so the default URL never lands in the tree.
+fn rowbus() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rowbus"));
+    cmd.env_remove("DATABASE_URL")
+        .env_remove("RUST_LOG")
+        .env("RUST_BACKTRACE", "1")
+        .current_dir(std::env::temp_dir())
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// The command line, shortened, for messages.
+fn describe(cmd: &Command) -> String {
+    let args: Vec<_> = cmd.get_args().map(|a| a.to_string_lossy()).collect();
+    let text = format!("rowbus {}", args.join(" "));
+    text.chars().take(300).collect()
+}
+
+/// Bytes as (lossy) text.
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// A finished process's status and output, for messages.
+fn show(output: &Output) -> String {
+    format!(
+        "status {}\n--- stdout ---\n{}--- stderr ---\n{}",
+        output.status,
+        text(&output.stdout),
+        text(&output.stderr)
+    )
+}
+
+/// Waits for `child` to exit for at most `timeout`.
+fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().expect("waiting for a rowbus process") {
+            return Some(status);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Reads a pipe to its end on a thread.
+fn read_all(mut pipe: impl Read + Send + 'static) -> thread::JoinHandle<Vec<u8>> {
+    thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = pipe.read_to_end(&mut bytes);
+        bytes
+    })
+}
+
+/// Runs `cmd` to completion (at most `timeout`), `input` on its stdin.
+fn run_with(mut cmd: Command, input: Option<&[u8]>, timeout: Duration) -> Output {
+    let what = describe(&cmd);
+    if input.is_some() {
+        cmd.stdin(Stdio::piped());
+    }
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start `{what}`: {e}"));
+    if let Some(input) = input {
+        let mut stdin = child.stdin.take().expect("piped stdin");
+        let input = input.to_vec();
+        thread::spawn(move || {
+            let _ = stdin.write_all(&input);
+        });
+    }
+    let stdout = read_all(child.stdout.take().expect("piped stdout"));
+    let stderr = read_all(child.stderr.take().expect("piped stderr"));
+    let Some(status) = wait_timeout(&mut child, timeout) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("`{what}` did not finish within {timeout:?}");
+    };
+    Output {
+        status,
+        stdout: stdout.join().expect("stdout reader"),
+        stderr: stderr.join().expect("stderr reader"),
+    }
+}
+
+/// Runs `cmd` to completion (at most [`RUN_TIMEOUT`]), stdin empty.
+fn run(cmd: Command) -> Output {
+    run_with(cmd, None, RUN_TIMEOUT)
+}
+
+/// Asserts a failure the way the CLI reports one: exit status 1, nothing on stdout, and
+/// exactly one stderr line `rowbus: error: ...` (no panic, no backtrace). Returns the line.
+fn assert_error(output: &Output, what: &str) -> String {
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{what}: expected exit status 1\n{}", show(output));
+    assert!(!stderr.contains("panicked"), "{what}: the binary panicked\n{}", show(output));
+    assert!(!stderr.to_lowercase().contains("backtrace"), "{what}: a backtrace\n{}", show(output));
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{what}: expected exactly one stderr line\n{}", show(output));
+    assert!(lines[0].starts_with("rowbus: error: "), "{what}: not a `rowbus: error:` line\n{}", show(output));
+    assert!(output.stdout.is_empty(), "{what}: unexpected stdout\n{}", show(output));
+    lines[0].to_owned()
+}
+
+/// Asserts `line` contains every one of `needles`.
+fn assert_mentions(line: &str, needles: &[&str], what: &str) {
+    for needle in needles {
+        assert!(line.contains(needle), "{what}: expected {needle:?} in:\n{line}");
+    }
+}
+
+/// The databases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// PostgreSQL at 127.0.0.1:5432.
+    Postgres,
+    /// MariaDB at 127.0.0.1:3306.
+    MariaDb,
+    /// A temporary SQLite file.
+    Sqlite,
+}
+
+/// One test's database: its URL, its own notify table and the queue tables it made, all
+/// dropped at the end (the SQLite file deleted).
+struct Db {
+    kind: Kind,
+    url: String,
+    notify_table: String,
+    queues: Mutex<Vec<String>>,
+    sqlite_file: Option<PathBuf>,
+}
+
+impl Db {
+    fn new(kind: Kind, test: &str) -> Db {
+        let notify_table = unique(&format!("qcli_{test}_notify"));
+        let (url, sqlite_file) = match kind {
+            Kind::Postgres => (PG_URL.to_owned(), None),
+            Kind::MariaDb => (MARIADB_URL.to_owned(), None),
+            Kind::Sqlite => {
+                let file = std::env::temp_dir().join(format!("rowbus_{notify_table}.sqlite"));
+                (format!("sqlite://{}", file.display()), Some(file))
+            }
+        };
+        Db { kind, url, notify_table, queues: Mutex::default(), sqlite_file }
+    }
+
+    /// The server, for messages.
+    fn server(&self) -> &'static str {
+        match self.kind {
+            Kind::Postgres => "PostgreSQL at 127.0.0.1:5432",
+            Kind::MariaDb => "MariaDB at 127.0.0.1:3306",
+            Kind::Sqlite => "SQLite",
+        }
+    }
+
+    /// A fresh queue table name, dropped with the test.
+    fn queue(&self, name: &str) -> String {
+        let name = unique(&format!("qcli_{name}"));
+        self.queues.lock().unwrap().push(name.clone());
+        name
+    }
+
+    /// `rowbus --database-url URL --notify-table T ARGS...`
+    fn rowbus(&self, args: &[&str]) -> Command {
+        let mut cmd = rowbus();
+        cmd.args(["--database-url", &self.url, "--notify-table", &self.notify_table]).args(args);
+        cmd
+    }
+
+    /// Runs a command that must succeed without a word on stderr; its stdout.
+    fn ok(&self, args: &[&str]) -> String {
+        self.ok_with(args, None)
+    }
+
+    /// Like [`Db::ok`], `input` on stdin.
+    fn ok_with(&self, args: &[&str], input: Option<&[u8]>) -> String {
+        let output = run_with(self.rowbus(args), input, RUN_TIMEOUT);
+        assert!(
+            output.status.success() && output.stderr.is_empty(),
+            "`rowbus {}` on {} did not succeed quietly (is the server up? scripts/services.sh starts it)\n{}",
+            args.join(" "),
+            self.server(),
+            show(&output)
+        );
+        text(&output.stdout)
+    }
+
+    /// Runs a command that must fail; its error line.
+    fn fail(&self, args: &[&str], what: &str) -> String {
+        assert_error(&run(self.rowbus(args)), &format!("{what} on {}", self.server()))
+    }
+
+    /// `rowbus deploy --queue Q...`, checked line by line.
+    fn deploy(&self, queues: &[&str]) {
+        let mut args = vec!["deploy"];
+        for q in queues {
+            args.extend(["--queue", q]);
+        }
+        let stdout = self.ok(&args);
+        let mut expected = match self.kind {
+            Kind::Postgres => {
+                "PostgreSQL has LISTEN/NOTIFY built in: no notify table needed, nothing to do\n".to_owned()
+            }
+            _ => format!("notify table `{}` is ready\n", self.notify_table),
+        };
+        for q in queues {
+            expected.push_str(&format!("queue table `{q}` is ready (dead letters go to `{q}_dead`)\n"));
+        }
+        assert_eq!(stdout, expected);
+    }
+
+    /// `rowbus publish ARGS...`, which must say it published `n`.
+    fn publish(&self, table: &str, args: &[&str], n: usize) {
+        let mut all = vec!["publish", table];
+        all.extend(args);
+        let s = if n == 1 { "" } else { "s" };
+        assert_eq!(self.ok(&all), format!("published {n} message{s} to `{table}`\n"));
+    }
+
+    /// `rowbus stats --json TABLES...`
+    fn stats(&self, tables: &[&str]) -> Value {
+        let mut args = vec!["stats", "--json"];
+        args.extend(tables);
+        let stdout = self.ok(&args);
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("stats --json is not JSON ({e}): {stdout}"))
+    }
+
+    /// The stats line of `table`'s `group`, if listed.
+    fn group_stats(&self, table: &str, group: &str) -> Option<Value> {
+        let stats = self.stats(&[table]);
+        stats["queues"].as_array().expect("a queues array").iter().find(|q| q["group"] == group).cloned()
+    }
+
+    /// The depth of `table`'s `group`: 0 when stats does not list it (no message, no dead
+    /// letter).
+    fn depth(&self, table: &str, group: &str) -> i64 {
+        self.group_stats(table, group).map_or(0, |g| g["depth"].as_i64().expect("a depth"))
+    }
+
+    /// Polls `stats TABLE` until `check` holds for `group`'s line (at most 15 s).
+    fn wait_stats(&self, table: &str, group: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let line = self.group_stats(table, group).unwrap_or(Value::Null);
+            if check(&line) {
+                return line;
+            }
+            assert!(Instant::now() < deadline, "{what}: stats of `{table}` group {group:?} now: {line}");
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        let queues = self.queues.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut tables: Vec<String> = queues.iter().flat_map(|q| [q.clone(), format!("{q}_dead")]).collect();
+        let dropped = match self.kind {
+            Kind::Postgres if !tables.is_empty() => Command::new("psql")
+                .args(["-h", "127.0.0.1", "-U", "postgres", "-d", "test", "-q", "-c"])
+                .arg(format!("DROP TABLE IF EXISTS {}", tables.join(", ")))
+                .stdin(Stdio::null())
+                .output(),
+            Kind::MariaDb => {
+                tables.push(self.notify_table.clone());
+                let list: Vec<String> = tables.iter().map(|t| format!("`{t}`")).collect();
+                Command::new("mariadb")
+                    .args(["-h127.0.0.1", "-P3306", "-uroot", "test", "-e"])
+                    .arg(format!("DROP TABLE IF EXISTS {}", list.join(", ")))
+                    .stdin(Stdio::null())
+                    .output()
+            }
+            Kind::Sqlite => {
+                if let Some(file) = &self.sqlite_file {
+                    for suffix in ["", "-wal", "-shm", "-journal"] {
+                        let mut path = file.clone().into_os_string();
+                        path.push(suffix);
+                        let _ = std::fs::remove_file(path);
+                    }
+                }
+                return;
+            }
+            Kind::Postgres => return,
+        };
+        match dropped {
+            Ok(out) if out.status.success() => {}
+            Ok(out) => eprintln!("cannot drop {tables:?}: {}", text(&out.stderr)),
+            Err(e) => eprintln!("cannot drop {tables:?}: {e}"),
+        }
+    }
+}
+
+/// A pipe's lines, read on a thread.
+fn read_lines(pipe: impl Read + Send + 'static) -> Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        for line in BufReader::new(pipe).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// A running process (`consume`, `demo`), its stdout and stderr read line by line.
+/// Killed when dropped.
+struct Running {
+    child: Child,
+    what: String,
+    stdout: Receiver<String>,
+    stderr: Receiver<String>,
+    stderr_seen: Vec<String>,
+}
+
+impl Running {
+    /// Starts `cmd`.
+    fn spawn(mut cmd: Command) -> Running {
+        let what = describe(&cmd);
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start `{what}`: {e}"));
+        let stdout = read_lines(child.stdout.take().expect("piped stdout"));
+        let stderr = read_lines(child.stderr.take().expect("piped stderr"));
+        Running { child, what, stdout, stderr, stderr_seen: Vec::new() }
+    }
+
+    /// Starts a consumer and waits for its `rowbus: consuming ...` line.
+    fn consumer(cmd: Command) -> Running {
+        let mut running = Running::spawn(cmd);
+        let deadline = Instant::now() + LINE_TIMEOUT;
+        loop {
+            match running.stderr.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(line) => {
+                    let done = line.starts_with("rowbus: consuming ");
+                    running.stderr_seen.push(line);
+                    if done {
+                        return running;
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => running.die("did not say `consuming` in time"),
+                Err(RecvTimeoutError::Disconnected) => {
+                    let status = wait_timeout(&mut running.child, EXIT_TIMEOUT);
+                    running.die(&format!("exited ({status:?}) before consuming"))
+                }
+            }
+        }
+    }
+
+    /// Panics with `message` and the stderr seen so far.
+    fn die(&mut self, message: &str) -> ! {
+        while let Ok(line) = self.stderr.try_recv() {
+            self.stderr_seen.push(line);
+        }
+        panic!("`{}`: {message}\n--- stderr so far ---\n{}", self.what, self.stderr_seen.join("\n"))
+    }
+
+    /// The next stdout line, within [`LINE_TIMEOUT`].
+    fn next_line(&mut self, waiting_for: &str) -> String {
+        match self.stdout.recv_timeout(LINE_TIMEOUT) {
+            Ok(line) => line,
+            Err(RecvTimeoutError::Timeout) => {
+                self.die(&format!("no line within {LINE_TIMEOUT:?}, waiting for {waiting_for}"))
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                self.die(&format!("stdout closed, waiting for {waiting_for}"))
+            }
+        }
+    }
+
+    /// Sends `signal` (`INT`, `TERM`), waits for the exit; returns the status, the stdout
+    /// lines not read yet and every stderr line.
+    fn stop(&mut self, signal: &str) -> (ExitStatus, Vec<String>, Vec<String>) {
+        let pid = self.child.id().to_string();
+        let killed = Command::new("kill").arg(format!("-{signal}")).arg(&pid).status().expect("running kill");
+        assert!(killed.success(), "kill -{signal} {pid} failed");
+        let Some(status) = wait_timeout(&mut self.child, EXIT_TIMEOUT) else {
+            self.die(&format!("did not exit within {EXIT_TIMEOUT:?} of SIG{signal}"))
+        };
+        let rest = drain(&self.stdout);
+        let more = drain(&self.stderr);
+        self.stderr_seen.extend(more);
+        (status, rest, self.stderr_seen.clone())
+    }
+
+    /// Stops with `signal` and asserts exit status 0 with no unread stdout and no error.
+    fn stop_cleanly(&mut self, signal: &str) -> Vec<String> {
+        let (status, rest, stderr) = self.stop(signal);
+        assert!(
+            status.success(),
+            "`{}` exited {status} after SIG{signal}:\n{}",
+            self.what,
+            stderr.join("\n")
+        );
+        assert!(rest.is_empty(), "`{}`: unexpected stdout lines {rest:#?}", self.what);
+        assert!(
+            !stderr.iter().any(|l| l.contains("error") || l.contains("panicked")),
+            "`{}`: {stderr:#?}",
+            self.what
+        );
+        stderr
+    }
+}
+
+/// Every line until the reader hangs up (the pipe closed).
+fn drain(lines: &Receiver<String>) -> Vec<String> {
+    let mut all = Vec::new();
+    loop {
+        match lines.recv_timeout(EXIT_TIMEOUT) {
+            Ok(line) => all.push(line),
+            Err(RecvTimeoutError::Disconnected) => return all,
+            Err(RecvTimeoutError::Timeout) => panic!("a pipe stayed open after its process exited"),
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Parses a `consume --json` line, checking its keys.
+fn delivery(line: &str) -> Value {
+    let value: Value =
+        serde_json::from_str(line).unwrap_or_else(|e| panic!("not a JSON line ({e}): {line:?}"));
+    let mut keys: Vec<&str> = value.as_object().expect("an object").keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["attempt", "group", "id", "payload"], "{line}");
+    assert!(value["id"].as_u64().is_some_and(|id| id > 0), "{line}");
+    value
+}
+
+/// A payload with a newline, quotes, a backslash, a tab and non-ASCII text.
+const TRICKY: &str = "line one\nline \"two\" isn't \\ done\tyet: héllo ✓";
+
+/// Deploy (twice), publish in two groups, stats, `consume --json --listen-notify` of the
+/// default group: the waiting message at once, and one published meanwhile from another
+/// process well before the 30 s poll; SIGINT exits 0. Then the plain format of the other
+/// group, with two workers, and SIGTERM.
+fn round_trip(kind: Kind) {
+    let db = Db::new(kind, "rt");
+    let q = db.queue("rt");
+    db.deploy(&[&q]);
+    db.deploy(&[&q]);
+    db.publish(&q, &["hello"], 1);
+    db.publish(&q, &["--group", "g2", TRICKY], 1);
+    let default = db.group_stats(&q, "").expect("the default group is listed");
+    assert_eq!(
+        (default["depth"].as_i64(), default["ready"].as_i64(), default["dead"].as_i64()),
+        (Some(1), Some(1), Some(0))
+    );
+    assert_eq!(db.group_stats(&q, "g2").expect("g2 is listed")["depth"], 1);
+
+    let mut consumer =
+        Running::consumer(db.rowbus(&["consume", &q, "--json", "--listen-notify", "--poll-interval", "30"]));
+    let first = delivery(&consumer.next_line("hello"));
+    assert_eq!(
+        (first["payload"].as_str(), first["group"].as_str(), first["attempt"].as_u64()),
+        (Some("hello"), Some(""), Some(1))
+    );
+    let sent = Instant::now();
+    db.publish(&q, &["second"], 1);
+    let second = delivery(&consumer.next_line("second"));
+    let took = sent.elapsed();
+    assert_eq!(second["payload"], "second");
+    assert!(second["id"].as_u64() > first["id"].as_u64());
+    assert!(
+        took < Duration::from_secs(10),
+        "woken after {took:?}: the notification did not wake the consumer"
+    );
+    consumer.stop_cleanly("INT");
+    assert_eq!(db.depth(&q, ""), 0, "both acknowledged");
+    assert_eq!(db.depth(&q, "g2"), 1, "the other group's message is left alone");
+
+    let mut plain = Running::consumer(db.rowbus(&["consume", &q, "--group", "g2", "--workers", "2"]));
+    let line = plain.next_line("the tricky payload");
+    let (id, rest) = line.split_once(' ').expect("ID GROUP PAYLOAD");
+    assert!(id.parse::<u64>().is_ok(), "{line}");
+    assert_eq!(rest, format!("g2 {}", TRICKY.escape_debug()));
+    plain.stop_cleanly("TERM");
+    assert_eq!(db.depth(&q, "g2"), 0);
+}
+
+#[test]
+fn round_trip_postgres() {
+    round_trip(Kind::Postgres);
+}
+
+#[test]
+fn round_trip_mariadb() {
+    round_trip(Kind::MariaDb);
+}
+
+#[test]
+fn round_trip_sqlite() {
+    round_trip(Kind::Sqlite);
+}
+
+/// `publish TABLE -`: each stdin line a message (empty lines, CRLF, UTF-8 and not), in
+/// batches; `consume --batch` gets them all, in order.
+fn publish_stdin(kind: Kind) {
+    let db = Db::new(kind, "stdin");
+    let q = db.queue("stdin");
+    db.deploy(&[&q]);
+    let total = 2500;
+    let payloads: Vec<String> = (0..total)
+        .map(|i| match i {
+            7 => String::new(),
+            8 => "héllo ✓".to_owned(),
+            _ => format!("line {i}"),
+        })
+        .collect();
+    let mut input = Vec::new();
+    for (i, p) in payloads.iter().enumerate() {
+        input.extend_from_slice(p.as_bytes());
+        input.extend_from_slice(if i == 9 { b"\r\n" } else { b"\n" });
+    }
+    let stdout = db.ok_with(&["publish", &q, "-"], Some(&input));
+    assert_eq!(stdout, format!("published {total} messages to `{q}`\n"));
+    assert_eq!(db.depth(&q, ""), total);
+
+    let mut consumer = Running::consumer(db.rowbus(&["consume", &q, "--batch", "500", "--json"]));
+    let mut last_id = 0;
+    for expected in &payloads {
+        let d = delivery(&consumer.next_line(expected));
+        assert_eq!(d["payload"].as_str(), Some(expected.as_str()));
+        let id = d["id"].as_u64().unwrap();
+        assert!(id > last_id, "in order");
+        last_id = id;
+    }
+    consumer.stop_cleanly("INT");
+    assert_eq!(db.depth(&q, ""), 0);
+}
+
+#[test]
+fn publish_stdin_sqlite() {
+    publish_stdin(Kind::Sqlite);
+}
+
+#[test]
+fn publish_stdin_postgres() {
+    publish_stdin(Kind::Postgres);
+}
+
+/// `consume --exec`: exit 0 acknowledges; a failing payload is retried after the backoff
+/// and dead-lettered after `--max-attempts`; the command gets the payload on stdin and
+/// the message's attempt in its environment.
+fn exec_retries_then_dead_letters(kind: Kind, mode: &[&str]) {
+    let db = Db::new(kind, "exec");
+    let q = db.queue("exec");
+    db.deploy(&[&q]);
+    db.ok_with(&["publish", &q, "-"], Some(b"ok1\nbad\nok2\n"));
+    let script = r#"p=$(cat); echo "ran $p $ROWBUS_ATTEMPT"; [ "$p" != bad ]"#;
+    let mut args = vec!["consume", &q, "--exec", script, "--max-attempts", "2", "--retry-delay", "0.1"];
+    args.extend(mode);
+    let mut consumer = Running::consumer(db.rowbus(&args));
+    let mut ran: Vec<String> = (0..4).map(|_| consumer.next_line("the command's output")).collect();
+    ran.sort();
+    assert_eq!(ran, ["ran bad 1", "ran bad 2", "ran ok1 1", "ran ok2 1"]);
+    db.wait_stats(&q, "", "dead-lettered", |g| g["dead"] == 1 && g["depth"] == 0);
+    let stderr = consumer.stop_cleanly("INT");
+    let failures: Vec<&String> = stderr.iter().filter(|l| l.contains("exited with status 1")).collect();
+    assert_eq!(failures.len(), 2, "{stderr:#?}");
+    assert_mentions(failures[0], &["(attempt 1 of 2)", "retrying in 100ms"], "the first failure");
+    assert_mentions(failures[1], &["(attempt 2 of 2)", "dead-lettered"], "the second failure");
+}
+
+#[test]
+fn exec_with_workers_sqlite() {
+    exec_retries_then_dead_letters(Kind::Sqlite, &["--workers", "2"]);
+}
+
+#[test]
+fn exec_with_batches_mariadb() {
+    exec_retries_then_dead_letters(Kind::MariaDb, &["--batch", "10"]);
+}
+
+/// `stats` without tables finds the queue tables (and only them); with `--json` the same;
+/// depth, ready, delayed, in flight and dead per group; the notify table's line.
+fn stats_lists_queue_tables(kind: Kind) {
+    let db = Db::new(kind, "stats");
+    let (a, b) = (db.queue("stats_a"), db.queue("stats_b"));
+    db.deploy(&[&a, &b]);
+    db.publish(&a, &["one"], 1);
+    db.publish(&a, &["--group", "x", "two"], 1);
+    db.publish(&b, &["--delay", "60", "later"], 1);
+
+    let all = db.stats(&[]);
+    let line = |table: &str, group: &str| {
+        all["queues"]
+            .as_array()
+            .expect("queues")
+            .iter()
+            .find(|q| q["table"] == table && q["group"] == group)
+            .cloned()
+            .unwrap_or_else(|| panic!("{table}/{group:?} not found by discovery: {all}"))
+    };
+    let figures =
+        |v: &Value| ["depth", "ready", "delayed", "in_flight", "dead"].map(|k| v[k].as_i64().unwrap_or(-1));
+    assert_eq!(figures(&line(&a, "")), [1, 1, 0, 0, 0]);
+    assert_eq!(figures(&line(&a, "x")), [1, 1, 0, 0, 0]);
+    assert_eq!(figures(&line(&b, "")), [1, 0, 1, 0, 0]);
+    assert!(line(&a, "")["oldest_age_s"].as_f64().is_some_and(|s| (0.0..60.0).contains(&s)));
+    let dead_tables =
+        all["queues"].as_array().unwrap().iter().any(|q| q["table"].as_str().unwrap().ends_with("_dead"));
+    assert!(!dead_tables, "dead-letter tables are not queues: {all}");
+    match kind {
+        Kind::Postgres => assert!(all["notify_table"].is_null(), "{all}"),
+        _ => assert_eq!(all["notify_table"]["table"], db.notify_table.as_str(), "{all}"),
+    }
+
+    // The plain table.
+    let plain = db.ok(&["stats", &a, &b]);
+    let lines: Vec<&str> = plain.lines().collect();
+    let words = |l: &str| l.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
+    assert_eq!(
+        words(lines[0]),
+        ["TABLE", "GROUP", "DEPTH", "READY", "DELAYED", "IN", "FLIGHT", "OLDEST", "DEAD"]
+    );
+    let row = |l: &str| {
+        let w = words(l);
+        [&w[..6], &w[w.len() - 1..]].concat()
+    };
+    assert_eq!(row(lines[1]), [a.as_str(), "-", "1", "1", "0", "0", "0"]);
+    assert_eq!(row(lines[2]), [a.as_str(), "x", "1", "1", "0", "0", "0"]);
+    assert_eq!(row(lines[3]), [b.as_str(), "-", "1", "0", "1", "0", "0"]);
+    if kind == Kind::Postgres {
+        assert_eq!(lines.len(), 4, "{plain}");
+    } else {
+        assert_eq!(lines.len(), 5, "{plain}");
+        assert!(lines[4].starts_with(&format!("notify table `{}`: ", db.notify_table)), "{plain}");
+    }
+
+    // In flight: a message whose command is still running.
+    let mut consumer = Running::consumer(db.rowbus(&[
+        "consume",
+        &a,
+        "--group",
+        "x",
+        "--exec",
+        "sleep 30",
+        "--shutdown-timeout",
+        "0",
+    ]));
+    db.wait_stats(&a, "x", "in flight", |g| g["in_flight"] == 1 && g["ready"] == 0 && g["depth"] == 1);
+    consumer.stop_cleanly("INT");
+}
+
+#[test]
+fn stats_lists_queue_tables_sqlite() {
+    stats_lists_queue_tables(Kind::Sqlite);
+}
+
+#[test]
+fn stats_lists_queue_tables_postgres() {
+    stats_lists_queue_tables(Kind::Postgres);
+}
+
+#[test]
+fn stats_lists_queue_tables_mariadb() {
+    stats_lists_queue_tables(Kind::MariaDb);
+}
+
+/// The newcomer's path: `rowbus demo` with no flags but a small run, in an empty directory:
+/// the default SQLite file, a summary, and "nothing lost"; the demo's table is gone after.
+#[test]
+fn demo_on_the_default_sqlite() {
+    let dir = std::env::temp_dir().join(unique("rowbus_demo"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut cmd = rowbus();
+    cmd.current_dir(&dir).args(["demo", "--messages", "400", "--rate", "400"]);
+    let output = run_with(cmd, None, Duration::from_secs(50));
+    let stdout = text(&output.stdout);
+    assert!(output.status.success() && output.stderr.is_empty(), "{}", show(&output));
+    assert_mentions(
+        &stdout,
+        &[
+            "rowbus demo on SQLite (sqlite://rowbus.sqlite)",
+            "workers woken by listen_notify",
+            "messages published",
+            "messages handled",
+            "throughput",
+            "latency p50",
+            "latency p99",
+            "latency max",
+            "dead letters",
+            "nothing lost: every published message was handled exactly once",
+        ],
+        "the demo's output",
+    );
+    let figure = |label: &str| {
+        let line = stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with(label))
+            .unwrap_or_else(|| panic!("{label}: {stdout}"));
+        line[label.len() + 2..].split_whitespace().next().unwrap().replace(',', "")
+    };
+    assert_eq!(figure("messages published"), "400", "{stdout}");
+    assert_eq!(figure("messages handled"), "400", "{stdout}");
+    assert_eq!(figure("retries"), "4", "1 in 100 fails once: {stdout}");
+    assert_eq!(figure("dead letters"), "0", "{stdout}");
+    assert!(!stdout.contains("NOT VERIFIED"), "{stdout}");
+
+    let mut stats = rowbus();
+    stats.current_dir(&dir).args(["stats", "--json"]);
+    let output = run(stats);
+    assert!(output.status.success(), "{}", show(&output));
+    let value: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(value["queues"], Value::Array(vec![]), "the demo's table was dropped: {value}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The demo on the servers, briefly.
+fn demo_runs(kind: Kind) {
+    let db = Db::new(kind, "demo");
+    let stdout = db.ok(&["demo", "--messages", "300", "--rate", "600"]);
+    assert_mentions(&stdout, &["nothing lost: every published message was handled exactly once"], "demo");
+    assert!(!stdout.contains("NOT VERIFIED"), "{stdout}");
+    let table = stdout.split('`').nth(1).expect("the demo names its table");
+    let queues = db.stats(&[])["queues"].clone();
+    assert!(
+        !queues.as_array().unwrap().iter().any(|q| q["table"] == table),
+        "{table} was not dropped: {queues}"
+    );
+}
+
+#[test]
+fn demo_postgres() {
+    demo_runs(Kind::Postgres);
+}
+
+#[test]
+fn demo_mariadb() {
+    demo_runs(Kind::MariaDb);
+}
+
+/// Ctrl-C in the middle of the demo: exit 0, the summary so far, the table dropped.
+#[test]
+fn demo_interrupted_prints_the_summary_so_far() {
+    let db = Db::new(Kind::Sqlite, "demo_int");
+    let mut demo = Running::spawn(db.rowbus(&["demo", "--messages", "100000", "--rate", "500"]));
+    let header: Vec<String> = (0..3).map(|_| demo.next_line("the demo's header")).collect();
+    assert!(header[0].starts_with("rowbus demo on SQLite"), "{header:#?}");
+    thread::sleep(Duration::from_millis(1500));
+    let (status, rest, stderr) = demo.stop("INT");
+    assert!(status.success(), "{status}: {stderr:#?}");
+    let summary = rest.join("\n");
+    assert_mentions(
+        &summary,
+        &["interrupted: the summary so far", "messages published", "latency p50"],
+        "summary",
+    );
+    assert!(
+        summary.contains("nothing lost") || summary.contains("NOT VERIFIED"),
+        "the summary says whether anything was lost: {summary}"
+    );
+    assert_eq!(db.stats(&[])["queues"], Value::Array(vec![]), "the demo's table was dropped");
+}
+
+/// A queue table that does not exist: publish, consume and stats say to deploy it.
+fn missing_queue_table(kind: Kind) {
+    let db = Db::new(kind, "missing");
+    db.deploy(&[]);
+    let q = unique("qcli_never");
+    let hint = format!("create it with `rowbus deploy --queue {q}`");
+    for args in [
+        &["publish", &q, "x"][..],
+        &["consume", &q],
+        &["consume", &q, "--json", "--listen-notify"],
+        &["stats", &q],
+    ] {
+        let what = format!("{args:?} without the table");
+        let line = db.fail(args, &what);
+        assert_mentions(&line, &[&format!("queue table `{q}` does not exist"), &hint], &what);
+    }
+}
+
+#[test]
+fn missing_queue_table_postgres() {
+    missing_queue_table(Kind::Postgres);
+}
+
+#[test]
+fn missing_queue_table_mariadb() {
+    missing_queue_table(Kind::MariaDb);
+}
+
+#[test]
+fn missing_queue_table_sqlite() {
+    missing_queue_table(Kind::Sqlite);
+}
+
+/// Names rowbus refuses, everywhere a table or group is named; a table that is not a
+/// queue; `--listen-notify` without the notify table.
+#[test]
+fn invalid_names_and_tables() {
+    let db = Db::new(Kind::Sqlite, "names");
+    let long = "x".repeat(58);
+    for name in ["a;b", "jobs`", "1jobs", "", long.as_str(), "a.b.c"] {
+        for args in [
+            &["deploy", "--queue", name][..],
+            &["publish", name, "x"],
+            &["consume", name],
+            &["stats", "--json", name],
+        ] {
+            let what = format!("{args:?}");
+            let line = db.fail(args, &what);
+            assert_mentions(&line, &["invalid name"], &what);
+        }
+    }
+    let line = db.fail(&["deploy", "--queue", "app.jobs"], "a schema on SQLite");
+    assert_mentions(&line, &["invalid name \"app.jobs\"", "SQLite has no schemas"], "a schema on SQLite");
+
+    let q = db.queue("names");
+    db.deploy(&[&q]);
+    let line = db.fail(&["consume", &q, "--group", "trailing "], "a group ending in a space");
+    assert_mentions(&line, &["invalid name \"trailing \"", "must not end with a space"], "a bad group");
+    let line = db.fail(&["publish", &q, "--group", "trailing ", "x"], "publish to a bad group");
+    assert_mentions(&line, &["invalid name \"trailing \""], "publish to a bad group");
+    let line = db.fail(&["publish", &db.notify_table, "x"], "the notify table as a queue");
+    assert_mentions(&line, &["is not a rowbus queue table", "rowbus deploy --queue"], "not a queue");
+    let mut other = db.rowbus(&["consume", &q, "--listen-notify"]);
+    other.args(["--notify-table", "qcli_no_such_notify"]);
+    let line = assert_error(&run(other), "--listen-notify without its notify table");
+    assert_mentions(&line, &["qcli_no_such_notify", "does not exist", "rowbus deploy"], "no notify table");
+
+    // Flags clap refuses: its own message and status 2.
+    let output = run(db.rowbus(&["consume", &q, "--workers", "2", "--batch", "5"]));
+    assert_eq!(output.status.code(), Some(2), "{}", show(&output));
+    assert_mentions(&text(&output.stderr), &["cannot be used with"], "--workers with --batch");
+}
+
+/// Unreachable servers and bad URLs: one line, at once.
+#[test]
+fn unreachable_servers_and_bad_urls() {
+    let commands: [&[&str]; 6] = [
+        &["deploy", "--queue", "q"],
+        &["publish", "q", "x"],
+        &["consume", "q"],
+        &["stats"],
+        &["stats", "q"],
+        &["demo", "--messages", "10"],
+    ];
+    for url in ["postgres://postgres@127.0.0.1:1/test", "mysql://root@127.0.0.1:1/test"] {
+        for args in commands {
+            let mut cmd = rowbus();
+            cmd.args(["--database-url", url]).args(args);
+            let what = format!("{url} {args:?}");
+            let started = Instant::now();
+            let line = assert_error(&run(cmd), &what);
+            assert_mentions(&line, &["cannot connect to", "127.0.0.1:1", "Connection refused"], &what);
+            assert!(started.elapsed() < Duration::from_secs(10), "{what}: took {:?}", started.elapsed());
+        }
+    }
+    for args in commands {
+        let mut cmd = rowbus();
+        cmd.args(["--database-url", "foo://x"]).args(args);
+        let what = format!("foo://x {args:?}");
+        let line = assert_error(&run(cmd), &what);
+        assert_mentions(&line, &["invalid database URL", "foo://x"], &what);
+    }
+}

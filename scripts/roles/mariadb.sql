@@ -1,0 +1,33 @@
+-- rowbus least-privilege roles (users) on MySQL/MariaDB: notifier, listener, publisher, consumer.
+-- Applied by scripts/roles.sh and by `rowbus chaos` (which runs under these users).
+-- Each `-- @section NAME` is applied on its own; placeholders are substituted first:
+--   @PREFIX@ user-name prefix, @PASSWORD@ the users' password, @SCHEMA@ the database of the
+--   tables, @NOTIFY@ the notify table, @QUEUE@ a queue table (its dead letters: @QUEUE@_dead).
+-- Every statement is idempotent: run it again after adding a queue. The tables must exist.
+
+-- @section roles
+CREATE USER IF NOT EXISTS '@PREFIX@notifier'@'%' IDENTIFIED BY '@PASSWORD@';
+ALTER USER '@PREFIX@notifier'@'%' IDENTIFIED BY '@PASSWORD@';
+CREATE USER IF NOT EXISTS '@PREFIX@listener'@'%' IDENTIFIED BY '@PASSWORD@';
+ALTER USER '@PREFIX@listener'@'%' IDENTIFIED BY '@PASSWORD@';
+CREATE USER IF NOT EXISTS '@PREFIX@publisher'@'%' IDENTIFIED BY '@PASSWORD@';
+ALTER USER '@PREFIX@publisher'@'%' IDENTIFIED BY '@PASSWORD@';
+CREATE USER IF NOT EXISTS '@PREFIX@consumer'@'%' IDENTIFIED BY '@PASSWORD@';
+ALTER USER '@PREFIX@consumer'@'%' IDENTIFIED BY '@PASSWORD@';
+
+-- @section notify
+-- notifier: one INSERT per notification. listener: polls (SELECT) and cleans up (DELETE).
+GRANT INSERT ON `@SCHEMA@`.`@NOTIFY@` TO '@PREFIX@notifier'@'%';
+GRANT SELECT, DELETE ON `@SCHEMA@`.`@NOTIFY@` TO '@PREFIX@listener'@'%';
+
+-- @section queue
+GRANT INSERT ON `@SCHEMA@`.`@QUEUE@` TO '@PREFIX@publisher'@'%';
+-- Claims are SELECT ... FOR UPDATE SKIP LOCKED then UPDATE; acks delete; dead letters are
+-- INSERT ... SELECT into @QUEUE@_dead.
+GRANT SELECT, UPDATE, DELETE ON `@SCHEMA@`.`@QUEUE@` TO '@PREFIX@consumer'@'%';
+GRANT INSERT ON `@SCHEMA@`.`@QUEUE@_dead` TO '@PREFIX@consumer'@'%';
+
+-- @section queue-listen-notify
+-- listen_notify: publishers write wake-up rows; the consumers' broker polls and cleans up.
+GRANT INSERT ON `@SCHEMA@`.`@NOTIFY@` TO '@PREFIX@publisher'@'%';
+GRANT SELECT, DELETE ON `@SCHEMA@`.`@NOTIFY@` TO '@PREFIX@consumer'@'%';

@@ -1,0 +1,40 @@
+-- rowbus least-privilege roles on PostgreSQL: notifier, listener, publisher, consumer.
+-- Applied by scripts/roles.sh and by `rowbus chaos` (which runs under these roles).
+-- Each `-- @section NAME` is applied on its own; placeholders are substituted first:
+--   @PREFIX@ role-name prefix, @PASSWORD@ the roles' password, @DATABASE@ the database,
+--   @SCHEMA@ the queue table's schema, @QUEUE@ a queue table (its dead letters: @QUEUE@_dead).
+-- Every statement is idempotent: run it again after adding a queue.
+
+-- @section roles
+DO $$
+DECLARE
+  role text;
+BEGIN
+  FOREACH role IN ARRAY ARRAY['notifier', 'listener', 'publisher', 'consumer'] LOOP
+    IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '@PREFIX@' || role) THEN
+      EXECUTE format('CREATE ROLE %I LOGIN', '@PREFIX@' || role);
+    END IF;
+    EXECUTE format('ALTER ROLE %I LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOINHERIT PASSWORD %L',
+                   '@PREFIX@' || role, '@PASSWORD@');
+  END LOOP;
+END $$;
+GRANT CONNECT ON DATABASE "@DATABASE@"
+  TO "@PREFIX@notifier", "@PREFIX@listener", "@PREFIX@publisher", "@PREFIX@consumer";
+-- notifier: pg_notify, which PUBLIC may run by default (granted in case that was revoked).
+GRANT EXECUTE ON FUNCTION pg_notify(text, text) TO "@PREFIX@notifier";
+-- listener: LISTEN needs no privilege at all.
+
+-- @section notify
+-- PostgreSQL has no notify table: nothing to grant.
+
+-- @section queue
+GRANT USAGE ON SCHEMA "@SCHEMA@" TO "@PREFIX@publisher", "@PREFIX@consumer";
+-- An identity column's sequence needs no grant of its own (a SERIAL's would).
+GRANT INSERT ON "@SCHEMA@"."@QUEUE@" TO "@PREFIX@publisher";
+-- Claims are UPDATE ... RETURNING over SELECT ... FOR UPDATE SKIP LOCKED; acks delete.
+GRANT SELECT, UPDATE, DELETE ON "@SCHEMA@"."@QUEUE@" TO "@PREFIX@consumer";
+GRANT INSERT ON "@SCHEMA@"."@QUEUE@_dead" TO "@PREFIX@consumer";
+
+-- @section queue-listen-notify
+-- listen_notify: publishers call pg_notify; the consumers' broker LISTENs (no privilege).
+GRANT EXECUTE ON FUNCTION pg_notify(text, text) TO "@PREFIX@publisher";

@@ -67,6 +67,11 @@ impl<DB: Db> Lease<DB> {
         self.settled.store(true, Ordering::Release);
     }
 
+    /// Claims the settling for the caller: `true` unless it was settled already.
+    pub fn take(&self) -> bool {
+        !self.settled.swap(true, Ordering::AcqRel)
+    }
+
     pub fn is_settled(&self) -> bool {
         self.settled.load(Ordering::Acquire)
     }

@@ -268,6 +268,30 @@ pub(crate) async fn ack_many<DB: Db>(
     Ok(done)
 }
 
+/// Acknowledges `(id, token)` pairs of any claims in one statement; counts what was still
+/// leased as acknowledged and the rest as lost leases.
+pub(crate) async fn ack_pairs<DB: Db>(queue: &Queue<DB>, pairs: &[(i64, i64)]) -> Result<u64, Error> {
+    if pairs.is_empty() {
+        return Ok(0);
+    }
+    let sql = Arc::from(queue.sql.ack_pairs(pairs.len()));
+    let args: Vec<Arg<'_>> = pairs.iter().flat_map(|&(id, token)| [Arg::Int(id), Arg::Int(token)]).collect();
+    let mut tries = 0;
+    let done = loop {
+        tries += 1;
+        let mut conn = queue.inner().pool.acquire().await?;
+        match DB::execute(&mut conn, &sql, &args).await {
+            Ok(n) => break n,
+            Err(e) if is_retryable(&e) && tries < DEADLOCK_TRIES => continue,
+            Err(e) => return Err(e.into()),
+        }
+    };
+    let counters = &queue.inner().counters;
+    super::Counters::add(&counters.acked, done);
+    super::Counters::add(&counters.leases_lost, pairs.len() as u64 - done);
+    Ok(done)
+}
+
 pub(crate) async fn retry<DB: Db>(
     queue: &Queue<DB>,
     id: i64,

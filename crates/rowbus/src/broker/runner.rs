@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 
 use futures::FutureExt as _;
 use futures::future::BoxFuture;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::task::JoinSet;
 use tracing::{Instrument as _, debug, info_span, warn};
 
@@ -105,6 +105,9 @@ impl<DB: Db> SubscriptionBuilder<DB> {
         let _running = Running::new(self.queue.inner());
         let handler = Arc::new(handler);
         let workers = Arc::new(Semaphore::new(self.workers));
+        let (acks, pending) = mpsc::unbounded_channel();
+        let acker =
+            tokio::spawn(acknowledge(self.queue.clone(), pending).instrument(info_span!("rowbus.acks")));
         let mut set = JoinSet::new();
         loop {
             while set.try_join_next().is_some() {}
@@ -122,20 +125,31 @@ impl<DB: Db> SubscriptionBuilder<DB> {
                 break;
             }
             for (delivery, permit) in deliveries.into_iter().zip(permits) {
-                let handler = handler.clone();
+                let (handler, acks) = (handler.clone(), acks.clone());
                 let span = info_span!("rowbus.message", id = delivery.id(), attempt = delivery.attempt());
                 set.spawn(
                     async move {
-                        let _worker = permit;
+                        let worker = permit;
                         let lease = delivery.lease();
                         let result = outcome(handler(delivery)).await;
-                        lease.settle(result).await;
+                        // The worker is free once its handler is done: the message stays
+                        // leased until its acknowledgement, which joins others in one
+                        // statement.
+                        drop(worker);
+                        match result {
+                            Ok(Outcome::Ack) if lease.take() => {
+                                let _ = acks.send((lease.id(), lease.token()));
+                            }
+                            other => lease.settle(other).await,
+                        }
                     }
                     .instrument(span),
                 );
             }
         }
         drain(&mut set, self.shutdown_timeout).await;
+        drop(acks);
+        let _ = acker.await;
         Ok(())
     }
 
@@ -337,6 +351,21 @@ fn clone_row(row: &crate::db::ClaimedRow) -> crate::db::ClaimedRow {
         created_at: row.created_at,
     }
 }
+
+/// Acknowledges the messages whose handlers succeeded, as many per statement as have
+/// finished meanwhile, until every sender is gone.
+async fn acknowledge<DB: Db>(queue: Queue<DB>, mut pending: mpsc::UnboundedReceiver<(i64, i64)>) {
+    let mut batch = Vec::new();
+    while pending.recv_many(&mut batch, ACK_BATCH).await > 0 {
+        if let Err(error) = ops::ack_pairs(&queue, &batch).await {
+            warn!(%error, table = %queue.table(), count = batch.len(), "acknowledging failed; the messages come back when their leases run out");
+        }
+        batch.clear();
+    }
+}
+
+/// Most acknowledgements one statement carries.
+const ACK_BATCH: usize = 256;
 
 /// Settles a batch: an acknowledgement (or drop) is one statement for the whole claim.
 async fn settle_batch<DB: Db>(queue: &Queue<DB>, leases: Vec<Lease<DB>>, result: Result<Outcome, String>) {

@@ -399,6 +399,22 @@ impl TableSql {
         )
     }
 
+    /// Deletes acknowledged rows, each under its own lease. Binds: (id, token) pairs.
+    pub fn ack_pairs(&self, pairs: usize) -> String {
+        let mut sql = format!("DELETE FROM {} WHERE (id, lease) IN (", self.quoted);
+        for i in 0..pairs {
+            if i > 0 {
+                sql.push_str(", ");
+            }
+            match self.backend {
+                Backend::Postgres => sql.push_str(&format!("(${}, ${})", 2 * i + 1, 2 * i + 2)),
+                _ => sql.push_str("(?, ?)"),
+            }
+        }
+        sql.push(')');
+        sql
+    }
+
     /// Deletes acknowledged rows of one claim. Binds: token, then the ids.
     pub fn ack_many(&self, ids: usize) -> String {
         let token = match self.backend {

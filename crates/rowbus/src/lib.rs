@@ -60,7 +60,7 @@ mod notify;
 pub use backend::{Backend, DbPool, redact};
 pub use broker::{
     Broker, BrokerOptions, BrokerTx, Delivery, MAX_GROUP_CHARS, MAX_TABLE_NAME, Message, Outcome, Queue,
-    QueueTable, RetryPolicy, Stats, Subscription, SubscriptionBuilder, TxMessage,
+    QueueTable, Received, RetryPolicy, Stats, Subscription, SubscriptionBuilder, TxMessage,
 };
 pub use db::Db;
 pub use deploy::NotifyDeploy;

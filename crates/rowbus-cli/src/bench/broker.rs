@@ -156,17 +156,9 @@ fn percent_of(part: f64, whole: f64) -> Option<f64> {
     (whole > 0.0 && part.is_finite()).then(|| 100.0 * part / whole)
 }
 
-/// A number with thousands separators: `12,345`.
+/// A rate with thousands separators: `12,345`.
 fn thousands(value: f64) -> String {
-    let digits = format!("{:.0}", value.max(0.0));
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
+    crate::queue_cmd::thousands(value.max(0.0).round() as u64)
 }
 
 /// One throughput run.

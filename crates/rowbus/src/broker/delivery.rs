@@ -136,54 +136,29 @@ impl<DB: Db> Lease<DB> {
 #[derive(Debug)]
 pub struct Delivery<DB: Db> {
     lease: Lease<DB>,
-    row: ClaimedRow,
+    message: Received,
+}
+
+impl<DB: Db> std::ops::Deref for Delivery<DB> {
+    type Target = Received;
+
+    /// The message's contents: [`id`](Received::id), [`payload`](Received::payload),
+    /// [`text`](Received::text), [`json`](Received::json), [`attempt`](Received::attempt)...
+    fn deref(&self) -> &Received {
+        &self.message
+    }
 }
 
 impl<DB: Db> Delivery<DB> {
     pub(crate) fn new(queue: Queue<DB>, row: ClaimedRow, token: i64) -> Self {
         let attempt = u32::try_from(row.attempts).unwrap_or(u32::MAX);
         let lease = Lease { queue, id: row.id, token, attempt, settled: Arc::default() };
-        Delivery { lease, row }
+        Delivery { lease, message: Received { row, attempt } }
     }
 
     /// The lease, for a runner to settle the message after its handler.
     pub(crate) fn lease(&self) -> Lease<DB> {
         self.lease.clone()
-    }
-
-    /// The message's id in its table.
-    pub fn id(&self) -> i64 {
-        self.row.id
-    }
-
-    /// Its group (`""` by default).
-    pub fn group(&self) -> &str {
-        &self.row.group
-    }
-
-    /// Its payload.
-    pub fn payload(&self) -> &[u8] {
-        &self.row.payload
-    }
-
-    /// Its payload as UTF-8 text.
-    pub fn text(&self) -> Result<&str, Error> {
-        decode_text(self.row.id, &self.row.payload)
-    }
-
-    /// Its payload decoded from JSON.
-    pub fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T, Error> {
-        decode_json(self.row.id, &self.row.payload)
-    }
-
-    /// Which attempt this is: 1 the first time.
-    pub fn attempt(&self) -> u32 {
-        self.lease.attempt
-    }
-
-    /// When it was published (the database's clock).
-    pub fn published_at(&self) -> SystemTime {
-        published_at(&self.row)
     }
 
     /// The queue it came from.
@@ -229,20 +204,32 @@ impl<DB: Db> Delivery<DB> {
     }
 }
 
-/// The message a transactional handler gets, with the claim's transaction: it is
-/// deleted when that transaction commits.
+/// What a received message holds: its id, group, payload and attempt. A [`Delivery`]
+/// dereferences to it; a transactional handler gets it with the claim's transaction.
 #[derive(Debug)]
-pub struct TxMessage {
-    pub(crate) row: ClaimedRow,
+pub struct Received {
+    row: ClaimedRow,
+    attempt: u32,
 }
 
-impl TxMessage {
+/// The message a transactional handler gets, with the claim's transaction: it is deleted
+/// when that transaction commits.
+pub type TxMessage = Received;
+
+impl Received {
+    /// The message of a row claimed without a lease, in a transaction: the claim did not
+    /// count this attempt yet.
+    pub(crate) fn locked(row: ClaimedRow) -> Self {
+        let attempt = u32::try_from(row.attempts + 1).unwrap_or(u32::MAX);
+        Received { row, attempt }
+    }
+
     /// The message's id in its table.
     pub fn id(&self) -> i64 {
         self.row.id
     }
 
-    /// Its group.
+    /// Its group (`""` by default).
     pub fn group(&self) -> &str {
         &self.row.group
     }
@@ -264,10 +251,10 @@ impl TxMessage {
 
     /// Which attempt this is: 1 the first time.
     pub fn attempt(&self) -> u32 {
-        u32::try_from(self.row.attempts + 1).unwrap_or(u32::MAX)
+        self.attempt
     }
 
-    /// When it was published.
+    /// When it was published (the database's clock).
     pub fn published_at(&self) -> SystemTime {
         published_at(&self.row)
     }

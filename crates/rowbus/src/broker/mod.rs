@@ -26,7 +26,7 @@ use crate::error::Error;
 use crate::listener::{Event, Listener, ListenerHandle, ListenerOptions};
 use crate::notify::Notifier;
 
-pub use delivery::{Delivery, Outcome, TxMessage};
+pub use delivery::{Delivery, Outcome, Received, TxMessage};
 pub use retry::RetryPolicy;
 pub use stats::Stats;
 pub use subscription::{Subscription, SubscriptionBuilder};

@@ -214,18 +214,23 @@ async fn claim_mysql<DB: Db>(
 /// Runs a statement that must change exactly the leased row; refuses with
 /// [`Error::LeaseLost`] when it changed nothing. Retries deadlocks.
 async fn on_lease<DB: Db>(queue: &Queue<DB>, sql: &Arc<str>, args: &[Arg<'_>], id: i64) -> Result<(), Error> {
+    if execute_retrying(queue, sql, args).await? == 0 {
+        super::Counters::add(&queue.inner().counters.leases_lost, 1);
+        return Err(Error::LeaseLost { table: queue.sql.table.to_string(), id });
+    }
+    Ok(())
+}
+
+/// Runs a statement on a pool connection, again when it deadlocked; the rows it changed.
+async fn execute_retrying<DB: Db>(queue: &Queue<DB>, sql: &Arc<str>, args: &[Arg<'_>]) -> Result<u64, Error> {
     let mut tries = 0;
     loop {
         tries += 1;
         let mut conn = queue.inner().pool.acquire().await?;
         match DB::execute(&mut conn, sql, args).await {
-            Ok(0) => {
-                super::Counters::add(&queue.inner().counters.leases_lost, 1);
-                return Err(Error::LeaseLost { table: queue.sql.table.to_string(), id });
-            }
-            Ok(_) => return Ok(()),
+            Ok(n) => return Ok(n),
             Err(e) if is_retryable(&e) && tries < DEADLOCK_TRIES => continue,
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(queue_error(queue, e)),
         }
     }
 }
@@ -252,16 +257,7 @@ pub(crate) async fn ack_many<DB: Db>(
     let sql = Arc::from(queue.sql.ack_many(ids.len()));
     let mut args = vec![Arg::Int(token)];
     args.extend(ids.iter().map(|&id| Arg::Int(id)));
-    let mut tries = 0;
-    let done = loop {
-        tries += 1;
-        let mut conn = queue.inner().pool.acquire().await?;
-        match DB::execute(&mut conn, &sql, &args).await {
-            Ok(n) => break n,
-            Err(e) if is_retryable(&e) && tries < DEADLOCK_TRIES => continue,
-            Err(e) => return Err(e.into()),
-        }
-    };
+    let done = execute_retrying(queue, &sql, &args).await?;
     let counters = &queue.inner().counters;
     super::Counters::add(if dropped { &counters.dropped } else { &counters.acked }, done);
     super::Counters::add(&counters.leases_lost, ids.len() as u64 - done);
@@ -276,16 +272,7 @@ pub(crate) async fn ack_pairs<DB: Db>(queue: &Queue<DB>, pairs: &[(i64, i64)]) -
     }
     let sql = Arc::from(queue.sql.ack_pairs(pairs.len()));
     let args: Vec<Arg<'_>> = pairs.iter().flat_map(|&(id, token)| [Arg::Int(id), Arg::Int(token)]).collect();
-    let mut tries = 0;
-    let done = loop {
-        tries += 1;
-        let mut conn = queue.inner().pool.acquire().await?;
-        match DB::execute(&mut conn, &sql, &args).await {
-            Ok(n) => break n,
-            Err(e) if is_retryable(&e) && tries < DEADLOCK_TRIES => continue,
-            Err(e) => return Err(e.into()),
-        }
-    };
+    let done = execute_retrying(queue, &sql, &args).await?;
     let counters = &queue.inner().counters;
     super::Counters::add(&counters.acked, done);
     super::Counters::add(&counters.leases_lost, pairs.len() as u64 - done);

@@ -313,7 +313,7 @@ async fn transactional<DB, F, O, E>(
     let id = row.id;
     let settled = async {
         ops::savepoint(&mut tx, "SAVEPOINT rowbus_handler").await?;
-        let result = outcome(handler(&mut tx, TxMessage { row: clone_row(&row) })).await;
+        let result = outcome(handler(&mut tx, TxMessage::locked(clone_row(&row)))).await;
         match result {
             Ok(done @ (Outcome::Ack | Outcome::Drop)) => {
                 ops::delete_locked(queue, &mut tx, id).await?;

@@ -97,8 +97,8 @@ sql_for!(MySql);
 sql_for!(Sqlite);
 
 /// The columns every queue table has (the broker's claim needs them all).
-pub(crate) const QUEUE_COLUMNS: [&str; 6] =
-    ["id", "group_name", "payload", "attempts", "visible_at", "lease"];
+pub(crate) const QUEUE_COLUMNS: [&str; 7] =
+    ["id", "group_name", "payload", "attempts", "visible_at", "lease", "lease_until"];
 
 /// `'id', 'group_name', ...`: constants, not input.
 fn queue_column_list() -> String {
@@ -139,7 +139,7 @@ pub(crate) enum Found {
     Missing,
     /// A table with every queue column.
     Queue,
-    /// A table without them (`columns` of the six).
+    /// A table without them (`columns` of the seven).
     Other {
         /// How many of the queue columns it has.
         columns: i64,
@@ -197,7 +197,7 @@ pub(crate) async fn find<DB: Sql>(
     let (exists, columns) = rows.first().map(|r| (r.int(0), r.int(1))).unwrap_or((0, 0));
     Ok(match (exists, columns) {
         (0, _) => Found::Missing,
-        (_, 6) => Found::Queue,
+        (_, n) if n == QUEUE_COLUMNS.len() as i64 => Found::Queue,
         (_, columns) => Found::Other { columns },
     })
 }
@@ -206,7 +206,7 @@ pub(crate) async fn find<DB: Sql>(
 /// the current schema) or the current database (MySQL/MariaDB, SQLite): tables having
 /// every queue column. Names as the catalog spells them, to be validated by the caller.
 pub(crate) async fn discover<DB: Sql>(pool: &Pool<DB>) -> Result<Vec<String>, sqlx::Error> {
-    let columns = queue_column_list();
+    let (columns, n) = (queue_column_list(), QUEUE_COLUMNS.len());
     Ok(match DB::BACKEND {
         Backend::Postgres => {
             let sql = format!(
@@ -216,7 +216,7 @@ pub(crate) async fn discover<DB: Sql>(pool: &Pool<DB>) -> Result<Vec<String>, sq
                  ON t.table_schema = c.table_schema AND t.table_name = c.table_name AND t.table_type = 'BASE TABLE' \
                  WHERE c.table_schema::name = ANY (current_schemas(false)) AND c.column_name IN ({columns}) \
                  GROUP BY c.table_schema, c.table_name \
-                 HAVING COUNT(DISTINCT c.column_name) = 6 \
+                 HAVING COUNT(DISTINCT c.column_name) = {n} \
                  ORDER BY 1, 2"
             );
             DB::fetch(pool, sql, vec![], 3)
@@ -236,7 +236,7 @@ pub(crate) async fn discover<DB: Sql>(pool: &Pool<DB>) -> Result<Vec<String>, sq
                  ON t.table_schema = c.table_schema AND t.table_name = c.table_name AND t.table_type = 'BASE TABLE' \
                  WHERE c.table_schema = DATABASE() AND c.column_name IN ({columns}) \
                  GROUP BY c.table_name \
-                 HAVING COUNT(DISTINCT c.column_name) = 6 \
+                 HAVING COUNT(DISTINCT c.column_name) = {n} \
                  ORDER BY 1"
             );
             DB::fetch(pool, sql, vec![], 1).await?.into_iter().flat_map(|row| row.texts).collect()
@@ -246,7 +246,7 @@ pub(crate) async fn discover<DB: Sql>(pool: &Pool<DB>) -> Result<Vec<String>, sq
                 "SELECT m.name FROM sqlite_master AS m, pragma_table_info(m.name) AS p \
                  WHERE m.type = 'table' AND p.name IN ({columns}) \
                  GROUP BY m.name \
-                 HAVING COUNT(DISTINCT p.name) = 6 \
+                 HAVING COUNT(DISTINCT p.name) = {n} \
                  ORDER BY m.name"
             );
             DB::fetch(pool, sql, vec![], 1).await?.into_iter().flat_map(|row| row.texts).collect()
@@ -294,23 +294,24 @@ pub(crate) async fn queue_stats<DB: Sql>(
     let sql = match DB::BACKEND {
         Backend::Postgres => format!(
             "SELECT group_name, COUNT(*), \
-             COUNT(*) FILTER (WHERE visible_at <= now()), \
-             COUNT(*) FILTER (WHERE visible_at > now() AND lease IS NOT NULL), \
+             COUNT(*) FILTER (WHERE visible_at <= now() AND (lease_until IS NULL OR lease_until <= now())), \
+             COUNT(*) FILTER (WHERE lease_until > now()), \
              (EXTRACT(EPOCH FROM now() - MIN(created_at)) * 1000000)::BIGINT \
              FROM {t} GROUP BY group_name ORDER BY group_name"
         ),
         Backend::MySql => format!(
             "SELECT group_name, CAST(COUNT(*) AS SIGNED), \
-             CAST(SUM(visible_at <= UTC_TIMESTAMP(6)) AS SIGNED), \
-             CAST(SUM(visible_at > UTC_TIMESTAMP(6) AND lease IS NOT NULL) AS SIGNED), \
+             CAST(SUM(visible_at <= UTC_TIMESTAMP(6) AND (lease_until IS NULL OR lease_until <= UTC_TIMESTAMP(6))) AS SIGNED), \
+             CAST(SUM(COALESCE(lease_until > UTC_TIMESTAMP(6), 0)) AS SIGNED), \
              CAST(TIMESTAMPDIFF(MICROSECOND, MIN(created_at), UTC_TIMESTAMP(6)) AS SIGNED) \
              FROM {t} GROUP BY group_name ORDER BY group_name"
         ),
         Backend::Sqlite => {
             let now = "CAST(unixepoch('subsec') * 1000000 AS INTEGER)";
             format!(
-                "SELECT group_name, COUNT(*), SUM(visible_at <= {now}), \
-                 SUM(visible_at > {now} AND lease IS NOT NULL), {now} - MIN(created_at) \
+                "SELECT group_name, COUNT(*), \
+                 SUM(visible_at <= {now} AND (lease_until IS NULL OR lease_until <= {now})), \
+                 SUM(COALESCE(lease_until > {now}, 0)), {now} - MIN(created_at) \
                  FROM {t} GROUP BY group_name ORDER BY group_name"
             )
         }

@@ -190,6 +190,10 @@ impl TableSql {
         };
         let now = now(backend);
         let cols = claimed_columns(backend);
+        // A lease lives in its own column, outside the claim index: a claim then changes
+        // no indexed column, so it neither moves index entries (which MySQL's readers step
+        // over until purge) nor defeats PostgreSQL's HOT updates.
+        let unleased = format!("(lease_until IS NULL OR lease_until <= {now})");
         let create = match backend {
             Backend::Postgres => vec![
                 format!(
@@ -200,6 +204,7 @@ impl TableSql {
                      \x20 attempts INTEGER NOT NULL DEFAULT 0,\n\
                      \x20 visible_at TIMESTAMPTZ NOT NULL DEFAULT now(),\n\
                      \x20 lease BIGINT,\n\
+                     \x20 lease_until TIMESTAMPTZ,\n\
                      \x20 created_at TIMESTAMPTZ NOT NULL DEFAULT now(),\n\
                      \x20 last_error TEXT\n\
                      )"
@@ -226,6 +231,7 @@ impl TableSql {
                      \x20 `attempts` INT NOT NULL DEFAULT 0,\n\
                      \x20 `visible_at` DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),\n\
                      \x20 `lease` BIGINT NULL,\n\
+                     \x20 `lease_until` DATETIME(6) NULL,\n\
                      \x20 `created_at` DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),\n\
                      \x20 `last_error` TEXT NULL,\n\
                      \x20 PRIMARY KEY (`id`),\n\
@@ -254,6 +260,7 @@ impl TableSql {
                      \x20 `attempts` INTEGER NOT NULL DEFAULT 0,\n\
                      \x20 `visible_at` INTEGER NOT NULL DEFAULT ({now}),\n\
                      \x20 `lease` INTEGER,\n\
+                     \x20 `lease_until` INTEGER,\n\
                      \x20 `created_at` INTEGER NOT NULL DEFAULT ({now}),\n\
                      \x20 `last_error` TEXT\n\
                      )"
@@ -273,19 +280,19 @@ impl TableSql {
             ],
         };
         let select_ready = format!(
-            "SELECT id FROM {t} WHERE group_name = {} AND visible_at <= {now} ORDER BY visible_at, id LIMIT {}",
+            "SELECT id FROM {t} WHERE group_name = {} AND visible_at <= {now} AND {unleased} ORDER BY visible_at, id LIMIT {}",
             p(1),
             p(2)
         );
         let claim = match backend {
             Backend::Postgres => format!(
-                "UPDATE {t} SET visible_at = {}, lease = $4, attempts = attempts + 1 \
+                "UPDATE {t} SET lease_until = {}, lease = $4, attempts = attempts + 1 \
                  WHERE id IN ({select_ready} FOR UPDATE SKIP LOCKED) RETURNING {cols}",
                 later(backend, "$3")
             ),
             // SQLite has one writer: the UPDATE's own read is the lock.
             Backend::Sqlite => format!(
-                "UPDATE {t} SET visible_at = {}, lease = ?, attempts = attempts + 1 \
+                "UPDATE {t} SET lease_until = {}, lease = ?, attempts = attempts + 1 \
                  WHERE id IN ({select_ready}) RETURNING {cols}",
                 later(backend, "?")
             ),
@@ -293,15 +300,15 @@ impl TableSql {
             Backend::MySql => String::new(),
         };
         let claim_select = format!(
-            "SELECT {cols} FROM {t} WHERE group_name = ? AND visible_at <= {now} \
+            "SELECT {cols} FROM {t} WHERE group_name = ? AND visible_at <= {now} AND {unleased} \
              ORDER BY visible_at, id LIMIT ? FOR UPDATE SKIP LOCKED"
         );
         let claim_locked = match backend {
             Backend::Sqlite => format!(
-                "SELECT {cols} FROM {t} WHERE group_name = ? AND visible_at <= {now} ORDER BY visible_at, id LIMIT 1"
+                "SELECT {cols} FROM {t} WHERE group_name = ? AND visible_at <= {now} AND {unleased} ORDER BY visible_at, id LIMIT 1"
             ),
             _ => format!(
-                "SELECT {cols} FROM {t} WHERE group_name = {} AND visible_at <= {now} \
+                "SELECT {cols} FROM {t} WHERE group_name = {} AND visible_at <= {now} AND {unleased} \
                  ORDER BY visible_at, id LIMIT 1 FOR UPDATE SKIP LOCKED",
                 p(1)
             ),
@@ -316,7 +323,7 @@ impl TableSql {
             claim_locked: claim_locked.into(),
             ack: format!("DELETE FROM {t} WHERE id = {} AND lease = {}", p(1), p(2)).into(),
             retry: format!(
-                "UPDATE {t} SET visible_at = {}, lease = NULL, last_error = {} WHERE id = {} AND lease = {}",
+                "UPDATE {t} SET visible_at = {}, lease = NULL, lease_until = NULL, last_error = {} WHERE id = {} AND lease = {}",
                 later(backend, &p(1)),
                 p(2),
                 p(3),
@@ -324,14 +331,14 @@ impl TableSql {
             )
             .into(),
             release: format!(
-                "UPDATE {t} SET visible_at = {now}, lease = NULL, attempts = attempts - 1 \
+                "UPDATE {t} SET lease = NULL, lease_until = NULL, attempts = attempts - 1 \
                  WHERE id = {} AND lease = {}",
                 p(1),
                 p(2)
             )
             .into(),
             extend: format!(
-                "UPDATE {t} SET visible_at = {} WHERE id = {} AND lease = {}",
+                "UPDATE {t} SET lease_until = {} WHERE id = {} AND lease = {}",
                 later(backend, &p(1)),
                 p(2),
                 p(3)
@@ -392,7 +399,7 @@ impl TableSql {
     /// MySQL: marks the rows a `claim_select` locked. Binds: lease µs, token, then the ids.
     pub fn claim_mark(&self, ids: usize) -> String {
         format!(
-            "UPDATE {} SET visible_at = {}, lease = ?, attempts = attempts + 1 WHERE id IN ({})",
+            "UPDATE {} SET lease_until = {}, lease = ?, attempts = attempts + 1 WHERE id IN ({})",
             self.quoted,
             later(self.backend, "?"),
             placeholders(self.backend, 3, ids)

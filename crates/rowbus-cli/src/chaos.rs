@@ -358,7 +358,11 @@ async fn setup(ctx: &Ctx) -> Result<(), BoxError> {
 async fn deploy<DB: Exec>(ctx: &Ctx, options: rowbus::BrokerOptions) -> Result<(), BoxError> {
     let pool = DB::typed(&ctx.admin).ok_or("the admin pool is of another database")?;
     let broker = Broker::new(pool, options).await?;
-    broker.queue(&ctx.tables.queue)?.deploy().await?;
+    // Dropped first: the run empties its tables anyway, and a table left by an older
+    // rowbus would keep an older schema.
+    let queue = broker.queue(&ctx.tables.queue)?;
+    queue.undeploy().await?;
+    queue.deploy().await?;
     broker.shutdown(Duration::from_secs(1)).await;
     Ok(())
 }

@@ -109,13 +109,28 @@ pub(crate) struct TableSession<C> {
     ticker: Interval,
 }
 
-impl<C: TableConn> TableSession<C> {
-    /// Selects the expired rows' ids, then deletes them by primary key.
-    async fn cleanup(&mut self, select: &Statement) -> Result<u64, sqlx::Error> {
-        let expired = self.conn.fetch_ids(select).await?;
-        match self.table.delete_sql(&expired) {
-            Some(delete) => self.conn.execute(&delete).await,
-            None => Ok(0),
+/// Awaits `statement` while answering the listener's commands: an unlisten is bookkeeping
+/// and takes effect on the rows in flight; a listen waits for the connection. `None` when
+/// the handle is gone.
+async fn answering<T>(
+    statement: impl std::future::Future<Output = T>,
+    table: &mut NotifyTable,
+    control: &mut Control,
+) -> Option<T> {
+    tokio::pin!(statement);
+    loop {
+        tokio::select! {
+            biased;
+            done = &mut statement => return Some(done),
+            command = control.commands.recv() => match command {
+                Some(Command::Unlisten { channel, reply }) => {
+                    table.unsubscribe(&channel);
+                    control.forget(&channel);
+                    let _ = reply.send(());
+                }
+                Some(Command::Listen { channel, reply }) => control.deferred.push((channel, reply)),
+                None => return None,
+            },
         }
     }
 }
@@ -157,37 +172,30 @@ impl<C: TableConn> Session for TableSession<C> {
         let Some((stmt, token)) = self.table.poll_sql() else {
             return Ok(Wake::Notifications(Vec::new()));
         };
-        let rows = {
-            let fetch = self.conn.fetch(&stmt);
-            tokio::pin!(fetch);
-            loop {
-                tokio::select! {
-                    biased;
-                    rows = &mut fetch => break rows?,
-                    // An unlisten is bookkeeping: it takes effect on the rows in flight.
-                    command = control.commands.recv() => match command {
-                        Some(Command::Unlisten { channel, reply }) => {
-                            self.table.unsubscribe(&channel);
-                            control.forget(&channel);
-                            let _ = reply.send(());
-                        }
-                        Some(Command::Listen { channel, reply }) => control.deferred.push((channel, reply)),
-                        None => return Ok(Wake::Command(None)),
-                    },
-                }
-            }
+        let Some(rows) = answering(self.conn.fetch(&stmt), &mut self.table, control).await else {
+            return Ok(Wake::Command(None));
         };
-        let notifications = self.table.polled(token, rows)?;
+        let notifications = self.table.polled(token, rows?)?;
         if let Some(select) = self.table.cleanup_sql() {
-            match self.cleanup(&select).await {
-                Ok(deleted) => {
+            // The cleanup, too, answers commands while it waits (a table lock stalls it).
+            let deleted = match answering(self.conn.fetch_ids(&select), &mut self.table, control).await {
+                Some(Ok(expired)) => match self.table.delete_sql(&expired) {
+                    Some(delete) => answering(self.conn.execute(&delete), &mut self.table, control).await,
+                    None => Some(Ok(0)),
+                },
+                other => other.map(|result| result.map(|_| 0)),
+            };
+            match deleted {
+                Some(Ok(deleted)) => {
                     debug!(deleted, "notify table cleanup");
                     self.table.cleaned(Some(deleted));
                 }
-                Err(error) => {
+                Some(Err(error)) => {
                     warn!(%error, "notify table cleanup failed; retrying in a minute of polling");
                     self.table.cleaned(None);
                 }
+                // The handle is gone: deliver what was polled; the next wait ends the task.
+                None => {}
             }
         }
         Ok(Wake::Notifications(notifications))

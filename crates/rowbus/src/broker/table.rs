@@ -179,10 +179,16 @@ impl TableSql {
         table.check_for(backend)?;
         let t = table.quote(backend, "");
         let dead = table.quote(backend, "_dead");
+        // On MySQL/MariaDB the claim order is the clustered primary key itself and this
+        // index holds `id` alone: InnoDB's locking reads through a secondary index visit
+        // every delete-marked entry the purge has not removed yet, and a busy queue
+        // leaves thousands in front of its first ready row (a claim grew from 0.3 ms to
+        // 1.3 ms over 8,000 acknowledged rows; walking the clustered index it stays flat).
         let index = match backend {
             // PostgreSQL puts the index in the table's schema by itself.
             Backend::Postgres => format!("\"{}_claim\"", table.name),
-            _ => format!("`{}_claim`", table.name),
+            Backend::MySql => format!("`{}_id`", table.name),
+            Backend::Sqlite => format!("`{}_claim`", table.name),
         };
         let p = |n: usize| match backend {
             Backend::Postgres => format!("${n}"),
@@ -234,8 +240,8 @@ impl TableSql {
                      \x20 `lease_until` DATETIME(6) NULL,\n\
                      \x20 `created_at` DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),\n\
                      \x20 `last_error` TEXT NULL,\n\
-                     \x20 PRIMARY KEY (`id`),\n\
-                     \x20 KEY {index} (`group_name`, `visible_at`, `id`)\n\
+                     \x20 PRIMARY KEY (`group_name`, `visible_at`, `id`),\n\
+                     \x20 UNIQUE KEY {index} (`id`)\n\
                      ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
                 ),
                 format!(
@@ -408,17 +414,25 @@ impl TableSql {
 
     /// Deletes acknowledged rows, each under its own lease. Binds: (id, token) pairs.
     pub fn ack_pairs(&self, pairs: usize) -> String {
-        let mut sql = format!("DELETE FROM {} WHERE (id, lease) IN (", self.quoted);
+        // MariaDB plans a one-element `(id, lease) IN ((?, ?))` as a full table scan (a
+        // longer list as a range on `id`); the OR of equalities is a range at every length.
+        let mut sql = match self.backend {
+            Backend::MySql => format!("DELETE FROM {} WHERE ", self.quoted),
+            _ => format!("DELETE FROM {} WHERE (id, lease) IN (", self.quoted),
+        };
         for i in 0..pairs {
-            if i > 0 {
-                sql.push_str(", ");
-            }
             match self.backend {
+                Backend::Postgres if i > 0 => sql.push_str(&format!(", (${}, ${})", 2 * i + 1, 2 * i + 2)),
                 Backend::Postgres => sql.push_str(&format!("(${}, ${})", 2 * i + 1, 2 * i + 2)),
-                _ => sql.push_str("(?, ?)"),
+                Backend::MySql if i > 0 => sql.push_str(" OR (id = ? AND lease = ?)"),
+                Backend::MySql => sql.push_str("(id = ? AND lease = ?)"),
+                Backend::Sqlite if i > 0 => sql.push_str(", (?, ?)"),
+                Backend::Sqlite => sql.push_str("(?, ?)"),
             }
         }
-        sql.push(')');
+        if self.backend != Backend::MySql {
+            sql.push(')');
+        }
         sql
     }
 
@@ -507,5 +521,27 @@ mod tests {
         let my = TableSql::new(Backend::MySql, &t("jobs")).unwrap();
         assert_eq!(my.claim_mark(2).matches('?').count(), 4);
         assert_eq!(my.insert(3).matches('?').count(), 9);
+    }
+
+    #[test]
+    fn acknowledgements_of_several_claims() {
+        let pg = TableSql::new(Backend::Postgres, &t("jobs")).unwrap();
+        assert_eq!(pg.ack_pairs(2), "DELETE FROM \"jobs\" WHERE (id, lease) IN (($1, $2), ($3, $4))");
+        let my = TableSql::new(Backend::MySql, &t("jobs")).unwrap();
+        assert_eq!(my.ack_pairs(1), "DELETE FROM `jobs` WHERE (id = ? AND lease = ?)");
+        assert_eq!(
+            my.ack_pairs(2),
+            "DELETE FROM `jobs` WHERE (id = ? AND lease = ?) OR (id = ? AND lease = ?)"
+        );
+        let lite = TableSql::new(Backend::Sqlite, &t("jobs")).unwrap();
+        assert_eq!(lite.ack_pairs(1), "DELETE FROM `jobs` WHERE (id, lease) IN ((?, ?))");
+    }
+
+    #[test]
+    fn mysql_claims_walk_the_clustered_key() {
+        let my = TableSql::new(Backend::MySql, &t("jobs")).unwrap();
+        assert!(my.create[0].contains("PRIMARY KEY (`group_name`, `visible_at`, `id`)"));
+        assert!(my.create[0].contains("UNIQUE KEY `jobs_id` (`id`)"));
+        assert!(my.claim_select.contains("ORDER BY visible_at, id LIMIT ? FOR UPDATE SKIP LOCKED"));
     }
 }

@@ -5,11 +5,11 @@ use std::fmt::Display;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures::FutureExt as _;
 use futures::future::BoxFuture;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::task::JoinSet;
 use tracing::{Instrument as _, debug, info_span, warn};
 
@@ -70,6 +70,83 @@ async fn free_workers(semaphore: &Arc<Semaphore>, max: usize) -> Vec<OwnedSemaph
     permits
 }
 
+/// Handlers spawned but not yet begun. A claim waits for them to begin before it counts
+/// free workers: on a busy runtime the claim loop is woken by the first handler to finish
+/// while the others, runnable, still wait their turn, and a claim would take a row or two
+/// where a moment later it would have taken one per worker.
+#[derive(Default)]
+struct Starting {
+    count: Arc<AtomicUsize>,
+    begun: Arc<Notify>,
+}
+
+/// Held by a handler until it begins.
+struct Begun {
+    count: Arc<AtomicUsize>,
+    begun: Arc<Notify>,
+}
+
+impl Starting {
+    fn spawned(&self) -> Begun {
+        self.count.fetch_add(1, Ordering::AcqRel);
+        Begun { count: self.count.clone(), begun: self.begun.clone() }
+    }
+
+    /// Returns once every handler spawned so far has begun (or was dropped unstarted).
+    async fn wait(&self) {
+        loop {
+            let begun = self.begun.notified();
+            tokio::pin!(begun);
+            begun.as_mut().enable();
+            if self.count.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            begun.await;
+        }
+    }
+}
+
+impl Drop for Begun {
+    fn drop(&mut self) {
+        if self.count.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.begun.notify_waiters();
+        }
+    }
+}
+
+/// One message's handler on its worker; an acknowledgement joins others in one statement.
+async fn handle<DB, F, Fut, O, E>(
+    handler: Arc<F>,
+    acks: mpsc::UnboundedSender<(i64, i64)>,
+    delivery: Delivery<DB>,
+    worker: OwnedSemaphorePermit,
+    begun: Begun,
+) where
+    DB: Db,
+    F: Fn(Delivery<DB>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<O, E>> + Send + 'static,
+    O: Into<Outcome> + Send + 'static,
+    E: Display + Send + 'static,
+{
+    let span = info_span!("rowbus.message", id = delivery.id(), attempt = delivery.attempt());
+    async move {
+        drop(begun);
+        let lease = delivery.lease();
+        let result = outcome(handler(delivery)).await;
+        // The worker is free once its handler is done: the message stays leased until its
+        // acknowledgement, which joins others in one statement.
+        drop(worker);
+        match result {
+            Ok(Outcome::Ack) if lease.take() => {
+                let _ = acks.send((lease.id(), lease.token()));
+            }
+            other => lease.settle(other).await,
+        }
+    }
+    .instrument(span)
+    .await
+}
+
 /// Lets handlers in flight finish within the shutdown timeout; aborts the rest (their
 /// messages come back when their leases run out; a transaction rolls back at once).
 async fn drain(set: &mut JoinSet<()>, timeout: std::time::Duration) {
@@ -109,12 +186,16 @@ impl<DB: Db> SubscriptionBuilder<DB> {
         let acker =
             tokio::spawn(acknowledge(self.queue.clone(), pending).instrument(info_span!("rowbus.acks")));
         let mut set = JoinSet::new();
+        let starting = Starting::default();
         loop {
             while set.try_join_next().is_some() {}
             let permits = tokio::select! {
                 biased;
                 _ = claimer.shutdown.wait_for(|stop| *stop) => break,
-                permits = free_workers(&workers, self.workers) => permits,
+                permits = async {
+                    starting.wait().await;
+                    free_workers(&workers, self.workers).await
+                } => permits,
             };
             if !claimer.wait().await {
                 break;
@@ -125,26 +206,8 @@ impl<DB: Db> SubscriptionBuilder<DB> {
                 break;
             }
             for (delivery, permit) in deliveries.into_iter().zip(permits) {
-                let (handler, acks) = (handler.clone(), acks.clone());
-                let span = info_span!("rowbus.message", id = delivery.id(), attempt = delivery.attempt());
-                set.spawn(
-                    async move {
-                        let worker = permit;
-                        let lease = delivery.lease();
-                        let result = outcome(handler(delivery)).await;
-                        // The worker is free once its handler is done: the message stays
-                        // leased until its acknowledgement, which joins others in one
-                        // statement.
-                        drop(worker);
-                        match result {
-                            Ok(Outcome::Ack) if lease.take() => {
-                                let _ = acks.send((lease.id(), lease.token()));
-                            }
-                            other => lease.settle(other).await,
-                        }
-                    }
-                    .instrument(span),
-                );
+                let begun = starting.spawned();
+                set.spawn(handle(handler.clone(), acks.clone(), delivery, permit, begun));
             }
         }
         drain(&mut set, self.shutdown_timeout).await;
@@ -310,6 +373,7 @@ async fn transactional<DB, F, O, E>(
     };
     let _ = found.send(Ok(true));
     Counters::add(&counters.claimed, 1);
+    Counters::add(&counters.claims, 1);
     let id = row.id;
     let settled = async {
         ops::savepoint(&mut tx, "SAVEPOINT rowbus_handler").await?;

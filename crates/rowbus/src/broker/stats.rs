@@ -9,6 +9,8 @@ pub struct Stats {
     pub published: u64,
     /// Messages claimed by its subscriptions.
     pub claimed: u64,
+    /// Claims that ran (`claimed / claims` is the mean claim size).
+    pub claims: u64,
     /// Messages acknowledged (deleted).
     pub acked: u64,
     /// Failed attempts scheduled to run again.
@@ -31,6 +33,7 @@ pub struct Stats {
 pub(crate) struct Counters {
     pub published: AtomicU64,
     pub claimed: AtomicU64,
+    pub claims: AtomicU64,
     pub acked: AtomicU64,
     pub retried: AtomicU64,
     pub dead_lettered: AtomicU64,
@@ -51,6 +54,7 @@ impl Counters {
         Stats {
             published: get(&self.published),
             claimed: get(&self.claimed),
+            claims: get(&self.claims),
             acked: get(&self.acked),
             retried: get(&self.retried),
             dead_lettered: get(&self.dead_lettered),

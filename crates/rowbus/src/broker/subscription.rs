@@ -222,6 +222,7 @@ impl<DB: Db> Claimer<DB> {
             Ok((rows, token)) => {
                 self.pace = if rows.len() >= limit { Pace::Now } else { Pace::Idle };
                 Counters::add(&counters.claimed, rows.len() as u64);
+                Counters::add(&counters.claims, 1);
                 debug!(table = %self.queue.table(), group = self.group, claimed = rows.len(), limit, "claim");
                 Ok(rows.into_iter().map(|row| Delivery::new(self.queue.clone(), row, token)).collect())
             }

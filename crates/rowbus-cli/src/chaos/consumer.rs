@@ -138,7 +138,8 @@ impl Journal {
 
 /// Runs one consumer process until the driver closes its stdin (or `max_secs`).
 pub(crate) async fn run(url: &str, args: ConsumerArgs) -> Result<(), BoxError> {
-    let db = DbPool::connect_with_size(url, u32::try_from(args.workers).unwrap_or(4) + 4).await?;
+    let size = u32::try_from(args.workers).unwrap_or(4) + 4;
+    let db = starting("connecting", || DbPool::connect_with_size(url, size)).await?;
     if let Some(pool) = Postgres::typed(&db) {
         consume(pool, args).await
     } else if let Some(pool) = MySql::typed(&db) {
@@ -147,6 +148,30 @@ pub(crate) async fn run(url: &str, args: ConsumerArgs) -> Result<(), BoxError> {
         consume(pool, args).await
     } else {
         unreachable!("a DbPool is one of the three")
+    }
+}
+
+/// Tries of a consumer's start (connecting, the broker's listening connection).
+const START_TRIES: u32 = 20;
+
+/// Starts like a supervised service: a start whose new sessions the harness killed (a kill
+/// round comes every 2 s, and a restarted consumer often meets one) is tried again rather
+/// than counted as a crash, up to [`START_TRIES`] times; any other error ends the process.
+async fn starting<T, F, Fut>(what: &str, mut start: F) -> Result<T, rowbus::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, rowbus::Error>>,
+{
+    let mut tries = 1;
+    loop {
+        match start().await {
+            Err(error) if error.is_connection_error() && tries < START_TRIES => {
+                eprintln!("rowbus chaos-consumer: {what} failed, trying again: {error}");
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            other => return other,
+        }
     }
 }
 
@@ -166,7 +191,8 @@ fn message_number(text: Result<&str, rowbus::Error>) -> Result<i64, String> {
 async fn consume<DB: Exec>(pool: Pool<DB>, args: ConsumerArgs) -> Result<(), BoxError> {
     let tables = Tables::new(&args.prefix);
     let lease = Duration::from_millis(args.lease_ms);
-    let broker = Broker::new(pool.clone(), broker_options(&tables, lease)).await?;
+    let broker =
+        starting("starting the broker", || Broker::new(pool.clone(), broker_options(&tables, lease))).await?;
     let queue = broker.queue(&tables.queue)?;
     let journal =
         Arc::new(Journal(Mutex::new(File::options().create(true).append(true).open(&args.journal)?)));
@@ -255,4 +281,42 @@ async fn consume<DB: Exec>(pool: Pool<DB>, args: ConsumerArgs) -> Result<(), Box
     }
     stopper.abort();
     Ok(())
+}
+
+#[cfg(test)]
+mod start_tests {
+    use super::*;
+    use std::cell::Cell;
+
+    fn killed() -> rowbus::Error {
+        rowbus::Error::Database(sqlx::Error::Io(std::io::Error::from(std::io::ErrorKind::ConnectionReset)))
+    }
+
+    // Found by a 10-minute run: a consumer restarted after a SIGKILL had its listening
+    // connection killed while the broker started, and exited ("consumer_crashes").
+    #[tokio::test]
+    async fn a_start_whose_session_was_killed_is_tried_again() {
+        let calls = Cell::new(0);
+        let started = starting("starting", || {
+            calls.set(calls.get() + 1);
+            let n = calls.get();
+            async move { if n < 3 { Err(killed()) } else { Ok(n) } }
+        })
+        .await;
+        assert_eq!(started.unwrap(), 3);
+    }
+
+    #[tokio::test]
+    async fn other_errors_and_endless_kills_end_the_start() {
+        let refused = starting("starting", || async { Err::<(), _>(rowbus::Error::ShuttingDown) }).await;
+        assert!(matches!(refused, Err(rowbus::Error::ShuttingDown)));
+        let calls = Cell::new(0);
+        let gave_up = starting("starting", || {
+            calls.set(calls.get() + 1);
+            async { Err::<(), _>(killed()) }
+        })
+        .await;
+        assert!(gave_up.is_err());
+        assert_eq!(calls.get(), START_TRIES);
+    }
 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::{MARIADB, PG, TempSqlite, unique};
 use futures::StreamExt;
-use rowbus::{Broker, BrokerOptions, Db, DbPool, Error, Message, Outcome, RetryPolicy};
+use rowbus::{Broker, BrokerOptions, Db, DbPool, Delivery, Error, Message, Outcome, RetryPolicy};
 use sqlx::{MySql, Postgres, Sqlite};
 
 /// A broker on a database of the test's own choosing, with a fast retry policy.
@@ -154,6 +154,50 @@ async fn backlog_drains_without_waiting<DB: Db>(broker: Broker<DB>) {
     assert_eq!(broker.stats().acked, total);
 }
 on_each_database!(backlog_drains_without_waiting);
+
+/// An acknowledgement is deleted at once, also when no claim comes to carry it (SQLite's
+/// runners put acknowledgements in their next claim's transaction): the subscription then
+/// waits its 10 s poll interval, and the rows must be gone long before.
+async fn acks_land_while_the_runner_idles<DB: Db>(broker: Broker<DB>) {
+    let q = queue(&broker).await;
+    q.publish_batch((0..5).map(|i| Message::text(format!("m{i}")))).await.unwrap();
+    let slow = Duration::from_secs(10);
+    let single = tokio::spawn(
+        q.subscribe().workers(4).poll_interval(slow).run(|_: Delivery<DB>| async { Ok::<_, Error>(()) }),
+    );
+    let batch = tokio::spawn(
+        q.subscribe()
+            .batch(3)
+            .poll_interval(slow)
+            .run_batch(|_: Vec<Delivery<DB>>| async { Ok::<_, Error>(()) }),
+    );
+    let started = Instant::now();
+    while broker.stats().acked < 5 {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "acknowledgements waited for a claim: {:?}",
+            broker.stats()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(q.depth("").await.unwrap(), (0, 0));
+    // Published while both idle: woken, handled, and acknowledged without a claim after.
+    q.publish(Message::text("late")).await.unwrap();
+    while broker.stats().acked < 6 {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the late acknowledgement waited: {:?}",
+            broker.stats()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(q.depth("").await.unwrap(), (0, 0));
+    broker.shutdown(Duration::from_secs(5)).await;
+    single.await.unwrap().unwrap();
+    batch.await.unwrap().unwrap();
+    assert_eq!(broker.stats().leases_lost, 0);
+}
+on_each_database!(acks_land_while_the_runner_idles);
 
 /// A publish of the same broker wakes an idle subscription with a 10 s poll interval at
 /// once, and only the subscriptions of its group.

@@ -1,5 +1,6 @@
 //! The table broker: queues are tables, subscriptions claim rows for workers or batches.
 
+mod acks;
 mod delivery;
 mod ops;
 mod retry;

@@ -33,10 +33,14 @@ const DEADLOCK_TRIES: usize = 4;
 /// A transaction; on SQLite `BEGIN IMMEDIATE`, so a claim takes the write lock first
 /// instead of failing to upgrade a read lock.
 pub(crate) async fn begin<DB: Db>(pool: &Pool<DB>) -> Result<Transaction<'static, DB>, Error> {
-    Ok(match DB::BACKEND {
-        Backend::Sqlite => pool.begin_with("BEGIN IMMEDIATE").await?,
-        _ => pool.begin().await?,
-    })
+    Ok(begin_sqlx(pool).await?)
+}
+
+async fn begin_sqlx<DB: Db>(pool: &Pool<DB>) -> Result<Transaction<'static, DB>, sqlx::Error> {
+    match DB::BACKEND {
+        Backend::Sqlite => pool.begin_with("BEGIN IMMEDIATE").await,
+        _ => pool.begin().await,
+    }
 }
 
 pub(crate) async fn deploy<DB: Db>(queue: &Queue<DB>) -> Result<(), Error> {
@@ -145,38 +149,63 @@ pub(crate) async fn pg_notify_in_tx<DB: Db>(
     }
 }
 
-/// Claims up to `limit` ready messages of `group` under a new lease; returns the rows and
-/// the lease token.
+/// Most acknowledgements one statement carries.
+pub(crate) const ACK_BATCH: usize = 256;
+
+/// What a claim brought back.
+pub(crate) struct Claim {
+    pub rows: Vec<ClaimedRow>,
+    pub token: i64,
+}
+
+/// Claims up to `limit` ready messages of `group` under a new lease, first acknowledging
+/// the `(id, token)` pairs of `acks` in the same transaction: one commit for both. Retries
+/// deadlocks; on an error nothing was acknowledged.
 pub(crate) async fn claim<DB: Db>(
     queue: &Queue<DB>,
     group: &str,
     limit: usize,
     lease: Duration,
-) -> Result<(Vec<ClaimedRow>, i64), Error> {
+    acks: &[(i64, i64)],
+) -> Result<Claim, Error> {
     let inner = queue.inner();
     let token = inner.token();
-    let sql = &queue.sql;
     let (lease, limit) = (micros(lease), i64::try_from(limit).unwrap_or(i64::MAX));
     let mut tries = 0;
     loop {
         tries += 1;
-        let result = match DB::BACKEND {
-            Backend::Postgres => {
+        let result = match (DB::BACKEND, acks.is_empty()) {
+            // One statement, its own transaction.
+            (Backend::Postgres | Backend::Sqlite, true) => {
                 let mut conn = inner.pool.acquire().await?;
-                let args = [Arg::Text(group), Arg::Int(limit), Arg::Int(lease), Arg::Int(token)];
-                DB::fetch_claimed(&mut conn, &sql.claim, &args).await
+                claim_statement(queue, &mut conn, group, limit, lease, token).await.map(|rows| (rows, 0))
             }
-            Backend::Sqlite => {
-                let mut conn = inner.pool.acquire().await?;
-                let args = [Arg::Int(lease), Arg::Int(token), Arg::Text(group), Arg::Int(limit)];
-                DB::fetch_claimed(&mut conn, &sql.claim, &args).await
+            (Backend::Postgres | Backend::Sqlite, false) => {
+                async {
+                    let mut tx = begin_sqlx(&inner.pool).await?;
+                    let acked = ack_in(queue, &mut tx, acks).await?;
+                    let rows = claim_statement(queue, &mut tx, group, limit, lease, token).await?;
+                    tx.commit().await?;
+                    Ok((rows, acked))
+                }
+                .await
             }
-            Backend::MySql => claim_mysql(queue, group, limit, lease, token).await,
+            (Backend::MySql, _) => {
+                async {
+                    let mut tx = inner.pool.begin().await?;
+                    let acked = ack_in(queue, &mut tx, acks).await?;
+                    let rows = claim_mysql(queue, &mut tx, group, limit, lease, token).await?;
+                    tx.commit().await?;
+                    Ok((rows, acked))
+                }
+                .await
+            }
         };
         match result {
-            Ok(mut rows) => {
+            Ok((mut rows, acked)) => {
+                counted_acks(queue, acks.len(), acked);
                 rows.sort_unstable_by_key(|r| r.id);
-                return Ok((rows, token));
+                return Ok(Claim { rows, token });
             }
             Err(e) if is_retryable(&e) && tries < DEADLOCK_TRIES => continue,
             Err(e) => return Err(queue_error(queue, e)),
@@ -184,30 +213,69 @@ pub(crate) async fn claim<DB: Db>(
     }
 }
 
-/// MySQL has no `UPDATE ... RETURNING`: lock with `SKIP LOCKED`, then mark, in one
-/// transaction.
+/// PostgreSQL's and SQLite's claim: one `UPDATE ... RETURNING`.
+async fn claim_statement<DB: Db>(
+    queue: &Queue<DB>,
+    conn: &mut DB::Connection,
+    group: &str,
+    limit: i64,
+    lease: i64,
+    token: i64,
+) -> Result<Vec<ClaimedRow>, sqlx::Error> {
+    // The binds in the order of each statement's placeholders.
+    let args = match DB::BACKEND {
+        Backend::Postgres => [Arg::Text(group), Arg::Int(limit), Arg::Int(lease), Arg::Int(token)],
+        _ => [Arg::Int(lease), Arg::Int(token), Arg::Text(group), Arg::Int(limit)],
+    };
+    DB::fetch_claimed(conn, &queue.sql.claim, &args).await
+}
+
+/// Acknowledges `acks` on `conn`, [`ACK_BATCH`] a statement; how many were still leased.
+async fn ack_in<DB: Db>(
+    queue: &Queue<DB>,
+    conn: &mut DB::Connection,
+    acks: &[(i64, i64)],
+) -> Result<u64, sqlx::Error> {
+    let mut acked = 0;
+    for chunk in acks.chunks(ACK_BATCH) {
+        let sql = Arc::from(queue.sql.ack_pairs(chunk.len()));
+        let ids = chunk.iter().map(|&(id, _)| Arg::Int(id));
+        let pairs = chunk.iter().flat_map(|&(id, token)| [Arg::Int(id), Arg::Int(token)]);
+        let args: Vec<Arg<'_>> = ids.chain(pairs).collect();
+        acked += DB::execute(conn, &sql, &args).await?;
+    }
+    Ok(acked)
+}
+
+/// Counts `acked` of `sent` acknowledgements as done and the rest as lost leases.
+fn counted_acks<DB: Db>(queue: &Queue<DB>, sent: usize, acked: u64) {
+    let counters = &queue.inner().counters;
+    super::Counters::add(&counters.acked, acked);
+    super::Counters::add(&counters.leases_lost, (sent as u64).saturating_sub(acked));
+}
+
+/// MySQL has no `UPDATE ... RETURNING`: lock with `SKIP LOCKED`, then mark, in the
+/// caller's transaction.
 async fn claim_mysql<DB: Db>(
     queue: &Queue<DB>,
+    conn: &mut DB::Connection,
     group: &str,
     limit: i64,
     lease: i64,
     token: i64,
 ) -> Result<Vec<ClaimedRow>, sqlx::Error> {
     let sql = &queue.sql;
-    let mut tx = queue.inner().pool.begin().await?;
-    let rows = DB::fetch_claimed(&mut tx, &sql.claim_select, &[Arg::Text(group), Arg::Int(limit)]).await?;
-    let mut rows = rows;
+    let mut rows = DB::fetch_claimed(conn, &sql.claim_select, &[Arg::Text(group), Arg::Int(limit)]).await?;
     if !rows.is_empty() {
         let mark = Arc::from(sql.claim_mark(rows.len()));
         let mut args = vec![Arg::Int(lease), Arg::Int(token)];
         args.extend(rows.iter().map(|r| Arg::Int(r.id)));
-        DB::execute(&mut tx, &mark, &args).await?;
+        DB::execute(conn, &mark, &args).await?;
         // The rows were read before the mark counted this attempt.
         for row in &mut rows {
             row.attempts += 1;
         }
     }
-    tx.commit().await?;
     Ok(rows)
 }
 
@@ -264,19 +332,25 @@ pub(crate) async fn ack_many<DB: Db>(
     Ok(done)
 }
 
-/// Acknowledges `(id, token)` pairs of any claims in one statement; counts what was still
-/// leased as acknowledged and the rest as lost leases.
+/// Acknowledges `(id, token)` pairs of any claims, [`ACK_BATCH`] a statement; counts what
+/// was still leased as acknowledged and the rest as lost leases.
 pub(crate) async fn ack_pairs<DB: Db>(queue: &Queue<DB>, pairs: &[(i64, i64)]) -> Result<u64, Error> {
     if pairs.is_empty() {
         return Ok(0);
     }
-    let sql = Arc::from(queue.sql.ack_pairs(pairs.len()));
-    let args: Vec<Arg<'_>> = pairs.iter().flat_map(|&(id, token)| [Arg::Int(id), Arg::Int(token)]).collect();
-    let done = execute_retrying(queue, &sql, &args).await?;
-    let counters = &queue.inner().counters;
-    super::Counters::add(&counters.acked, done);
-    super::Counters::add(&counters.leases_lost, pairs.len() as u64 - done);
-    Ok(done)
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let mut conn = queue.inner().pool.acquire().await?;
+        match ack_in(queue, &mut conn, pairs).await {
+            Ok(acked) => {
+                counted_acks(queue, pairs.len(), acked);
+                return Ok(acked);
+            }
+            Err(e) if is_retryable(&e) && tries < DEADLOCK_TRIES => continue,
+            Err(e) => return Err(queue_error(queue, e)),
+        }
+    }
 }
 
 pub(crate) async fn retry<DB: Db>(

@@ -3,6 +3,7 @@
 
 use std::collections::VecDeque;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -11,6 +12,7 @@ use futures::stream::BoxStream;
 use tokio::sync::watch;
 use tracing::{Instrument as _, debug, debug_span, warn};
 
+use super::acks::PendingAcks;
 use super::wake::Registration;
 use super::{Counters, Delivery, Queue, ops};
 use crate::backend::Backend;
@@ -167,6 +169,8 @@ pub(crate) struct Claimer<DB: Db> {
     pub wake: Registration,
     pub shutdown: watch::Receiver<bool>,
     pub pace: Pace,
+    /// A runner's acknowledgements, carried by its claims.
+    pub acks: Option<Arc<PendingAcks>>,
 }
 
 impl<DB: Db> Claimer<DB> {
@@ -194,6 +198,7 @@ impl<DB: Db> Claimer<DB> {
             wake,
             shutdown: inner.shutdown.subscribe(),
             pace: Pace::Now,
+            acks: None,
         })
     }
 
@@ -205,21 +210,40 @@ impl<DB: Db> Claimer<DB> {
             Pace::Failed => self.queue.inner().options.claim_error_wait,
         };
         let woken = self.wake.notify.clone();
-        tokio::select! {
-            biased;
-            _ = self.shutdown.wait_for(|stop| *stop) => return false,
-            _ = woken.notified(), if self.pace == Pace::Idle => debug!(table = %self.queue.table(), "woken"),
-            _ = tokio::time::sleep(wait) => {}
+        // No claim carries acknowledgements while this waits: they go by themselves.
+        let idle = self.acks.clone();
+        if let Some(acks) = &idle {
+            acks.idle(true);
         }
-        !*self.shutdown.borrow()
+        let stopped = tokio::select! {
+            biased;
+            _ = self.shutdown.wait_for(|stop| *stop) => true,
+            _ = woken.notified(), if self.pace == Pace::Idle => {
+                debug!(table = %self.queue.table(), "woken");
+                false
+            }
+            _ = tokio::time::sleep(wait) => false,
+        };
+        if let Some(acks) = &idle {
+            acks.idle(false);
+        }
+        !stopped && !*self.shutdown.borrow()
     }
 
     /// Claims up to `limit` messages and sets the pace for the next claim.
     pub async fn claim(&mut self, limit: usize) -> Result<Vec<Delivery<DB>>, Error> {
         let counters = &self.queue.inner().counters;
         let span = debug_span!("rowbus.claim", table = %self.queue.table(), group = self.group, limit);
-        match ops::claim(&self.queue, &self.group, limit, self.lease).instrument(span).await {
-            Ok((rows, token)) => {
+        let acks = self.acks.as_ref().map(|acks| acks.take()).unwrap_or_default();
+        let claimed = ops::claim(&self.queue, &self.group, limit, self.lease, &acks).instrument(span).await;
+        if claimed.is_err() {
+            // Not acknowledged: the next claim, or the flusher, tries again.
+            if let Some(pending) = &self.acks {
+                pending.push(acks);
+            }
+        }
+        match claimed {
+            Ok(ops::Claim { rows, token }) => {
                 self.pace = if rows.len() >= limit { Pace::Now } else { Pace::Idle };
                 Counters::add(&counters.claimed, rows.len() as u64);
                 Counters::add(&counters.claims, 1);

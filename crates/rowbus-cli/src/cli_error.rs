@@ -9,6 +9,8 @@ pub(crate) enum CliError {
     Rowbus(rowbus::Error),
     /// The CLI's own message (a missing queue table, stdin that cannot be read, ...).
     Message(String),
+    /// Whatever read stdout went away (`| head`): the command stops, quietly.
+    OutputClosed,
 }
 
 impl CliError {
@@ -17,6 +19,7 @@ impl CliError {
         match self {
             CliError::Rowbus(error) => crate::one_line(error),
             CliError::Message(message) => message.replace('\n', " "),
+            CliError::OutputClosed => "stdout was closed".to_owned(),
         }
     }
 }

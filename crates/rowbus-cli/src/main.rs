@@ -146,7 +146,8 @@ async fn main() -> ExitCode {
         )
         .init();
     match run(cli).await {
-        Ok(()) => ExitCode::SUCCESS,
+        // As a pipeline expects of `rowbus listen | head -1`.
+        Ok(()) | Err(CliError::OutputClosed) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("rowbus: error: {}", error.line());
             ExitCode::FAILURE

@@ -21,14 +21,15 @@ macro_rules! on_pool {
 }
 pub(crate) use on_pool;
 
-/// Writes `text` and a line end to stdout; a closed stdout (`| head`) is an error, not a
-/// panic.
+/// Writes `text` and a line end to stdout; a closed pipe (`| head`) stops the command
+/// quietly ([`CliError::OutputClosed`]), any other failure is an error, never a panic.
 pub(crate) fn out(text: &str) -> Result<(), CliError> {
     use std::io::Write as _;
     let mut stdout = std::io::stdout().lock();
-    writeln!(stdout, "{text}")
-        .and_then(|()| stdout.flush())
-        .map_err(|e| CliError::Message(format!("cannot write to stdout: {e}")))
+    writeln!(stdout, "{text}").and_then(|()| stdout.flush()).map_err(|e| match e.kind() {
+        std::io::ErrorKind::BrokenPipe => CliError::OutputClosed,
+        _ => CliError::Message(format!("cannot write to stdout: {e}")),
+    })
 }
 
 /// `println!` through [`out`]: returns its error from the enclosing function.

@@ -547,6 +547,48 @@ fn sigint_right_after_listening_exits_0() {
     );
 }
 
+/// `rowbus listen | head -1` ends quietly with status 0 once `head` has gone: a closed
+/// pipe is the reader's way to say "enough", not an error.
+#[test]
+fn a_closed_pipe_ends_listen_quietly() {
+    let ch = unique("piped");
+    let script = r#"
+        set -o pipefail
+        "$@" 2>listen.err | head -1
+        echo "rc=$?"
+        grep -v "listening on" listen.err || true
+    "#;
+    let dir = std::env::temp_dir().join(unique("pipe_dir"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut cmd = Command::new("bash");
+    cmd.current_dir(&dir)
+        .args(["-c", script, "bash", env!("CARGO_BIN_EXE_rowbus"), "--database-url", PG_URL, "listen", &ch])
+        .env_remove("DATABASE_URL")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("bash");
+    let stdout = read_all(child.stdout.take().unwrap());
+    let stderr = read_all(child.stderr.take().unwrap());
+    // Notify until the pipeline is over: the first line satisfies head, a later one finds
+    // the pipe closed.
+    let db = Db::new(Kind::Postgres, "piped");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the pipeline did not end");
+        db.notify(&ch, Some("one"));
+        thread::sleep(Duration::from_millis(100));
+    };
+    let (out, err) = (text(&stdout.join().unwrap()), text(&stderr.join().unwrap()));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(status.success(), "bash: {status:?}\n{out}\n{err}");
+    assert_eq!(out, format!("{ch}: one\nrc=0\n"), "stderr: {err}");
+}
+
 /// `DATABASE_URL` in the environment instead of `--database-url`; the flag wins over it.
 #[test]
 fn database_url_from_the_environment() {

@@ -154,7 +154,7 @@ async fn handle<DB, F, Fut, O, E>(
 
 /// A runner's pending acknowledgements, carried by its claimer's claims, and the task that
 /// sends those no claim carries.
-fn pending_acks<DB: Db>(claimer: &mut Claimer<DB>) -> (Arc<PendingAcks>, JoinHandle<()>) {
+fn pending_acks<DB: Db>(claimer: &mut Claimer<DB>) -> (Arc<PendingAcks>, Flusher) {
     // SQLite has one writer: an acknowledgement that rides on the next claim saves a write
     // transaction and its sync. On PostgreSQL and MariaDB it would hold its row locks
     // while the claim runs, and other claims' deletions queue behind them (measured: no
@@ -162,23 +162,31 @@ fn pending_acks<DB: Db>(claimer: &mut Claimer<DB>) -> (Arc<PendingAcks>, JoinHan
     let acks = Arc::new(PendingAcks::new(DB::BACKEND == Backend::Sqlite));
     claimer.acks = Some(acks.clone());
     let (pending, queue) = (acks.clone(), claimer.queue.clone());
-    let flusher =
+    let task =
         tokio::spawn(async move { pending.flushed(queue).await }.instrument(info_span!("rowbus.acks")));
-    (acks, flusher)
+    (acks.clone(), Flusher { acks, task })
+}
+
+/// The task that sends acknowledgements no claim carries. Dropped (the runner ended, or
+/// its future was dropped), it closes them: the task sends what is left and stops.
+struct Flusher {
+    acks: Arc<PendingAcks>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for Flusher {
+    fn drop(&mut self) {
+        self.acks.close();
+    }
 }
 
 /// After the claim loop: handlers finish (see [`drain`]) while their acknowledgements go
 /// out by themselves, then the last of those.
-async fn finish(
-    set: &mut JoinSet<()>,
-    timeout: std::time::Duration,
-    acks: &PendingAcks,
-    flusher: JoinHandle<()>,
-) {
-    acks.idle(true);
+async fn finish(set: &mut JoinSet<()>, timeout: std::time::Duration, mut flusher: Flusher) {
+    flusher.acks.idle(true);
     drain(set, timeout).await;
-    acks.close();
-    let _ = flusher.await;
+    flusher.acks.close();
+    let _ = (&mut flusher.task).await;
 }
 
 /// Lets handlers in flight finish within the shutdown timeout; aborts the rest (their
@@ -242,7 +250,7 @@ impl<DB: Db> SubscriptionBuilder<DB> {
                 set.spawn(handle(handler.clone(), acks.clone(), delivery, permit, begun));
             }
         }
-        finish(&mut set, self.shutdown_timeout, &acks, flusher).await;
+        finish(&mut set, self.shutdown_timeout, flusher).await;
         Ok(())
     }
 
@@ -293,7 +301,7 @@ impl<DB: Db> SubscriptionBuilder<DB> {
                 .instrument(span),
             );
         }
-        finish(&mut set, self.shutdown_timeout, &acks, flusher).await;
+        finish(&mut set, self.shutdown_timeout, flusher).await;
         Ok(())
     }
 

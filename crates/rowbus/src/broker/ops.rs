@@ -174,32 +174,19 @@ pub(crate) async fn claim<DB: Db>(
     let mut tries = 0;
     loop {
         tries += 1;
-        let result = match (DB::BACKEND, acks.is_empty()) {
+        let result = if acks.is_empty() && DB::BACKEND != Backend::MySql {
             // One statement, its own transaction.
-            (Backend::Postgres | Backend::Sqlite, true) => {
-                let mut conn = inner.pool.acquire().await?;
-                claim_statement(queue, &mut conn, group, limit, lease, token).await.map(|rows| (rows, 0))
+            let mut conn = inner.pool.acquire().await?;
+            claim_on(queue, &mut conn, group, limit, lease, token).await.map(|rows| (rows, 0))
+        } else {
+            async {
+                let mut tx = begin_sqlx(&inner.pool).await?;
+                let acked = ack_in(queue, &mut tx, acks).await?;
+                let rows = claim_on(queue, &mut tx, group, limit, lease, token).await?;
+                tx.commit().await?;
+                Ok((rows, acked))
             }
-            (Backend::Postgres | Backend::Sqlite, false) => {
-                async {
-                    let mut tx = begin_sqlx(&inner.pool).await?;
-                    let acked = ack_in(queue, &mut tx, acks).await?;
-                    let rows = claim_statement(queue, &mut tx, group, limit, lease, token).await?;
-                    tx.commit().await?;
-                    Ok((rows, acked))
-                }
-                .await
-            }
-            (Backend::MySql, _) => {
-                async {
-                    let mut tx = inner.pool.begin().await?;
-                    let acked = ack_in(queue, &mut tx, acks).await?;
-                    let rows = claim_mysql(queue, &mut tx, group, limit, lease, token).await?;
-                    tx.commit().await?;
-                    Ok((rows, acked))
-                }
-                .await
-            }
+            .await
         };
         match result {
             Ok((mut rows, acked)) => {
@@ -211,23 +198,6 @@ pub(crate) async fn claim<DB: Db>(
             Err(e) => return Err(queue_error(queue, e)),
         }
     }
-}
-
-/// PostgreSQL's and SQLite's claim: one `UPDATE ... RETURNING`.
-async fn claim_statement<DB: Db>(
-    queue: &Queue<DB>,
-    conn: &mut DB::Connection,
-    group: &str,
-    limit: i64,
-    lease: i64,
-    token: i64,
-) -> Result<Vec<ClaimedRow>, sqlx::Error> {
-    // The binds in the order of each statement's placeholders.
-    let args = match DB::BACKEND {
-        Backend::Postgres => [Arg::Text(group), Arg::Int(limit), Arg::Int(lease), Arg::Int(token)],
-        _ => [Arg::Int(lease), Arg::Int(token), Arg::Text(group), Arg::Int(limit)],
-    };
-    DB::fetch_claimed(conn, &queue.sql.claim, &args).await
 }
 
 /// Acknowledges `acks` on `conn`, [`ACK_BATCH`] a statement; how many were still leased.
@@ -254,9 +224,10 @@ fn counted_acks<DB: Db>(queue: &Queue<DB>, sent: usize, acked: u64) {
     super::Counters::add(&counters.leases_lost, (sent as u64).saturating_sub(acked));
 }
 
-/// MySQL has no `UPDATE ... RETURNING`: lock with `SKIP LOCKED`, then mark, in the
+/// The claim on `conn`: one `UPDATE ... RETURNING` on PostgreSQL and SQLite; on MySQL,
+/// which has none, `SELECT ... FOR UPDATE SKIP LOCKED` then a mark of the rows, in the
 /// caller's transaction.
-async fn claim_mysql<DB: Db>(
+async fn claim_on<DB: Db>(
     queue: &Queue<DB>,
     conn: &mut DB::Connection,
     group: &str,
@@ -264,6 +235,17 @@ async fn claim_mysql<DB: Db>(
     lease: i64,
     token: i64,
 ) -> Result<Vec<ClaimedRow>, sqlx::Error> {
+    match DB::BACKEND {
+        Backend::Postgres => {
+            let args = [Arg::Text(group), Arg::Int(limit), Arg::Int(lease), Arg::Int(token)];
+            return DB::fetch_claimed(conn, &queue.sql.claim, &args).await;
+        }
+        Backend::Sqlite => {
+            let args = [Arg::Int(lease), Arg::Int(token), Arg::Text(group), Arg::Int(limit)];
+            return DB::fetch_claimed(conn, &queue.sql.claim, &args).await;
+        }
+        Backend::MySql => {}
+    }
     let sql = &queue.sql;
     let mut rows = DB::fetch_claimed(conn, &sql.claim_select, &[Arg::Text(group), Arg::Int(limit)]).await?;
     if !rows.is_empty() {

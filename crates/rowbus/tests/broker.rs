@@ -155,6 +155,14 @@ async fn backlog_drains_without_waiting<DB: Db>(broker: Broker<DB>) {
 }
 on_each_database!(backlog_drains_without_waiting);
 
+/// Waits until the broker has acknowledged `n` messages, at most 5 s after `started`.
+async fn acked_within<DB: Db>(broker: &Broker<DB>, n: u64, started: Instant, what: &str) {
+    while broker.stats().acked < n {
+        assert!(started.elapsed() < Duration::from_secs(5), "{what}: {:?}", broker.stats());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// An acknowledgement is deleted at once, also when no claim comes to carry it (SQLite's
 /// runners put acknowledgements in their next claim's transaction): the subscription then
 /// waits its 10 s poll interval, and the rows must be gone long before.
@@ -172,25 +180,11 @@ async fn acks_land_while_the_runner_idles<DB: Db>(broker: Broker<DB>) {
             .run_batch(|_: Vec<Delivery<DB>>| async { Ok::<_, Error>(()) }),
     );
     let started = Instant::now();
-    while broker.stats().acked < 5 {
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "acknowledgements waited for a claim: {:?}",
-            broker.stats()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    acked_within(&broker, 5, started, "acknowledgements waited for a claim").await;
     assert_eq!(q.depth("").await.unwrap(), (0, 0));
     // Published while both idle: woken, handled, and acknowledged without a claim after.
     q.publish(Message::text("late")).await.unwrap();
-    while broker.stats().acked < 6 {
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "the late acknowledgement waited: {:?}",
-            broker.stats()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    acked_within(&broker, 6, started, "the late acknowledgement waited").await;
     assert_eq!(q.depth("").await.unwrap(), (0, 0));
     broker.shutdown(Duration::from_secs(5)).await;
     single.await.unwrap().unwrap();

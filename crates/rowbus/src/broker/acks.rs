@@ -99,6 +99,8 @@ impl PendingAcks {
     /// Sends acknowledgements no claim carried, until closed and empty.
     pub async fn flushed<DB: Db>(&self, queue: Queue<DB>) {
         while let Some(pairs) = self.flushable().await {
+            // A call per statement: a deadlock retried repeats only its own chunk, never
+            // one that committed (which would count as lost leases).
             for chunk in pairs.chunks(ops::ACK_BATCH) {
                 if let Err(error) = ops::ack_pairs(&queue, chunk).await {
                     warn!(%error, table = %queue.table(), count = chunk.len(), "acknowledging failed; the messages come back when their leases run out");

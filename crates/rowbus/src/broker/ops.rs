@@ -293,14 +293,9 @@ pub(crate) async fn ack<DB: Db>(queue: &Queue<DB>, id: i64, token: i64, dropped:
     Ok(())
 }
 
-/// Acknowledges the messages `ids` of one claim in one statement; returns how many were
-/// still leased (the rest had lost their lease and were left alone).
-pub(crate) async fn ack_many<DB: Db>(
-    queue: &Queue<DB>,
-    token: i64,
-    ids: &[i64],
-    dropped: bool,
-) -> Result<u64, Error> {
+/// Deletes the messages `ids` of one claim that their handler dropped, in one statement;
+/// returns how many were still leased (the rest had lost their lease and were left alone).
+pub(crate) async fn drop_many<DB: Db>(queue: &Queue<DB>, token: i64, ids: &[i64]) -> Result<u64, Error> {
     if ids.is_empty() {
         return Ok(0);
     }
@@ -309,7 +304,7 @@ pub(crate) async fn ack_many<DB: Db>(
     args.extend(ids.iter().map(|&id| Arg::Int(id)));
     let done = execute_retrying(queue, &sql, &args).await?;
     let counters = &queue.inner().counters;
-    super::Counters::add(if dropped { &counters.dropped } else { &counters.acked }, done);
+    super::Counters::add(&counters.dropped, done);
     super::Counters::add(&counters.leases_lost, ids.len() as u64 - done);
     Ok(done)
 }

@@ -154,7 +154,7 @@ async fn handle<DB, F, Fut, O, E>(
 
 /// A runner's pending acknowledgements, carried by its claimer's claims, and the task that
 /// sends those no claim carries.
-fn pending_acks<DB: Db>(claimer: &mut Claimer<DB>) -> (Arc<PendingAcks>, Flusher) {
+fn pending_acks<DB: Db>(claimer: &mut Claimer<DB>) -> Flusher {
     // SQLite has one writer: an acknowledgement that rides on the next claim saves a write
     // transaction and its sync. On PostgreSQL and MariaDB it would hold its row locks
     // while the claim runs, and other claims' deletions queue behind them (measured: no
@@ -164,7 +164,7 @@ fn pending_acks<DB: Db>(claimer: &mut Claimer<DB>) -> (Arc<PendingAcks>, Flusher
     let (pending, queue) = (acks.clone(), claimer.queue.clone());
     let task =
         tokio::spawn(async move { pending.flushed(queue).await }.instrument(info_span!("rowbus.acks")));
-    (acks.clone(), Flusher { acks, task })
+    Flusher { acks, task }
 }
 
 /// The task that sends acknowledgements no claim carries. Dropped (the runner ended, or
@@ -224,7 +224,7 @@ impl<DB: Db> SubscriptionBuilder<DB> {
         let _running = Running::new(self.queue.inner());
         let handler = Arc::new(handler);
         let workers = Arc::new(Semaphore::new(self.workers));
-        let (acks, flusher) = pending_acks(&mut claimer);
+        let flusher = pending_acks(&mut claimer);
         let mut set = JoinSet::new();
         let starting = Starting::default();
         loop {
@@ -247,7 +247,7 @@ impl<DB: Db> SubscriptionBuilder<DB> {
             }
             for (delivery, permit) in deliveries.into_iter().zip(permits) {
                 let begun = starting.spawned();
-                set.spawn(handle(handler.clone(), acks.clone(), delivery, permit, begun));
+                set.spawn(handle(handler.clone(), flusher.acks.clone(), delivery, permit, begun));
             }
         }
         finish(&mut set, self.shutdown_timeout, flusher).await;
@@ -267,7 +267,7 @@ impl<DB: Db> SubscriptionBuilder<DB> {
         let _running = Running::new(self.queue.inner());
         let handler = Arc::new(handler);
         let workers = Arc::new(Semaphore::new(self.workers));
-        let (acks, flusher) = pending_acks(&mut claimer);
+        let flusher = pending_acks(&mut claimer);
         let mut set = JoinSet::new();
         loop {
             while set.try_join_next().is_some() {}
@@ -287,7 +287,7 @@ impl<DB: Db> SubscriptionBuilder<DB> {
             if batch.is_empty() {
                 continue;
             }
-            let (handler, queue, acks) = (handler.clone(), self.queue.clone(), acks.clone());
+            let (handler, queue, acks) = (handler.clone(), self.queue.clone(), flusher.acks.clone());
             let span = info_span!("rowbus.batch", size = batch.len());
             set.spawn(
                 async move {
@@ -471,7 +471,7 @@ async fn settle_batch<DB: Db>(
         Ok(Outcome::Drop) => {
             let Some(first) = open.first() else { return };
             let ids: Vec<i64> = open.iter().filter(|l| l.take()).map(Lease::id).collect();
-            if let Err(error) = ops::ack_many(queue, first.token(), &ids, true).await {
+            if let Err(error) = ops::drop_many(queue, first.token(), &ids).await {
                 warn!(%error, table = %queue.table(), "dropping a batch failed; it comes back when its lease runs out");
             }
         }

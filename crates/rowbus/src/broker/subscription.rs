@@ -211,8 +211,7 @@ impl<DB: Db> Claimer<DB> {
         };
         let woken = self.wake.notify.clone();
         // No claim carries acknowledgements while this waits: they go by themselves.
-        let idle = self.acks.clone();
-        if let Some(acks) = &idle {
+        if let Some(acks) = &self.acks {
             acks.idle(true);
         }
         let stopped = tokio::select! {
@@ -224,7 +223,7 @@ impl<DB: Db> Claimer<DB> {
             }
             _ = tokio::time::sleep(wait) => false,
         };
-        if let Some(acks) = &idle {
+        if let Some(acks) = &self.acks {
             acks.idle(false);
         }
         !stopped && !*self.shutdown.borrow()

@@ -19,7 +19,7 @@ pub enum Arg<'a> {
 }
 
 /// A message row as a claim returns it.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ClaimedRow {
     pub id: i64,
     pub group: String,
@@ -52,6 +52,11 @@ pub(crate) mod sealed {
             sql: &Arc<str>,
             args: &[Arg<'_>],
         ) -> BoxFuture<'c, Result<u64, sqlx::Error>>;
+        /// Runs constant SQL, one statement or several, unprepared (no binds).
+        fn simple<'c>(
+            conn: &'c mut Self::Connection,
+            sql: &'static str,
+        ) -> BoxFuture<'c, Result<(), sqlx::Error>>;
         /// Runs a claim; its rows.
         fn fetch_claimed<'c>(
             conn: &'c mut Self::Connection,
@@ -93,6 +98,13 @@ macro_rules! db {
             ) -> BoxFuture<'c, Result<u64, sqlx::Error>> {
                 let query = query::<$db>(sql, args);
                 Box::pin(async move { Ok(query.execute(conn).await?.rows_affected()) })
+            }
+
+            fn simple<'c>(
+                conn: &'c mut Self::Connection,
+                sql: &'static str,
+            ) -> BoxFuture<'c, Result<(), sqlx::Error>> {
+                Box::pin(async move { sqlx::raw_sql(sql).execute(conn).await.map(drop) })
             }
 
             fn fetch_claimed<'c>(

@@ -60,6 +60,8 @@ pub enum Scenario {
     Drain(usize),
     /// `run_batch` with batches of this size draining a backlog.
     Batch(usize),
+    /// `run_batch_tx` with batches of this size draining a backlog.
+    BatchTx(usize),
     /// The raw sqlx loop claiming this many rows a turn.
     Raw(usize),
     /// Publish-to-handler latency, one broker.
@@ -70,7 +72,7 @@ pub enum Scenario {
 
 /// Every throughput scenario, in the order one round runs them: each rowbus drain sits
 /// next to the raw loop it is compared with.
-const ROUND: [Scenario; 10] = [
+const ROUND: [Scenario; 12] = [
     Scenario::Publish1,
     Scenario::Publish100,
     Scenario::Drain(1),
@@ -78,8 +80,10 @@ const ROUND: [Scenario; 10] = [
     Scenario::Drain(8),
     Scenario::Raw(1),
     Scenario::Batch(16),
+    Scenario::BatchTx(16),
     Scenario::Raw(16),
     Scenario::Batch(100),
+    Scenario::BatchTx(100),
     Scenario::Raw(100),
 ];
 
@@ -90,6 +94,7 @@ impl fmt::Display for Scenario {
             Scenario::Publish100 => f.write_str("publish100"),
             Scenario::Drain(n) => write!(f, "drain{n}"),
             Scenario::Batch(n) => write!(f, "batch{n}"),
+            Scenario::BatchTx(n) => write!(f, "txbatch{n}"),
             Scenario::Raw(n) => write!(f, "raw{n}"),
             Scenario::Latency => f.write_str("latency"),
             Scenario::LatencyRemote => f.write_str("latency-remote"),
@@ -109,7 +114,7 @@ impl FromStr for Scenario {
         }
         Err(format!(
             "unknown scenario {s:?}: expected publish1, publish100, drain1, drain4, drain8, batch16, \
-             batch100, raw1, raw16, raw100, latency or latency-remote"
+             batch100, txbatch16, txbatch100, raw1, raw16, raw100, latency or latency-remote"
         ))
     }
 }
@@ -124,6 +129,8 @@ impl Scenario {
             Scenario::Drain(n) => format!("run, {n} worker{}", if n == 1 { "" } else { "s" }),
             Scenario::Batch(n) if s == 1 => format!("run_batch {n}, {w} workers"),
             Scenario::Batch(n) => format!("run_batch {n}, {s} subs x {w} workers"),
+            Scenario::BatchTx(n) if s == 1 => format!("run_batch_tx {n}, {w} workers"),
+            Scenario::BatchTx(n) => format!("run_batch_tx {n}, {s} subs x {w} workers"),
             Scenario::Raw(k) => format!("raw sqlx loop k={k}, {c} conns"),
             Scenario::Latency => "latency, in-process".to_owned(),
             Scenario::LatencyRemote => "latency, second broker".to_owned(),
@@ -134,7 +141,7 @@ impl Scenario {
     fn baseline(self) -> Option<Scenario> {
         match self {
             Scenario::Drain(_) => Some(Scenario::Raw(1)),
-            Scenario::Batch(k) => Some(Scenario::Raw(k)),
+            Scenario::Batch(k) | Scenario::BatchTx(k) => Some(Scenario::Raw(k)),
             _ => None,
         }
     }
@@ -500,14 +507,18 @@ where
         }
         Scenario::Drain(workers) => {
             prefill(&queue, n).await?;
-            let run = drain(&broker, &queue, n, (1, workers), None, &progress).await?;
+            let run = drain(&broker, &queue, n, (1, workers), Runner::Single, &progress).await?;
             expect_depth(&queue, scenario, 0).await?;
             run
         }
-        Scenario::Batch(batch) => {
+        Scenario::Batch(batch) | Scenario::BatchTx(batch) => {
             prefill(&queue, n).await?;
             let shape = (args.batch_subscriptions, args.batch_workers);
-            let run = drain(&broker, &queue, n, shape, Some(batch), &progress).await?;
+            let runner = match scenario {
+                Scenario::Batch(_) => Runner::Batch(batch),
+                _ => Runner::BatchTx(batch),
+            };
+            let run = drain(&broker, &queue, n, shape, runner, &progress).await?;
             expect_depth(&queue, scenario, 0).await?;
             run
         }
@@ -563,16 +574,26 @@ async fn publish_all<DB: rowbus::Db>(
     Ok(())
 }
 
-/// Drains the `n`-message backlog with `run` (`batch` None) or `run_batch`, in
-/// `(subscriptions, workers each)`, from the subscriptions' start until every message is
-/// handled and acknowledged (the broker's shutdown waits for the acknowledgements in
-/// flight).
+/// The runner a drain scenario uses.
+#[derive(Debug, Clone, Copy)]
+enum Runner {
+    /// `run`: a message per handler call.
+    Single,
+    /// `run_batch` with batches of this size.
+    Batch(usize),
+    /// `run_batch_tx` with batches of this size.
+    BatchTx(usize),
+}
+
+/// Drains the `n`-message backlog with `runner`, in `(subscriptions, workers each)`, from
+/// the subscriptions' start until every message is handled and acknowledged (the broker's
+/// shutdown waits for the acknowledgements and commits in flight).
 async fn drain<DB: rowbus::Db>(
     broker: &Broker<DB>,
     queue: &Queue<DB>,
     n: u64,
     (subscriptions, workers): (usize, usize),
-    batch: Option<usize>,
+    runner: Runner,
     progress: &indicatif::ProgressBar,
 ) -> Result<Run, rowbus::Error> {
     let handled = Arc::new(AtomicU64::new(0));
@@ -588,8 +609,8 @@ async fn drain<DB: rowbus::Db>(
     let started = Instant::now();
     let subscription = |count: Arc<dyn Fn(u64) + Send + Sync>| async move {
         let builder = queue.subscribe().workers(workers).poll_interval(Duration::from_secs(1));
-        match batch {
-            None => {
+        match runner {
+            Runner::Single => {
                 builder
                     .run(move |_: Delivery<DB>| {
                         count(1);
@@ -597,12 +618,21 @@ async fn drain<DB: rowbus::Db>(
                     })
                     .await
             }
-            Some(batch) => {
+            Runner::Batch(batch) => {
                 builder
                     .batch(batch)
                     .run_batch(move |deliveries: Vec<Delivery<DB>>| {
                         count(deliveries.len() as u64);
                         async { Ok::<(), Infallible>(()) }
+                    })
+                    .await
+            }
+            Runner::BatchTx(batch) => {
+                builder
+                    .batch(batch)
+                    .run_batch_tx(move |_, messages| {
+                        count(messages.len() as u64);
+                        Box::pin(async { Ok::<(), Infallible>(()) })
                     })
                     .await
             }

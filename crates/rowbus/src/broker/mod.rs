@@ -8,6 +8,7 @@ mod runner;
 mod stats;
 mod subscription;
 mod table;
+mod transactional;
 mod wake;
 
 use std::collections::HashMap;

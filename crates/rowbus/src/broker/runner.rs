@@ -8,24 +8,23 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures::FutureExt as _;
-use futures::future::BoxFuture;
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, oneshot};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
-use tracing::{Instrument as _, debug, info_span, warn};
+use tracing::{Instrument as _, info_span, warn};
 
 use super::acks::PendingAcks;
 use super::delivery::Lease;
-use super::subscription::{Claimer, Pace, SubscriptionBuilder};
-use super::{Counters, Delivery, Inner, Outcome, Queue, TxMessage, ops};
+use super::subscription::{Claimer, SubscriptionBuilder};
+use super::{Delivery, Inner, Outcome, Queue, ops};
 use crate::backend::Backend;
 use crate::db::Db;
 use crate::error::Error;
 
 /// Counts a runner as running until dropped, so that shutdown can wait for it.
-struct Running<DB: Db>(Arc<Inner<DB>>);
+pub(super) struct Running<DB: Db>(Arc<Inner<DB>>);
 
 impl<DB: Db> Running<DB> {
-    fn new(inner: &Arc<Inner<DB>>) -> Self {
+    pub(super) fn new(inner: &Arc<Inner<DB>>) -> Self {
         inner.running.fetch_add(1, Ordering::AcqRel);
         Running(inner.clone())
     }
@@ -39,7 +38,7 @@ impl<DB: Db> Drop for Running<DB> {
 }
 
 /// A handler's result, with a panic turned into a failure.
-async fn outcome<F, O, E>(handler: F) -> Result<Outcome, String>
+pub(super) async fn outcome<F, O, E>(handler: F) -> Result<Outcome, String>
 where
     F: Future<Output = Result<O, E>>,
     O: Into<Outcome>,
@@ -60,7 +59,7 @@ where
 }
 
 /// Free workers: waits for one, then takes every other free one too.
-async fn free_workers(semaphore: &Arc<Semaphore>, max: usize) -> Vec<OwnedSemaphorePermit> {
+pub(super) async fn free_workers(semaphore: &Arc<Semaphore>, max: usize) -> Vec<OwnedSemaphorePermit> {
     let first = semaphore.clone().acquire_owned().await.expect("the semaphore is never closed");
     let mut permits = vec![first];
     while permits.len() < max {
@@ -191,7 +190,7 @@ async fn finish(set: &mut JoinSet<()>, timeout: std::time::Duration, mut flusher
 
 /// Lets handlers in flight finish within the shutdown timeout; aborts the rest (their
 /// messages come back when their leases run out; a transaction rolls back at once).
-async fn drain(set: &mut JoinSet<()>, timeout: std::time::Duration) {
+pub(super) async fn drain(set: &mut JoinSet<()>, timeout: std::time::Duration) {
     let finished = tokio::time::timeout(timeout, async { while set.join_next().await.is_some() {} }).await;
     if finished.is_err() {
         warn!(unfinished = set.len(), "handlers still running at the shutdown deadline; aborting them");
@@ -303,157 +302,6 @@ impl<DB: Db> SubscriptionBuilder<DB> {
         }
         finish(&mut set, self.shutdown_timeout, flusher).await;
         Ok(())
-    }
-
-    /// Runs `handler` inside the claim's transaction, up to `workers` at once: its writes
-    /// and the message's deletion commit together or not at all (exactly-once effects in
-    /// the database). `Err` or a panic rolls back and counts the attempt.
-    ///
-    /// ```no_run
-    /// # async fn f(queue: rowbus::Queue<sqlx::Postgres>) -> Result<(), rowbus::Error> {
-    /// queue.subscribe().workers(4).run_tx(|conn, message| Box::pin(async move {
-    ///     sqlx::query("INSERT INTO effects (message_id) VALUES ($1)")
-    ///         .bind(message.id())
-    ///         .execute(&mut *conn)
-    ///         .await?;
-    ///     Ok::<_, sqlx::Error>(())
-    /// })).await
-    /// # }
-    /// ```
-    pub async fn run_tx<F, O, E>(self, handler: F) -> Result<(), Error>
-    where
-        F: for<'c> Fn(&'c mut DB::Connection, TxMessage) -> BoxFuture<'c, Result<O, E>>
-            + Send
-            + Sync
-            + 'static,
-        O: Into<Outcome> + Send + 'static,
-        E: Display + Send + 'static,
-    {
-        let mut claimer = Claimer::start(&self).await?;
-        let _running = Running::new(self.queue.inner());
-        let handler = Arc::new(handler);
-        let workers = Arc::new(Semaphore::new(self.workers));
-        let mut set = JoinSet::new();
-        loop {
-            while set.try_join_next().is_some() {}
-            let permits = tokio::select! {
-                biased;
-                _ = claimer.shutdown.wait_for(|stop| *stop) => break,
-                permits = free_workers(&workers, self.workers) => permits,
-            };
-            if !claimer.wait().await {
-                break;
-            }
-            // A transaction per free worker, each claiming one message for itself.
-            let mut claims = Vec::with_capacity(permits.len());
-            for permit in permits {
-                let (found, claimed) = oneshot::channel();
-                let (handler, queue, group) = (handler.clone(), self.queue.clone(), claimer.group.clone());
-                set.spawn(
-                    async move {
-                        let _worker = permit;
-                        transactional(&queue, &group, handler, found).await;
-                    }
-                    .instrument(info_span!("rowbus.transactional")),
-                );
-                claims.push(claimed);
-            }
-            // The pace follows this round alone: a failure of an earlier round has had
-            // its wait already.
-            let (mut all_found, mut failed) = (true, false);
-            for claimed in claims {
-                match claimed.await {
-                    Ok(Ok(true)) => {}
-                    Ok(Ok(false)) => all_found = false,
-                    Ok(Err(())) | Err(_) => failed = true,
-                }
-            }
-            claimer.pace = match (failed, all_found) {
-                (true, _) => Pace::Failed,
-                (false, true) => Pace::Now,
-                (false, false) => Pace::Idle,
-            };
-        }
-        drain(&mut set, self.shutdown_timeout).await;
-        Ok(())
-    }
-}
-
-/// One transactional attempt: claim a row locked in a transaction, run the handler in it,
-/// delete the row and commit; or roll back and count the failure.
-async fn transactional<DB, F, O, E>(
-    queue: &Queue<DB>,
-    group: &str,
-    handler: Arc<F>,
-    found: oneshot::Sender<Result<bool, ()>>,
-) where
-    DB: Db,
-    F: for<'c> Fn(&'c mut DB::Connection, TxMessage) -> BoxFuture<'c, Result<O, E>> + Send + Sync + 'static,
-    O: Into<Outcome> + Send + 'static,
-    E: Display + Send + 'static,
-{
-    let counters = &queue.inner().counters;
-    let claimed = async {
-        let mut tx = ops::begin(&queue.inner().pool).await?;
-        let row = ops::claim_locked(queue, &mut tx, group).await?;
-        Ok::<_, Error>((tx, row))
-    }
-    .await;
-    let (mut tx, row) = match claimed {
-        Ok((tx, Some(row))) => (tx, row),
-        Ok((_, None)) => {
-            let _ = found.send(Ok(false));
-            return;
-        }
-        Err(error) => {
-            Counters::add(&counters.claim_errors, 1);
-            warn!(%error, table = %queue.table(), "transactional claim failed");
-            let _ = found.send(Err(()));
-            return;
-        }
-    };
-    let _ = found.send(Ok(true));
-    Counters::add(&counters.claimed, 1);
-    Counters::add(&counters.claims, 1);
-    let id = row.id;
-    let settled = async {
-        ops::savepoint(&mut tx, "SAVEPOINT rowbus_handler").await?;
-        let result = outcome(handler(&mut tx, TxMessage::locked(clone_row(&row)))).await;
-        match result {
-            Ok(done @ (Outcome::Ack | Outcome::Drop)) => {
-                ops::delete_locked(queue, &mut tx, id).await?;
-                tx.commit().await?;
-                Counters::add(if done == Outcome::Drop { &counters.dropped } else { &counters.acked }, 1);
-            }
-            Ok(Outcome::Retry(after)) => {
-                ops::savepoint(&mut tx, "ROLLBACK TO SAVEPOINT rowbus_handler").await?;
-                ops::fail_locked(queue, &mut tx, &row, "retry requested by the handler", Some(after)).await?;
-                tx.commit().await?;
-                Counters::add(&counters.retried, 1);
-            }
-            Err(error) => {
-                debug!(table = %queue.table(), id, error, "transactional handler failed; undoing its writes");
-                ops::savepoint(&mut tx, "ROLLBACK TO SAVEPOINT rowbus_handler").await?;
-                let dead = ops::fail_locked(queue, &mut tx, &row, &error, None).await?;
-                tx.commit().await?;
-                Counters::add(if dead { &counters.dead_lettered } else { &counters.retried }, 1);
-            }
-        }
-        Ok::<_, Error>(())
-    }
-    .await;
-    if let Err(error) = settled {
-        warn!(%error, table = %queue.table(), id, "settling a transactional message failed; it is claimable again");
-    }
-}
-
-fn clone_row(row: &crate::db::ClaimedRow) -> crate::db::ClaimedRow {
-    crate::db::ClaimedRow {
-        id: row.id,
-        group: row.group.clone(),
-        payload: row.payload.clone(),
-        attempts: row.attempts,
-        created_at: row.created_at,
     }
 }
 

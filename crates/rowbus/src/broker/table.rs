@@ -121,7 +121,10 @@ pub(crate) struct TableSql {
     /// MySQL's claim, in a transaction: this SELECT ... FOR UPDATE SKIP LOCKED (group,
     /// limit), then `claim_mark` of the ids.
     pub claim_select: Arc<str>,
-    /// One row, locked, for a transactional handler. Binds: group.
+    /// A transactional handler's claim, in the caller's transaction: up to `limit` ready
+    /// rows, locked and already deleted (the transaction's commit acknowledges them).
+    /// Binds: group, limit. Returns the rows. On MySQL, which cannot delete from the table
+    /// it selects the rows from, this only locks them; `delete_locked` follows.
     pub claim_locked: Arc<str>,
     /// Binds: id, token.
     pub ack: Arc<str>,
@@ -133,13 +136,6 @@ pub(crate) struct TableSql {
     pub extend: Arc<str>,
     /// Binds: error, id, token: copies the row into the dead-letter table.
     pub dead_insert: Arc<str>,
-    /// After a failed transactional handler, in its transaction: count the attempt and
-    /// wait. Binds: delay µs, error, id.
-    pub fail_unleased: Arc<str>,
-    /// Binds: error, id: dead-letter a row held by a transaction (no lease).
-    pub dead_insert_unleased: Arc<str>,
-    /// Binds: id.
-    pub delete_unleased: Arc<str>,
 }
 
 /// Microseconds since the Unix epoch, as each database computes "now".
@@ -157,6 +153,15 @@ fn later(backend: Backend, p: &str) -> String {
         Backend::Postgres => format!("now() + {p} * interval '1 microsecond'"),
         Backend::MySql => format!("UTC_TIMESTAMP(6) + INTERVAL {p} MICROSECOND"),
         Backend::Sqlite => format!("CAST(unixepoch('subsec') * 1000000 AS INTEGER) + {p}"),
+    }
+}
+
+/// The timestamp `p` microseconds after the Unix epoch, as the table stores it.
+fn from_micros(backend: Backend, p: &str) -> String {
+    match backend {
+        Backend::Postgres => format!("(TIMESTAMPTZ 'epoch' + {p} * interval '1 microsecond')"),
+        Backend::MySql => format!("TIMESTAMPADD(MICROSECOND, {p}, '1970-01-01 00:00:00')"),
+        Backend::Sqlite => p.to_owned(),
     }
 }
 
@@ -313,14 +318,13 @@ impl TableSql {
              ORDER BY visible_at, id LIMIT ? FOR UPDATE SKIP LOCKED"
         );
         let claim_locked = match backend {
-            Backend::Sqlite => format!(
-                "SELECT {cols} FROM {t} WHERE group_name = ? AND visible_at <= {now} AND {unleased} ORDER BY visible_at, id LIMIT 1"
+            // The deletion is the lock: other claims skip the rows until this transaction
+            // ends, and a commit needs no second statement.
+            Backend::Postgres => format!(
+                "DELETE FROM {t} WHERE id = ANY(ARRAY({select_ready} FOR UPDATE SKIP LOCKED)) RETURNING {cols}"
             ),
-            _ => format!(
-                "SELECT {cols} FROM {t} WHERE group_name = {} AND visible_at <= {now} AND {unleased} \
-                 ORDER BY visible_at, id LIMIT 1 FOR UPDATE SKIP LOCKED",
-                p(1)
-            ),
+            Backend::Sqlite => format!("DELETE FROM {t} WHERE id IN ({select_ready}) RETURNING {cols}"),
+            Backend::MySql => claim_select.clone(),
         };
         let dead_cols = "id, group_name, payload, attempts, created_at, last_error";
         let sql = TableSql {
@@ -361,21 +365,6 @@ impl TableSql {
                 p(3)
             )
             .into(),
-            fail_unleased: format!(
-                "UPDATE {t} SET attempts = attempts + 1, visible_at = {}, last_error = {} WHERE id = {}",
-                later(backend, &p(1)),
-                p(2),
-                p(3)
-            )
-            .into(),
-            dead_insert_unleased: format!(
-                "INSERT INTO {dead} ({dead_cols}) SELECT id, group_name, payload, attempts + 1, created_at, {} \
-                 FROM {t} WHERE id = {}",
-                p(1),
-                p(2)
-            )
-            .into(),
-            delete_unleased: format!("DELETE FROM {t} WHERE id = {}", p(1)).into(),
             quoted: t,
             dead,
         };
@@ -431,6 +420,55 @@ impl TableSql {
             placeholders(self.backend, 1, pairs),
             pairs_list.join(", ")
         )
+    }
+
+    /// Deletes rows the caller's transaction holds locked. Binds: the ids.
+    pub fn delete_locked(&self, ids: usize) -> String {
+        format!("DELETE FROM {} WHERE id IN ({})", self.quoted, placeholders(self.backend, 1, ids))
+    }
+
+    /// After a failed transactional handler, in its transaction: puts `rows` rows a claim
+    /// took back, their attempt counted, in one statement (one "now" for all). Binds per
+    /// row: id, group, payload, attempts, delay µs, created_at µs, error.
+    pub fn restore(&self, rows: usize) -> String {
+        let b = self.backend;
+        let values = self.values(rows, 7, |p| {
+            let later = later(b, &p(5));
+            let created = from_micros(b, &p(6));
+            format!("({}, {}, {}, {}, {later}, {created}, {})", p(1), p(2), p(3), p(4), p(7))
+        });
+        format!(
+            "INSERT INTO {} (id, group_name, payload, attempts, visible_at, created_at, last_error) VALUES {values}",
+            self.quoted
+        )
+    }
+
+    /// Dead-letters `rows` rows a transactional claim took. Binds per row: id, group,
+    /// payload, attempts, created_at µs, error.
+    pub fn dead_restore(&self, rows: usize) -> String {
+        let b = self.backend;
+        let values = self.values(rows, 6, |p| {
+            let created = from_micros(b, &p(5));
+            format!("({}, {}, {}, {}, {created}, {})", p(1), p(2), p(3), p(4), p(6))
+        });
+        format!(
+            "INSERT INTO {} (id, group_name, payload, attempts, created_at, last_error) VALUES {values}",
+            self.dead
+        )
+    }
+
+    /// `rows` comma-separated tuples of `per` binds each; `tuple` writes one, given the
+    /// placeholder of its k-th bind (from 1).
+    fn values(&self, rows: usize, per: usize, tuple: impl Fn(&dyn Fn(usize) -> String) -> String) -> String {
+        let mut out = Vec::with_capacity(rows);
+        for row in 0..rows {
+            let p = |k: usize| match self.backend {
+                Backend::Postgres => format!("${}", row * per + k),
+                _ => "?".to_owned(),
+            };
+            out.push(tuple(&p));
+        }
+        out.join(", ")
     }
 
     /// Deletes acknowledged rows of one claim. Binds: token, then the ids.
@@ -517,6 +555,35 @@ mod tests {
         assert!(pg.insert(2).contains("($4, $5, now() + $6 * interval '1 microsecond')"));
         let my = TableSql::new(Backend::MySql, &t("jobs")).unwrap();
         assert_eq!(my.claim_mark(2).matches('?').count(), 4);
+        assert_eq!(pg.delete_locked(2), "DELETE FROM \"jobs\" WHERE id IN ($1, $2)");
+    }
+
+    #[test]
+    fn transactional_claims_delete_what_they_lock() {
+        let pg = TableSql::new(Backend::Postgres, &t("jobs")).unwrap();
+        assert!(
+            pg.claim_locked.starts_with("DELETE FROM \"jobs\" WHERE id = ANY(ARRAY(SELECT id FROM \"jobs\"")
+        );
+        assert!(pg.claim_locked.contains("LIMIT $2 FOR UPDATE SKIP LOCKED)) RETURNING id, group_name"));
+        let lite = TableSql::new(Backend::Sqlite, &t("jobs")).unwrap();
+        assert!(lite.claim_locked.starts_with("DELETE FROM `jobs` WHERE id IN (SELECT id FROM `jobs`"));
+        assert!(lite.claim_locked.contains("LIMIT ?) RETURNING id, group_name"));
+        let my = TableSql::new(Backend::MySql, &t("jobs")).unwrap();
+        assert!(my.claim_locked.starts_with("SELECT CAST(id AS SIGNED)"));
+        assert!(my.claim_locked.ends_with("LIMIT ? FOR UPDATE SKIP LOCKED"));
+        // A failed handler's rows go back with every column they had, bound.
+        assert_eq!(
+            pg.restore(2),
+            "INSERT INTO \"jobs\" (id, group_name, payload, attempts, visible_at, created_at, last_error) VALUES \
+             ($1, $2, $3, $4, now() + $5 * interval '1 microsecond', (TIMESTAMPTZ 'epoch' + $6 * interval '1 microsecond'), $7), \
+             ($8, $9, $10, $11, now() + $12 * interval '1 microsecond', (TIMESTAMPTZ 'epoch' + $13 * interval '1 microsecond'), $14)"
+        );
+        assert_eq!(my.dead_restore(3).matches('?').count(), 18);
+        assert!(
+            my.dead_restore(1)
+                .starts_with("INSERT INTO `jobs_dead` (id, group_name, payload, attempts, created_at")
+        );
+        assert_eq!(lite.restore(1).matches('?').count(), 7);
         assert_eq!(my.insert(3).matches('?').count(), 9);
     }
 

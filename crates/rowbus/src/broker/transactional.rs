@@ -1,0 +1,206 @@
+//! The transactional runners: a handler runs inside the transaction that locked its
+//! messages, and their deletion commits with the handler's writes.
+
+use std::fmt::Display;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use tokio::sync::{Semaphore, oneshot};
+use tokio::task::JoinSet;
+use tracing::{Instrument as _, debug, info_span, warn};
+
+use super::runner::{Running, drain, free_workers, outcome};
+use super::subscription::{Claimer, Pace, SubscriptionBuilder};
+use super::{Counters, Outcome, Queue, TxMessage, ops};
+use crate::db::{ClaimedRow, Db};
+use crate::error::Error;
+
+impl<DB: Db> SubscriptionBuilder<DB> {
+    /// Runs `handler` inside the claim's transaction, up to `workers` at once: its writes
+    /// and the message's deletion commit together or not at all (exactly-once effects in
+    /// the database). `Err` or a panic rolls back and counts the attempt.
+    ///
+    /// ```no_run
+    /// # async fn f(queue: rowbus::Queue<sqlx::Postgres>) -> Result<(), rowbus::Error> {
+    /// queue.subscribe().workers(4).run_tx(|conn, message| Box::pin(async move {
+    ///     sqlx::query("INSERT INTO effects (message_id) VALUES ($1)")
+    ///         .bind(message.id())
+    ///         .execute(&mut *conn)
+    ///         .await?;
+    ///     Ok::<_, sqlx::Error>(())
+    /// })).await
+    /// # }
+    /// ```
+    pub async fn run_tx<F, O, E>(self, handler: F) -> Result<(), Error>
+    where
+        F: for<'c> Fn(&'c mut DB::Connection, TxMessage) -> BoxFuture<'c, Result<O, E>>
+            + Send
+            + Sync
+            + 'static,
+        O: Into<Outcome> + Send + 'static,
+        E: Display + Send + 'static,
+    {
+        self.run_locked(1, move |conn, mut rows| {
+            let row = rows.pop().expect("a transactional claim hands over at least one row");
+            Box::pin(outcome(handler(conn, TxMessage::locked(row))))
+        })
+        .await
+    }
+
+    /// Runs `handler` on batches of up to `batch` messages inside the transaction that
+    /// locked them, `workers` batches at once: the handler's writes and the deletion of
+    /// the whole batch commit together or not at all. The outcome applies to the batch;
+    /// `Err` or a panic rolls back and counts an attempt of every message in it.
+    ///
+    /// This is the cheapest way to drain a queue: a batch costs one transaction (lock,
+    /// handle, delete, commit) where a leased batch costs two (claim, then acknowledge).
+    /// The price is a transaction, and a pooled connection, held open while the handler
+    /// runs; on SQLite that transaction holds the database's single write lock.
+    ///
+    /// ```no_run
+    /// # async fn f(queue: rowbus::Queue<sqlx::Postgres>) -> Result<(), rowbus::Error> {
+    /// queue.subscribe().batch(100).run_batch_tx(|conn, messages| Box::pin(async move {
+    ///     let ids: Vec<i64> = messages.iter().map(|m| m.id()).collect();
+    ///     sqlx::query("INSERT INTO effects (message_id) SELECT * FROM UNNEST($1::BIGINT[])")
+    ///         .bind(ids)
+    ///         .execute(&mut *conn)
+    ///         .await?;
+    ///     Ok::<_, sqlx::Error>(())
+    /// })).await
+    /// # }
+    /// ```
+    pub async fn run_batch_tx<F, O, E>(self, handler: F) -> Result<(), Error>
+    where
+        F: for<'c> Fn(&'c mut DB::Connection, Vec<TxMessage>) -> BoxFuture<'c, Result<O, E>>
+            + Send
+            + Sync
+            + 'static,
+        O: Into<Outcome> + Send + 'static,
+        E: Display + Send + 'static,
+    {
+        let batch = self.batch;
+        self.run_locked(batch, move |conn, rows| {
+            Box::pin(outcome(handler(conn, rows.into_iter().map(TxMessage::locked).collect())))
+        })
+        .await
+    }
+
+    /// The claim loop of both: a transaction per free worker, each locking up to `limit`
+    /// rows for itself.
+    async fn run_locked<H>(self, limit: usize, handler: H) -> Result<(), Error>
+    where
+        H: for<'c> Fn(&'c mut DB::Connection, Vec<ClaimedRow>) -> BoxFuture<'c, Result<Outcome, String>>
+            + Send
+            + Sync
+            + 'static,
+    {
+        let mut claimer = Claimer::start(&self).await?;
+        let _running = Running::new(self.queue.inner());
+        let handler = Arc::new(handler);
+        let workers = Arc::new(Semaphore::new(self.workers));
+        let mut set = JoinSet::new();
+        loop {
+            while set.try_join_next().is_some() {}
+            let permits = tokio::select! {
+                biased;
+                _ = claimer.shutdown.wait_for(|stop| *stop) => break,
+                permits = free_workers(&workers, self.workers) => permits,
+            };
+            if !claimer.wait().await {
+                break;
+            }
+            let mut claims = Vec::with_capacity(permits.len());
+            for permit in permits {
+                let (found, claimed) = oneshot::channel();
+                let (handler, queue, group) = (handler.clone(), self.queue.clone(), claimer.group.clone());
+                set.spawn(
+                    async move {
+                        let _worker = permit;
+                        transactional(&queue, &group, limit, &*handler, found).await;
+                    }
+                    .instrument(info_span!("rowbus.transactional")),
+                );
+                claims.push(claimed);
+            }
+            // The pace follows this round alone: a failure of an earlier round has had
+            // its wait already.
+            let (mut all_full, mut failed) = (true, false);
+            for claimed in claims {
+                match claimed.await {
+                    Ok(Ok(true)) => {}
+                    Ok(Ok(false)) => all_full = false,
+                    Ok(Err(())) | Err(_) => failed = true,
+                }
+            }
+            claimer.pace = match (failed, all_full) {
+                (true, _) => Pace::Failed,
+                (false, true) => Pace::Now,
+                (false, false) => Pace::Idle,
+            };
+        }
+        drain(&mut set, self.shutdown_timeout).await;
+        Ok(())
+    }
+}
+
+/// One transactional attempt: take up to `limit` rows in a transaction (locked and deleted
+/// at once), run the handler in it and commit; or undo the handler's writes, put the rows
+/// back with the failure counted and commit that. `found` learns whether the claim filled
+/// its limit.
+async fn transactional<DB, H>(
+    queue: &Queue<DB>,
+    group: &str,
+    limit: usize,
+    handler: &H,
+    found: oneshot::Sender<Result<bool, ()>>,
+) where
+    DB: Db,
+    H: for<'c> Fn(&'c mut DB::Connection, Vec<ClaimedRow>) -> BoxFuture<'c, Result<Outcome, String>>,
+{
+    let counters = &queue.inner().counters;
+    let (mut tx, rows) = match ops::claim_locked(queue, group, limit).await {
+        Ok((tx, rows)) if !rows.is_empty() => (tx, rows),
+        Ok(_) => {
+            let _ = found.send(Ok(false));
+            return;
+        }
+        Err(error) => {
+            Counters::add(&counters.claim_errors, 1);
+            warn!(%error, table = %queue.table(), "transactional claim failed");
+            let _ = found.send(Err(()));
+            return;
+        }
+    };
+    let _ = found.send(Ok(rows.len() >= limit));
+    let n = rows.len() as u64;
+    Counters::add(&counters.claimed, n);
+    Counters::add(&counters.claims, 1);
+    // A failure puts the rows back as they were, its attempt counted: the handler gets
+    // the rows and this keeps a copy (the claim already deleted them).
+    let claimed = rows.clone();
+    let settled = async {
+        ops::savepoint(&mut tx, ops::handler_savepoint::<DB>()).await?;
+        let (error, after) = match handler(&mut tx, rows).await {
+            Ok(done @ (Outcome::Ack | Outcome::Drop)) => {
+                tx.commit().await?;
+                Counters::add(if done == Outcome::Drop { &counters.dropped } else { &counters.acked }, n);
+                return Ok(());
+            }
+            Ok(Outcome::Retry(after)) => ("retry requested by the handler".to_owned(), Some(after)),
+            Err(error) => {
+                debug!(table = %queue.table(), error, "transactional handler failed; undoing its writes");
+                (error, None)
+            }
+        };
+        ops::savepoint(&mut tx, "ROLLBACK TO SAVEPOINT rowbus_handler").await?;
+        let dead = ops::restore_failed(queue, &mut tx, &claimed, &error, after).await?;
+        tx.commit().await?;
+        Counters::add(&counters.dead_lettered, dead);
+        Counters::add(&counters.retried, n - dead);
+        Ok::<_, Error>(())
+    }
+    .await;
+    if let Err(error) = settled {
+        warn!(%error, table = %queue.table(), "settling transactional messages failed; they are claimable again");
+    }
+}

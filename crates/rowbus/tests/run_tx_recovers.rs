@@ -32,7 +32,9 @@ where
     let handled = Arc::new(AtomicU64::new(0));
     let runner = {
         let handled = handled.clone();
-        tokio::spawn(q.subscribe().workers(2).poll_interval(Duration::from_secs(10)).run_tx(
+        // A short poll, so that a claim meets the renamed table soon (a publish cannot wake
+        // the runner while the table is away); the pace under test waits 1 s a round.
+        tokio::spawn(q.subscribe().workers(2).poll_interval(Duration::from_millis(500)).run_tx(
             move |_conn, _m| {
                 let handled = handled.clone();
                 Box::pin(async move {

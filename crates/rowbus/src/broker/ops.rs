@@ -156,6 +156,21 @@ pub(crate) async fn pg_notify_in_tx<DB: Db>(
 /// Most acknowledgements one statement carries.
 pub(crate) const ACK_BATCH: usize = 256;
 
+/// How a lease claim begins on PostgreSQL, in one round trip.
+///
+/// Sorts off: see [`begin_locked_claim`] (without statistics the planner would sort a scan
+/// of the whole table rather than read the claim index in order).
+///
+/// Asynchronous commit: the claim returns without waiting for its WAL to reach the disk.
+/// A claim lost in a crash only leaves its rows unleased, to be claimed again, which
+/// at-least-once delivery allows; and an acknowledgement, whose commit is synchronous,
+/// flushes the WAL before it, the claim's included, so no acknowledged claim is lost.
+/// (Claims on PostgreSQL carry no acknowledgements, see `runner::pending_acks`, so no
+/// acknowledgement commits asynchronously.)
+/// Measured against the autocommit claim, interleaved: 8 workers 10,200-10,500 to
+/// 11,500-11,700 messages/s; 100-row batches 36,000-37,000 to 44,000-48,000.
+const LEASE_CLAIM_BEGIN: &str = "BEGIN; SET LOCAL enable_sort = off; SET LOCAL synchronous_commit = off";
+
 /// What a claim brought back.
 pub(crate) struct Claim {
     pub rows: Vec<ClaimedRow>,
@@ -178,13 +193,16 @@ pub(crate) async fn claim<DB: Db>(
     let mut tries = 0;
     loop {
         tries += 1;
-        let result = if acks.is_empty() && DB::BACKEND != Backend::MySql {
+        let result = if acks.is_empty() && DB::BACKEND == Backend::Sqlite {
             // One statement, its own transaction.
             let mut conn = inner.pool.acquire().await?;
             claim_on(queue, &mut conn, group, limit, lease, token).await.map(|rows| (rows, 0))
         } else {
             async {
-                let mut tx = begin_sqlx(&inner.pool).await?;
+                let mut tx = match DB::BACKEND {
+                    Backend::Postgres => inner.pool.begin_with(LEASE_CLAIM_BEGIN).await?,
+                    _ => begin_sqlx(&inner.pool).await?,
+                };
                 let acked = ack_in(queue, &mut tx, acks).await?;
                 let rows = claim_on(queue, &mut tx, group, limit, lease, token).await?;
                 tx.commit().await?;

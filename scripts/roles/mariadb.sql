@@ -24,7 +24,8 @@ GRANT SELECT, DELETE ON `@SCHEMA@`.`@NOTIFY@` TO '@PREFIX@listener'@'%';
 GRANT INSERT ON `@SCHEMA@`.`@QUEUE@` TO '@PREFIX@publisher'@'%';
 -- Claims are SELECT ... FOR UPDATE SKIP LOCKED then UPDATE; acks delete; dead letters are
 -- INSERT ... SELECT into @QUEUE@_dead.
-GRANT SELECT, UPDATE, DELETE ON `@SCHEMA@`.`@QUEUE@` TO '@PREFIX@consumer'@'%';
+-- INSERT: a failed transactional handler (run_tx, run_batch_tx) puts its rows back.
+GRANT SELECT, INSERT, UPDATE, DELETE ON `@SCHEMA@`.`@QUEUE@` TO '@PREFIX@consumer'@'%';
 GRANT INSERT ON `@SCHEMA@`.`@QUEUE@_dead` TO '@PREFIX@consumer'@'%';
 
 -- @section queue-listen-notify

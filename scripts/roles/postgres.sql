@@ -32,7 +32,8 @@ GRANT USAGE ON SCHEMA "@SCHEMA@" TO "@PREFIX@publisher", "@PREFIX@consumer";
 -- An identity column's sequence needs no grant of its own (a SERIAL's would).
 GRANT INSERT ON "@SCHEMA@"."@QUEUE@" TO "@PREFIX@publisher";
 -- Claims are UPDATE ... RETURNING over SELECT ... FOR UPDATE SKIP LOCKED; acks delete.
-GRANT SELECT, UPDATE, DELETE ON "@SCHEMA@"."@QUEUE@" TO "@PREFIX@consumer";
+-- INSERT: a failed transactional handler (run_tx, run_batch_tx) puts its rows back.
+GRANT SELECT, INSERT, UPDATE, DELETE ON "@SCHEMA@"."@QUEUE@" TO "@PREFIX@consumer";
 GRANT INSERT ON "@SCHEMA@"."@QUEUE@_dead" TO "@PREFIX@consumer";
 
 -- @section queue-listen-notify

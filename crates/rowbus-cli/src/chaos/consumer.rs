@@ -51,6 +51,10 @@ pub struct ConsumerArgs {
     max_secs: u64,
 }
 
+/// In `broker-tx`, one message in this many fails its first attempt after writing its
+/// record and effect: the transaction must undo both and put the message back, counted.
+const FAIL_EVERY: i64 = 50;
+
 /// The broker options of every participant of a broker scenario: `listen_notify` on the
 /// run's own notify table, a short lease, and retries that never dead-letter in a run.
 pub(crate) fn broker_options(tables: &Tables, lease: Duration) -> BrokerOptions {
@@ -240,6 +244,10 @@ async fn consume<DB: Exec>(pool: Pool<DB>, args: ConsumerArgs) -> Result<(), Box
                         DB::exec(&mut other, &dup, &[ids.run, msg, ids.proc, at])
                             .await
                             .map_err(|e| e.to_string())?;
+                    }
+                    if attempt == 1 && msg % FAIL_EVERY == FAIL_EVERY - 1 {
+                        // After its writes: they must be undone and the message come back.
+                        return Err(format!("message {msg} fails its first attempt on purpose"));
                     }
                     tokio::time::sleep(Rng::new(msg as u64).below(Duration::from_millis(4))).await;
                     Ok::<(), String>(())

@@ -41,7 +41,8 @@ pub struct BrokerBench {
     #[arg(long, default_value_t = 200)]
     latency_samples: u32,
     /// Run only these scenarios (comma-separated): publish1, publish100, drain1, drain4,
-    /// drain8, batch16, batch100, raw1, raw16, raw100, latency, latency-remote
+    /// drain8, batch16, batch100, txbatch16, txbatch100, raw1, raw16, raw100, latency,
+    /// latency-remote
     #[arg(long, value_delimiter = ',', value_name = "SCENARIOS")]
     only: Vec<Scenario>,
     /// Print the results as one JSON object
@@ -771,6 +772,8 @@ mod tests {
     fn drains_compare_with_their_raw_loop() {
         assert_eq!(Scenario::Drain(8).baseline(), Some(Scenario::Raw(1)));
         assert_eq!(Scenario::Batch(100).baseline(), Some(Scenario::Raw(100)));
+        assert_eq!(Scenario::BatchTx(16).baseline(), Some(Scenario::Raw(16)));
+        assert_eq!("txbatch100".parse::<Scenario>(), Ok(Scenario::BatchTx(100)));
         assert_eq!(Scenario::Publish1.baseline(), None);
         assert_eq!(Scenario::Raw(16).baseline(), None);
     }

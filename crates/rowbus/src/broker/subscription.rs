@@ -22,7 +22,7 @@ use crate::notify::check_pg_channel;
 
 /// Configures a subscription to a [`Queue`]; finish with [`stream`](Self::stream) or one
 /// of the runners ([`run`](Self::run), [`run_batch`](Self::run_batch),
-/// [`run_tx`](Self::run_tx)).
+/// [`run_tx`](Self::run_tx), [`run_batch_tx`](Self::run_batch_tx)).
 #[derive(Debug)]
 pub struct SubscriptionBuilder<DB: Db> {
     pub(crate) queue: Queue<DB>,
@@ -67,7 +67,8 @@ impl<DB: Db> SubscriptionBuilder<DB> {
         self
     }
 
-    /// Messages one claim takes at most: the stream's batch, or [`run_batch`](Self::run_batch)'s.
+    /// Messages one claim takes at most: the stream's batch, or that of
+    /// [`run_batch`](Self::run_batch) or [`run_batch_tx`](Self::run_batch_tx).
     pub fn batch(mut self, batch: usize) -> Self {
         self.batch = batch.max(1);
         self

@@ -203,7 +203,9 @@ fn roles_script(db: &str) {
         allowed("roles_ci_consumer", format!("UPDATE {queue} SET v = 'x'")),
         allowed("roles_ci_consumer", format!("DELETE FROM {queue} WHERE id = 2")),
         allowed("roles_ci_consumer", format!("INSERT INTO {queue}_dead (id) VALUES (1)")),
-        refused("roles_ci_consumer", format!("INSERT INTO {queue} (id) VALUES (1)")),
+        // A failed transactional handler puts its rows back.
+        allowed("roles_ci_consumer", format!("INSERT INTO {queue} (id) VALUES (1)")),
+        refused("roles_ci_consumer", format!("DELETE FROM {queue}_dead")),
         refused("roles_ci_listener", format!("SELECT * FROM {queue}")),
         refused("roles_ci_notifier", format!("INSERT INTO {queue} (id) VALUES (1)")),
     ];

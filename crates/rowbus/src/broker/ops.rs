@@ -461,7 +461,8 @@ pub(crate) async fn savepoint<DB: Db>(
 /// or one last analyzed while empty) has no statistics, and the planner, guessing a few
 /// dozen ready rows, sorts a bitmap scan of the whole table instead of reading the claim
 /// index in order (measured: 150-230 ms a claim over 100,000 rows, against 0.2 ms).
-/// [`handler_savepoint`] restores the setting before the handler's own statements.
+/// [`handler_savepoint`] resets the setting (to the server's default) before the
+/// handler's own statements.
 async fn begin_locked_claim<DB: Db>(pool: &Pool<DB>) -> Result<Transaction<'static, DB>, Error> {
     Ok(match DB::BACKEND {
         Backend::Postgres => pool.begin_with("BEGIN; SET LOCAL enable_sort = off").await?,
@@ -470,7 +471,8 @@ async fn begin_locked_claim<DB: Db>(pool: &Pool<DB>) -> Result<Transaction<'stat
 }
 
 /// After a transactional claim, before its handler: the savepoint that undoes the handler's
-/// writes alone, and on PostgreSQL the planner setting [`begin_locked_claim`] changed put back.
+/// writes alone, and on PostgreSQL the reset of the planner setting [`begin_locked_claim`]
+/// changed.
 pub(crate) fn handler_savepoint<DB: Db>() -> &'static str {
     match DB::BACKEND {
         Backend::Postgres => "RESET enable_sort; SAVEPOINT rowbus_handler",

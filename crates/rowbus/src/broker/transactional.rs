@@ -52,8 +52,8 @@ impl<DB: Db> SubscriptionBuilder<DB> {
     /// the whole batch commit together or not at all. The outcome applies to the batch;
     /// `Err` or a panic rolls back and counts an attempt of every message in it.
     ///
-    /// This is the cheapest way to drain a queue: a batch costs one transaction (lock,
-    /// handle, delete, commit) where a leased batch costs two (claim, then acknowledge).
+    /// This is the cheapest way to drain a queue: a batch costs one transaction (take the
+    /// rows, handle them, commit) where a leased batch costs two (claim, then acknowledge).
     /// The price is a transaction, and a pooled connection, held open while the handler
     /// runs; on SQLite that transaction holds the database's single write lock.
     ///

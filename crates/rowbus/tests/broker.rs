@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::{MARIADB, PG, TempSqlite, unique};
 use futures::StreamExt;
-use rowbus::{Broker, BrokerOptions, Db, DbPool, Delivery, Error, Message, Outcome, RetryPolicy};
+use rowbus::{Broker, BrokerOptions, Db, DbPool, Delivery, Error, Message, Outcome, RetryPolicy, Stats};
 use sqlx::{MySql, Postgres, Sqlite};
 
 /// A broker on a database of the test's own choosing, with a fast retry policy.
@@ -154,6 +154,15 @@ async fn backlog_drains_without_waiting<DB: Db>(broker: Broker<DB>) {
     assert_eq!(broker.stats().acked, total);
 }
 on_each_database!(backlog_drains_without_waiting);
+
+/// Waits until the broker's counters satisfy `done`, at most `limit`.
+async fn stats_until<DB: Db>(broker: &Broker<DB>, limit: Duration, done: impl Fn(&Stats) -> bool) {
+    let started = Instant::now();
+    while !done(&broker.stats()) {
+        assert!(started.elapsed() < limit, "{:?}", broker.stats());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
 
 /// Waits until the broker has acknowledged `n` messages, at most 5 s after `started`.
 async fn acked_within<DB: Db>(broker: &Broker<DB>, n: u64, started: Instant, what: &str) {
@@ -464,11 +473,7 @@ async fn transactional_handler_postgres_effects() {
             })
         },
     ));
-    let started = Instant::now();
-    while !(broker.stats().acked == 2 && broker.stats().dead_lettered == 1) {
-        assert!(started.elapsed() < Duration::from_secs(20), "{:?}", broker.stats());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    stats_until(&broker, Duration::from_secs(20), |s| s.acked == 2 && s.dead_lettered == 1).await;
     broker.shutdown(Duration::from_secs(5)).await;
     runner.await.unwrap().unwrap();
     let notes: Vec<String> =
@@ -500,11 +505,7 @@ async fn transactional_counts<DB: Db>(broker: Broker<DB>) {
                 }
             })
         }));
-    let started = Instant::now();
-    while !(broker.stats().acked == 2 && broker.stats().dead_lettered == 1) {
-        assert!(started.elapsed() < Duration::from_secs(20), "{:?}", broker.stats());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    stats_until(&broker, Duration::from_secs(20), |s| s.acked == 2 && s.dead_lettered == 1).await;
     broker.shutdown(Duration::from_secs(5)).await;
     runner.await.unwrap().unwrap();
     assert_eq!(q.depth("").await.unwrap(), (0, 1));
@@ -539,11 +540,7 @@ async fn batch_tx_drains_once<DB: Db>(broker: Broker<DB>) {
         }))
     };
     let runners = [runner(q.clone()), runner(q.clone())];
-    let started = Instant::now();
-    while broker.stats().acked < 300 {
-        assert!(started.elapsed() < Duration::from_secs(30), "{:?}", broker.stats());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    stats_until(&broker, Duration::from_secs(30), |s| s.acked >= 300).await;
     broker.shutdown(Duration::from_secs(5)).await;
     for runner in runners {
         runner.await.unwrap().unwrap();
@@ -603,11 +600,7 @@ async fn batch_tx_failures<DB: Db>(broker: Broker<DB>) {
             .poll_interval(Duration::from_millis(50))
             .run_batch_tx(|_conn, _messages| Box::pin(async { Ok::<_, Error>(Outcome::Drop) })),
     );
-    let started = Instant::now();
-    while !(broker.stats().dead_lettered == 3 && broker.stats().dropped == 1) {
-        assert!(started.elapsed() < Duration::from_secs(20), "{:?}", broker.stats());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    stats_until(&broker, Duration::from_secs(20), |s| s.dead_lettered == 3 && s.dropped == 1).await;
     broker.shutdown(Duration::from_secs(5)).await;
     failing.await.unwrap().unwrap();
     dropping.await.unwrap().unwrap();

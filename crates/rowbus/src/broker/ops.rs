@@ -136,19 +136,18 @@ pub(crate) async fn pg_notify_in_tx<DB: Db>(
     if pairs.is_empty() {
         return;
     }
-    let run = |sql: &'static str| Arc::<str>::from(sql);
     let result: Result<(), sqlx::Error> = async {
-        DB::execute(tx, &run("SAVEPOINT rowbus_notify"), &[]).await?;
+        DB::simple(tx, "SAVEPOINT rowbus_notify").await?;
+        let notify = Arc::<str>::from("SELECT pg_notify($1, $2)");
         for (table, group) in pairs {
-            let notify = run("SELECT pg_notify($1, $2)");
             if let Err(e) =
                 DB::execute(tx, &notify, &[Arg::Text(table.table.channel()), Arg::Text(group)]).await
             {
-                DB::execute(tx, &run("ROLLBACK TO SAVEPOINT rowbus_notify"), &[]).await?;
+                DB::simple(tx, "ROLLBACK TO SAVEPOINT rowbus_notify").await?;
                 return Err(e);
             }
         }
-        DB::execute(tx, &run("RELEASE SAVEPOINT rowbus_notify"), &[]).await.map(drop)
+        DB::simple(tx, "RELEASE SAVEPOINT rowbus_notify").await
     }
     .await;
     if let Err(error) = result {
@@ -492,42 +491,40 @@ pub(crate) async fn restore_failed<DB: Db>(
     after: Option<Duration>,
 ) -> Result<u64, Error> {
     let inner = queue.inner();
-    let mut dead = Vec::new();
-    let mut back = Vec::new();
-    for row in rows {
-        let attempts = u32::try_from(row.attempts + 1).unwrap_or(u32::MAX);
-        if after.is_none() && inner.options.retry.exhausted(attempts) {
-            dead.push(row);
-        } else {
-            back.push((row, micros(after.unwrap_or_else(|| inner.options.retry.delay(attempts)))));
+    // Each row with the delay before its next attempt, or none when it is done for.
+    let (dead, back): (Vec<_>, Vec<_>) = rows
+        .iter()
+        .map(|row| {
+            let attempts = u32::try_from(row.attempts + 1).unwrap_or(u32::MAX);
+            let exhausted = after.is_none() && inner.options.retry.exhausted(attempts);
+            let delay = after.unwrap_or_else(|| inner.options.retry.delay(attempts));
+            (row, (!exhausted).then(|| micros(delay)))
+        })
+        .partition(|(_, delay)| delay.is_none());
+    for rows in [&dead, &back] {
+        for chunk in rows.chunks(RESTORE_BATCH) {
+            // A chunk is all dead or all back (and never empty).
+            let sql = match chunk[0].1 {
+                None => queue.sql.dead_restore(chunk.len()),
+                Some(_) => queue.sql.restore(chunk.len()),
+            };
+            let sql = Arc::from(sql);
+            let args: Vec<Arg<'_>> =
+                chunk.iter().flat_map(|&(row, delay)| restore_args(row, delay, error)).collect();
+            DB::execute(tx, &sql, &args).await?;
         }
     }
-    for chunk in dead.chunks(RESTORE_BATCH) {
-        let sql = Arc::from(queue.sql.dead_restore(chunk.len()));
-        let args: Vec<Arg<'_>> = chunk
-            .iter()
-            .flat_map(|row| {
-                let (id, group, payload) =
-                    (Arg::Int(row.id), Arg::Text(&row.group), Arg::Bytes(&row.payload));
-                [id, group, payload, Arg::Int(row.attempts + 1), Arg::Int(row.created_at), Arg::Text(error)]
-            })
-            .collect();
-        DB::execute(tx, &sql, &args).await?;
-    }
-    for chunk in back.chunks(RESTORE_BATCH) {
-        let sql = Arc::from(queue.sql.restore(chunk.len()));
-        let args: Vec<Arg<'_>> = chunk
-            .iter()
-            .flat_map(|&(row, delay)| {
-                let (id, group, payload) =
-                    (Arg::Int(row.id), Arg::Text(&row.group), Arg::Bytes(&row.payload));
-                let (attempts, created) = (Arg::Int(row.attempts + 1), Arg::Int(row.created_at));
-                [id, group, payload, attempts, Arg::Int(delay), created, Arg::Text(error)]
-            })
-            .collect();
-        DB::execute(tx, &sql, &args).await?;
-    }
     Ok(dead.len() as u64)
+}
+
+/// The binds of a row [`restore_failed`] writes, in the order of both of its statements:
+/// the delay only where the row goes back to the queue.
+fn restore_args<'a>(row: &'a ClaimedRow, delay: Option<i64>, error: &'a str) -> Vec<Arg<'a>> {
+    let mut args = vec![Arg::Int(row.id), Arg::Text(&row.group), Arg::Bytes(&row.payload)];
+    args.push(Arg::Int(row.attempts + 1));
+    args.extend(delay.map(Arg::Int));
+    args.extend([Arg::Int(row.created_at), Arg::Text(error)]);
+    args
 }
 
 pub(crate) async fn depth<DB: Db>(queue: &Queue<DB>, group: &str) -> Result<(i64, i64), Error> {

@@ -313,17 +313,19 @@ impl TableSql {
             // MySQL has no UPDATE ... RETURNING: see claim_select.
             Backend::MySql => String::new(),
         };
-        let claim_select = format!(
+        let claim_select: Arc<str> = format!(
             "SELECT {cols} FROM {t} WHERE group_name = ? AND visible_at <= {now} AND {unleased} \
              ORDER BY visible_at, id LIMIT ? FOR UPDATE SKIP LOCKED"
-        );
-        let claim_locked = match backend {
+        )
+        .into();
+        let claim_locked: Arc<str> = match backend {
             // The deletion is the lock: other claims skip the rows until this transaction
             // ends, and a commit needs no second statement.
             Backend::Postgres => format!(
                 "DELETE FROM {t} WHERE id = ANY(ARRAY({select_ready} FOR UPDATE SKIP LOCKED)) RETURNING {cols}"
-            ),
-            Backend::Sqlite => format!("DELETE FROM {t} WHERE id IN ({select_ready}) RETURNING {cols}"),
+            )
+            .into(),
+            Backend::Sqlite => format!("DELETE FROM {t} WHERE id IN ({select_ready}) RETURNING {cols}").into(),
             Backend::MySql => claim_select.clone(),
         };
         let dead_cols = "id, group_name, payload, attempts, created_at, last_error";
@@ -332,8 +334,8 @@ impl TableSql {
             table: table.clone(),
             create,
             claim: claim.into(),
-            claim_select: claim_select.into(),
-            claim_locked: claim_locked.into(),
+            claim_select,
+            claim_locked,
             ack: format!("DELETE FROM {t} WHERE id = {} AND lease = {}", p(1), p(2)).into(),
             retry: format!(
                 "UPDATE {t} SET visible_at = {}, lease = NULL, lease_until = NULL, last_error = {} WHERE id = {} AND lease = {}",

@@ -1,15 +1,12 @@
-//! The three databases rowbus speaks, and how it connects to each.
+//! The three databases rowbus speaks, and the one place a database named at run time
+//! (by a URL, or by the pool it gave) becomes a type.
 
-use std::str::FromStr;
-use std::time::Duration;
+use std::future::Future;
 
-use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPool, MySqlPoolOptions};
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
-};
-use sqlx::{ConnectOptions, Connection, Executor};
+use futures::future::BoxFuture;
+use sqlx::Pool;
 
+use crate::db::Db;
 use crate::error::Error;
 
 /// Which database a URL names.
@@ -68,60 +65,78 @@ pub fn redact(url: &str) -> String {
     }
 }
 
-fn invalid(url: &str, e: sqlx::Error) -> Error {
+pub(crate) fn invalid_url(url: &str, e: sqlx::Error) -> Error {
     Error::InvalidUrl { url: redact(url), reason: e.to_string() }
 }
 
-fn connect_error(url: &str) -> impl FnOnce(sqlx::Error) -> Error + '_ {
+pub(crate) fn connect_error(url: &str) -> impl FnOnce(sqlx::Error) -> Error + '_ {
     move |source| Error::Connect { target: redact(url), source }
 }
 
-/// Strict mode, so the server refuses an over-long value rather than truncating it, and
-/// READ COMMITTED, which claims with `SKIP LOCKED` want.
-const MYSQL_SESSION: [&str; 2] = [
-    "SET SESSION sql_mode = TRIM(BOTH ',' FROM CONCAT(@@SESSION.sql_mode, ',STRICT_ALL_TABLES'))",
-    "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
-];
+/// Code written once for the three databases, run for the one a [`Backend`] names.
+pub(crate) trait ForBackend {
+    type Output;
+    fn run<DB: Db>(self) -> Self::Output;
+}
 
-async fn mysql_session(conn: &mut MySqlConnection) -> Result<(), sqlx::Error> {
-    for statement in MYSQL_SESSION {
-        conn.execute(statement).await?;
+impl Backend {
+    /// Runs `f` for this backend's database: the one place a run-time choice of database
+    /// becomes a type. Refuses a database this build left out (its cargo feature is off).
+    pub(crate) fn on<F: ForBackend>(self, f: F) -> Result<F::Output, Error> {
+        match self {
+            #[cfg(feature = "postgres")]
+            Backend::Postgres => Ok(f.run::<sqlx::Postgres>()),
+            #[cfg(feature = "mysql")]
+            Backend::MySql => Ok(f.run::<sqlx::MySql>()),
+            #[cfg(feature = "sqlite")]
+            Backend::Sqlite => Ok(f.run::<sqlx::Sqlite>()),
+            #[allow(unreachable_patterns)]
+            other => Err(Error::InvalidUrl {
+                url: String::new(),
+                reason: format!(
+                    "this build of rowbus has no {} support (its cargo feature is off)",
+                    other.name()
+                ),
+            }),
+        }
     }
-    Ok(())
 }
 
-pub(crate) fn mysql_options(url: &str) -> Result<MySqlConnectOptions, Error> {
-    let url = match url.strip_prefix("mariadb:") {
-        Some(rest) => format!("mysql:{rest}"),
-        None => url.to_owned(),
-    };
-    MySqlConnectOptions::from_str(&url).map_err(|e| invalid(&url, e))
-}
-
-pub(crate) fn sqlite_options(url: &str) -> Result<SqliteConnectOptions, Error> {
-    // sqlx leaves the journal mode alone: WAL lets readers run beside the one writer.
-    Ok(SqliteConnectOptions::from_str(url)
-        .map_err(|e| invalid(url, e))?
-        .create_if_missing(true)
-        .journal_mode(SqliteJournalMode::Wal)
-        .busy_timeout(Duration::from_secs(10)))
-}
-
-/// One MySQL/MariaDB connection in rowbus's session settings.
-pub(crate) async fn connect_mysql(url: &str) -> Result<MySqlConnection, Error> {
-    let mut conn = mysql_options(url)?.connect().await.map_err(connect_error(url))?;
-    mysql_session(&mut conn).await.map_err(connect_error(url))?;
-    Ok(conn)
-}
-
-/// One SQLite connection (the file is created if missing).
-pub(crate) async fn connect_sqlite(url: &str) -> Result<SqliteConnection, Error> {
-    SqliteConnection::connect_with(&sqlite_options(url)?).await.map_err(connect_error(url))
+/// Code written once for the three databases, generic over [`Db`], run on the database
+/// a [`DbPool`] holds: the way from a URL chosen at run time to typed code, without a
+/// `match` on the pool.
+///
+/// ```no_run
+/// # async fn f() -> Result<(), rowbus::Error> {
+/// use rowbus::{Broker, BrokerOptions, Db, DbPool, Message, OnPool};
+///
+/// struct PublishHello;
+///
+/// impl OnPool for PublishHello {
+///     type Output = Result<(), rowbus::Error>;
+///
+///     async fn run<DB: Db>(self, pool: rowbus::sqlx::Pool<DB>) -> Self::Output {
+///         let broker = Broker::new(pool, BrokerOptions::default()).await?;
+///         let jobs = broker.queue("jobs")?;
+///         jobs.deploy().await?;
+///         jobs.publish(Message::text("hello")).await
+///     }
+/// }
+///
+/// let db = DbPool::connect(&std::env::var("DATABASE_URL").unwrap()).await?;
+/// db.run(PublishHello).await?;
+/// # Ok(()) }
+/// ```
+pub trait OnPool {
+    /// What it returns.
+    type Output;
+    /// Runs on `pool`.
+    fn run<DB: Db>(self, pool: Pool<DB>) -> impl Future<Output = Self::Output>;
 }
 
 /// A connection pool on any of the three databases, set up the way rowbus needs it
 /// (strict `sql_mode` and READ COMMITTED on MySQL/MariaDB, WAL and a busy timeout on
-/// SQLite).
+/// SQLite). Run code written for any [`Db`] on it with [`run`](Self::run).
 ///
 /// ```no_run
 /// # async fn f() -> Result<(), rowbus::Error> {
@@ -133,11 +148,28 @@ pub(crate) async fn connect_sqlite(url: &str) -> Result<SqliteConnection, Error>
 #[derive(Debug, Clone)]
 pub enum DbPool {
     /// A PostgreSQL pool.
-    Postgres(PgPool),
+    #[cfg(feature = "postgres")]
+    Postgres(sqlx::PgPool),
     /// A MySQL/MariaDB pool.
-    MySql(MySqlPool),
+    #[cfg(feature = "mysql")]
+    MySql(sqlx::MySqlPool),
     /// A SQLite pool.
-    Sqlite(SqlitePool),
+    #[cfg(feature = "sqlite")]
+    Sqlite(sqlx::SqlitePool),
+}
+
+/// Connects a pool of one database.
+struct Connect<'a> {
+    url: &'a str,
+    max: u32,
+}
+
+impl<'a> ForBackend for Connect<'a> {
+    type Output = BoxFuture<'a, Result<DbPool, Error>>;
+
+    fn run<DB: Db>(self) -> Self::Output {
+        Box::pin(async move { Ok(DB::wrap(DB::connect_pool(self.url, self.max).await?)) })
+    }
 }
 
 impl DbPool {
@@ -146,56 +178,46 @@ impl DbPool {
         Self::connect_with_size(url, 8).await
     }
 
-    /// Connects a pool of up to `max` connections and checks that one works.
+    /// Connects a pool of up to `max` connections (at most 4 on SQLite) and checks that
+    /// one works.
     pub async fn connect_with_size(url: &str, max: u32) -> Result<Self, Error> {
-        // A pool retries a refused connection until its acquire timeout and then reports
-        // only the timeout: one direct connection first fails fast, with the real cause.
-        let on_err = connect_error(url);
-        let acquire = Duration::from_secs(10);
-        Ok(match Backend::from_url(url)? {
-            Backend::Postgres => {
-                let options = PgConnectOptions::from_str(url).map_err(|e| invalid(url, e))?;
-                options
-                    .connect()
-                    .await
-                    .map_err(connect_error(url))?
-                    .close()
-                    .await
-                    .map_err(connect_error(url))?;
-                let pool = PgPoolOptions::new().max_connections(max).acquire_timeout(acquire);
-                DbPool::Postgres(pool.connect_with(options).await.map_err(on_err)?)
-            }
-            Backend::MySql => {
-                connect_mysql(url).await?.close().await.map_err(connect_error(url))?;
-                let pool = MySqlPoolOptions::new()
-                    .max_connections(max)
-                    .acquire_timeout(acquire)
-                    .after_connect(|conn, _| Box::pin(mysql_session(conn)));
-                DbPool::MySql(pool.connect_with(mysql_options(url)?).await.map_err(on_err)?)
-            }
-            Backend::Sqlite => {
-                let pool = SqlitePoolOptions::new().max_connections(max.min(4)).acquire_timeout(acquire);
-                DbPool::Sqlite(pool.connect_with(sqlite_options(url)?).await.map_err(on_err)?)
-            }
-        })
+        Backend::from_url(url)?.on(Connect { url, max })?.await
+    }
+
+    /// Runs `f` on the pool, typed: see [`OnPool`].
+    pub async fn run<F: OnPool>(&self, f: F) -> F::Output {
+        match self.clone() {
+            #[cfg(feature = "postgres")]
+            DbPool::Postgres(pool) => f.run(pool).await,
+            #[cfg(feature = "mysql")]
+            DbPool::MySql(pool) => f.run(pool).await,
+            #[cfg(feature = "sqlite")]
+            DbPool::Sqlite(pool) => f.run(pool).await,
+        }
     }
 
     /// Which database this pool talks to.
     pub fn backend(&self) -> Backend {
         match self {
+            #[cfg(feature = "postgres")]
             DbPool::Postgres(_) => Backend::Postgres,
+            #[cfg(feature = "mysql")]
             DbPool::MySql(_) => Backend::MySql,
+            #[cfg(feature = "sqlite")]
             DbPool::Sqlite(_) => Backend::Sqlite,
         }
     }
 
     /// Closes every connection of the pool.
     pub async fn close(&self) {
-        match self {
-            DbPool::Postgres(pool) => pool.close().await,
-            DbPool::MySql(pool) => pool.close().await,
-            DbPool::Sqlite(pool) => pool.close().await,
+        struct Close;
+        impl OnPool for Close {
+            type Output = ();
+            async fn run<DB: Db>(self, pool: Pool<DB>) {
+                pool.close().await
+            }
         }
+        self.run(Close).await
     }
 }
 

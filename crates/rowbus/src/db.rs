@@ -1,12 +1,12 @@
 //! The three sqlx databases behind one trait, so the listener and the broker are written
-//! once.
+//! once. What differs between them lives in [`crate::sql`], one module per database.
 
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use notify_table::{Statement, Value};
 use sqlx::query::Query;
-use sqlx::{AssertSqlSafe, Database, Encode, MySql, Postgres, Row as _, Sqlite, Type};
+use sqlx::{AssertSqlSafe, Database, Encode, Type};
 
 use crate::backend::Backend;
 
@@ -29,23 +29,27 @@ pub struct ClaimedRow {
     pub created_at: i64,
 }
 
-/// The sqlx databases rowbus works on: [`Postgres`], [`MySql`] and [`Sqlite`].
-pub trait Db: Database<Arguments: sqlx::IntoArguments<Self>> + sealed::Sealed {
+/// The sqlx databases rowbus works on: [`Postgres`](sqlx::Postgres),
+/// [`MySql`](sqlx::MySql) and [`Sqlite`](sqlx::Sqlite), each behind its cargo feature
+/// (`postgres`, `mysql`, `sqlite`; all on by default).
+///
+/// Write code once for all three as `async fn f<DB: rowbus::Db>(pool: sqlx::Pool<DB>)`,
+/// and run it on whichever database a URL names with [`DbPool::run`](crate::DbPool::run).
+pub trait Db: Database<Arguments: sqlx::IntoArguments<Self>> + crate::sql::Dialect {
     /// Which backend this is.
     const BACKEND: Backend;
 }
 
+/// Sealed: the driver mechanics, the same for every database, as trait methods rather
+/// than generic functions so that no async function carries the higher-ranked `Encode`
+/// and `Decode` bounds (their futures would not be provably `Send`). Implemented by
+/// [`driver!`] in each database's module.
 pub(crate) mod sealed {
     use super::*;
 
-    /// Where the three databases differ in Rust types. Trait methods, not generic
-    /// functions, so that no async function carries the higher-ranked `Encode` and
-    /// `Decode` bounds (their futures would not be provably `Send`).
-    pub trait Sealed: Database {
+    pub trait Driver: Database {
         fn rows_affected(result: &Self::QueryResult) -> u64;
         fn statement(stmt: &Statement) -> Query<'static, Self, Self::Arguments>;
-        fn query(sql: &Arc<str>, args: &[Arg<'_>]) -> Query<'static, Self, Self::Arguments>;
-        fn claimed(row: &Self::Row) -> Result<ClaimedRow, sqlx::Error>;
         /// Runs a statement; the rows it affected.
         fn execute<'c>(
             conn: &'c mut Self::Connection,
@@ -63,85 +67,120 @@ pub(crate) mod sealed {
             sql: &Arc<str>,
             args: &[Arg<'_>],
         ) -> BoxFuture<'c, Result<Vec<ClaimedRow>, sqlx::Error>>;
-        /// Runs a query; the first column of each row as an integer.
-        fn fetch_ints<'c>(
+        /// Runs a query; each row's columns as nullable integers after `texts` text columns.
+        fn fetch_rows<'c>(
             conn: &'c mut Self::Connection,
             sql: &Arc<str>,
             args: &[Arg<'_>],
-        ) -> BoxFuture<'c, Result<Vec<i64>, sqlx::Error>>;
+            texts: usize,
+        ) -> BoxFuture<'c, Result<Vec<TextsAndInts>, sqlx::Error>>;
     }
 }
 
-macro_rules! db {
+/// A result row: its first columns as text, the rest as integers (`None` for NULL).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TextsAndInts {
+    pub texts: Vec<String>,
+    pub ints: Vec<Option<i64>>,
+}
+
+impl TextsAndInts {
+    /// Integer column `i` (after the text columns), 0 for NULL or a missing column.
+    pub fn int(&self, i: usize) -> i64 {
+        self.ints.get(i).copied().flatten().unwrap_or(0)
+    }
+
+    /// Text column `i`, empty when missing.
+    pub fn text(&self, i: usize) -> &str {
+        self.texts.get(i).map_or("", String::as_str)
+    }
+}
+
+/// Implements [`sealed::Driver`] and [`Db`] for one sqlx database.
+macro_rules! driver {
     ($db:ty, $backend:expr) => {
-        impl Db for $db {
-            const BACKEND: Backend = $backend;
+        impl $crate::db::Db for $db {
+            const BACKEND: $crate::backend::Backend = $backend;
         }
 
-        impl sealed::Sealed for $db {
+        impl $crate::db::sealed::Driver for $db {
             fn rows_affected(result: &Self::QueryResult) -> u64 {
                 result.rows_affected()
             }
 
-            fn statement(stmt: &Statement) -> Query<'static, Self, Self::Arguments> {
-                query(&stmt.sql, &args_of(stmt))
-            }
-
-            fn query(sql: &Arc<str>, args: &[Arg<'_>]) -> Query<'static, Self, Self::Arguments> {
-                query(sql, args)
+            fn statement(
+                stmt: &notify_table::Statement,
+            ) -> sqlx::query::Query<'static, Self, Self::Arguments> {
+                $crate::db::query(&stmt.sql, &$crate::db::args_of(stmt))
             }
 
             fn execute<'c>(
                 conn: &'c mut Self::Connection,
-                sql: &Arc<str>,
-                args: &[Arg<'_>],
-            ) -> BoxFuture<'c, Result<u64, sqlx::Error>> {
-                let query = query::<$db>(sql, args);
+                sql: &std::sync::Arc<str>,
+                args: &[$crate::db::Arg<'_>],
+            ) -> futures::future::BoxFuture<'c, Result<u64, sqlx::Error>> {
+                let query = $crate::db::query::<$db>(sql, args);
                 Box::pin(async move { Ok(query.execute(conn).await?.rows_affected()) })
             }
 
             fn simple<'c>(
                 conn: &'c mut Self::Connection,
                 sql: &'static str,
-            ) -> BoxFuture<'c, Result<(), sqlx::Error>> {
+            ) -> futures::future::BoxFuture<'c, Result<(), sqlx::Error>> {
                 Box::pin(async move { sqlx::raw_sql(sql).execute(conn).await.map(drop) })
             }
 
             fn fetch_claimed<'c>(
                 conn: &'c mut Self::Connection,
-                sql: &Arc<str>,
-                args: &[Arg<'_>],
-            ) -> BoxFuture<'c, Result<Vec<ClaimedRow>, sqlx::Error>> {
-                let query = query::<$db>(sql, args);
-                Box::pin(async move { query.fetch_all(conn).await?.iter().map(Self::claimed).collect() })
-            }
-
-            fn fetch_ints<'c>(
-                conn: &'c mut Self::Connection,
-                sql: &Arc<str>,
-                args: &[Arg<'_>],
-            ) -> BoxFuture<'c, Result<Vec<i64>, sqlx::Error>> {
-                let query = query::<$db>(sql, args);
+                sql: &std::sync::Arc<str>,
+                args: &[$crate::db::Arg<'_>],
+            ) -> futures::future::BoxFuture<'c, Result<Vec<$crate::db::ClaimedRow>, sqlx::Error>> {
+                use sqlx::Row as _;
+                let query = $crate::db::query::<$db>(sql, args);
                 Box::pin(async move {
-                    query.fetch_all(conn).await?.iter().map(|row| row.try_get::<i64, _>(0)).collect()
+                    let rows = query.fetch_all(conn).await?;
+                    rows.iter()
+                        .map(|row| {
+                            Ok($crate::db::ClaimedRow {
+                                id: row.try_get(0)?,
+                                group: row.try_get(1)?,
+                                payload: row.try_get(2)?,
+                                attempts: row.try_get(3)?,
+                                created_at: row.try_get(4)?,
+                            })
+                        })
+                        .collect()
                 })
             }
 
-            fn claimed(row: &Self::Row) -> Result<ClaimedRow, sqlx::Error> {
-                Ok(ClaimedRow {
-                    id: row.try_get(0)?,
-                    group: row.try_get(1)?,
-                    payload: row.try_get(2)?,
-                    attempts: row.try_get(3)?,
-                    created_at: row.try_get(4)?,
+            fn fetch_rows<'c>(
+                conn: &'c mut Self::Connection,
+                sql: &std::sync::Arc<str>,
+                args: &[$crate::db::Arg<'_>],
+                texts: usize,
+            ) -> futures::future::BoxFuture<'c, Result<Vec<$crate::db::TextsAndInts>, sqlx::Error>> {
+                use sqlx::Row as _;
+                let query = $crate::db::query::<$db>(sql, args);
+                Box::pin(async move {
+                    let rows = query.fetch_all(conn).await?;
+                    rows.iter()
+                        .map(|row| {
+                            Ok($crate::db::TextsAndInts {
+                                texts: (0..texts)
+                                    .map(|i| row.try_get::<String, _>(i))
+                                    .collect::<Result<_, _>>()?,
+                                ints: (texts..row.len())
+                                    .map(|i| row.try_get::<Option<i64>, _>(i))
+                                    .collect::<Result<_, _>>()?,
+                            })
+                        })
+                        .collect()
                 })
             }
         }
     };
 }
-db!(Postgres, Backend::Postgres);
-db!(MySql, Backend::MySql);
-db!(Sqlite, Backend::Sqlite);
+pub(crate) use driver;
 
 /// A notify-table statement's binds as [`Arg`]s.
 pub(crate) fn args_of(stmt: &Statement) -> Vec<Arg<'_>> {
@@ -154,7 +193,7 @@ pub(crate) fn args_of(stmt: &Statement) -> Vec<Arg<'_>> {
         .collect()
 }
 
-fn query<DB>(sql: &Arc<str>, args: &[Arg<'_>]) -> Query<'static, DB, DB::Arguments>
+pub(crate) fn query<DB>(sql: &Arc<str>, args: &[Arg<'_>]) -> Query<'static, DB, DB::Arguments>
 where
     DB: Database,
     for<'a> &'a str: Encode<'a, DB> + Type<DB>,

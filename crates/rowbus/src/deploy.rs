@@ -1,10 +1,10 @@
 //! Creating what rowbus needs in the database.
 
-use notify_table::{Config, Dialect, NotifyTable};
-use sqlx::Executor;
+use notify_table::Config;
+use sqlx::Pool;
 
-use crate::backend::DbPool;
-use crate::db::sealed::Sealed as _;
+use crate::backend::{DbPool, OnPool};
+use crate::db::Db;
 use crate::error::Error;
 
 /// What [`DbPool::deploy_notify_table`] did.
@@ -34,28 +34,13 @@ impl DbPool {
     /// Creates the notify table and its indexes if they do not exist (MySQL/MariaDB,
     /// SQLite); on PostgreSQL does nothing and says so.
     pub async fn deploy_notify_table(&self, config: &Config) -> Result<NotifyDeploy, Error> {
-        let ready = || NotifyDeploy::TableReady { table: config.table.clone() };
-        match self {
-            DbPool::Postgres(_) => {
-                config.validate()?;
-                Ok(NotifyDeploy::Native)
-            }
-            DbPool::MySql(pool) => {
-                let table = NotifyTable::new(config.clone(), Dialect::MySql)?;
-                for stmt in table.create_table_sql() {
-                    pool.execute(sqlx::MySql::statement(&stmt)).await?;
-                }
-                Ok(ready())
-            }
-            DbPool::Sqlite(pool) => {
-                let table = NotifyTable::new(config.clone(), Dialect::Sqlite { pid: std::process::id() })?;
-                let mut tx = pool.begin().await?;
-                for stmt in table.create_table_sql() {
-                    tx.execute(sqlx::Sqlite::statement(&stmt)).await?;
-                }
-                tx.commit().await?;
-                Ok(ready())
+        struct Deploy<'a>(&'a Config);
+        impl OnPool for Deploy<'_> {
+            type Output = Result<NotifyDeploy, Error>;
+            async fn run<DB: Db>(self, pool: Pool<DB>) -> Self::Output {
+                DB::deploy_notify(&pool, self.0).await
             }
         }
+        self.run(Deploy(config)).await
     }
 }

@@ -122,6 +122,7 @@ pub(crate) fn is_connection_lost(e: &sqlx::Error) -> bool {
         | sqlx::Error::PoolClosed
         | sqlx::Error::WorkerCrashed => true,
         sqlx::Error::Database(db) => {
+            #[cfg(feature = "mysql")]
             if let Some(my) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
                 // 1053 server shutdown, 1927 connection killed, 2006/2013 server gone.
                 return matches!(my.number(), 1053 | 1927 | 2006 | 2013);
@@ -139,6 +140,7 @@ pub(crate) fn is_connection_lost(e: &sqlx::Error) -> bool {
 /// Whether a driver error is a deadlock or serialization failure worth one more try.
 pub(crate) fn is_retryable(e: &sqlx::Error) -> bool {
     let sqlx::Error::Database(db) = e else { return false };
+    #[cfg(feature = "mysql")]
     if let Some(my) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
         return matches!(my.number(), 1213 | 1205);
     }
@@ -148,6 +150,7 @@ pub(crate) fn is_retryable(e: &sqlx::Error) -> bool {
 /// Whether a driver error says the table a statement named does not exist.
 pub(crate) fn is_missing_table(e: &sqlx::Error) -> bool {
     let sqlx::Error::Database(db) = e else { return false };
+    #[cfg(feature = "mysql")]
     if let Some(my) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
         return my.number() == 1146;
     }

@@ -56,11 +56,13 @@ mod deploy;
 mod error;
 mod listener;
 mod notify;
+mod sql;
 
-pub use backend::{Backend, DbPool, redact};
+pub use backend::{Backend, DbPool, OnPool, redact};
 pub use broker::{
-    Broker, BrokerOptions, BrokerTx, Delivery, MAX_GROUP_CHARS, MAX_TABLE_NAME, Message, Outcome, Queue,
-    QueueTable, Received, RetryPolicy, Stats, Subscription, SubscriptionBuilder, TxMessage,
+    Broker, BrokerOptions, BrokerTx, Delivery, GroupStats, MAX_GROUP_CHARS, MAX_TABLE_NAME, Message,
+    NotifyTableStats, Outcome, Queue, QueueTable, Received, RetryPolicy, Stats, Subscription,
+    SubscriptionBuilder, TableState, TxMessage, check_group,
 };
 pub use db::Db;
 pub use deploy::NotifyDeploy;
@@ -71,3 +73,6 @@ pub use notify::{
 };
 
 pub use notify_table::{self, Config as NotifyConfig, Notification};
+/// The sqlx this rowbus is built on, for pools and your own statements in the same
+/// version (`rowbus::sqlx::Pool<DB>`).
+pub use sqlx;

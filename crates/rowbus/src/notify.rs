@@ -3,12 +3,11 @@
 use std::future::Future;
 use std::sync::OnceLock;
 
-use notify_table::{Config, Dialect, NotifyTable, Statement, Value};
+use notify_table::{Config, Dialect, NotifyTable};
+use sqlx::{Executor, Pool};
 
-use crate::db::Db;
-use sqlx::Executor;
-
-use crate::backend::{Backend, DbPool};
+use crate::backend::{DbPool, OnPool};
+use crate::db::{Db, args_of};
 use crate::error::{Error, is_missing_table};
 
 /// Longest PostgreSQL channel name in bytes (an identifier: `NAMEDATALEN - 1`).
@@ -52,8 +51,10 @@ pub fn check_pg_payload(payload: &str) -> Result<(), Error> {
 /// ```
 #[derive(Debug)]
 pub struct Notifier {
-    mysql: NotifyTable,
-    sqlite: NotifyTable,
+    /// The notify-table core in MySQL's dialect.
+    pub(crate) mysql: NotifyTable,
+    /// The notify-table core in SQLite's dialect.
+    pub(crate) sqlite: NotifyTable,
 }
 
 impl Notifier {
@@ -69,14 +70,6 @@ impl Notifier {
     pub fn default_table() -> &'static Notifier {
         static DEFAULT: OnceLock<Notifier> = OnceLock::new();
         DEFAULT.get_or_init(|| Notifier::new(Config::default()).expect("the default configuration is valid"))
-    }
-
-    /// The notify-table core for `dialect`.
-    pub(crate) fn table(&self, backend: Backend) -> &NotifyTable {
-        match backend {
-            Backend::Sqlite => &self.sqlite,
-            _ => &self.mysql,
-        }
     }
 
     /// Sends `payload` on `channel` through `executor`: a pool, a connection, or a
@@ -124,11 +117,17 @@ impl DbPool {
 
     /// Sends a notification with `notifier`.
     pub async fn notify_with(&self, notifier: &Notifier, channel: &str, payload: &str) -> Result<(), Error> {
-        match self {
-            DbPool::Postgres(pool) => notifier.notify(pool, channel, payload).await,
-            DbPool::MySql(pool) => notifier.notify(pool, channel, payload).await,
-            DbPool::Sqlite(pool) => notifier.notify(pool, channel, payload).await,
+        struct Send<'a>(&'a Notifier, &'a str, &'a str);
+        impl OnPool for Send<'_> {
+            type Output = Result<(), Error>;
+            async fn run<DB: Db>(self, pool: Pool<DB>) -> Self::Output {
+                let stmt = DB::notify_sql(self.0, self.1, self.2)?;
+                let mut conn = pool.acquire().await?;
+                let sent = DB::execute(&mut conn, &stmt.sql, &args_of(&stmt)).await;
+                sent.map(drop).map_err(|e| failed::<DB>(DB::notify_table(self.0).map(missing), e))
+            }
         }
+        self.run(Send(notifier, channel, payload)).await
     }
 }
 
@@ -146,22 +145,18 @@ where
     DB: Db,
     E: Executor<'c, Database = DB> + 'c,
 {
-    let stmt = if DB::BACKEND == Backend::Postgres {
-        check_pg_channel(channel).and_then(|()| check_pg_payload(payload)).map(|()| Statement {
-            sql: "SELECT pg_notify($1, $2)".into(),
-            binds: vec![Value::Text(channel.into()), Value::Text(payload.into())],
-        })
-    } else {
-        notifier.table(DB::BACKEND).notify_sql(channel, payload).map_err(Error::from)
-    };
-    let missing_table = missing(notifier.table(DB::BACKEND));
-    let sent = stmt.map(|stmt| executor.execute(DB::statement(&stmt)));
-    async move {
-        match sent?.await {
-            Ok(_) => Ok(()),
-            Err(e) if DB::BACKEND != Backend::Postgres && is_missing_table(&e) => Err(missing_table),
-            Err(e) => Err(Error::Database(e)),
-        }
+    let sent = DB::notify_sql(notifier, channel, payload).map(|stmt| executor.execute(DB::statement(&stmt)));
+    // Built now: the future must not borrow the notifier.
+    let missing_table = DB::notify_table(notifier).map(missing);
+    async move { sent?.await.map(drop).map_err(|e| failed::<DB>(missing_table, e)) }
+}
+
+/// A notification's failure: the notify table's own error when the driver says it is
+/// missing (`missing_table`, where the database uses one).
+fn failed<DB: Db>(missing_table: Option<Error>, e: sqlx::Error) -> Error {
+    match missing_table {
+        Some(missing) if is_missing_table(&e) => missing,
+        _ => Error::Database(e),
     }
 }
 

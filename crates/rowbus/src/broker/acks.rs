@@ -8,7 +8,7 @@ use std::sync::{Mutex, MutexGuard};
 use tokio::sync::Notify;
 use tracing::warn;
 
-use super::{Queue, ops};
+use super::{Queue, lease};
 use crate::db::Db;
 
 /// The `(id, token)` pairs of handled messages not yet deleted.
@@ -101,8 +101,8 @@ impl PendingAcks {
         while let Some(pairs) = self.flushable().await {
             // A call per statement: a deadlock retried repeats only its own chunk, never
             // one that committed (which would count as lost leases).
-            for chunk in pairs.chunks(ops::ACK_BATCH) {
-                if let Err(error) = ops::ack_pairs(&queue, chunk).await {
+            for chunk in pairs.chunks(lease::ACK_BATCH) {
+                if let Err(error) = lease::ack_pairs(&queue, chunk).await {
                     warn!(%error, table = %queue.table(), count = chunk.len(), "acknowledging failed; the messages come back when their leases run out");
                 }
             }

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tracing::{debug, warn};
 
-use super::{Queue, ops};
+use super::{Queue, lease};
 use crate::db::{ClaimedRow, Db};
 use crate::error::Error;
 
@@ -86,17 +86,17 @@ impl<DB: Db> Lease<DB> {
 
     async fn ack(&self, dropped: bool) -> Result<(), Error> {
         self.settling();
-        ops::ack(&self.queue, self.id, self.token, dropped).await
+        lease::ack(&self.queue, self.id, self.token, dropped).await
     }
 
     async fn retry(&self, after: Duration, reason: &str) -> Result<(), Error> {
         self.settling();
-        ops::retry(&self.queue, self.id, self.token, after, reason).await
+        lease::retry(&self.queue, self.id, self.token, after, reason).await
     }
 
     async fn dead_letter(&self, reason: &str) -> Result<(), Error> {
         self.settling();
-        ops::dead_letter(&self.queue, self.id, self.token, reason).await
+        lease::dead_letter(&self.queue, self.id, self.token, reason).await
     }
 
     async fn fail(&self, error: &str) -> Result<(), Error> {
@@ -195,12 +195,12 @@ impl<DB: Db> Delivery<DB> {
     /// Gives it back unstarted: claimable again at once, the attempt not counted.
     pub async fn release(self) -> Result<(), Error> {
         self.lease.settling();
-        ops::release(&self.lease.queue, self.lease.id, self.lease.token).await
+        lease::release(&self.lease.queue, self.lease.id, self.lease.token).await
     }
 
     /// Keeps it for `lease` more from now, for work that takes longer than the lease.
     pub async fn extend_lease(&self, lease: Duration) -> Result<(), Error> {
-        ops::extend(&self.lease.queue, self.lease.id, self.lease.token, lease).await
+        lease::extend(&self.lease.queue, self.lease.id, self.lease.token, lease).await
     }
 }
 

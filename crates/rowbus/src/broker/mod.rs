@@ -1,8 +1,12 @@
 //! The table broker: queues are tables, subscriptions claim rows for workers or batches.
 
 mod acks;
+mod admin;
+mod claim;
 mod delivery;
-mod ops;
+mod exec;
+mod lease;
+mod publish;
 mod retry;
 mod runner;
 mod stats;
@@ -22,20 +26,22 @@ use sqlx::{ConnectOptions as _, Pool, Transaction};
 use tokio::sync::{Notify, watch};
 use tracing::{debug, info, warn};
 
-use crate::backend::Backend;
 use crate::db::Db;
 use crate::error::Error;
 use crate::listener::{Event, Listener, ListenerHandle, ListenerOptions};
 use crate::notify::Notifier;
+use crate::sql::TableSql;
 
+pub use admin::{GroupStats, NotifyTableStats, TableState};
 pub use delivery::{Delivery, Outcome, Received, TxMessage};
+pub(crate) use lease::ACK_BATCH;
 pub use retry::RetryPolicy;
 pub use stats::Stats;
 pub use subscription::{Subscription, SubscriptionBuilder};
-pub use table::{MAX_GROUP_CHARS, MAX_TABLE_NAME, QueueTable};
+pub use table::{MAX_GROUP_CHARS, MAX_TABLE_NAME, QueueTable, check_group};
 
+use publish::groups_of;
 use stats::Counters;
-use table::{TableSql, check_group};
 use wake::Wakers;
 
 /// How a [`Broker`] claims, leases, retries and wakes.
@@ -163,8 +169,8 @@ pub(crate) struct Inner<DB: Db> {
     pub options: BrokerOptions,
     pub wakers: Arc<Wakers>,
     pub counters: Counters,
-    tables: Mutex<HashMap<QueueTable, Arc<TableSql>>>,
-    /// Writes notifications on MySQL/MariaDB and SQLite when `listen_notify` is on.
+    tables: Mutex<HashMap<QueueTable, Arc<TableSql<DB>>>>,
+    /// Wakes other processes: set when `listen_notify` is on.
     pub notifier: Option<Notifier>,
     pub listen: Option<ListenerHandle>,
     listen_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
@@ -196,9 +202,7 @@ impl<DB: Db> Broker<DB> {
         let mut listener = None;
         if options.listen_notify {
             let url = pool.connect_options().to_url_lossy().to_string();
-            if DB::BACKEND != Backend::Postgres {
-                notifier = Some(Notifier::new(options.notify_table.clone())?);
-            }
+            notifier = Some(Notifier::new(options.notify_table.clone())?);
             let listener_options =
                 ListenerOptions { notify_table: options.notify_table.clone(), ..Default::default() };
             listener = Some(Listener::connect_with(&url, listener_options).await?);
@@ -232,7 +236,7 @@ impl<DB: Db> Broker<DB> {
         let sql = match tables.get(&table) {
             Some(sql) => sql.clone(),
             None => {
-                let sql = Arc::new(TableSql::new(DB::BACKEND, &table)?);
+                let sql = Arc::new(TableSql::new(&table)?);
                 tables.insert(table, sql.clone());
                 sql
             }
@@ -252,9 +256,7 @@ impl<DB: Db> Broker<DB> {
 
     /// What the broker has done so far.
     pub fn stats(&self) -> Stats {
-        let mut stats = self.inner.counters.snapshot();
-        stats.wakeups = self.inner.wakers.woken.load(Ordering::Relaxed);
-        stats
+        self.inner.counters.snapshot(self.inner.wakers.woken.load(Ordering::Relaxed))
     }
 
     /// The server's id of the listening connection's session (`listen_notify`), for
@@ -267,7 +269,7 @@ impl<DB: Db> Broker<DB> {
     /// Starts a transaction whose publishes wake subscriptions when it commits, and never
     /// if it rolls back. Run your own statements on it too (`&mut *tx`).
     pub async fn begin(&self) -> Result<BrokerTx<DB>, Error> {
-        let tx = ops::begin(&self.inner.pool).await?;
+        let tx = self.inner.pool.begin_with(DB::WRITE_BEGIN).await?;
         Ok(BrokerTx { broker: self.clone(), tx: Some(tx), woken: Vec::new() })
     }
 
@@ -320,7 +322,7 @@ async fn wake_from_notifications(mut listener: Listener, wakers: Arc<Wakers>) {
 #[derive(Debug)]
 pub struct Queue<DB: Db> {
     broker: Broker<DB>,
-    sql: Arc<TableSql>,
+    sql: Arc<TableSql<DB>>,
 }
 
 impl<DB: Db> Clone for Queue<DB> {
@@ -344,18 +346,6 @@ impl<DB: Db> Queue<DB> {
         &self.broker.inner
     }
 
-    /// Creates the queue table, its claim index and its dead-letter table (`<table>_dead`)
-    /// if they do not exist; on PostgreSQL also the schema. With `listen_notify` on
-    /// MySQL/MariaDB or SQLite, also the notify table.
-    pub async fn deploy(&self) -> Result<(), Error> {
-        ops::deploy(self).await
-    }
-
-    /// Drops the queue table and its dead-letter table, with every message in them.
-    pub async fn undeploy(&self) -> Result<(), Error> {
-        ops::undeploy(self).await
-    }
-
     /// Publishes one message; wakes this broker's subscriptions of its table and group.
     pub async fn publish(&self, message: Message) -> Result<(), Error> {
         self.publish_batch(std::iter::once(message)).await.map(drop)
@@ -369,9 +359,9 @@ impl<DB: Db> Queue<DB> {
             check_group(&m.group)?;
         }
         let mut conn = self.inner().pool.acquire().await?;
-        let n = ops::insert(self, &mut conn, &messages).await?;
+        let n = publish::insert(self, &mut conn, &messages).await?;
         let groups = groups_of(&messages);
-        ops::notify_others(self, &mut conn, &groups).await;
+        publish::wake_others(self, &mut conn, &groups).await;
         drop(conn);
         for group in &groups {
             self.inner().wakers.wake(self.sql.table.channel(), Some(group));
@@ -383,19 +373,6 @@ impl<DB: Db> Queue<DB> {
     pub fn subscribe(&self) -> SubscriptionBuilder<DB> {
         SubscriptionBuilder::new(self.clone())
     }
-
-    /// Messages in the table (ready, delayed or leased) and messages dead-lettered, in
-    /// `group`.
-    pub async fn depth(&self, group: &str) -> Result<(i64, i64), Error> {
-        ops::depth(self, group).await
-    }
-}
-
-fn groups_of(messages: &[Message]) -> Vec<String> {
-    let mut groups: Vec<String> = messages.iter().map(|m| m.group.clone()).collect();
-    groups.sort_unstable();
-    groups.dedup();
-    groups
 }
 
 /// A transaction of a [`Broker`]: publishes inside it wake subscriptions after it commits,
@@ -404,8 +381,8 @@ fn groups_of(messages: &[Message]) -> Vec<String> {
 pub struct BrokerTx<DB: Db> {
     broker: Broker<DB>,
     tx: Option<Transaction<'static, DB>>,
-    /// (table, group) pairs published in this transaction.
-    woken: Vec<(Arc<TableSql>, String)>,
+    /// (table channel, group) pairs published in this transaction.
+    woken: Vec<(Arc<str>, String)>,
 }
 
 impl<DB: Db> std::fmt::Debug for BrokerTx<DB> {
@@ -434,31 +411,28 @@ impl<DB: Db> BrokerTx<DB> {
         for m in &messages {
             check_group(&m.group)?;
         }
-        let n = ops::insert(queue, &mut **self.tx(), &messages).await?;
+        let n = publish::insert(queue, &mut **self.tx(), &messages).await?;
+        let channel = queue.table().channel_arc();
         let mut fresh = Vec::new();
         for group in groups_of(&messages) {
-            if !self.woken.iter().any(|(t, g)| Arc::ptr_eq(t, &queue.sql) && *g == group) {
+            if !self.woken.iter().any(|(t, g)| t == channel && *g == group) {
                 fresh.push(group.clone());
-                self.woken.push((queue.sql.clone(), group));
+                self.woken.push((channel.clone(), group));
             }
         }
-        // The notify table's rows go in with the messages and are delivered on commit.
-        if DB::BACKEND != Backend::Postgres {
-            let tx = self.tx.as_mut().expect("usable until consumed");
-            ops::notify_others(queue, &mut **tx, &fresh).await;
-        }
+        publish::wake_others_in_tx(queue, &mut **self.tx(), &fresh).await;
         Ok(n)
     }
 
     /// Commits; then wakes the subscriptions of every table and group published to.
     pub async fn commit(mut self) -> Result<(), Error> {
         let mut tx = self.tx.take().expect("usable until consumed");
-        if DB::BACKEND == Backend::Postgres && self.broker.inner.options.listen_notify {
-            ops::pg_notify_in_tx(&mut tx, &self.woken).await;
+        if self.broker.inner.notifier.is_some() {
+            DB::wake_at_commit(&mut tx, &self.woken).await;
         }
         tx.commit().await?;
         for (table, group) in &self.woken {
-            self.broker.inner.wakers.wake(table.table.channel(), Some(group));
+            self.broker.inner.wakers.wake(table, Some(group));
         }
         Ok(())
     }

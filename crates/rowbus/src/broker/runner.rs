@@ -1,22 +1,25 @@
 //! Runners: a subscription driven for you, with N handlers at once, a batch handler, or a
-//! transactional handler; all stop at the broker's shutdown.
+//! transactional handler; all stop at the broker's shutdown. One claim loop, [`drive`],
+//! serves them all; each runner is a [`Turn`]: how it waits for workers and what it
+//! does with the ones it got.
 
 use std::fmt::Display;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use futures::FutureExt as _;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
-use tracing::{Instrument as _, info_span, warn};
+use tokio::time::Instant;
+use tracing::{Instrument as _, debug, info_span, warn};
 
 use super::acks::PendingAcks;
 use super::delivery::Lease;
-use super::subscription::{Claimer, SubscriptionBuilder};
-use super::{Delivery, Inner, Outcome, Queue, ops};
-use crate::backend::Backend;
+use super::subscription::{Claimer, Pace, SubscriptionBuilder};
+use super::{Delivery, Inner, Outcome, Queue, lease};
 use crate::db::Db;
 use crate::error::Error;
 
@@ -151,14 +154,11 @@ async fn handle<DB, F, Fut, O, E>(
     .await
 }
 
-/// A runner's pending acknowledgements, carried by its claimer's claims, and the task that
-/// sends those no claim carries.
+/// A runner's pending acknowledgements, carried by its claimer's claims where the
+/// database wants it ([`Dialect::CLAIMS_CARRY_ACKS`](crate::sql::Dialect::CLAIMS_CARRY_ACKS)),
+/// and the task that sends those no claim carries.
 fn pending_acks<DB: Db>(claimer: &mut Claimer<DB>) -> Flusher {
-    // SQLite has one writer: an acknowledgement that rides on the next claim saves a write
-    // transaction and its sync. On PostgreSQL and MariaDB it would hold its row locks
-    // while the claim runs, and other claims' deletions queue behind them (measured: no
-    // faster, and slower for batches of 100 on PostgreSQL).
-    let acks = Arc::new(PendingAcks::new(DB::BACKEND == Backend::Sqlite));
+    let acks = Arc::new(PendingAcks::new(DB::CLAIMS_CARRY_ACKS));
     claimer.acks = Some(acks.clone());
     let (pending, queue) = (acks.clone(), claimer.queue.clone());
     let task =
@@ -181,16 +181,16 @@ impl Drop for Flusher {
 
 /// After the claim loop: handlers finish (see [`drain`]) while their acknowledgements go
 /// out by themselves, then the last of those.
-async fn finish(set: &mut JoinSet<()>, timeout: std::time::Duration, mut flusher: Flusher) {
+async fn finish(mut set: JoinSet<()>, timeout: Duration, mut flusher: Flusher) {
     flusher.acks.idle(true);
-    drain(set, timeout).await;
+    drain(&mut set, timeout).await;
     flusher.acks.close();
     let _ = (&mut flusher.task).await;
 }
 
 /// Lets handlers in flight finish within the shutdown timeout; aborts the rest (their
 /// messages come back when their leases run out; a transaction rolls back at once).
-pub(super) async fn drain(set: &mut JoinSet<()>, timeout: std::time::Duration) {
+pub(super) async fn drain(set: &mut JoinSet<()>, timeout: Duration) {
     let finished = tokio::time::timeout(timeout, async { while set.join_next().await.is_some() {} }).await;
     if finished.is_err() {
         warn!(unfinished = set.len(), "handlers still running at the shutdown deadline; aborting them");
@@ -208,6 +208,178 @@ async fn release_all<DB: Db>(deliveries: Vec<Delivery<DB>>) {
     }
 }
 
+/// One kind of runner, driven by [`drive`].
+pub(super) trait Turn<DB: Db> {
+    /// Waits until there are free workers to claim for; their permits.
+    fn free(&mut self) -> impl Future<Output = Vec<OwnedSemaphorePermit>>;
+    /// Claims for `workers` and starts their handlers in `set`; the pace of the next
+    /// claim, or `None` when shutdown began meanwhile (what was claimed is given back).
+    fn claim(
+        &mut self,
+        claimer: &mut Claimer<DB>,
+        workers: Vec<OwnedSemaphorePermit>,
+        set: &mut JoinSet<()>,
+    ) -> impl Future<Output = Option<Pace>>;
+    /// After the loop: lets the handlers in `set` finish within `timeout`.
+    fn finish(self, set: JoinSet<()>, timeout: Duration) -> impl Future<Output = ()>;
+}
+
+/// What ended a wait of the claim loop.
+enum Next {
+    Stop,
+    Claim(Vec<OwnedSemaphorePermit>),
+    Pause(bool),
+}
+
+/// The claim loop of every runner: one `select!` over shutdown, a wake-up, the poll tick
+/// and free workers. After a claim that filled its limit the next one goes as soon as
+/// workers are free; after a short one it waits the poll interval (or less when woken);
+/// after a failed one, the claim error wait. While it pauses, `acks` (if any) go out by
+/// themselves rather than with the next claim.
+pub(super) async fn drive<DB: Db, T: Turn<DB>>(
+    mut claimer: Claimer<DB>,
+    mut turn: T,
+    acks: Option<Arc<PendingAcks>>,
+    timeout: Duration,
+) {
+    let _running = Running::new(claimer.queue.inner());
+    let mut set = JoinSet::new();
+    let mut until = Instant::now();
+    loop {
+        while set.try_join_next().is_some() {}
+        let pause = claimer.pause().is_some();
+        if let Some(acks) = &acks {
+            acks.idle(pause);
+        }
+        let woken = claimer.wake.notify.clone();
+        let next = tokio::select! {
+            biased;
+            _ = claimer.shutdown.wait_for(|stop| *stop) => Next::Stop,
+            _ = woken.notified(), if claimer.wakeable() => Next::Pause(true),
+            _ = tokio::time::sleep_until(until), if pause => Next::Pause(false),
+            workers = turn.free(), if !pause => Next::Claim(workers),
+        };
+        match next {
+            Next::Stop => break,
+            Next::Pause(woken) => {
+                if woken {
+                    debug!(table = %claimer.queue.table(), "woken");
+                }
+                claimer.pace = Pace::Now;
+            }
+            Next::Claim(workers) => match turn.claim(&mut claimer, workers, &mut set).await {
+                Some(pace) => {
+                    claimer.pace = pace;
+                    until = Instant::now() + claimer.pause().unwrap_or_default();
+                }
+                None => break,
+            },
+        }
+    }
+    turn.finish(set, timeout).await;
+}
+
+/// [`SubscriptionBuilder::run`]: a message per free worker.
+struct Workers<F> {
+    handler: Arc<F>,
+    workers: Arc<Semaphore>,
+    max: usize,
+    starting: Starting,
+    flusher: Flusher,
+}
+
+impl<DB, F, Fut, O, E> Turn<DB> for Workers<F>
+where
+    DB: Db,
+    F: Fn(Delivery<DB>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<O, E>> + Send + 'static,
+    O: Into<Outcome> + Send + 'static,
+    E: Display + Send + 'static,
+{
+    async fn free(&mut self) -> Vec<OwnedSemaphorePermit> {
+        self.starting.wait().await;
+        free_workers(&self.workers, self.max).await
+    }
+
+    async fn claim(
+        &mut self,
+        claimer: &mut Claimer<DB>,
+        workers: Vec<OwnedSemaphorePermit>,
+        set: &mut JoinSet<()>,
+    ) -> Option<Pace> {
+        let Ok(deliveries) = claimer.claim(workers.len()).await else { return Some(claimer.pace) };
+        if *claimer.shutdown.borrow() {
+            release_all(deliveries).await;
+            return None;
+        }
+        for (delivery, worker) in deliveries.into_iter().zip(workers) {
+            let begun = self.starting.spawned();
+            set.spawn(handle(self.handler.clone(), self.flusher.acks.clone(), delivery, worker, begun));
+        }
+        Some(claimer.pace)
+    }
+
+    async fn finish(self, set: JoinSet<()>, timeout: Duration) {
+        finish(set, timeout, self.flusher).await
+    }
+}
+
+/// [`SubscriptionBuilder::run_batch`]: a batch per free worker.
+struct Batches<DB: Db, F> {
+    handler: Arc<F>,
+    workers: Arc<Semaphore>,
+    queue: Queue<DB>,
+    batch: usize,
+    flusher: Flusher,
+}
+
+impl<DB, F, Fut, O, E> Turn<DB> for Batches<DB, F>
+where
+    DB: Db,
+    F: Fn(Vec<Delivery<DB>>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<O, E>> + Send + 'static,
+    O: Into<Outcome> + Send + 'static,
+    E: Display + Send + 'static,
+{
+    async fn free(&mut self) -> Vec<OwnedSemaphorePermit> {
+        vec![self.workers.clone().acquire_owned().await.expect("never closed")]
+    }
+
+    async fn claim(
+        &mut self,
+        claimer: &mut Claimer<DB>,
+        mut workers: Vec<OwnedSemaphorePermit>,
+        set: &mut JoinSet<()>,
+    ) -> Option<Pace> {
+        let Ok(batch) = claimer.claim(self.batch).await else { return Some(claimer.pace) };
+        if *claimer.shutdown.borrow() {
+            release_all(batch).await;
+            return None;
+        }
+        if let (false, Some(worker)) = (batch.is_empty(), workers.pop()) {
+            let (handler, queue, acks) =
+                (self.handler.clone(), self.queue.clone(), self.flusher.acks.clone());
+            let span = info_span!("rowbus.batch", size = batch.len());
+            set.spawn(
+                async move {
+                    // Held until the batch is settled: the claim for this worker then
+                    // carries its acknowledgement.
+                    let _worker = worker;
+                    let leases: Vec<Lease<DB>> = batch.iter().map(Delivery::lease).collect();
+                    let result = outcome(handler(batch)).await;
+                    settle_batch(&queue, &acks, leases, result).await;
+                }
+                .instrument(span),
+            );
+        }
+        Some(claimer.pace)
+    }
+
+    async fn finish(self, set: JoinSet<()>, timeout: Duration) {
+        finish(set, timeout, self.flusher).await
+    }
+}
+
 impl<DB: Db> SubscriptionBuilder<DB> {
     /// Runs `handler` on each message, up to `workers` at once, until the broker shuts
     /// down. Each claim takes a message per free worker. `Ok` acknowledges (or does what
@@ -220,36 +392,16 @@ impl<DB: Db> SubscriptionBuilder<DB> {
         E: Display + Send + 'static,
     {
         let mut claimer = Claimer::start(&self).await?;
-        let _running = Running::new(self.queue.inner());
-        let handler = Arc::new(handler);
-        let workers = Arc::new(Semaphore::new(self.workers));
         let flusher = pending_acks(&mut claimer);
-        let mut set = JoinSet::new();
-        let starting = Starting::default();
-        loop {
-            while set.try_join_next().is_some() {}
-            let permits = tokio::select! {
-                biased;
-                _ = claimer.shutdown.wait_for(|stop| *stop) => break,
-                permits = async {
-                    starting.wait().await;
-                    free_workers(&workers, self.workers).await
-                } => permits,
-            };
-            if !claimer.wait().await {
-                break;
-            }
-            let Ok(deliveries) = claimer.claim(permits.len()).await else { continue };
-            if *claimer.shutdown.borrow() {
-                release_all(deliveries).await;
-                break;
-            }
-            for (delivery, permit) in deliveries.into_iter().zip(permits) {
-                let begun = starting.spawned();
-                set.spawn(handle(handler.clone(), flusher.acks.clone(), delivery, permit, begun));
-            }
-        }
-        finish(&mut set, self.shutdown_timeout, flusher).await;
+        let acks = flusher.acks.clone();
+        let turn = Workers {
+            handler: Arc::new(handler),
+            workers: Arc::new(Semaphore::new(self.workers)),
+            max: self.workers,
+            starting: Starting::default(),
+            flusher,
+        };
+        drive(claimer, turn, Some(acks), self.shutdown_timeout).await;
         Ok(())
     }
 
@@ -263,44 +415,16 @@ impl<DB: Db> SubscriptionBuilder<DB> {
         E: Display + Send + 'static,
     {
         let mut claimer = Claimer::start(&self).await?;
-        let _running = Running::new(self.queue.inner());
-        let handler = Arc::new(handler);
-        let workers = Arc::new(Semaphore::new(self.workers));
         let flusher = pending_acks(&mut claimer);
-        let mut set = JoinSet::new();
-        loop {
-            while set.try_join_next().is_some() {}
-            let permit = tokio::select! {
-                biased;
-                _ = claimer.shutdown.wait_for(|stop| *stop) => break,
-                permit = workers.clone().acquire_owned() => permit.expect("never closed"),
-            };
-            if !claimer.wait().await {
-                break;
-            }
-            let Ok(batch) = claimer.claim(self.batch).await else { continue };
-            if *claimer.shutdown.borrow() {
-                release_all(batch).await;
-                break;
-            }
-            if batch.is_empty() {
-                continue;
-            }
-            let (handler, queue, acks) = (handler.clone(), self.queue.clone(), flusher.acks.clone());
-            let span = info_span!("rowbus.batch", size = batch.len());
-            set.spawn(
-                async move {
-                    // Held until the batch is settled: the claim for this worker then
-                    // carries its acknowledgement.
-                    let _worker = permit;
-                    let leases: Vec<Lease<DB>> = batch.iter().map(Delivery::lease).collect();
-                    let result = outcome(handler(batch)).await;
-                    settle_batch(&queue, &acks, leases, result).await;
-                }
-                .instrument(span),
-            );
-        }
-        finish(&mut set, self.shutdown_timeout, flusher).await;
+        let acks = flusher.acks.clone();
+        let turn = Batches {
+            handler: Arc::new(handler),
+            workers: Arc::new(Semaphore::new(self.workers)),
+            queue: self.queue.clone(),
+            batch: self.batch,
+            flusher,
+        };
+        drive(claimer, turn, Some(acks), self.shutdown_timeout).await;
         Ok(())
     }
 }
@@ -319,7 +443,7 @@ async fn settle_batch<DB: Db>(
         Ok(Outcome::Drop) => {
             let Some(first) = open.first() else { return };
             let ids: Vec<i64> = open.iter().filter(|l| l.take()).map(Lease::id).collect();
-            if let Err(error) = ops::drop_many(queue, first.token(), &ids).await {
+            if let Err(error) = lease::drop_many(queue, first.token(), &ids).await {
                 warn!(%error, table = %queue.table(), "dropping a batch failed; it comes back when its lease runs out");
             }
         }

@@ -29,27 +29,76 @@ pub struct Stats {
     pub leases_lost: u64,
 }
 
+/// The broker's counters, each changed only through the method named for what happened.
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
-    pub published: AtomicU64,
-    pub claimed: AtomicU64,
-    pub claims: AtomicU64,
-    pub acked: AtomicU64,
-    pub retried: AtomicU64,
-    pub dead_lettered: AtomicU64,
-    pub dropped: AtomicU64,
-    pub released: AtomicU64,
-    pub wakeups: AtomicU64,
-    pub claim_errors: AtomicU64,
-    pub leases_lost: AtomicU64,
+    published: AtomicU64,
+    claimed: AtomicU64,
+    claims: AtomicU64,
+    acked: AtomicU64,
+    retried: AtomicU64,
+    dead_lettered: AtomicU64,
+    dropped: AtomicU64,
+    released: AtomicU64,
+    claim_errors: AtomicU64,
+    leases_lost: AtomicU64,
+}
+
+fn add(counter: &AtomicU64, n: u64) {
+    counter.fetch_add(n, Ordering::Relaxed);
 }
 
 impl Counters {
-    pub fn add(counter: &AtomicU64, n: u64) {
-        counter.fetch_add(n, Ordering::Relaxed);
+    pub fn published(&self, n: u64) {
+        add(&self.published, n);
     }
 
-    pub fn snapshot(&self) -> Stats {
+    /// A claim that took `rows` messages.
+    pub fn claimed(&self, rows: usize) {
+        add(&self.claimed, rows as u64);
+        add(&self.claims, 1);
+    }
+
+    pub fn claim_failed(&self) {
+        add(&self.claim_errors, 1);
+    }
+
+    /// `done` of `sent` acknowledgements deleted their message; the rest had lost their
+    /// lease.
+    pub fn acknowledged(&self, sent: usize, done: u64) {
+        add(&self.acked, done);
+        add(&self.leases_lost, (sent as u64).saturating_sub(done));
+    }
+
+    pub fn retried(&self, n: u64) {
+        add(&self.retried, n);
+    }
+
+    pub fn dead_lettered(&self, n: u64) {
+        add(&self.dead_lettered, n);
+    }
+
+    pub fn dropped(&self, n: u64) {
+        add(&self.dropped, n);
+    }
+
+    pub fn released(&self, n: u64) {
+        add(&self.released, n);
+    }
+
+    pub fn leases_lost(&self, n: u64) {
+        add(&self.leases_lost, n);
+    }
+
+    /// A transactional batch of `n` messages whose handler failed: `dead` of them
+    /// dead-lettered, the rest to run again.
+    pub fn failed_batch(&self, n: u64, dead: u64) {
+        add(&self.dead_lettered, dead);
+        add(&self.retried, n - dead);
+    }
+
+    /// What they say now, with the wake-ups counted elsewhere.
+    pub fn snapshot(&self, wakeups: u64) -> Stats {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         Stats {
             published: get(&self.published),
@@ -60,7 +109,7 @@ impl Counters {
             dead_lettered: get(&self.dead_lettered),
             dropped: get(&self.dropped),
             released: get(&self.released),
-            wakeups: get(&self.wakeups),
+            wakeups,
             claim_errors: get(&self.claim_errors),
             leases_lost: get(&self.leases_lost),
         }

@@ -13,12 +13,11 @@ use tokio::sync::watch;
 use tracing::{Instrument as _, debug, debug_span, warn};
 
 use super::acks::PendingAcks;
+use super::claim::{Claim, claim};
 use super::wake::Registration;
-use super::{Counters, Delivery, Queue, ops};
-use crate::backend::Backend;
+use super::{Delivery, Queue};
 use crate::db::Db;
 use crate::error::Error;
-use crate::notify::check_pg_channel;
 
 /// Configures a subscription to a [`Queue`]; finish with [`stream`](Self::stream) or one
 /// of the runners ([`run`](Self::run), [`run_batch`](Self::run_batch),
@@ -186,9 +185,6 @@ impl<DB: Db> Claimer<DB> {
         let channel = builder.queue.table().channel_arc();
         let wake = inner.wakers.register(channel, &builder.group);
         if let Some(listen) = &inner.listen {
-            if DB::BACKEND == Backend::Postgres {
-                check_pg_channel(channel)?;
-            }
             listen.listen(channel).await?;
         }
         Ok(Claimer {
@@ -203,30 +199,34 @@ impl<DB: Db> Claimer<DB> {
         })
     }
 
+    /// How long the next claim waits when nothing wakes it: not at all after a claim
+    /// that filled its limit.
+    pub fn pause(&self) -> Option<Duration> {
+        match self.pace {
+            Pace::Now => None,
+            Pace::Idle => Some(self.poll_interval),
+            Pace::Failed => Some(self.queue.inner().options.claim_error_wait),
+        }
+    }
+
+    /// Whether a wake-up cuts the pause short (not after a failed claim).
+    pub fn wakeable(&self) -> bool {
+        self.pace == Pace::Idle
+    }
+
     /// Waits as the pace says; `false` when the broker shuts down meanwhile.
     pub async fn wait(&mut self) -> bool {
-        let wait = match self.pace {
-            Pace::Now => return !*self.shutdown.borrow(),
-            Pace::Idle => self.poll_interval,
-            Pace::Failed => self.queue.inner().options.claim_error_wait,
-        };
+        let Some(pause) = self.pause() else { return !*self.shutdown.borrow() };
         let woken = self.wake.notify.clone();
-        // No claim carries acknowledgements while this waits: they go by themselves.
-        if let Some(acks) = &self.acks {
-            acks.idle(true);
-        }
         let stopped = tokio::select! {
             biased;
             _ = self.shutdown.wait_for(|stop| *stop) => true,
-            _ = woken.notified(), if self.pace == Pace::Idle => {
+            _ = woken.notified(), if self.wakeable() => {
                 debug!(table = %self.queue.table(), "woken");
                 false
             }
-            _ = tokio::time::sleep(wait) => false,
+            _ = tokio::time::sleep(pause) => false,
         };
-        if let Some(acks) = &self.acks {
-            acks.idle(false);
-        }
         !stopped && !*self.shutdown.borrow()
     }
 
@@ -235,7 +235,7 @@ impl<DB: Db> Claimer<DB> {
         let counters = &self.queue.inner().counters;
         let span = debug_span!("rowbus.claim", table = %self.queue.table(), group = self.group, limit);
         let acks = self.acks.as_ref().map(|acks| acks.take()).unwrap_or_default();
-        let claimed = ops::claim(&self.queue, &self.group, limit, self.lease, &acks).instrument(span).await;
+        let claimed = claim(&self.queue, &self.group, limit, self.lease, &acks).instrument(span).await;
         if claimed.is_err() {
             // Not acknowledged: the next claim, or the flusher, tries again.
             if let Some(pending) = &self.acks {
@@ -243,16 +243,14 @@ impl<DB: Db> Claimer<DB> {
             }
         }
         match claimed {
-            Ok(ops::Claim { rows, token }) => {
+            Ok(Claim { rows, token }) => {
                 self.pace = if rows.len() >= limit { Pace::Now } else { Pace::Idle };
-                Counters::add(&counters.claimed, rows.len() as u64);
-                Counters::add(&counters.claims, 1);
                 debug!(table = %self.queue.table(), group = self.group, claimed = rows.len(), limit, "claim");
                 Ok(rows.into_iter().map(|row| Delivery::new(self.queue.clone(), row, token)).collect())
             }
             Err(error) => {
                 self.pace = Pace::Failed;
-                Counters::add(&counters.claim_errors, 1);
+                counters.claim_failed();
                 warn!(%error, table = %self.queue.table(), "claim failed; next claim in a second");
                 Err(error)
             }

@@ -5,13 +5,17 @@ use std::fmt::Display;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use tokio::sync::{Semaphore, oneshot};
+use std::time::Duration;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 use tokio::task::JoinSet;
 use tracing::{Instrument as _, debug, info_span, warn};
 
-use super::runner::{Running, drain, free_workers, outcome};
+use super::claim::claim_locked;
+use super::lease::restore_failed;
+use super::runner::{Turn, drain, drive, free_workers, outcome};
 use super::subscription::{Claimer, Pace, SubscriptionBuilder};
-use super::{Counters, Outcome, Queue, TxMessage, ops};
+use super::{Outcome, Queue, TxMessage};
 use crate::db::{ClaimedRow, Db};
 use crate::error::Error;
 
@@ -85,8 +89,7 @@ impl<DB: Db> SubscriptionBuilder<DB> {
         .await
     }
 
-    /// The claim loop of both: a transaction per free worker, each locking up to `limit`
-    /// rows for itself.
+    /// Both: a transaction per free worker, each taking up to `limit` rows for itself.
     async fn run_locked<H>(self, limit: usize, handler: H) -> Result<(), Error>
     where
         H: for<'c> Fn(&'c mut DB::Connection, Vec<ClaimedRow>) -> BoxFuture<'c, Result<Outcome, String>>
@@ -94,52 +97,77 @@ impl<DB: Db> SubscriptionBuilder<DB> {
             + Sync
             + 'static,
     {
-        let mut claimer = Claimer::start(&self).await?;
-        let _running = Running::new(self.queue.inner());
-        let handler = Arc::new(handler);
-        let workers = Arc::new(Semaphore::new(self.workers));
-        let mut set = JoinSet::new();
-        loop {
-            while set.try_join_next().is_some() {}
-            let permits = tokio::select! {
-                biased;
-                _ = claimer.shutdown.wait_for(|stop| *stop) => break,
-                permits = free_workers(&workers, self.workers) => permits,
-            };
-            if !claimer.wait().await {
-                break;
-            }
-            let mut claims = Vec::with_capacity(permits.len());
-            for permit in permits {
-                let (found, claimed) = oneshot::channel();
-                let (handler, queue, group) = (handler.clone(), self.queue.clone(), claimer.group.clone());
-                set.spawn(
-                    async move {
-                        let _worker = permit;
-                        transactional(&queue, &group, limit, &*handler, found).await;
-                    }
-                    .instrument(info_span!("rowbus.transactional")),
-                );
-                claims.push(claimed);
-            }
-            // The pace follows this round alone: a failure of an earlier round has had
-            // its wait already.
-            let (mut all_full, mut failed) = (true, false);
-            for claimed in claims {
-                match claimed.await {
-                    Ok(Ok(true)) => {}
-                    Ok(Ok(false)) => all_full = false,
-                    Ok(Err(())) | Err(_) => failed = true,
-                }
-            }
-            claimer.pace = match (failed, all_full) {
-                (true, _) => Pace::Failed,
-                (false, true) => Pace::Now,
-                (false, false) => Pace::Idle,
-            };
-        }
-        drain(&mut set, self.shutdown_timeout).await;
+        let claimer = Claimer::start(&self).await?;
+        let turn = Locked {
+            handler: Arc::new(handler),
+            workers: Arc::new(Semaphore::new(self.workers)),
+            max: self.workers,
+            limit,
+        };
+        drive(claimer, turn, None, self.shutdown_timeout).await;
         Ok(())
+    }
+}
+
+/// The transactional runners' [`Turn`].
+struct Locked<H> {
+    handler: Arc<H>,
+    workers: Arc<Semaphore>,
+    max: usize,
+    limit: usize,
+}
+
+impl<DB, H> Turn<DB> for Locked<H>
+where
+    DB: Db,
+    H: for<'c> Fn(&'c mut DB::Connection, Vec<ClaimedRow>) -> BoxFuture<'c, Result<Outcome, String>>
+        + Send
+        + Sync
+        + 'static,
+{
+    async fn free(&mut self) -> Vec<OwnedSemaphorePermit> {
+        free_workers(&self.workers, self.max).await
+    }
+
+    /// Starts a transaction per worker; the pace follows this round alone (a failure of
+    /// an earlier round has had its wait already).
+    async fn claim(
+        &mut self,
+        claimer: &mut Claimer<DB>,
+        workers: Vec<OwnedSemaphorePermit>,
+        set: &mut JoinSet<()>,
+    ) -> Option<Pace> {
+        let mut claims = Vec::with_capacity(workers.len());
+        for worker in workers {
+            let (found, claimed) = oneshot::channel();
+            let (handler, queue, group, limit) =
+                (self.handler.clone(), claimer.queue.clone(), claimer.group.clone(), self.limit);
+            set.spawn(
+                async move {
+                    let _worker = worker;
+                    transactional(&queue, &group, limit, &*handler, found).await;
+                }
+                .instrument(info_span!("rowbus.transactional")),
+            );
+            claims.push(claimed);
+        }
+        let (mut all_full, mut failed) = (true, false);
+        for claimed in claims {
+            match claimed.await {
+                Ok(Ok(true)) => {}
+                Ok(Ok(false)) => all_full = false,
+                Ok(Err(())) | Err(_) => failed = true,
+            }
+        }
+        Some(match (failed, all_full) {
+            (true, _) => Pace::Failed,
+            (false, true) => Pace::Now,
+            (false, false) => Pace::Idle,
+        })
+    }
+
+    async fn finish(self, mut set: JoinSet<()>, timeout: Duration) {
+        drain(&mut set, timeout).await
     }
 }
 
@@ -158,14 +186,14 @@ async fn transactional<DB, H>(
     H: for<'c> Fn(&'c mut DB::Connection, Vec<ClaimedRow>) -> BoxFuture<'c, Result<Outcome, String>>,
 {
     let counters = &queue.inner().counters;
-    let (mut tx, rows) = match ops::claim_locked(queue, group, limit).await {
+    let (mut tx, rows) = match claim_locked(queue, group, limit).await {
         Ok((tx, rows)) if !rows.is_empty() => (tx, rows),
         Ok(_) => {
             let _ = found.send(Ok(false));
             return;
         }
         Err(error) => {
-            Counters::add(&counters.claim_errors, 1);
+            counters.claim_failed();
             warn!(%error, table = %queue.table(), "transactional claim failed");
             let _ = found.send(Err(()));
             return;
@@ -173,17 +201,19 @@ async fn transactional<DB, H>(
     };
     let _ = found.send(Ok(rows.len() >= limit));
     let n = rows.len() as u64;
-    Counters::add(&counters.claimed, n);
-    Counters::add(&counters.claims, 1);
     // A failure puts the rows back as they were, its attempt counted: the handler gets
     // the rows and this keeps a copy (the claim already deleted them).
     let claimed = rows.clone();
     let settled = async {
-        ops::savepoint(&mut tx, ops::handler_savepoint::<DB>()).await?;
+        DB::simple(&mut tx, DB::HANDLER_SAVEPOINT).await?;
         let (error, after) = match handler(&mut tx, rows).await {
             Ok(done @ (Outcome::Ack | Outcome::Drop)) => {
                 tx.commit().await?;
-                Counters::add(if done == Outcome::Drop { &counters.dropped } else { &counters.acked }, n);
+                if done == Outcome::Drop {
+                    counters.dropped(n)
+                } else {
+                    counters.acknowledged(n as usize, n)
+                }
                 return Ok(());
             }
             Ok(Outcome::Retry(after)) => ("retry requested by the handler".to_owned(), Some(after)),
@@ -192,11 +222,10 @@ async fn transactional<DB, H>(
                 (error, None)
             }
         };
-        ops::savepoint(&mut tx, "ROLLBACK TO SAVEPOINT rowbus_handler").await?;
-        let dead = ops::restore_failed(queue, &mut tx, &claimed, &error, after).await?;
+        DB::simple(&mut tx, "ROLLBACK TO SAVEPOINT rowbus_handler").await?;
+        let dead = restore_failed(queue, &mut tx, &claimed, &error, after).await?;
         tx.commit().await?;
-        Counters::add(&counters.dead_lettered, dead);
-        Counters::add(&counters.retried, n - dead);
+        counters.failed_batch(n, dead);
         Ok::<_, Error>(())
     }
     .await;

@@ -53,7 +53,7 @@ pub(crate) trait Session: Sized + Send + 'static {
     fn next(&mut self, control: &mut Control) -> impl Future<Output = Result<Wake, Error>> + Send;
 }
 
-pub(crate) struct Driver {
+pub struct Driver {
     url: String,
     options: ListenerOptions,
     control: Control,
@@ -62,7 +62,7 @@ pub(crate) struct Driver {
 }
 
 impl Driver {
-    pub fn new(
+    pub(crate) fn new(
         url: String,
         options: ListenerOptions,
         commands: mpsc::UnboundedReceiver<Command>,
@@ -74,7 +74,7 @@ impl Driver {
     }
 
     /// Connects the first session (its failure is the caller's) and spawns the task.
-    pub async fn start<S: Session>(self) -> Result<tokio::task::JoinHandle<()>, Error> {
+    pub(crate) async fn start<S: Session>(self) -> Result<tokio::task::JoinHandle<()>, Error> {
         let mut session = S::connect(&self.url, &self.options).await?;
         let id = session.session_id().await?;
         self.session_id.send_replace(id);

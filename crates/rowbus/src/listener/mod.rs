@@ -1,6 +1,7 @@
 //! One listening API over PostgreSQL's LISTEN/NOTIFY and the notify table.
 
 mod driver;
+#[cfg(feature = "postgres")]
 mod pg;
 mod table;
 
@@ -9,13 +10,17 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::Stream;
-use notify_table::{Config, Notification, check_channel};
+use notify_table::{Config, Notification};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::backend::Backend;
+use crate::backend::{Backend, ForBackend};
+use crate::db::Db;
 use crate::error::Error;
-use crate::notify::check_pg_channel;
-use driver::{Command, Driver};
+use driver::Command;
+pub(crate) use driver::Driver as ListenerTask;
+#[cfg(feature = "postgres")]
+pub(crate) use pg::PgSession;
+pub(crate) use table::{TableConn, TableSession};
 
 /// How a [`Listener`] listens and reconnects.
 #[derive(Debug, Clone)]
@@ -76,6 +81,7 @@ pub enum Event {
 #[derive(Debug)]
 pub struct Listener {
     backend: Backend,
+    check_channel: fn(&str) -> Result<(), Error>,
     commands: mpsc::UnboundedSender<Command>,
     events: mpsc::Receiver<Event>,
     session: watch::Receiver<Option<u64>>,
@@ -96,13 +102,10 @@ impl Listener {
         let (commands_tx, commands) = mpsc::unbounded_channel();
         let (events_tx, events) = mpsc::channel(options.buffer.max(1));
         let (session_tx, session) = watch::channel(None);
-        let driver = Driver::new(url.to_owned(), options, commands, events_tx, session_tx);
-        let task = match backend {
-            Backend::Postgres => driver.start::<pg::PgSession>().await?,
-            Backend::MySql => driver.start::<table::TableSession<sqlx::MySqlConnection>>().await?,
-            Backend::Sqlite => driver.start::<table::TableSession<sqlx::SqliteConnection>>().await?,
-        };
-        Ok(Listener { backend, commands: commands_tx, events, session, task })
+        let task = ListenerTask::new(url.to_owned(), options, commands, events_tx, session_tx);
+        let (start, check_channel) = backend.on(Start(task))?;
+        let task = start.await?;
+        Ok(Listener { backend, check_channel, commands: commands_tx, events, session, task })
     }
 
     /// Which database this listener listens on.
@@ -127,7 +130,7 @@ impl Listener {
     /// while this one receives.
     pub fn handle(&self) -> ListenerHandle {
         ListenerHandle {
-            backend: self.backend,
+            check_channel: self.check_channel,
             commands: self.commands.clone(),
             session: self.session.clone(),
         }
@@ -160,7 +163,7 @@ impl Listener {
 /// Listens and unlistens on a [`Listener`] from another task; see [`Listener::handle`].
 #[derive(Debug, Clone)]
 pub struct ListenerHandle {
-    backend: Backend,
+    check_channel: fn(&str) -> Result<(), Error>,
     commands: mpsc::UnboundedSender<Command>,
     session: watch::Receiver<Option<u64>>,
 }
@@ -173,10 +176,7 @@ impl ListenerHandle {
 
     /// See [`Listener::listen`].
     pub async fn listen(&self, channel: &str) -> Result<(), Error> {
-        match self.backend {
-            Backend::Postgres => check_pg_channel(channel)?,
-            Backend::MySql | Backend::Sqlite => drop(check_channel(channel)?),
-        }
+        (self.check_channel)(channel)?;
         let (reply, done) = oneshot::channel();
         self.commands
             .send(Command::Listen { channel: channel.to_owned(), reply })
@@ -191,6 +191,22 @@ impl ListenerHandle {
             .send(Command::Unlisten { channel: channel.to_owned(), reply })
             .map_err(|_| Error::ListenerClosed)?;
         done.await.map_err(|_| Error::ListenerClosed)
+    }
+}
+
+/// Starts a listener's task for the database of its URL; with the database's channel check.
+struct Start(ListenerTask);
+
+type Started = (
+    futures::future::BoxFuture<'static, Result<tokio::task::JoinHandle<()>, Error>>,
+    fn(&str) -> Result<(), Error>,
+);
+
+impl ForBackend for Start {
+    type Output = Started;
+
+    fn run<DB: Db>(self) -> Started {
+        (DB::start_listener(self.0), DB::check_channel)
     }
 }
 

@@ -1,16 +1,14 @@
-//! MySQL/MariaDB and SQLite: the notify-table core driven on one connection.
+//! MySQL/MariaDB and SQLite: the notify-table core driven on one connection (each
+//! database's [`TableConn`] is in its `crate::sql` module).
 
 use std::future::Future;
 
 use notify_table::{Dialect, NotifyTable, Row, Statement};
-use sqlx::{MySqlConnection, Row as _, SqliteConnection};
 use tokio::time::{Interval, MissedTickBehavior};
 use tracing::{debug, warn};
 
 use super::ListenerOptions;
 use super::driver::{Command, Control, Session, Wake};
-use crate::backend::{connect_mysql, connect_sqlite};
-use crate::db::sealed::Sealed as _;
 use crate::error::{Error, is_missing_table};
 use crate::notify::missing;
 
@@ -23,82 +21,6 @@ pub(crate) trait TableConn: Send + Sized + 'static {
     fn execute(&mut self, stmt: &Statement) -> impl Future<Output = Result<u64, sqlx::Error>> + Send;
     /// The first column of every row, as ids.
     fn fetch_ids(&mut self, stmt: &Statement) -> impl Future<Output = Result<Vec<u64>, sqlx::Error>> + Send;
-}
-
-impl TableConn for MySqlConnection {
-    fn dialect() -> Dialect {
-        Dialect::MySql
-    }
-
-    async fn open(url: &str) -> Result<Self, Error> {
-        connect_mysql(url).await
-    }
-
-    async fn session_id(&mut self) -> Result<Option<u64>, Error> {
-        Ok(Some(sqlx::query_scalar("SELECT CONNECTION_ID()").fetch_one(self).await?))
-    }
-
-    async fn fetch(&mut self, stmt: &Statement) -> Result<Vec<Row>, sqlx::Error> {
-        let rows = sqlx::MySql::statement(stmt).fetch_all(self).await?;
-        rows.iter()
-            .map(|r| {
-                Ok(Row {
-                    id: r.try_get(0)?,
-                    channel: r.try_get(1)?,
-                    payload: r.try_get(2)?,
-                    pid: r.try_get(3)?,
-                    cutoff: r.try_get(4)?,
-                })
-            })
-            .collect()
-    }
-
-    async fn execute(&mut self, stmt: &Statement) -> Result<u64, sqlx::Error> {
-        Ok(sqlx::MySql::statement(stmt).execute(self).await?.rows_affected())
-    }
-
-    async fn fetch_ids(&mut self, stmt: &Statement) -> Result<Vec<u64>, sqlx::Error> {
-        sqlx::MySql::statement(stmt).fetch_all(self).await?.iter().map(|r| r.try_get(0)).collect()
-    }
-}
-
-impl TableConn for SqliteConnection {
-    fn dialect() -> Dialect {
-        Dialect::Sqlite { pid: std::process::id() }
-    }
-
-    async fn open(url: &str) -> Result<Self, Error> {
-        connect_sqlite(url).await
-    }
-
-    async fn session_id(&mut self) -> Result<Option<u64>, Error> {
-        Ok(None)
-    }
-
-    async fn fetch(&mut self, stmt: &Statement) -> Result<Vec<Row>, sqlx::Error> {
-        let rows = sqlx::Sqlite::statement(stmt).fetch_all(self).await?;
-        let unsigned = |v: i64| u64::try_from(v).unwrap_or_default();
-        rows.iter()
-            .map(|r| {
-                Ok(Row {
-                    id: unsigned(r.try_get(0)?),
-                    channel: r.try_get(1)?,
-                    payload: r.try_get(2)?,
-                    pid: unsigned(r.try_get(3)?),
-                    cutoff: r.try_get(4)?,
-                })
-            })
-            .collect()
-    }
-
-    async fn execute(&mut self, stmt: &Statement) -> Result<u64, sqlx::Error> {
-        Ok(sqlx::Sqlite::statement(stmt).execute(self).await?.rows_affected())
-    }
-
-    async fn fetch_ids(&mut self, stmt: &Statement) -> Result<Vec<u64>, sqlx::Error> {
-        let rows = sqlx::Sqlite::statement(stmt).fetch_all(self).await?;
-        rows.iter().map(|r| Ok(u64::try_from(r.try_get::<i64, _>(0)?).unwrap_or_default())).collect()
-    }
 }
 
 /// One listen connection and its own core object: a new connection starts a new core,

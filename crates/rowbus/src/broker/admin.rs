@@ -1,0 +1,224 @@
+//! Administration: creating and dropping a queue's tables, and reading how queues stand
+//! (the catalog, per-group figures, the notify table's size and lag).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use notify_table::Config as NotifyConfig;
+
+use super::exec::queue_error;
+use super::{Broker, Queue};
+use crate::db::{Arg, Db, TextsAndInts};
+use crate::error::Error;
+use crate::notify::Notifier;
+use crate::sql::{QUEUE_COLUMNS, quoted};
+
+/// What the database holds under a queue's table name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TableState {
+    /// No such table.
+    Missing,
+    /// A queue table: it has every column the broker needs.
+    Deployed,
+    /// Some other table.
+    NotAQueue {
+        /// How many of the queue table's columns it has.
+        columns: usize,
+        /// How many a queue table has.
+        of: usize,
+    },
+}
+
+/// One group of one queue table, as it stands.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GroupStats {
+    /// The group (`""` is the default group).
+    pub group: String,
+    /// Messages in the table: ready, delayed (a retry's backoff or a publish delay) and
+    /// in flight.
+    pub depth: i64,
+    /// Claimable now (including those whose lease ran out).
+    pub ready: i64,
+    /// Claimed, under a lease that has not run out.
+    pub in_flight: i64,
+    /// Age of the oldest message in the table, if any.
+    pub oldest: Option<Duration>,
+    /// Messages in the dead-letter table (`None` when it does not exist).
+    pub dead: Option<i64>,
+}
+
+impl GroupStats {
+    /// Waiting for their time: a retry's backoff or a publish delay.
+    pub fn delayed(&self) -> i64 {
+        (self.depth - self.ready - self.in_flight).max(0)
+    }
+}
+
+/// The notify table's size and lag.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotifyTableStats {
+    /// Its name.
+    pub table: String,
+    /// Rows in it.
+    pub rows: i64,
+    /// Age of its oldest row, if any.
+    pub oldest: Option<Duration>,
+}
+
+/// Microseconds as a duration (negative ones as zero).
+fn micros(us: Option<i64>) -> Option<Duration> {
+    us.map(|us| Duration::from_micros(u64::try_from(us).unwrap_or(0)))
+}
+
+async fn fetch<DB: Db>(
+    broker: &Broker<DB>,
+    sql: String,
+    binds: &[String],
+    texts: usize,
+) -> Result<Vec<TextsAndInts>, sqlx::Error> {
+    let args: Vec<Arg<'_>> = binds.iter().map(|b| Arg::Text(b)).collect();
+    DB::fetch_rows(&mut *broker.pool().acquire().await?, &Arc::from(sql), &args, texts).await
+}
+
+/// Whether `name` (in `schema`, or where an unqualified name resolves) is a table, and
+/// how many queue columns it has.
+async fn find<DB: Db>(broker: &Broker<DB>, schema: Option<&str>, name: &str) -> Result<TableState, Error> {
+    let (sql, binds) = DB::find_table_sql(schema, name);
+    let rows = fetch(broker, sql, &binds, 0).await?;
+    let (exists, columns) = rows.first().map(|r| (r.int(0), r.int(1))).unwrap_or((0, 0));
+    let columns = usize::try_from(columns).unwrap_or(0);
+    Ok(match (exists, columns) {
+        (0, _) => TableState::Missing,
+        (_, n) if n == QUEUE_COLUMNS.len() => TableState::Deployed,
+        (_, columns) => TableState::NotAQueue { columns, of: QUEUE_COLUMNS.len() },
+    })
+}
+
+impl<DB: Db> Broker<DB> {
+    /// The queue tables where unqualified names resolve (PostgreSQL: the search path's
+    /// schemas, qualified unless in the current one; MySQL/MariaDB: the current
+    /// database): tables having every queue column, by name.
+    pub async fn queue_tables(&self) -> Result<Vec<String>, Error> {
+        let rows = fetch(self, DB::queue_tables_sql(), &[], 1).await?;
+        Ok(rows.into_iter().flat_map(|row| row.texts).collect())
+    }
+
+    /// The size and lag of the notify table `config` names; `None` where the database
+    /// has no notify table (PostgreSQL) or it does not exist.
+    pub async fn notify_table_stats(&self, config: &NotifyConfig) -> Result<Option<NotifyTableStats>, Error> {
+        let notifier = Notifier::new(config.clone())?;
+        if DB::notify_table(&notifier).is_none()
+            || find(self, None, &config.table).await? == TableState::Missing
+        {
+            return Ok(None);
+        }
+        let sql = DB::notify_stats_sql(&DB::quote(&config.table));
+        let row = fetch(self, sql, &[], 0).await?.into_iter().next().unwrap_or_default();
+        Ok(Some(NotifyTableStats {
+            table: config.table.clone(),
+            rows: row.int(0),
+            oldest: micros(row.ints.get(1).copied().flatten()),
+        }))
+    }
+}
+
+impl<DB: Db> Queue<DB> {
+    /// Creates the queue table, its claim index and its dead-letter table (`<table>_dead`)
+    /// if they do not exist; on PostgreSQL also the schema. With `listen_notify` on
+    /// MySQL/MariaDB or SQLite, also the notify table.
+    pub async fn deploy(&self) -> Result<(), Error> {
+        let mut conn = self.inner().pool.acquire().await?;
+        for statement in &self.sql.create {
+            DB::execute(&mut conn, &Arc::from(statement.as_str()), &[]).await?;
+        }
+        let notify_table = self.inner().notifier.as_ref().and_then(DB::notify_table);
+        for stmt in notify_table.map(|t| t.create_table_sql()).unwrap_or_default() {
+            DB::execute(&mut conn, &stmt.sql, &[]).await?;
+        }
+        Ok(())
+    }
+
+    /// Drops the queue table and its dead-letter table, with every message in them.
+    pub async fn undeploy(&self) -> Result<(), Error> {
+        let mut conn = self.inner().pool.acquire().await?;
+        for table in [&self.sql.quoted, &self.sql.dead] {
+            DB::execute(&mut conn, &Arc::from(format!("DROP TABLE IF EXISTS {table}")), &[]).await?;
+        }
+        Ok(())
+    }
+
+    /// What the database holds under this queue's table name: nothing, a queue table, or
+    /// another table.
+    pub async fn state(&self) -> Result<TableState, Error> {
+        find(self.broker(), self.table().schema(), self.table().name()).await
+    }
+
+    /// Messages in the table (ready, delayed or leased) and messages dead-lettered, in
+    /// `group`.
+    pub async fn depth(&self, group: &str) -> Result<(i64, i64), Error> {
+        let mut conn = self.inner().pool.acquire().await?;
+        let rows = DB::fetch_rows(&mut conn, &self.sql.depth, &[Arg::Text(group), Arg::Text(group)], 0)
+            .await
+            .map_err(|e| queue_error(self, e))?;
+        let row = rows.into_iter().next().unwrap_or_default();
+        Ok((row.int(0), row.int(1)))
+    }
+
+    /// Per-group figures of the queue table and its dead-letter table, by group; a table
+    /// with no message and no dead letter has one all-zero line for the default group.
+    pub async fn group_stats(&self) -> Result<Vec<GroupStats>, Error> {
+        let rows = fetch(self.broker(), DB::group_stats_sql(&self.sql.quoted), &[], 1)
+            .await
+            .map_err(|e| queue_error(self, e))?;
+        let mut groups: Vec<GroupStats> = rows
+            .into_iter()
+            .map(|row| GroupStats {
+                group: row.text(0).to_owned(),
+                depth: row.int(0),
+                ready: row.int(1),
+                in_flight: row.int(2),
+                oldest: micros(row.ints.get(3).copied().flatten()),
+                dead: None,
+            })
+            .collect();
+        let dead_name = format!("{}_dead", self.table().name());
+        let dead_exists =
+            find(self.broker(), self.table().schema(), &dead_name).await? != TableState::Missing;
+        if dead_exists {
+            let sql = format!(
+                "SELECT group_name, {} FROM {} GROUP BY group_name ORDER BY group_name",
+                DB::COUNT,
+                quoted::<DB>(self.table(), "_dead")
+            );
+            for g in &mut groups {
+                g.dead = Some(0);
+            }
+            for row in fetch(self.broker(), sql, &[], 1).await? {
+                match groups.iter_mut().find(|g| g.group == row.text(0)) {
+                    Some(g) => g.dead = Some(row.int(0)),
+                    None => groups.push(GroupStats {
+                        group: row.text(0).to_owned(),
+                        dead: Some(row.int(0)),
+                        ..GroupStats::default()
+                    }),
+                }
+            }
+            groups.sort_by(|a, b| a.group.cmp(&b.group));
+        }
+        if groups.is_empty() {
+            groups.push(GroupStats { dead: dead_exists.then_some(0), ..GroupStats::default() });
+        }
+        Ok(groups)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delayed_is_the_rest() {
+        let g = GroupStats { depth: 10, ready: 4, in_flight: 3, ..GroupStats::default() };
+        assert_eq!(g.delayed(), 3);
+    }
+}

@@ -1,0 +1,72 @@
+//! Claims: rows taken under a lease for a runner or a stream, or locked and deleted in a
+//! transaction for a transactional handler. Each database's shape of them is its
+//! [`Dialect`](crate::sql::Dialect)'s.
+
+use std::time::Duration;
+
+use sqlx::Transaction;
+
+use super::Queue;
+use super::exec::{micros, retrying};
+use super::lease::ack_in;
+use crate::db::{ClaimedRow, Db};
+use crate::error::Error;
+
+/// What a claim brought back.
+pub(crate) struct Claim {
+    pub rows: Vec<ClaimedRow>,
+    pub token: i64,
+}
+
+/// Claims up to `limit` ready messages of `group` under a new lease, first acknowledging
+/// the `(id, token)` pairs of `acks` in the same transaction: one commit for both. On an
+/// error nothing was acknowledged.
+pub(crate) async fn claim<DB: Db>(
+    queue: &Queue<DB>,
+    group: &str,
+    limit: usize,
+    lease: Duration,
+    acks: &[(i64, i64)],
+) -> Result<Claim, Error> {
+    let inner = queue.inner();
+    let sql = &*queue.sql;
+    let token = inner.token();
+    let (lease, limit) = (micros(lease), i64::try_from(limit).unwrap_or(i64::MAX));
+    let (mut rows, acked) = retrying(queue, || async move {
+        if acks.is_empty() && !DB::CLAIM_IN_TRANSACTION {
+            let mut conn = inner.pool.acquire().await?;
+            return Ok((DB::claim(&mut conn, sql, group, limit, lease, token).await?, 0));
+        }
+        let mut tx = inner.pool.begin_with(DB::LEASE_CLAIM_BEGIN).await?;
+        let acked = ack_in(sql, &mut tx, acks).await?;
+        let rows = DB::claim(&mut tx, sql, group, limit, lease, token).await?;
+        tx.commit().await?;
+        Ok((rows, acked))
+    })
+    .await?;
+    inner.counters.acknowledged(acks.len(), acked);
+    inner.counters.claimed(rows.len());
+    rows.sort_unstable_by_key(|r| r.id);
+    Ok(Claim { rows, token })
+}
+
+/// Up to `limit` ready messages of `group`, taken in a new transaction for a transactional
+/// handler: locked and deleted, so that committing the transaction acknowledges them.
+pub(crate) async fn claim_locked<DB: Db>(
+    queue: &Queue<DB>,
+    group: &str,
+    limit: usize,
+) -> Result<(Transaction<'static, DB>, Vec<ClaimedRow>), Error> {
+    let (pool, sql) = (&queue.inner().pool, &*queue.sql);
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let (tx, rows) = retrying(queue, || async move {
+        let mut tx = pool.begin_with(DB::LOCKED_CLAIM_BEGIN).await?;
+        let rows = DB::take_locked(&mut tx, sql, group, limit).await?;
+        Ok((tx, rows))
+    })
+    .await?;
+    if !rows.is_empty() {
+        queue.inner().counters.claimed(rows.len());
+    }
+    Ok((tx, rows))
+}

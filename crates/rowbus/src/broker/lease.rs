@@ -1,0 +1,204 @@
+//! Settling claimed messages: acknowledgements, retries, releases, lease extensions and
+//! dead letters under a lease; and, for a transactional handler that failed, putting its
+//! rows back in its own transaction.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::Transaction;
+
+use super::Queue;
+use super::exec::{micros, queue_error, retrying};
+use crate::db::{Arg, ClaimedRow, Db};
+use crate::error::Error;
+use crate::sql::TableSql;
+
+/// Most acknowledgements one statement carries.
+pub(crate) const ACK_BATCH: usize = 256;
+
+/// Rows a statement puts back after a failed transactional handler (7 binds each, well
+/// under every database's limit on binds).
+const RESTORE_BATCH: usize = 256;
+
+/// Acknowledges `acks` on `conn`, [`ACK_BATCH`] a statement; how many were still leased.
+pub(super) async fn ack_in<DB: Db>(
+    sql: &TableSql<DB>,
+    conn: &mut DB::Connection,
+    acks: &[(i64, i64)],
+) -> Result<u64, sqlx::Error> {
+    let mut acked = 0;
+    for chunk in acks.chunks(ACK_BATCH) {
+        let statement = Arc::from(sql.ack_pairs(chunk.len()));
+        let ids = chunk.iter().map(|&(id, _)| Arg::Int(id));
+        let pairs = chunk.iter().flat_map(|&(id, token)| [Arg::Int(id), Arg::Int(token)]);
+        let args: Vec<Arg<'_>> = ids.chain(pairs).collect();
+        acked += DB::execute(conn, &statement, &args).await?;
+    }
+    Ok(acked)
+}
+
+/// Runs a statement on a pool connection (again when it deadlocked); the rows it changed.
+async fn execute<DB: Db>(queue: &Queue<DB>, sql: &Arc<str>, args: &[Arg<'_>]) -> Result<u64, Error> {
+    let pool = &queue.inner().pool;
+    retrying(queue, || async move { DB::execute(&mut *pool.acquire().await?, sql, args).await }).await
+}
+
+/// Runs a statement that must change exactly the leased row; refuses with
+/// [`Error::LeaseLost`] when it changed nothing.
+async fn on_lease<DB: Db>(queue: &Queue<DB>, sql: &Arc<str>, args: &[Arg<'_>], id: i64) -> Result<(), Error> {
+    if execute(queue, sql, args).await? == 0 {
+        return Err(lease_lost(queue, id));
+    }
+    Ok(())
+}
+
+fn lease_lost<DB: Db>(queue: &Queue<DB>, id: i64) -> Error {
+    queue.inner().counters.leases_lost(1);
+    Error::LeaseLost { table: queue.table().to_string(), id }
+}
+
+/// Deletes a leased message: acknowledged, or `dropped` by its handler.
+pub(crate) async fn ack<DB: Db>(queue: &Queue<DB>, id: i64, token: i64, dropped: bool) -> Result<(), Error> {
+    on_lease(queue, &queue.sql.ack, &[Arg::Int(id), Arg::Int(token)], id).await?;
+    let counters = &queue.inner().counters;
+    if dropped {
+        counters.dropped(1)
+    } else {
+        counters.acknowledged(1, 1)
+    }
+    Ok(())
+}
+
+/// Deletes the messages `ids` of one claim that their handler dropped, in one statement;
+/// returns how many were still leased (the rest had lost their lease and were left alone).
+pub(crate) async fn drop_many<DB: Db>(queue: &Queue<DB>, token: i64, ids: &[i64]) -> Result<u64, Error> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let sql = Arc::from(queue.sql.ack_many(ids.len()));
+    let args: Vec<Arg<'_>> = std::iter::once(token).chain(ids.iter().copied()).map(Arg::Int).collect();
+    let done = execute(queue, &sql, &args).await?;
+    let counters = &queue.inner().counters;
+    counters.dropped(done);
+    counters.leases_lost(ids.len() as u64 - done);
+    Ok(done)
+}
+
+/// Acknowledges `(id, token)` pairs of any claims, [`ACK_BATCH`] a statement; counts what
+/// was still leased as acknowledged and the rest as lost leases.
+pub(crate) async fn ack_pairs<DB: Db>(queue: &Queue<DB>, pairs: &[(i64, i64)]) -> Result<u64, Error> {
+    if pairs.is_empty() {
+        return Ok(0);
+    }
+    let (pool, sql) = (&queue.inner().pool, &*queue.sql);
+    let acked =
+        retrying(queue, || async move { ack_in(sql, &mut *pool.acquire().await?, pairs).await }).await?;
+    queue.inner().counters.acknowledged(pairs.len(), acked);
+    Ok(acked)
+}
+
+/// Schedules a leased message's next attempt after `after`, recording `error`.
+pub(crate) async fn retry<DB: Db>(
+    queue: &Queue<DB>,
+    id: i64,
+    token: i64,
+    after: Duration,
+    error: &str,
+) -> Result<(), Error> {
+    let args = [Arg::Int(micros(after)), Arg::Text(error), Arg::Int(id), Arg::Int(token)];
+    on_lease(queue, &queue.sql.retry, &args, id).await?;
+    queue.inner().counters.retried(1);
+    Ok(())
+}
+
+/// Gives a leased message back unstarted, its attempt not counted.
+pub(crate) async fn release<DB: Db>(queue: &Queue<DB>, id: i64, token: i64) -> Result<(), Error> {
+    on_lease(queue, &queue.sql.release, &[Arg::Int(id), Arg::Int(token)], id).await?;
+    queue.inner().counters.released(1);
+    Ok(())
+}
+
+/// Keeps a leased message `lease` more from now.
+pub(crate) async fn extend<DB: Db>(
+    queue: &Queue<DB>,
+    id: i64,
+    token: i64,
+    lease: Duration,
+) -> Result<(), Error> {
+    on_lease(queue, &queue.sql.extend, &[Arg::Int(micros(lease)), Arg::Int(id), Arg::Int(token)], id).await
+}
+
+/// Moves a leased message to the dead-letter table with `error`, in one transaction.
+pub(crate) async fn dead_letter<DB: Db>(
+    queue: &Queue<DB>,
+    id: i64,
+    token: i64,
+    error: &str,
+) -> Result<(), Error> {
+    let (pool, sql) = (&queue.inner().pool, &*queue.sql);
+    let mut tx = pool.begin_with(DB::WRITE_BEGIN).await.map_err(|e| queue_error(queue, e))?;
+    let moved = async {
+        let copied =
+            DB::execute(&mut tx, &sql.dead_insert, &[Arg::Text(error), Arg::Int(id), Arg::Int(token)])
+                .await?;
+        let deleted = DB::execute(&mut tx, &sql.ack, &[Arg::Int(id), Arg::Int(token)]).await?;
+        Ok::<_, sqlx::Error>(copied == 1 && deleted == 1)
+    }
+    .await
+    .map_err(|e| queue_error(queue, e))?;
+    if !moved {
+        tx.rollback().await?;
+        return Err(lease_lost(queue, id));
+    }
+    tx.commit().await?;
+    queue.inner().counters.dead_lettered(1);
+    Ok(())
+}
+
+/// In the claim's transaction, after its handler's writes were undone: puts the claimed
+/// `rows` back with their attempt counted, to run again after `after` (or the policy's
+/// backoff), or dead-letters those that have used their attempts. The caller commits and
+/// then counts with [`Counters::failed_batch`](super::stats::Counters::failed_batch).
+/// Returns how many were dead-lettered.
+pub(crate) async fn restore_failed<DB: Db>(
+    queue: &Queue<DB>,
+    tx: &mut Transaction<'static, DB>,
+    rows: &[ClaimedRow],
+    error: &str,
+    after: Option<Duration>,
+) -> Result<u64, Error> {
+    let retry = &queue.inner().options.retry;
+    // Each row with the delay before its next attempt, or none when it is done for.
+    let (dead, back): (Vec<_>, Vec<_>) = rows
+        .iter()
+        .map(|row| {
+            let attempts = u32::try_from(row.attempts + 1).unwrap_or(u32::MAX);
+            let exhausted = after.is_none() && retry.exhausted(attempts);
+            let delay = after.unwrap_or_else(|| retry.delay(attempts));
+            (row, (!exhausted).then(|| micros(delay)))
+        })
+        .partition(|(_, delay)| delay.is_none());
+    for rows in [&dead, &back] {
+        for chunk in rows.chunks(RESTORE_BATCH) {
+            // A chunk is all dead or all back (and never empty).
+            let sql = match chunk[0].1 {
+                None => queue.sql.dead_restore(chunk.len()),
+                Some(_) => queue.sql.restore(chunk.len()),
+            };
+            let args: Vec<Arg<'_>> =
+                chunk.iter().flat_map(|&(row, delay)| restore_args(row, delay, error)).collect();
+            DB::execute(tx, &Arc::from(sql), &args).await?;
+        }
+    }
+    Ok(dead.len() as u64)
+}
+
+/// The binds of a row [`restore_failed`] writes, in the order of both of its statements:
+/// the delay only where the row goes back to the queue.
+fn restore_args<'a>(row: &'a ClaimedRow, delay: Option<i64>, error: &'a str) -> Vec<Arg<'a>> {
+    let mut args = vec![Arg::Int(row.id), Arg::Text(&row.group), Arg::Bytes(&row.payload)];
+    args.push(Arg::Int(row.attempts + 1));
+    args.extend(delay.map(Arg::Int));
+    args.extend([Arg::Int(row.created_at), Arg::Text(error)]);
+    args
+}

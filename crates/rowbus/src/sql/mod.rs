@@ -1,0 +1,223 @@
+//! Everything rowbus says to a database, one module per database behind one trait.
+//!
+//! [`Dialect`] holds what differs: quoting and placeholders, how "now" and a delay are
+//! written, the DDL, each claim in its database's shape, how a transaction begins, how
+//! other processes are woken, how to connect and listen. Its provided methods are the
+//! statements whose text only differs in those primitives; a database overrides one where
+//! its shape differs. The broker and the listener are written once against it and never
+//! ask which database they run on. [`TableSql`] is one queue table's statements, built
+//! from the dialect.
+
+#[cfg(feature = "mysql")]
+mod mysql;
+#[cfg(feature = "postgres")]
+mod postgres;
+#[cfg(feature = "sqlite")]
+mod sqlite;
+mod table;
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use notify_table::{Config, NotifyTable, Statement};
+use sqlx::Pool;
+
+use crate::backend::DbPool;
+use crate::broker::QueueTable;
+use crate::db::sealed::Driver;
+use crate::db::{Arg, ClaimedRow, args_of};
+use crate::deploy::NotifyDeploy;
+use crate::error::Error;
+use crate::listener::ListenerTask;
+use crate::notify::Notifier;
+
+pub(crate) use table::{QUEUE_COLUMNS, TableSql};
+
+/// One database's SQL and connection behaviour. Sealed: implemented for
+/// [`sqlx::Postgres`], [`sqlx::MySql`] and [`sqlx::Sqlite`] in this module's children.
+pub trait Dialect: Driver + Sized {
+    // --- Identifiers and values.
+
+    /// One identifier part, quoted. Only for validated plain identifiers.
+    fn quote(part: &str) -> String;
+    /// The placeholder of the `n`-th bind (from 1).
+    fn param(n: usize) -> String;
+    /// "Now" as the queue table stores times.
+    const NOW: &'static str;
+    /// "Now plus the microseconds in placeholder `p`".
+    fn later(p: &str) -> String;
+    /// The stored time `p` microseconds after the Unix epoch.
+    fn from_micros(p: &str) -> String;
+    /// The stored time `column` as microseconds since the Unix epoch, a BIGINT.
+    fn micros_of(column: &str) -> String;
+    /// `COUNT(*)` as a signed 64-bit integer.
+    const COUNT: &'static str = "COUNT(*)";
+
+    // --- Queue tables.
+
+    /// Refuses a name this database cannot hold.
+    fn check_table(_table: &QueueTable) -> Result<(), Error> {
+        Ok(())
+    }
+    /// The queue table, its claim index and its dead-letter table, if missing.
+    fn create_queue(table: &QueueTable) -> Vec<String>;
+
+    // --- Claims.
+
+    /// How a lease claim's transaction begins.
+    const LEASE_CLAIM_BEGIN: &'static str;
+    /// How a transactional handler's claim begins.
+    const LOCKED_CLAIM_BEGIN: &'static str;
+    /// How a transaction that writes begins ([`BrokerTx`](crate::BrokerTx), dead letters).
+    const WRITE_BEGIN: &'static str = "BEGIN";
+    /// The savepoint before a transactional handler's own statements.
+    const HANDLER_SAVEPOINT: &'static str = "SAVEPOINT rowbus_handler";
+    /// Whether a lease claim with nothing to acknowledge needs a transaction of its own
+    /// (one statement is its own transaction where it both locks and marks the rows).
+    const CLAIM_IN_TRANSACTION: bool = true;
+    /// Whether a runner's acknowledgements ride on its next claim's transaction.
+    const CLAIMS_CARRY_ACKS: bool = false;
+    /// The lease claim statement: binds group, limit, lease µs, token; a database whose
+    /// claim has another shape says so in [`claim`](Self::claim).
+    fn claim_sql(table: &QueueTable) -> String;
+    /// A transactional handler's claim: up to `limit` ready rows, locked and deleted
+    /// (the transaction's commit acknowledges them). Binds: group, limit.
+    fn claim_locked_sql(table: &QueueTable) -> String;
+
+    /// Claims up to `limit` rows of `group` under lease `token` on `conn`.
+    fn claim<'c>(
+        conn: &'c mut Self::Connection,
+        sql: &'c TableSql<Self>,
+        group: &'c str,
+        limit: i64,
+        lease: i64,
+        token: i64,
+    ) -> BoxFuture<'c, Result<Vec<ClaimedRow>, sqlx::Error>> {
+        let args = [Arg::Text(group), Arg::Int(limit), Arg::Int(lease), Arg::Int(token)];
+        Self::fetch_claimed(conn, &sql.claim, &args)
+    }
+
+    /// Takes up to `limit` ready rows of `group` in the caller's transaction: locked
+    /// and deleted.
+    fn take_locked<'c>(
+        conn: &'c mut Self::Connection,
+        sql: &'c TableSql<Self>,
+        group: &'c str,
+        limit: i64,
+    ) -> BoxFuture<'c, Result<Vec<ClaimedRow>, sqlx::Error>> {
+        Self::fetch_claimed(conn, &sql.claim_locked, &[Arg::Text(group), Arg::Int(limit)])
+    }
+
+    // --- Notifications.
+
+    /// Refuses a channel name this database cannot listen on.
+    fn check_channel(channel: &str) -> Result<(), Error>;
+    /// The statement that sends `payload` on `channel`.
+    fn notify_sql(notifier: &Notifier, channel: &str, payload: &str) -> Result<Statement, Error>;
+    /// The notify table's statements, if this database uses one.
+    fn notify_table(notifier: &Notifier) -> Option<&NotifyTable>;
+
+    /// Wakes other processes' subscriptions of `channel` and `groups`: a notification
+    /// per group, sent on `conn`. A failure is logged: the poll interval still reaches
+    /// the rows.
+    fn wake<'c>(
+        conn: &'c mut Self::Connection,
+        notifier: &'c Notifier,
+        channel: &'c str,
+        groups: &'c [String],
+    ) -> BoxFuture<'c, ()> {
+        Box::pin(async move {
+            for group in groups {
+                let sent = match Self::notify_sql(notifier, channel, group) {
+                    Ok(stmt) => {
+                        Self::execute(conn, &stmt.sql, &args_of(&stmt)).await.map(drop).map_err(Error::from)
+                    }
+                    Err(e) => Err(e),
+                };
+                if let Err(error) = sent {
+                    tracing::warn!(%error, table = channel, group, "wake-up notification failed; subscriptions elsewhere wait for their poll interval");
+                }
+            }
+        })
+    }
+
+    /// [`wake`](Self::wake) from inside a transaction that is still open: delivered when
+    /// it commits.
+    fn wake_in_tx<'c>(
+        conn: &'c mut Self::Connection,
+        notifier: &'c Notifier,
+        channel: &'c str,
+        groups: &'c [String],
+    ) -> BoxFuture<'c, ()> {
+        Self::wake(conn, notifier, channel, groups)
+    }
+
+    /// Right before a transaction commits: wakes what [`wake_in_tx`](Self::wake_in_tx)
+    /// left for the commit, for the `(channel, group)` pairs published in it.
+    fn wake_at_commit<'c>(
+        _conn: &'c mut Self::Connection,
+        _pairs: &'c [(Arc<str>, String)],
+    ) -> BoxFuture<'c, ()> {
+        Box::pin(async {})
+    }
+
+    // --- Connecting.
+
+    /// A pool of up to `max` connections in rowbus's session settings.
+    fn connect_pool(url: &str, max: u32) -> BoxFuture<'static, Result<Pool<Self>, Error>>;
+    /// The pool in a [`DbPool`].
+    fn wrap(pool: Pool<Self>) -> DbPool;
+    /// Connects a listener's first session and starts its task.
+    fn start_listener(task: ListenerTask) -> BoxFuture<'static, Result<tokio::task::JoinHandle<()>, Error>>;
+    /// Creates the notify table where this database uses one.
+    fn deploy_notify(pool: &Pool<Self>, config: &Config) -> BoxFuture<'static, Result<NotifyDeploy, Error>>;
+
+    // --- The catalog and statistics.
+
+    /// Whether table `name` (in `schema`, or where an unqualified name resolves) exists,
+    /// and how many of [`QUEUE_COLUMNS`] it has: a statement returning two integers.
+    fn find_table_sql(schema: Option<&str>, name: &str) -> (String, Vec<String>);
+    /// The queue tables where unqualified names resolve: one text column, the name as
+    /// a statement would write it.
+    fn queue_tables_sql() -> String;
+    /// Per group of a queue table (quoted as `t`): group, then depth, ready, in flight
+    /// and the oldest message's age in µs.
+    fn group_stats_sql(t: &str) -> String {
+        let now = Self::NOW;
+        let (ready, in_flight) = Self::states(
+            &format!("visible_at <= {now} AND (lease_until IS NULL OR lease_until <= {now})"),
+            &format!("lease_until > {now}"),
+        );
+        format!(
+            "SELECT group_name, {count}, {ready}, {in_flight}, {age} FROM {t} GROUP BY group_name ORDER BY group_name",
+            count = Self::COUNT,
+            age = Self::age_of("MIN(created_at)"),
+        )
+    }
+    /// Counts of the rows matching `ready` and `in_flight`, as signed integers.
+    fn states(ready: &str, in_flight: &str) -> (String, String);
+    /// `now` minus the stored time `expr`, in µs.
+    fn age_of(expr: &str) -> String;
+    /// The notify table's row count and its oldest row's age in µs.
+    fn notify_stats_sql(t: &str) -> String {
+        format!("SELECT {}, {} FROM {t}", Self::COUNT, Self::notify_age("MIN(created_at)"))
+    }
+    /// `now` minus the notify table's `created_at` expression `expr`, in µs.
+    fn notify_age(expr: &str) -> String {
+        Self::age_of(expr)
+    }
+}
+
+/// `n` placeholders, numbered from `first`.
+pub(crate) fn placeholders<DB: Dialect>(first: usize, n: usize) -> String {
+    (first..first + n).map(DB::param).collect::<Vec<_>>().join(", ")
+}
+
+/// A queue table's name with `suffix` (`""`, or `_dead` for its dead-letter table), quoted.
+pub(crate) fn quoted<DB: Dialect>(table: &QueueTable, suffix: &str) -> String {
+    let name = DB::quote(&format!("{}{suffix}", table.name()));
+    match table.schema() {
+        Some(schema) => format!("{}.{name}", DB::quote(schema)),
+        None => name,
+    }
+}

@@ -1,0 +1,356 @@
+//! MySQL 8.0+ and MariaDB 10.6+: `?` placeholders, `DATETIME(6)` in UTC, no `UPDATE ...
+//! RETURNING` (a claim locks with a `SELECT` and marks with an `UPDATE`), the notify table.
+
+use std::str::FromStr as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use notify_table::{Config, Dialect as NotifyDialect, NotifyTable, Row, Statement};
+use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPoolOptions};
+use sqlx::{ConnectOptions as _, Connection as _, Executor as _, MySql, Pool, Row as _};
+
+use super::{Dialect, placeholders};
+use crate::backend::{Backend, DbPool, connect_error, invalid_url};
+use crate::broker::{ACK_BATCH, QueueTable};
+use crate::db::sealed::Driver as _;
+use crate::db::{Arg, ClaimedRow};
+use crate::deploy::NotifyDeploy;
+use crate::error::Error;
+use crate::listener::{ListenerTask, TableConn, TableSession};
+use crate::notify::Notifier;
+
+crate::db::driver!(MySql, Backend::MySql);
+
+/// What a claim returns: id, group, payload, attempts, created_at µs.
+const CLAIMED: &str = "CAST(id AS SIGNED), group_name, payload, CAST(attempts AS SIGNED), \
+     CAST(TIMESTAMPDIFF(MICROSECOND, '1970-01-01', created_at) AS SIGNED)";
+
+/// Strict mode, so the server refuses an over-long value rather than truncating it, and
+/// READ COMMITTED, which claims with `SKIP LOCKED` want.
+const SESSION: [&str; 2] = [
+    "SET SESSION sql_mode = TRIM(BOTH ',' FROM CONCAT(@@SESSION.sql_mode, ',STRICT_ALL_TABLES'))",
+    "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+];
+
+async fn session(conn: &mut MySqlConnection) -> Result<(), sqlx::Error> {
+    for statement in SESSION {
+        sqlx::Executor::execute(&mut *conn, statement).await?;
+    }
+    Ok(())
+}
+
+fn options(url: &str) -> Result<MySqlConnectOptions, Error> {
+    let url = match url.strip_prefix("mariadb:") {
+        Some(rest) => format!("mysql:{rest}"),
+        None => url.to_owned(),
+    };
+    MySqlConnectOptions::from_str(&url).map_err(|e| invalid_url(&url, e))
+}
+
+/// One connection in rowbus's session settings.
+async fn connect(url: &str) -> Result<MySqlConnection, Error> {
+    let mut conn = options(url)?.connect().await.map_err(connect_error(url))?;
+    session(&mut conn).await.map_err(connect_error(url))?;
+    Ok(conn)
+}
+
+/// Marks the rows a claim locked. Binds: lease µs, token, then the ids.
+fn claim_mark(t: &str, ids: usize) -> String {
+    format!(
+        "UPDATE {t} SET lease_until = {}, lease = ?, attempts = attempts + 1 WHERE id IN ({})",
+        MySql::later("?"),
+        placeholders::<MySql>(3, ids)
+    )
+}
+
+/// Deletes rows the caller's transaction holds locked. Binds: the ids.
+fn delete_locked(t: &str, ids: usize) -> String {
+    format!("DELETE FROM {t} WHERE id IN ({})", placeholders::<MySql>(1, ids))
+}
+
+impl Dialect for MySql {
+    fn quote(part: &str) -> String {
+        format!("`{part}`")
+    }
+
+    fn param(_: usize) -> String {
+        "?".to_owned()
+    }
+
+    const NOW: &'static str = "UTC_TIMESTAMP(6)";
+
+    fn later(p: &str) -> String {
+        format!("UTC_TIMESTAMP(6) + INTERVAL {p} MICROSECOND")
+    }
+
+    fn from_micros(p: &str) -> String {
+        format!("TIMESTAMPADD(MICROSECOND, {p}, '1970-01-01 00:00:00')")
+    }
+
+    fn micros_of(column: &str) -> String {
+        format!("CAST(TIMESTAMPDIFF(MICROSECOND, '1970-01-01', {column}) AS SIGNED)")
+    }
+
+    const COUNT: &'static str = "CAST(COUNT(*) AS SIGNED)";
+
+    /// The claim order is the clustered primary key itself and the `_id` index holds `id`
+    /// alone: InnoDB's locking reads through a secondary index visit every delete-marked
+    /// entry the purge has not removed yet, and a busy queue leaves thousands in front of
+    /// its first ready row (a claim grew from 0.3 ms to 1.3 ms over 8,000 acknowledged
+    /// rows; walking the clustered index it stays flat).
+    fn create_queue(table: &QueueTable) -> Vec<String> {
+        let (t, dead) = (super::quoted::<Self>(table, ""), super::quoted::<Self>(table, "_dead"));
+        let index = Self::quote(&format!("{}_id", table.name()));
+        let group = "VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL";
+        vec![
+            format!(
+                "CREATE TABLE IF NOT EXISTS {t} (\n\
+                 \x20 `id` BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,\n\
+                 \x20 `group_name` {group} DEFAULT '',\n\
+                 \x20 `payload` LONGBLOB NOT NULL,\n\
+                 \x20 `attempts` INT NOT NULL DEFAULT 0,\n\
+                 \x20 `visible_at` DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),\n\
+                 \x20 `lease` BIGINT NULL,\n\
+                 \x20 `lease_until` DATETIME(6) NULL,\n\
+                 \x20 `created_at` DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),\n\
+                 \x20 `last_error` TEXT NULL,\n\
+                 \x20 PRIMARY KEY (`group_name`, `visible_at`, `id`),\n\
+                 \x20 UNIQUE KEY {index} (`id`)\n\
+                 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
+            ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {dead} (\n\
+                 \x20 `id` BIGINT UNSIGNED NOT NULL,\n\
+                 \x20 `group_name` {group},\n\
+                 \x20 `payload` LONGBLOB NOT NULL,\n\
+                 \x20 `attempts` INT NOT NULL,\n\
+                 \x20 `created_at` DATETIME(6) NOT NULL,\n\
+                 \x20 `failed_at` DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),\n\
+                 \x20 `last_error` TEXT NULL,\n\
+                 \x20 PRIMARY KEY (`id`)\n\
+                 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
+            ),
+        ]
+    }
+
+    const LEASE_CLAIM_BEGIN: &'static str = "BEGIN";
+    const LOCKED_CLAIM_BEGIN: &'static str = "BEGIN";
+
+    /// The locking read of a claim (binds: group, limit); [`claim`](Self::claim) marks
+    /// the rows it returns.
+    fn claim_sql(table: &QueueTable) -> String {
+        format!(
+            "SELECT {CLAIMED} FROM {} WHERE group_name = ? AND visible_at <= UTC_TIMESTAMP(6) \
+             AND (lease_until IS NULL OR lease_until <= UTC_TIMESTAMP(6)) \
+             ORDER BY visible_at, id LIMIT ? FOR UPDATE SKIP LOCKED",
+            super::quoted::<Self>(table, "")
+        )
+    }
+
+    /// Only locks: MySQL cannot delete from the table it selects the rows from, so
+    /// [`take_locked`](Self::take_locked) deletes them next.
+    fn claim_locked_sql(table: &QueueTable) -> String {
+        Self::claim_sql(table)
+    }
+
+    /// No `UPDATE ... RETURNING`: `SELECT ... FOR UPDATE SKIP LOCKED`, then a mark of
+    /// the rows, in the caller's transaction.
+    fn claim<'c>(
+        conn: &'c mut Self::Connection,
+        sql: &'c super::TableSql<Self>,
+        group: &'c str,
+        limit: i64,
+        lease: i64,
+        token: i64,
+    ) -> BoxFuture<'c, Result<Vec<ClaimedRow>, sqlx::Error>> {
+        Box::pin(async move {
+            let mut rows =
+                Self::fetch_claimed(conn, &sql.claim, &[Arg::Text(group), Arg::Int(limit)]).await?;
+            if !rows.is_empty() {
+                let mark = Arc::from(claim_mark(&sql.quoted, rows.len()));
+                let mut args = vec![Arg::Int(lease), Arg::Int(token)];
+                args.extend(rows.iter().map(|r| Arg::Int(r.id)));
+                Self::execute(conn, &mark, &args).await?;
+                // The rows were read before the mark counted this attempt.
+                for row in &mut rows {
+                    row.attempts += 1;
+                }
+            }
+            Ok(rows)
+        })
+    }
+
+    fn take_locked<'c>(
+        conn: &'c mut Self::Connection,
+        sql: &'c super::TableSql<Self>,
+        group: &'c str,
+        limit: i64,
+    ) -> BoxFuture<'c, Result<Vec<ClaimedRow>, sqlx::Error>> {
+        Box::pin(async move {
+            let rows =
+                Self::fetch_claimed(conn, &sql.claim_locked, &[Arg::Text(group), Arg::Int(limit)]).await?;
+            for chunk in rows.chunks(ACK_BATCH) {
+                let delete = Arc::from(delete_locked(&sql.quoted, chunk.len()));
+                let args: Vec<Arg<'_>> = chunk.iter().map(|row| Arg::Int(row.id)).collect();
+                Self::execute(conn, &delete, &args).await?;
+            }
+            Ok(rows)
+        })
+    }
+
+    fn check_channel(channel: &str) -> Result<(), Error> {
+        Ok(notify_table::check_channel(channel).map(drop)?)
+    }
+
+    fn notify_sql(notifier: &Notifier, channel: &str, payload: &str) -> Result<Statement, Error> {
+        Ok(notifier.mysql.notify_sql(channel, payload)?)
+    }
+
+    fn notify_table(notifier: &Notifier) -> Option<&NotifyTable> {
+        Some(&notifier.mysql)
+    }
+
+    fn connect_pool(url: &str, max: u32) -> BoxFuture<'static, Result<Pool<Self>, Error>> {
+        let url = url.to_owned();
+        Box::pin(async move {
+            // A direct connection first fails fast with the real cause (a pool would
+            // report only its acquire timeout).
+            connect(&url).await?.close().await.map_err(connect_error(&url))?;
+            let pool = MySqlPoolOptions::new()
+                .max_connections(max)
+                .acquire_timeout(Duration::from_secs(10))
+                .after_connect(|conn, _| Box::pin(session(conn)));
+            pool.connect_with(options(&url)?).await.map_err(connect_error(&url))
+        })
+    }
+
+    fn wrap(pool: Pool<Self>) -> DbPool {
+        DbPool::MySql(pool)
+    }
+
+    fn start_listener(task: ListenerTask) -> BoxFuture<'static, Result<tokio::task::JoinHandle<()>, Error>> {
+        Box::pin(task.start::<TableSession<MySqlConnection>>())
+    }
+
+    fn deploy_notify(pool: &Pool<Self>, config: &Config) -> BoxFuture<'static, Result<NotifyDeploy, Error>> {
+        let (pool, config) = (pool.clone(), config.clone());
+        Box::pin(async move {
+            let table = NotifyTable::new(config.clone(), NotifyDialect::MySql)?;
+            for stmt in table.create_table_sql() {
+                pool.execute(Self::statement(&stmt)).await?;
+            }
+            Ok(NotifyDeploy::TableReady { table: config.table })
+        })
+    }
+
+    fn find_table_sql(schema: Option<&str>, name: &str) -> (String, Vec<String>) {
+        let (in_schema, mut binds) = match schema {
+            Some(schema) => ("?", vec![schema.to_owned()]),
+            None => ("DATABASE()", vec![]),
+        };
+        binds.push(name.to_owned());
+        binds.extend(binds.clone());
+        let sql = format!(
+            "SELECT (SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.tables \
+             WHERE table_schema = {in_schema} AND table_name = ? AND table_type = 'BASE TABLE'), \
+             (SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.columns \
+             WHERE table_schema = {in_schema} AND table_name = ? AND column_name IN ({}))",
+            super::table::column_list()
+        );
+        (sql, binds)
+    }
+
+    fn queue_tables_sql() -> String {
+        format!(
+            "SELECT CAST(c.table_name AS CHAR) FROM information_schema.columns c \
+             JOIN information_schema.tables t \
+             ON t.table_schema = c.table_schema AND t.table_name = c.table_name AND t.table_type = 'BASE TABLE' \
+             WHERE c.table_schema = DATABASE() AND c.column_name IN ({}) \
+             GROUP BY c.table_name \
+             HAVING COUNT(DISTINCT c.column_name) = {} \
+             ORDER BY 1",
+            super::table::column_list(),
+            super::QUEUE_COLUMNS.len()
+        )
+    }
+
+    fn states(ready: &str, in_flight: &str) -> (String, String) {
+        (format!("CAST(SUM({ready}) AS SIGNED)"), format!("CAST(SUM(COALESCE({in_flight}, 0)) AS SIGNED)"))
+    }
+
+    fn age_of(expr: &str) -> String {
+        format!("CAST(TIMESTAMPDIFF(MICROSECOND, {expr}, UTC_TIMESTAMP(6)) AS SIGNED)")
+    }
+}
+
+impl TableConn for MySqlConnection {
+    fn dialect() -> NotifyDialect {
+        NotifyDialect::MySql
+    }
+
+    async fn open(url: &str) -> Result<Self, Error> {
+        connect(url).await
+    }
+
+    async fn session_id(&mut self) -> Result<Option<u64>, Error> {
+        Ok(Some(sqlx::query_scalar("SELECT CONNECTION_ID()").fetch_one(self).await?))
+    }
+
+    async fn fetch(&mut self, stmt: &Statement) -> Result<Vec<Row>, sqlx::Error> {
+        let rows = MySql::statement(stmt).fetch_all(self).await?;
+        rows.iter()
+            .map(|r| {
+                Ok(Row {
+                    id: r.try_get(0)?,
+                    channel: r.try_get(1)?,
+                    payload: r.try_get(2)?,
+                    pid: r.try_get(3)?,
+                    cutoff: r.try_get(4)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn execute(&mut self, stmt: &Statement) -> Result<u64, sqlx::Error> {
+        Ok(MySql::statement(stmt).execute(self).await?.rows_affected())
+    }
+
+    async fn fetch_ids(&mut self, stmt: &Statement) -> Result<Vec<u64>, sqlx::Error> {
+        MySql::statement(stmt).fetch_all(self).await?.iter().map(|r| r.try_get(0)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sql::TableSql;
+
+    fn sql(name: &str) -> TableSql<MySql> {
+        TableSql::new(&name.parse().unwrap()).unwrap()
+    }
+
+    #[test]
+    fn claims_walk_the_clustered_key() {
+        let t = sql("jobs");
+        assert!(t.create[0].contains("PRIMARY KEY (`group_name`, `visible_at`, `id`)"));
+        assert!(t.create[0].contains("UNIQUE KEY `jobs_id` (`id`)"));
+        assert!(t.claim.contains("ORDER BY visible_at, id LIMIT ? FOR UPDATE SKIP LOCKED"));
+        assert!(t.claim_locked.starts_with("SELECT CAST(id AS SIGNED)"));
+        assert_eq!(claim_mark("`jobs`", 2).matches('?').count(), 4);
+        assert_eq!(delete_locked("`jobs`", 2), "DELETE FROM `jobs` WHERE id IN (?, ?)");
+    }
+
+    #[test]
+    fn acknowledgements_find_rows_by_id() {
+        let t = sql("app.jobs");
+        assert_eq!(t.quoted, "`app`.`jobs`");
+        assert_eq!(t.ack_pairs(1), "DELETE FROM `app`.`jobs` WHERE id IN (?) AND (id, lease) IN ((?, ?))");
+        assert_eq!(t.dead_restore(3).matches('?').count(), 18);
+        assert!(
+            t.dead_restore(1)
+                .starts_with("INSERT INTO `app`.`jobs_dead` (id, group_name, payload, attempts, created_at")
+        );
+        assert_eq!(t.insert(3).matches('?').count(), 9);
+    }
+}

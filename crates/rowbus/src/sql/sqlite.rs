@@ -1,0 +1,284 @@
+//! SQLite: numbered `?NNN` placeholders, times as integer microseconds, one writer at a
+//! time (the claim's own write is its lock), the notify table.
+
+use std::str::FromStr as _;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use notify_table::{Config, Dialect as NotifyDialect, NotifyTable, Row, Statement};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePoolOptions};
+use sqlx::{Connection as _, Pool, Row as _, Sqlite};
+
+use super::Dialect;
+use crate::backend::{Backend, DbPool, connect_error, invalid_url};
+use crate::broker::QueueTable;
+use crate::db::sealed::Driver as _;
+use crate::deploy::NotifyDeploy;
+use crate::error::Error;
+use crate::listener::{ListenerTask, TableConn, TableSession};
+use crate::notify::Notifier;
+
+crate::db::driver!(Sqlite, Backend::Sqlite);
+
+const NOW: &str = "CAST(unixepoch('subsec') * 1000000 AS INTEGER)";
+
+/// What a claim returns: id, group, payload, attempts, created_at µs.
+const CLAIMED: &str = "id, group_name, payload, attempts, created_at";
+
+/// Rows ready to claim, oldest first (binds: group, limit).
+fn select_ready(t: &str) -> String {
+    format!(
+        "SELECT id FROM {t} WHERE group_name = ?1 AND visible_at <= {NOW} \
+         AND (lease_until IS NULL OR lease_until <= {NOW}) ORDER BY visible_at, id LIMIT ?2"
+    )
+}
+
+fn options(url: &str) -> Result<SqliteConnectOptions, Error> {
+    // sqlx leaves the journal mode alone: WAL lets readers run beside the one writer.
+    Ok(SqliteConnectOptions::from_str(url)
+        .map_err(|e| invalid_url(url, e))?
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .busy_timeout(Duration::from_secs(10)))
+}
+
+impl Dialect for Sqlite {
+    fn quote(part: &str) -> String {
+        format!("`{part}`")
+    }
+
+    /// Numbered, so that a statement's binds need not follow the order of its text.
+    fn param(n: usize) -> String {
+        format!("?{n}")
+    }
+
+    const NOW: &'static str = NOW;
+
+    fn later(p: &str) -> String {
+        format!("{NOW} + {p}")
+    }
+
+    fn from_micros(p: &str) -> String {
+        p.to_owned()
+    }
+
+    fn micros_of(column: &str) -> String {
+        column.to_owned()
+    }
+
+    fn check_table(table: &QueueTable) -> Result<(), Error> {
+        match table.schema() {
+            Some(_) => Err(Error::InvalidName {
+                name: table.channel().to_owned(),
+                reason: "SQLite has no schemas: use an unqualified table name".into(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    fn create_queue(table: &QueueTable) -> Vec<String> {
+        let (t, dead) = (super::quoted::<Self>(table, ""), super::quoted::<Self>(table, "_dead"));
+        let index = Self::quote(&format!("{}_claim", table.name()));
+        vec![
+            format!(
+                "CREATE TABLE IF NOT EXISTS {t} (\n\
+                 \x20 `id` INTEGER PRIMARY KEY AUTOINCREMENT,\n\
+                 \x20 `group_name` TEXT NOT NULL DEFAULT '',\n\
+                 \x20 `payload` BLOB NOT NULL,\n\
+                 \x20 `attempts` INTEGER NOT NULL DEFAULT 0,\n\
+                 \x20 `visible_at` INTEGER NOT NULL DEFAULT ({NOW}),\n\
+                 \x20 `lease` INTEGER,\n\
+                 \x20 `lease_until` INTEGER,\n\
+                 \x20 `created_at` INTEGER NOT NULL DEFAULT ({NOW}),\n\
+                 \x20 `last_error` TEXT\n\
+                 )"
+            ),
+            format!("CREATE INDEX IF NOT EXISTS {index} ON {t} (`group_name`, `visible_at`, `id`)"),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {dead} (\n\
+                 \x20 `id` INTEGER PRIMARY KEY,\n\
+                 \x20 `group_name` TEXT NOT NULL,\n\
+                 \x20 `payload` BLOB NOT NULL,\n\
+                 \x20 `attempts` INTEGER NOT NULL,\n\
+                 \x20 `created_at` INTEGER NOT NULL,\n\
+                 \x20 `failed_at` INTEGER NOT NULL DEFAULT ({NOW}),\n\
+                 \x20 `last_error` TEXT\n\
+                 )"
+            ),
+        ]
+    }
+
+    /// `BEGIN IMMEDIATE` everywhere: a transaction that will write takes the write lock
+    /// first instead of failing to upgrade a read lock.
+    const LEASE_CLAIM_BEGIN: &'static str = "BEGIN IMMEDIATE";
+    const LOCKED_CLAIM_BEGIN: &'static str = "BEGIN IMMEDIATE";
+    const WRITE_BEGIN: &'static str = "BEGIN IMMEDIATE";
+    /// The claim is one `UPDATE ... RETURNING`, its own transaction.
+    const CLAIM_IN_TRANSACTION: bool = false;
+    /// One writer: an acknowledgement that rides on the next claim saves a write
+    /// transaction and its sync. (On PostgreSQL and MariaDB it would hold its row locks
+    /// while the claim runs, and other claims' deletions queue behind them: measured no
+    /// faster there, and slower for batches of 100 on PostgreSQL.)
+    const CLAIMS_CARRY_ACKS: bool = true;
+
+    /// One writer: the UPDATE's own read is the lock.
+    fn claim_sql(table: &QueueTable) -> String {
+        let t = super::quoted::<Self>(table, "");
+        format!(
+            "UPDATE {t} SET lease_until = {}, lease = ?4, attempts = attempts + 1 \
+             WHERE id IN ({}) RETURNING {CLAIMED}",
+            Self::later("?3"),
+            select_ready(&t)
+        )
+    }
+
+    fn claim_locked_sql(table: &QueueTable) -> String {
+        let t = super::quoted::<Self>(table, "");
+        format!("DELETE FROM {t} WHERE id IN ({}) RETURNING {CLAIMED}", select_ready(&t))
+    }
+
+    fn check_channel(channel: &str) -> Result<(), Error> {
+        Ok(notify_table::check_channel(channel).map(drop)?)
+    }
+
+    fn notify_sql(notifier: &Notifier, channel: &str, payload: &str) -> Result<Statement, Error> {
+        Ok(notifier.sqlite.notify_sql(channel, payload)?)
+    }
+
+    fn notify_table(notifier: &Notifier) -> Option<&NotifyTable> {
+        Some(&notifier.sqlite)
+    }
+
+    fn connect_pool(url: &str, max: u32) -> BoxFuture<'static, Result<Pool<Self>, Error>> {
+        let url = url.to_owned();
+        Box::pin(async move {
+            let pool =
+                SqlitePoolOptions::new().max_connections(max.min(4)).acquire_timeout(Duration::from_secs(10));
+            pool.connect_with(options(&url)?).await.map_err(connect_error(&url))
+        })
+    }
+
+    fn wrap(pool: Pool<Self>) -> DbPool {
+        DbPool::Sqlite(pool)
+    }
+
+    fn start_listener(task: ListenerTask) -> BoxFuture<'static, Result<tokio::task::JoinHandle<()>, Error>> {
+        Box::pin(task.start::<TableSession<SqliteConnection>>())
+    }
+
+    fn deploy_notify(pool: &Pool<Self>, config: &Config) -> BoxFuture<'static, Result<NotifyDeploy, Error>> {
+        let (pool, config) = (pool.clone(), config.clone());
+        Box::pin(async move {
+            let table = NotifyTable::new(config.clone(), NotifyDialect::Sqlite { pid: std::process::id() })?;
+            let mut tx = pool.begin().await?;
+            for stmt in table.create_table_sql() {
+                sqlx::Executor::execute(&mut *tx, Self::statement(&stmt)).await?;
+            }
+            tx.commit().await?;
+            Ok(NotifyDeploy::TableReady { table: config.table })
+        })
+    }
+
+    fn find_table_sql(_: Option<&str>, name: &str) -> (String, Vec<String>) {
+        let sql = format!(
+            "SELECT (SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?1 COLLATE NOCASE), \
+             (SELECT COUNT(*) FROM pragma_table_info(?1) WHERE name IN ({}))",
+            super::table::column_list()
+        );
+        (sql, vec![name.to_owned()])
+    }
+
+    fn queue_tables_sql() -> String {
+        format!(
+            "SELECT m.name FROM sqlite_master AS m, pragma_table_info(m.name) AS p \
+             WHERE m.type = 'table' AND p.name IN ({}) \
+             GROUP BY m.name \
+             HAVING COUNT(DISTINCT p.name) = {} \
+             ORDER BY m.name",
+            super::table::column_list(),
+            super::QUEUE_COLUMNS.len()
+        )
+    }
+
+    fn states(ready: &str, in_flight: &str) -> (String, String) {
+        (format!("SUM({ready})"), format!("SUM(COALESCE({in_flight}, 0))"))
+    }
+
+    fn age_of(expr: &str) -> String {
+        format!("{NOW} - {expr}")
+    }
+
+    /// The notify table keeps its times as text.
+    fn notify_age(expr: &str) -> String {
+        format!("CAST((julianday('now') - julianday({expr})) * 86400000000.0 AS INTEGER)")
+    }
+}
+
+impl TableConn for SqliteConnection {
+    fn dialect() -> NotifyDialect {
+        NotifyDialect::Sqlite { pid: std::process::id() }
+    }
+
+    async fn open(url: &str) -> Result<Self, Error> {
+        SqliteConnection::connect_with(&options(url)?).await.map_err(connect_error(url))
+    }
+
+    async fn session_id(&mut self) -> Result<Option<u64>, Error> {
+        Ok(None)
+    }
+
+    async fn fetch(&mut self, stmt: &Statement) -> Result<Vec<Row>, sqlx::Error> {
+        let rows = Sqlite::statement(stmt).fetch_all(self).await?;
+        let unsigned = |v: i64| u64::try_from(v).unwrap_or_default();
+        rows.iter()
+            .map(|r| {
+                Ok(Row {
+                    id: unsigned(r.try_get(0)?),
+                    channel: r.try_get(1)?,
+                    payload: r.try_get(2)?,
+                    pid: unsigned(r.try_get(3)?),
+                    cutoff: r.try_get(4)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn execute(&mut self, stmt: &Statement) -> Result<u64, sqlx::Error> {
+        Ok(Sqlite::statement(stmt).execute(self).await?.rows_affected())
+    }
+
+    async fn fetch_ids(&mut self, stmt: &Statement) -> Result<Vec<u64>, sqlx::Error> {
+        let rows = Sqlite::statement(stmt).fetch_all(self).await?;
+        rows.iter().map(|r| Ok(u64::try_from(r.try_get::<i64, _>(0)?).unwrap_or_default())).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sql::TableSql;
+
+    fn sql(name: &str) -> TableSql<Sqlite> {
+        TableSql::new(&name.parse().unwrap()).unwrap()
+    }
+
+    #[test]
+    fn no_schemas() {
+        assert!(TableSql::<Sqlite>::new(&"app.jobs".parse().unwrap()).is_err());
+    }
+
+    #[test]
+    fn claims_are_one_statement_with_numbered_binds() {
+        let t = sql("jobs");
+        assert!(t.claim.starts_with(
+            "UPDATE `jobs` SET lease_until = CAST(unixepoch('subsec') * 1000000 AS INTEGER) + ?3, lease = ?4"
+        ));
+        assert!(
+            t.claim.contains("group_name = ?1") && t.claim.contains("LIMIT ?2) RETURNING id, group_name")
+        );
+        assert!(t.claim_locked.starts_with("DELETE FROM `jobs` WHERE id IN (SELECT id FROM `jobs`"));
+        assert!(t.claim_locked.contains("LIMIT ?2) RETURNING id, group_name"));
+        assert_eq!(t.restore(1).matches('?').count(), 7);
+        assert_eq!(t.ack_pairs(1), "DELETE FROM `jobs` WHERE id IN (?1) AND (id, lease) IN ((?2, ?3))");
+    }
+}

@@ -1,0 +1,171 @@
+//! One queue table's statements on one database, built once per table from its
+//! [`Dialect`]. Binds are documented with each statement.
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use super::{Dialect, placeholders, quoted};
+use crate::broker::QueueTable;
+use crate::error::Error;
+
+/// The columns every queue table has (the broker's claim needs them all): how the
+/// catalog recognises a queue table.
+pub(crate) const QUEUE_COLUMNS: [&str; 7] =
+    ["id", "group_name", "payload", "attempts", "visible_at", "lease", "lease_until"];
+
+/// The statements of one queue table.
+#[derive(Debug)]
+pub struct TableSql<DB> {
+    pub table: QueueTable,
+    /// The table, quoted.
+    pub quoted: String,
+    /// Its dead-letter table, quoted.
+    pub dead: String,
+    pub create: Vec<String>,
+    /// The lease claim (see [`Dialect::claim_sql`]).
+    pub claim: Arc<str>,
+    /// The transactional claim (see [`Dialect::claim_locked_sql`]).
+    pub claim_locked: Arc<str>,
+    /// Binds: id, token.
+    pub ack: Arc<str>,
+    /// Binds: delay µs, error, id, token.
+    pub retry: Arc<str>,
+    /// Binds: id, token. Gives a claimed, unstarted message back without counting it.
+    pub release: Arc<str>,
+    /// Binds: lease µs, id, token.
+    pub extend: Arc<str>,
+    /// Binds: error, id, token: copies the row into the dead-letter table.
+    pub dead_insert: Arc<str>,
+    /// Binds: group, group. Messages in the table, then in the dead-letter table.
+    pub depth: Arc<str>,
+    db: PhantomData<fn() -> DB>,
+}
+
+impl<DB: Dialect> TableSql<DB> {
+    pub fn new(table: &QueueTable) -> Result<Self, Error> {
+        DB::check_table(table)?;
+        let t = quoted::<DB>(table, "");
+        let dead = quoted::<DB>(table, "_dead");
+        let p = DB::param;
+        let dead_cols = "id, group_name, payload, attempts, created_at, last_error";
+        Ok(TableSql {
+            table: table.clone(),
+            create: DB::create_queue(table),
+            claim: DB::claim_sql(table).into(),
+            claim_locked: DB::claim_locked_sql(table).into(),
+            ack: format!("DELETE FROM {t} WHERE id = {} AND lease = {}", p(1), p(2)).into(),
+            retry: format!(
+                "UPDATE {t} SET visible_at = {}, lease = NULL, lease_until = NULL, last_error = {} \
+                 WHERE id = {} AND lease = {}",
+                DB::later(&p(1)),
+                p(2),
+                p(3),
+                p(4)
+            )
+            .into(),
+            release: format!(
+                "UPDATE {t} SET lease = NULL, lease_until = NULL, attempts = attempts - 1 \
+                 WHERE id = {} AND lease = {}",
+                p(1),
+                p(2)
+            )
+            .into(),
+            extend: format!(
+                "UPDATE {t} SET lease_until = {} WHERE id = {} AND lease = {}",
+                DB::later(&p(1)),
+                p(2),
+                p(3)
+            )
+            .into(),
+            dead_insert: format!(
+                "INSERT INTO {dead} ({dead_cols}) SELECT id, group_name, payload, attempts, created_at, {} \
+                 FROM {t} WHERE id = {} AND lease = {}",
+                p(1),
+                p(2),
+                p(3)
+            )
+            .into(),
+            depth: format!(
+                "SELECT (SELECT {count} FROM {t} WHERE group_name = {}), \
+                 (SELECT {count} FROM {dead} WHERE group_name = {})",
+                p(1),
+                p(2),
+                count = DB::COUNT,
+            )
+            .into(),
+            quoted: t,
+            dead,
+            db: PhantomData,
+        })
+    }
+
+    /// `INSERT` of `rows` messages. Binds per row: group, payload, delay µs.
+    pub fn insert(&self, rows: usize) -> String {
+        let values = self.values(rows, 3, |p| format!("({}, {}, {})", p(1), p(2), DB::later(&p(3))));
+        format!("INSERT INTO {} (group_name, payload, visible_at) VALUES {values}", self.quoted)
+    }
+
+    /// Deletes acknowledged rows, each under its own lease. Binds: the ids, then (id, token) pairs.
+    pub fn ack_pairs(&self, pairs: usize) -> String {
+        // `id IN (...)` finds the rows by index everywhere; a row-value `(id, lease) IN`
+        // alone is a full table scan on SQLite at any length and on MariaDB at length one.
+        let first = pairs + 1;
+        let pairs_list: Vec<String> = (0..pairs)
+            .map(|i| format!("({}, {})", DB::param(first + 2 * i), DB::param(first + 2 * i + 1)))
+            .collect();
+        format!(
+            "DELETE FROM {} WHERE id IN ({}) AND (id, lease) IN ({})",
+            self.quoted,
+            placeholders::<DB>(1, pairs),
+            pairs_list.join(", ")
+        )
+    }
+
+    /// Deletes acknowledged rows of one claim. Binds: token, then the ids.
+    pub fn ack_many(&self, ids: usize) -> String {
+        format!(
+            "DELETE FROM {} WHERE lease = {} AND id IN ({})",
+            self.quoted,
+            DB::param(1),
+            placeholders::<DB>(2, ids)
+        )
+    }
+
+    /// After a failed transactional handler, in its transaction: puts `rows` rows a claim
+    /// took back, their attempt counted, in one statement (one "now" for all). Binds per
+    /// row: id, group, payload, attempts, delay µs, created_at µs, error.
+    pub fn restore(&self, rows: usize) -> String {
+        let values = self.values(rows, 7, |p| {
+            let (later, created) = (DB::later(&p(5)), DB::from_micros(&p(6)));
+            format!("({}, {}, {}, {}, {later}, {created}, {})", p(1), p(2), p(3), p(4), p(7))
+        });
+        format!(
+            "INSERT INTO {} (id, group_name, payload, attempts, visible_at, created_at, last_error) VALUES {values}",
+            self.quoted
+        )
+    }
+
+    /// Dead-letters `rows` rows a transactional claim took. Binds per row: id, group,
+    /// payload, attempts, created_at µs, error.
+    pub fn dead_restore(&self, rows: usize) -> String {
+        let values = self.values(rows, 6, |p| {
+            let created = DB::from_micros(&p(5));
+            format!("({}, {}, {}, {}, {created}, {})", p(1), p(2), p(3), p(4), p(6))
+        });
+        format!(
+            "INSERT INTO {} (id, group_name, payload, attempts, created_at, last_error) VALUES {values}",
+            self.dead
+        )
+    }
+
+    /// `rows` comma-separated tuples of `per` binds each; `tuple` writes one, given the
+    /// placeholder of its k-th bind (from 1).
+    fn values(&self, rows: usize, per: usize, tuple: impl Fn(&dyn Fn(usize) -> String) -> String) -> String {
+        (0..rows).map(|row| tuple(&|k| DB::param(row * per + k))).collect::<Vec<_>>().join(", ")
+    }
+}
+
+/// `'id', 'group_name', ...`: constants, not input.
+pub(crate) fn column_list() -> String {
+    QUEUE_COLUMNS.map(|c| format!("'{c}'")).join(", ")
+}

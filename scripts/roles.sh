@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Creates rowbus's least-privilege database roles and grants them what they need, nothing
 # more: notifier, listener, publisher, consumer. Idempotent: run it again after adding a
-# queue table. The SQL is in scripts/roles/{postgres,mariadb}.sql (`rowbus chaos` applies
-# the same files); docs/operating.md lists the grants.
+# queue table. The SQL is in crates/rowbus-chaos/roles/{postgres,mariadb}.sql (the chaos
+# harness, `rowbus-chaos`, applies the same files); docs/operating.md lists the grants.
 #
 #   scripts/roles.sh postgres --password SECRET --queue jobs --queue app.mail
 #   scripts/roles.sh mariadb  --password SECRET --notify-table rowbus_notify --queue jobs --listen-notify
@@ -72,7 +72,7 @@ if [[ $db == mariadb && $listen_notify == 1 && ${#queues[@]} -gt 0 && -z $notify
   die "--listen-notify on MySQL/MariaDB needs --notify-table"
 fi
 
-sql_file="$(dirname "$0")/roles/$db.sql"
+sql_file="$(dirname "$0")/../crates/rowbus-chaos/roles/$db.sql"
 # The statements of one section of the SQL file.
 section() {
   awk -v want="$1" '/^-- @section /{ on = ($3 == want); next } on' "$sql_file"

@@ -2,7 +2,6 @@
 
 mod bench;
 mod catalog;
-mod chaos;
 mod cli_error;
 mod consume;
 mod demo;
@@ -118,12 +117,6 @@ enum Command {
         #[arg(default_value = "")]
         payload: String,
     },
-    /// Faults against a real database (killed sessions, SIGKILLed consumers) and the
-    /// counts of what survived them; see docs/reliability.md
-    Chaos(chaos::ChaosArgs),
-    /// One consumer process of `rowbus chaos` (started by it)
-    #[command(hide = true)]
-    ChaosConsumer(chaos::consumer::ConsumerArgs),
     /// Print notifications on the channels, one line each, until interrupted
     Listen {
         /// Print JSON lines {"channel": ..., "payload": ..., "pid": ...}
@@ -221,8 +214,6 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             db.close().await;
             sent?;
         }
-        Command::Chaos(args) => chaos::command(url, args).await?,
-        Command::ChaosConsumer(args) => chaos::consumer_command(url, args).await?,
         Command::Listen { json, channels } => listen(url, config, &channels, json).await?,
         Command::Bench { what: BenchCommand::Notify(args) } => bench::notify(url, config, args).await?,
         Command::Bench { what: BenchCommand::Broker(args) } => {

@@ -1,14 +1,15 @@
-//! `rowbus chaos`: faults against rowbus on a real database, and Jepsen-style counts of
-//! what survived them. See docs/reliability.md.
+//! `rowbus-chaos`: faults against rowbus on a real database, and Jepsen-style counts of
+//! what survived them. See docs/reliability.md. A crate of its own (`publish = false`) so
+//! that the `rowbus` binary users install carries no fault injection.
 //!
 //! Scenarios: `broker` (at-least-once handlers), `broker-tx` (transactional handlers) and
 //! `notify` (the listener). The driver (this process) publishes or notifies, and injects
-//! the faults; consumers run in child processes of this binary (`rowbus chaos-consumer`).
+//! the faults; consumers run in child processes of this binary (`rowbus-chaos consumer`).
 //! Everyone connects under the least-privilege roles of scripts/roles.sh.
 
 mod broker;
 mod children;
-pub mod consumer;
+mod consumer;
 mod faults;
 mod history;
 mod notify;
@@ -20,9 +21,10 @@ mod sql;
 mod time;
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Args, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use rowbus::{Backend, Broker, DbPool};
 use sqlx::{MySql, Postgres, Sqlite};
 
@@ -46,9 +48,37 @@ pub enum Scenario {
     All,
 }
 
-/// Options of `rowbus chaos`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "rowbus-chaos",
+    version,
+    about = "Faults against a real database (killed sessions, SIGKILLed consumers, crashed \
+             servers) and the counts of what survived them; see docs/reliability.md",
+    args_conflicts_with_subcommands = true
+)]
+struct Cli {
+    /// Database URL: postgres://, mysql://, mariadb:// or sqlite: (SQLite runs on a scratch
+    /// file of its own)
+    #[arg(long, env = "DATABASE_URL", default_value = "sqlite:", global = true)]
+    database_url: String,
+
+    #[command(flatten)]
+    chaos: ChaosArgs,
+
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// One consumer process of a broker scenario (started by the driver)
+    #[command(hide = true)]
+    Consumer(consumer::ConsumerArgs),
+}
+
+/// Options of a run.
 #[derive(Debug, Clone, Args)]
-pub struct ChaosArgs {
+struct ChaosArgs {
     /// How long each scenario runs under faults before it drains, e.g. 30s or 10m
     #[arg(long, default_value = "30s", value_parser = time::parse_duration)]
     duration: Duration,
@@ -152,31 +182,39 @@ pub(crate) fn recoveries(restarts: &[(i64, i64)], events: &[i64]) -> Vec<Option<
     restarts.iter().map(|&(_, up)| events.iter().filter(|&&at| at >= up).min().map(|&at| at - up)).collect()
 }
 
-/// `rowbus chaos`: runs the scenarios, prints their counts; exits non-zero when a run is
-/// invalid.
-pub(crate) async fn command(url: &str, args: ChaosArgs) -> Result<(), rowbus::Error> {
-    match run(url, args).await {
-        Ok(true) => Ok(()),
+/// Runs the scenarios and prints their counts, or (`consumer`) one consumer process; exits
+/// non-zero when a run is invalid or fails.
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error")),
+        )
+        .init();
+    let url = cli.database_url.as_str();
+    let (name, outcome) = match cli.command {
+        Some(Command::Consumer(args)) => {
+            ("rowbus-chaos consumer", consumer::run(url, args).await.map(|()| true))
+        }
+        None => ("rowbus-chaos", run(url, cli.chaos).await),
+    };
+    match outcome {
+        Ok(true) => ExitCode::SUCCESS,
         Ok(false) => {
-            eprintln!("rowbus: chaos: INVALID: a count that must be 0 is not (see above)");
-            std::process::exit(1);
+            eprintln!("{name}: INVALID: a count that must be 0 is not (see above)");
+            ExitCode::FAILURE
         }
         Err(error) => {
-            eprintln!("rowbus: error: chaos: {}", one_line(&*error));
-            std::process::exit(1);
+            eprintln!("{name}: error: {}", one_line(&*error));
+            ExitCode::FAILURE
         }
     }
 }
 
-/// `rowbus chaos-consumer`.
-pub(crate) async fn consumer_command(url: &str, args: consumer::ConsumerArgs) -> Result<(), rowbus::Error> {
-    if let Err(error) = consumer::run(url, args).await {
-        eprintln!("rowbus: error: chaos-consumer: {}", one_line(&*error));
-        std::process::exit(1);
-    }
-    Ok(())
-}
-
+/// The error and its causes, on one line.
 fn one_line(error: &(dyn std::error::Error + 'static)) -> String {
     let mut line = error.to_string();
     let mut source = error.source();
@@ -283,7 +321,7 @@ async fn run(url: &str, args: ChaosArgs) -> Result<bool, BoxError> {
     if valid && !args.keep {
         let _ = std::fs::remove_dir_all(&dir);
     } else if !args.json {
-        eprintln!("rowbus chaos: journals, consumer logs and records kept in {}", dir.display());
+        eprintln!("rowbus-chaos: journals, consumer logs and records kept in {}", dir.display());
     }
     Ok(valid)
 }
@@ -321,7 +359,7 @@ async fn prepare(
     };
     if !args.json {
         eprintln!(
-            "rowbus chaos: {} ({}), {} per scenario; records in {}",
+            "rowbus-chaos: {} ({}), {} per scenario; records in {}",
             ctx.database,
             rowbus::redact(url),
             time::human(args.duration),
@@ -329,7 +367,7 @@ async fn prepare(
         );
         if args.server_faults {
             eprintln!(
-                "rowbus chaos: a throwaway server at {}, crashed every {}",
+                "rowbus-chaos: a throwaway server at {}, crashed every {}",
                 ctx.admin_url,
                 time::human(args.crash_every)
             );

@@ -1,4 +1,4 @@
-//! The short form of `rowbus chaos` on each database (docs/reliability.md has the long
+//! The short form of `rowbus-chaos` on each database (docs/reliability.md has the long
 //! form and its figures), and the least-privilege script it relies on.
 //!
 //! Each run injects its faults for a few seconds per scenario (broker, broker-tx, notify)
@@ -63,16 +63,16 @@ fn run(mut command: Command, timeout: Duration) -> Output {
     Output { status, stdout: out.join().unwrap_or_default(), stderr: err.join().unwrap_or_default() }
 }
 
-/// `rowbus chaos --json` on `url`; its JSON, checked for validity count by count.
+/// `rowbus-chaos --json` on `url`; its JSON, checked for validity count by count.
 fn chaos(url: &str) -> Value {
     chaos_with(url, DURATION, &[])
 }
 
 fn chaos_with(url: &str, duration: &str, extra: &[&str]) -> Value {
     let server_faults = extra.contains(&"--server-faults");
-    let mut command = Command::new(env!("CARGO_BIN_EXE_rowbus"));
+    let mut command = Command::new(env!("CARGO_BIN_EXE_rowbus-chaos"));
     command
-        .args(["chaos", "--json", "--scenario", "all", "--duration", duration, "--prefix", "chaos_ci"])
+        .args(["--json", "--scenario", "all", "--duration", duration, "--prefix", "chaos_ci"])
         .args(["--database-url", url])
         .args(extra)
         .env_remove("DATABASE_URL")

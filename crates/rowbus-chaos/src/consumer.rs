@@ -1,4 +1,4 @@
-//! `rowbus chaos-consumer` (hidden): one consumer process of a broker scenario, started,
+//! `rowbus-chaos consumer` (hidden): one consumer process of a broker scenario, started,
 //! SIGKILLed and restarted by the driver. Each handled message is recorded in the database
 //! before its acknowledgement, and the outcome of that acknowledgement in a journal file
 //! (one `write` per line, so a SIGKILL loses nothing written).
@@ -18,7 +18,7 @@ use super::random::Rng;
 use super::sql::{Exec, Tables};
 use super::time::now_us;
 
-/// Options of the hidden `rowbus chaos-consumer`; the database URL (the consumer role's)
+/// Options of the hidden `rowbus-chaos consumer`; the database URL (the consumer role's)
 /// comes in `DATABASE_URL`.
 #[derive(Debug, Args)]
 pub struct ConsumerArgs {
@@ -127,7 +127,7 @@ impl Journal {
         let line = format!("{msg} {attempt} {word}\n");
         let mut file = self.0.lock().unwrap_or_else(|e| e.into_inner());
         if let Err(error) = file.write_all(line.as_bytes()) {
-            eprintln!("rowbus chaos-consumer: writing the journal failed: {error}");
+            eprintln!("rowbus-chaos consumer: writing the journal failed: {error}");
         }
     }
 
@@ -170,7 +170,7 @@ where
     loop {
         match start().await {
             Err(error) if error.is_connection_error() && tries < START_TRIES => {
-                eprintln!("rowbus chaos-consumer: {what} failed, trying again: {error}");
+                eprintln!("rowbus-chaos consumer: {what} failed, trying again: {error}");
                 tries += 1;
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }

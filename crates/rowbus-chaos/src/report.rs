@@ -111,7 +111,7 @@ impl Progress {
             let every = (self.total / 10).max(Duration::from_secs(5));
             if self.printed.is_none_or(|at| at.elapsed() >= every) {
                 self.printed = Some(Instant::now());
-                eprintln!("rowbus chaos: {} {}/{}: {status}", self.label, human(elapsed), human(self.total));
+                eprintln!("rowbus-chaos: {} {}/{}: {status}", self.label, human(elapsed), human(self.total));
             }
         } else {
             self.bar.set_position(elapsed.as_secs().min(self.total.as_secs()));
@@ -122,7 +122,7 @@ impl Progress {
     /// Says what happens now the faulted phase is over.
     pub(crate) fn phase(&mut self, status: &str) {
         if self.bar.is_hidden() {
-            eprintln!("rowbus chaos: {}: {status}", self.label);
+            eprintln!("rowbus-chaos: {}: {status}", self.label);
         } else {
             self.bar.set_message(status.to_owned());
         }

@@ -1,5 +1,5 @@
 -- rowbus least-privilege roles on PostgreSQL: notifier, listener, publisher, consumer.
--- Applied by scripts/roles.sh and by `rowbus chaos` (which runs under these roles).
+-- Applied by scripts/roles.sh and by `rowbus-chaos` (which runs under these roles).
 -- Each `-- @section NAME` is applied on its own; placeholders are substituted first:
 --   @PREFIX@ role-name prefix, @PASSWORD@ the roles' password, @DATABASE@ the database,
 --   @SCHEMA@ the queue table's schema, @QUEUE@ a queue table (its dead letters: @QUEUE@_dead).

@@ -1,5 +1,5 @@
 //! The consumer processes of a broker scenario: children of this very binary
-//! (`rowbus chaos-consumer`), SIGKILLed and restarted at will. A child stops by itself
+//! (`rowbus-chaos consumer`), SIGKILLed and restarted at will. A child stops by itself
 //! when its stdin closes, so none outlives the driver.
 
 use std::path::{Path, PathBuf};
@@ -42,7 +42,7 @@ impl Spawner {
         let log = std::fs::File::create(self.dir.join(format!("consumer-{proc}-{incarnation}.log")))?;
         let mut command = Command::new(std::env::current_exe()?);
         command
-            .arg("chaos-consumer")
+            .arg("consumer")
             .args(["--prefix", &self.prefix])
             .args(["--run-id", &self.run_id.to_string()])
             .args(["--proc", &proc.to_string()])

@@ -1,5 +1,5 @@
 -- rowbus least-privilege roles (users) on MySQL/MariaDB: notifier, listener, publisher, consumer.
--- Applied by scripts/roles.sh and by `rowbus chaos` (which runs under these users).
+-- Applied by scripts/roles.sh and by `rowbus-chaos` (which runs under these users).
 -- Each `-- @section NAME` is applied on its own; placeholders are substituted first:
 --   @PREFIX@ user-name prefix, @PASSWORD@ the users' password, @SCHEMA@ the database of the
 --   tables, @NOTIFY@ the notify table, @QUEUE@ a queue table (its dead letters: @QUEUE@_dead).

@@ -11,8 +11,8 @@ use sqlx::postgres::PgConnectOptions;
 use super::BoxError;
 use super::sql::{self, Tables};
 
-const POSTGRES: &str = include_str!("../../../../scripts/roles/postgres.sql");
-const MARIADB: &str = include_str!("../../../../scripts/roles/mariadb.sql");
+const POSTGRES: &str = include_str!("../roles/postgres.sql");
+const MARIADB: &str = include_str!("../roles/mariadb.sql");
 
 /// The harness's roles are `rowbus_chaos_notifier` and so on: its own, so that killing
 /// every session of its consumer role touches nobody else.
@@ -125,7 +125,7 @@ pub(crate) async fn apply(admin: &DbPool, tables: &Tables) -> Result<(), BoxErro
     ] {
         sql::batch(admin, &run(name, notify))
             .await
-            .map_err(|e| format!("applying section `{name}` of scripts/roles/*.sql: {e}"))?;
+            .map_err(|e| format!("applying section `{name}` of crates/rowbus-chaos/roles/*.sql: {e}"))?;
     }
     let consumer = match admin.backend() {
         Backend::Postgres => format!("\"{}\"", Role::Consumer.user()),

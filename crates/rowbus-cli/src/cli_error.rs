@@ -36,8 +36,8 @@ impl From<rowbus::Error> for CliError {
     }
 }
 
-impl From<sqlx::Error> for CliError {
-    fn from(error: sqlx::Error) -> Self {
+impl From<rowbus::sqlx::Error> for CliError {
+    fn from(error: rowbus::sqlx::Error) -> Self {
         CliError::Rowbus(rowbus::Error::from(error))
     }
 }

@@ -7,12 +7,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use clap::Args;
-use rowbus::{Backend, Broker, BrokerOptions, Db, Delivery, NotifyConfig, RetryPolicy};
-use sqlx::Pool;
+use rowbus::sqlx::Pool;
+use rowbus::{Broker, BrokerOptions, Db, Delivery, NotifyConfig, RetryPolicy};
 use tokio::io::AsyncWriteExt as _;
 use tokio::sync::watch;
 
-use crate::catalog::{self, Found, Sql};
 use crate::cli_error::CliError;
 use crate::queue_cmd::{self, parse_positive_secs, parse_secs};
 
@@ -159,7 +158,7 @@ fn write_out(text: &str) -> std::io::Result<()> {
 }
 
 /// Runs until Ctrl-C/SIGTERM, then shuts the broker down gracefully.
-pub(crate) async fn consume<DB: Sql>(
+pub(crate) async fn consume<DB: Db>(
     pool: Pool<DB>,
     url: &str,
     config: &NotifyConfig,
@@ -167,7 +166,7 @@ pub(crate) async fn consume<DB: Sql>(
 ) -> Result<(), CliError> {
     // The name first, so that a bad one is reported before connecting the listener.
     queue_cmd::parse_tables(std::slice::from_ref(&args.table))?;
-    queue_cmd::check_group(&args.group)?;
+    rowbus::check_group(&args.group)?;
     let retry =
         RetryPolicy { max_attempts: args.max_attempts, base: args.retry_delay, ..RetryPolicy::default() };
     // `--poll-interval` is the subscription's here; the notify table that wakes it is
@@ -191,18 +190,16 @@ pub(crate) async fn consume<DB: Sql>(
 }
 
 /// Consumes until interrupted (or a fatal error), then shuts the broker down.
-async fn run<DB: Sql>(
+async fn run<DB: Db>(
     broker: &Broker<DB>,
     url: &str,
     retry: RetryPolicy,
     args: ConsumeArgs,
 ) -> Result<(), CliError> {
     let queue = queue_cmd::existing_queue(broker, &args.table, url).await?;
-    if args.listen_notify && DB::BACKEND != Backend::Postgres {
-        let table = &broker.options().notify_table.table;
-        if catalog::find(broker.pool(), None, table).await? == Found::Missing {
-            return Err(rowbus::Error::MissingNotifyTable { table: table.clone() }.into());
-        }
+    let notify_table = &broker.options().notify_table;
+    if args.listen_notify && !broker.notify_ready(notify_table).await? {
+        return Err(rowbus::Error::MissingNotifyTable { table: notify_table.table.clone() }.into());
     }
     let mut interrupted = std::pin::pin!(crate::interrupted());
     // Install the signal handlers (on first poll) before announcing anything.

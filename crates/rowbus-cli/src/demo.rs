@@ -11,15 +11,14 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::Args;
 use indicatif::MultiProgress;
+use rowbus::sqlx::Pool;
 use rowbus::{
-    Broker, BrokerOptions, Delivery, Message, NotifyConfig, Queue, QueueTable, RetryPolicy, redact,
+    Broker, BrokerOptions, Db, Delivery, Message, NotifyConfig, Queue, QueueTable, RetryPolicy, redact,
 };
 use serde_json::json;
-use sqlx::Pool;
 use tokio::task::JoinHandle;
 
 use crate::bench::{bar, percentiles};
-use crate::catalog::{self, Sql};
 use crate::cli_error::CliError;
 use crate::queue_cmd::{self, human, outln, thousands};
 
@@ -128,7 +127,7 @@ async fn handle<DB: rowbus::Db>(state: Arc<State>, d: Delivery<DB>) -> Result<()
 
 /// Publisher `p` of `n`: sequence numbers `p, p + n, p + 2n, ...` below `total`, at
 /// `rate` messages per second, a batch per tick.
-async fn publisher<DB: Sql>(
+async fn publisher<DB: Db>(
     queue: Queue<DB>,
     state: Arc<State>,
     (p, n, total): (u64, u64, u64),
@@ -158,7 +157,7 @@ async fn publisher<DB: Sql>(
 }
 
 /// Runs the demo on `pool`.
-pub(crate) async fn demo<DB: Sql>(
+pub(crate) async fn demo<DB: Db>(
     pool: Pool<DB>,
     url: &str,
     config: &NotifyConfig,
@@ -195,7 +194,7 @@ pub(crate) async fn demo<DB: Sql>(
         Err(e) => Err(e.into()),
     };
     broker.shutdown(Duration::from_secs(5)).await;
-    let dropped = catalog::drop_queue(broker.pool(), &table).await;
+    let dropped = queue.undeploy().await;
     let summary = result?;
     dropped?;
     summary.print()
@@ -239,7 +238,7 @@ struct Summary {
 
 /// Consumes, publishes and shows progress until every message is handled, the run
 /// stalls or Ctrl-C; then stops everything and counts.
-async fn run<DB: Sql>(broker: &Broker<DB>, queue: &Queue<DB>, args: &DemoArgs) -> Result<Summary, CliError> {
+async fn run<DB: Db>(broker: &Broker<DB>, queue: &Queue<DB>, args: &DemoArgs) -> Result<Summary, CliError> {
     let mut interrupted = std::pin::pin!(crate::interrupted());
     if futures::poll!(interrupted.as_mut()).is_ready() {
         return Err(CliError::Message("interrupted".to_owned()));

@@ -1,7 +1,6 @@
 //! The `rowbus` command: LISTEN/NOTIFY on PostgreSQL, MySQL/MariaDB and SQLite.
 
 mod bench;
-mod catalog;
 mod cli_error;
 mod consume;
 mod demo;
@@ -12,10 +11,9 @@ mod stats;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use rowbus::{DbPool, Event, Listener, ListenerOptions, Notifier, NotifyConfig};
+use rowbus::{Db, DbPool, Event, Listener, ListenerOptions, Notifier, NotifyConfig, OnPool, QueueTable};
 
 use crate::cli_error::CliError;
-use crate::queue_cmd::on_pool;
 
 /// The database used when neither --database-url nor DATABASE_URL is given.
 const DEFAULT_URL: &str = "sqlite://rowbus.sqlite";
@@ -175,38 +173,21 @@ async fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Command::Deploy { queues } => {
             let tables = queue_cmd::parse_tables(&queues)?;
-            let db = DbPool::connect_with_size(url, 1).await?;
-            let deployed = on_pool!(db.clone(), |pool| queue_cmd::deploy(&db, pool, &config, &tables).await);
-            db.close().await;
-            deployed?;
+            on_database(url, 1, &config, QueueCommand::Deploy(tables)).await?;
         }
         Command::Publish(args) => {
             queue_cmd::parse_tables(std::slice::from_ref(&args.table))?;
-            let db = DbPool::connect_with_size(url, 2).await?;
-            let published = on_pool!(db.clone(), |pool| publish::publish(pool, url, &config, args).await);
-            db.close().await;
-            published?;
+            on_database(url, 2, &config, QueueCommand::Publish(args)).await?;
         }
         Command::Consume(args) => {
             queue_cmd::parse_tables(std::slice::from_ref(&args.table))?;
-            let db = DbPool::connect_with_size(url, args.pool_size()).await?;
-            let consumed = on_pool!(db.clone(), |pool| consume::consume(pool, url, &config, args).await);
-            db.close().await;
-            consumed?;
+            on_database(url, args.pool_size(), &config, QueueCommand::Consume(args)).await?;
         }
         Command::Stats(args) => {
             queue_cmd::parse_tables(&args.tables)?;
-            let db = DbPool::connect_with_size(url, 1).await?;
-            let shown = on_pool!(db.clone(), |pool| stats::stats(pool, url, &config, args).await);
-            db.close().await;
-            shown?;
+            on_database(url, 1, &config, QueueCommand::Stats(args)).await?;
         }
-        Command::Demo(args) => {
-            let db = DbPool::connect_with_size(url, 16).await?;
-            let shown = on_pool!(db.clone(), |pool| demo::demo(pool, url, &config, args).await);
-            db.close().await;
-            shown?;
-        }
+        Command::Demo(args) => on_database(url, 16, &config, QueueCommand::Demo(args)).await?,
         Command::Notify { channel, payload } => {
             let notifier = Notifier::new(config)?;
             let db = DbPool::connect_with_size(url, 1).await?;
@@ -223,6 +204,51 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         }
     }
     Ok(())
+}
+
+/// A command that works on a pool of the URL's database, written once for all three.
+enum QueueCommand {
+    Deploy(Vec<QueueTable>),
+    Publish(publish::PublishArgs),
+    Consume(consume::ConsumeArgs),
+    Stats(stats::StatsArgs),
+    Demo(demo::DemoArgs),
+}
+
+/// A [`QueueCommand`] with what every one of them needs.
+struct OnDatabase<'a> {
+    db: &'a DbPool,
+    url: &'a str,
+    config: &'a NotifyConfig,
+    command: QueueCommand,
+}
+
+impl OnPool for OnDatabase<'_> {
+    type Output = Result<(), CliError>;
+
+    async fn run<DB: Db>(self, pool: rowbus::sqlx::Pool<DB>) -> Self::Output {
+        let (url, config) = (self.url, self.config);
+        match self.command {
+            QueueCommand::Deploy(tables) => queue_cmd::deploy(self.db, pool, config, &tables).await,
+            QueueCommand::Publish(args) => publish::publish(pool, url, config, args).await,
+            QueueCommand::Consume(args) => consume::consume(pool, url, config, args).await,
+            QueueCommand::Stats(args) => stats::stats(pool, url, config, args).await,
+            QueueCommand::Demo(args) => demo::demo(pool, url, config, args).await,
+        }
+    }
+}
+
+/// Connects a pool of up to `max` connections, runs `command` on it, and closes it.
+async fn on_database(
+    url: &str,
+    max: u32,
+    config: &NotifyConfig,
+    command: QueueCommand,
+) -> Result<(), CliError> {
+    let db = DbPool::connect_with_size(url, max).await?;
+    let done = db.run(OnDatabase { db: &db, url, config, command }).await;
+    db.close().await;
+    done
 }
 
 async fn listen(url: &str, config: NotifyConfig, channels: &[String], json: bool) -> Result<(), CliError> {

@@ -4,11 +4,10 @@ use std::io::BufRead;
 use std::time::Duration;
 
 use clap::Args;
-use rowbus::{Backend, Broker, BrokerOptions, Message, NotifyConfig};
-use sqlx::Pool;
+use rowbus::sqlx::Pool;
+use rowbus::{Broker, BrokerOptions, Db, Message, NotifyConfig};
 use tokio::sync::mpsc;
 
-use crate::catalog::{self, Found, Sql};
 use crate::cli_error::CliError;
 use crate::queue_cmd::{self, outln, parse_secs};
 
@@ -33,17 +32,15 @@ pub(crate) struct PublishArgs {
 /// Publishes the payload, or stdin's lines; prints how many were published. Wakes
 /// consumers in other processes that run with `--listen-notify` (through `pg_notify` on
 /// PostgreSQL, through the notify table elsewhere when it is deployed).
-pub(crate) async fn publish<DB: Sql>(
+pub(crate) async fn publish<DB: Db>(
     pool: Pool<DB>,
     url: &str,
     config: &NotifyConfig,
     args: PublishArgs,
 ) -> Result<(), CliError> {
     let notify_table = queue_cmd::broker_notify_config(config);
-    let listen_notify = match DB::BACKEND {
-        Backend::Postgres => true,
-        _ => catalog::find(&pool, None, &notify_table.table).await? != Found::Missing,
-    };
+    let listen_notify =
+        Broker::new(pool.clone(), BrokerOptions::default()).await?.notify_ready(&notify_table).await?;
     let options = BrokerOptions { listen_notify, notify_table, ..BrokerOptions::default() };
     let broker = Broker::new(pool, options).await?;
     let result = publish_with(&broker, url, args).await;
@@ -52,7 +49,7 @@ pub(crate) async fn publish<DB: Sql>(
 }
 
 /// Publishes on `broker`'s queue `args.table`.
-async fn publish_with<DB: Sql>(broker: &Broker<DB>, url: &str, args: PublishArgs) -> Result<(), CliError> {
+async fn publish_with<DB: Db>(broker: &Broker<DB>, url: &str, args: PublishArgs) -> Result<(), CliError> {
     let queue = queue_cmd::existing_queue(broker, &args.table, url).await?;
     let message = |payload: Vec<u8>| {
         let m = Message::new(payload).group(args.group.clone());

@@ -1,25 +1,11 @@
 //! What the queue commands (`deploy --queue`, `publish`, `consume`, `stats`, `demo`) share:
-//! dispatching on the database, names, the broker's options, finding a queue table.
+//! names, the broker's options, finding a queue table, output.
 
 use std::time::Duration;
 
-use rowbus::{Broker, BrokerOptions, Db, DbPool, NotifyConfig, Queue, QueueTable, redact};
+use rowbus::{Broker, BrokerOptions, Db, DbPool, NotifyConfig, Queue, QueueTable, TableState, redact};
 
-use crate::catalog::{self, Found, Sql};
 use crate::cli_error::CliError;
-
-/// Runs `$body` with `$pool` bound to the concrete sqlx pool inside a [`rowbus::DbPool`]:
-/// the body is written once, generic over the database.
-macro_rules! on_pool {
-    ($db:expr, |$pool:ident| $body:expr) => {
-        match $db {
-            rowbus::DbPool::Postgres($pool) => $body,
-            rowbus::DbPool::MySql($pool) => $body,
-            rowbus::DbPool::Sqlite($pool) => $body,
-        }
-    };
-}
-pub(crate) use on_pool;
 
 /// Writes `text` and a line end to stdout; a closed pipe (`| head`) stops the command
 /// quietly ([`CliError::OutputClosed`]), any other failure is an error, never a panic.
@@ -60,21 +46,6 @@ pub(crate) fn parse_positive_secs(text: &str) -> Result<Duration, String> {
 /// Checks each name is a queue table name rowbus accepts (before connecting).
 pub(crate) fn parse_tables(names: &[String]) -> Result<Vec<QueueTable>, CliError> {
     names.iter().map(|name| name.parse::<QueueTable>().map_err(CliError::from)).collect()
-}
-
-/// Checks a group name as the broker will (at most 255 characters, no trailing space),
-/// before anything is started.
-pub(crate) fn check_group(group: &str) -> Result<(), CliError> {
-    let invalid = |reason: &str| {
-        CliError::from(rowbus::Error::InvalidName { name: group.to_owned(), reason: reason.to_owned() })
-    };
-    if group.chars().count() > rowbus::MAX_GROUP_CHARS {
-        return Err(invalid("a group name has at most 255 characters"));
-    }
-    if group.ends_with(' ') {
-        return Err(invalid("a group name must not end with a space"));
-    }
-    Ok(())
 }
 
 /// The notify table the broker wakes through with `listen_notify`: the flags' table, and
@@ -122,21 +93,19 @@ pub(crate) fn missing_table(table: &QueueTable, url: &str) -> CliError {
 
 /// The queue `name` of `broker`, checked: a valid name for this database, and a table
 /// that exists with the queue columns.
-pub(crate) async fn existing_queue<DB: Sql>(
+pub(crate) async fn existing_queue<DB: Db>(
     broker: &Broker<DB>,
     name: &str,
     url: &str,
 ) -> Result<Queue<DB>, CliError> {
     let queue = broker.queue(name)?;
-    let (schema, table) = catalog::parts(queue.table());
-    match catalog::find(broker.pool(), schema, table).await? {
-        Found::Queue => Ok(queue),
-        Found::Missing => Err(missing_table(queue.table(), url)),
-        Found::Other { columns } => Err(CliError::Message(format!(
-            "table `{}` is not a rowbus queue table: it has {columns} of the columns {} \
+    match queue.state().await? {
+        TableState::Deployed => Ok(queue),
+        TableState::Missing => Err(missing_table(queue.table(), url)),
+        TableState::NotAQueue { columns, of } => Err(CliError::Message(format!(
+            "table `{}` is not a rowbus queue table: it has {columns} of the {of} columns a queue table has \
              (create queue tables with `rowbus deploy --queue TABLE`)",
             queue.table(),
-            catalog::QUEUE_COLUMNS.join(", ")
         ))),
     }
 }
@@ -146,7 +115,7 @@ pub(crate) async fn existing_queue<DB: Sql>(
 /// checked for this database before anything is created.
 pub(crate) async fn deploy<DB: Db>(
     db: &DbPool,
-    pool: sqlx::Pool<DB>,
+    pool: rowbus::sqlx::Pool<DB>,
     config: &NotifyConfig,
     tables: &[QueueTable],
 ) -> Result<(), CliError> {

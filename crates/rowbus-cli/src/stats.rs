@@ -2,11 +2,10 @@
 //! table's size and lag.
 
 use clap::Args;
-use rowbus::{Broker, BrokerOptions, NotifyConfig, QueueTable, redact};
+use rowbus::sqlx::Pool;
+use rowbus::{Broker, BrokerOptions, Db, GroupStats, NotifyConfig, NotifyTableStats, QueueTable, redact};
 use serde_json::json;
-use sqlx::Pool;
 
-use crate::catalog::{self, GroupStats, NotifyStats, Sql};
 use crate::cli_error::CliError;
 use crate::queue_cmd::{self, human, outln, parse_tables};
 
@@ -30,7 +29,7 @@ struct Line {
 }
 
 /// Prints the figures.
-pub(crate) async fn stats<DB: Sql>(
+pub(crate) async fn stats<DB: Db>(
     pool: Pool<DB>,
     url: &str,
     config: &NotifyConfig,
@@ -38,10 +37,9 @@ pub(crate) async fn stats<DB: Sql>(
 ) -> Result<(), CliError> {
     parse_tables(&args.tables)?;
     let broker = Broker::new(pool, BrokerOptions::default()).await?;
-    let pool = broker.pool();
     let tables: Vec<QueueTable> = if args.tables.is_empty() {
         let mut found = Vec::new();
-        for name in catalog::discover(pool).await? {
+        for name in broker.queue_tables().await? {
             // Names come from the catalog: only those rowbus accepts are queried.
             match broker.queue(&name) {
                 Ok(queue) => found.push(queue.table().clone()),
@@ -58,11 +56,11 @@ pub(crate) async fn stats<DB: Sql>(
     };
     let mut lines = Vec::new();
     for table in tables {
-        for group in catalog::queue_stats(pool, &table).await? {
+        for group in broker.queue(table.channel())?.group_stats().await? {
             lines.push(Line { table: table.clone(), group });
         }
     }
-    let notify = catalog::notify_stats(pool, &config.table).await?;
+    let notify = broker.notify_table_stats(config).await?;
     if args.json {
         outln!("{}", to_json(&lines, notify.as_ref()));
     } else {
@@ -72,7 +70,7 @@ pub(crate) async fn stats<DB: Sql>(
 }
 
 /// The report as one JSON object.
-fn to_json(lines: &[Line], notify: Option<&NotifyStats>) -> serde_json::Value {
+fn to_json(lines: &[Line], notify: Option<&NotifyTableStats>) -> serde_json::Value {
     let queues: Vec<serde_json::Value> = lines
         .iter()
         .map(|Line { table, group: g }| {
@@ -97,7 +95,7 @@ fn to_json(lines: &[Line], notify: Option<&NotifyStats>) -> serde_json::Value {
 /// The report as an aligned table, then the notify table's line.
 fn print_table(
     lines: &[Line],
-    notify: Option<&NotifyStats>,
+    notify: Option<&NotifyTableStats>,
     url: &str,
     config: &NotifyConfig,
 ) -> Result<(), CliError> {

@@ -134,6 +134,25 @@ pub trait OnPool {
     fn run<DB: Db>(self, pool: Pool<DB>) -> impl Future<Output = Self::Output>;
 }
 
+/// A pool of database `DB` on `url` (a URL of that database), set up as
+/// [`DbPool::connect_with_size`] sets up its pools: for code that knows its database.
+///
+/// ```no_run
+/// # async fn f() -> Result<(), rowbus::Error> {
+/// let pool = rowbus::connect::<rowbus::sqlx::Sqlite>("sqlite://app.sqlite", 4).await?;
+/// # Ok(()) }
+/// ```
+pub async fn connect<DB: Db>(url: &str, max: u32) -> Result<Pool<DB>, Error> {
+    let backend = Backend::from_url(url)?;
+    if backend != DB::BACKEND {
+        return Err(Error::InvalidUrl {
+            url: redact(url),
+            reason: format!("a {} URL where a {} one was expected", backend.name(), DB::BACKEND.name()),
+        });
+    }
+    DB::connect_pool(url, max).await
+}
+
 /// A connection pool on any of the three databases, set up the way rowbus needs it
 /// (strict `sql_mode` and READ COMMITTED on MySQL/MariaDB, WAL and a busy timeout on
 /// SQLite). Run code written for any [`Db`] on it with [`run`](Self::run).

@@ -58,7 +58,7 @@ mod listener;
 mod notify;
 mod sql;
 
-pub use backend::{Backend, DbPool, OnPool, redact};
+pub use backend::{Backend, DbPool, OnPool, connect, redact};
 pub use broker::{
     Broker, BrokerOptions, BrokerTx, Delivery, GroupStats, MAX_GROUP_CHARS, MAX_TABLE_NAME, Message,
     NotifyTableStats, Outcome, Queue, QueueTable, Received, RetryPolicy, Stats, Subscription,

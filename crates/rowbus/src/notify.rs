@@ -124,7 +124,7 @@ impl DbPool {
                 let stmt = DB::notify_sql(self.0, self.1, self.2)?;
                 let mut conn = pool.acquire().await?;
                 let sent = DB::execute(&mut conn, &stmt.sql, &args_of(&stmt)).await;
-                sent.map(drop).map_err(|e| failed::<DB>(DB::notify_table(self.0).map(missing), e))
+                sent.map(drop).map_err(|e| failed(DB::notify_table(self.0).map(missing), e))
             }
         }
         self.run(Send(notifier, channel, payload)).await
@@ -148,12 +148,12 @@ where
     let sent = DB::notify_sql(notifier, channel, payload).map(|stmt| executor.execute(DB::statement(&stmt)));
     // Built now: the future must not borrow the notifier.
     let missing_table = DB::notify_table(notifier).map(missing);
-    async move { sent?.await.map(drop).map_err(|e| failed::<DB>(missing_table, e)) }
+    async move { sent?.await.map(drop).map_err(|e| failed(missing_table, e)) }
 }
 
 /// A notification's failure: the notify table's own error when the driver says it is
 /// missing (`missing_table`, where the database uses one).
-fn failed<DB: Db>(missing_table: Option<Error>, e: sqlx::Error) -> Error {
+fn failed(missing_table: Option<Error>, e: sqlx::Error) -> Error {
     match missing_table {
         Some(missing) if is_missing_table(&e) => missing,
         _ => Error::Database(e),

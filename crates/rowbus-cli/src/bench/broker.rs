@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use futures::future::try_join_all;
+use rowbus::sqlx::{ColumnIndex, Decode, Encode, Executor, IntoArguments, Pool, Type};
 use rowbus::{Backend, Broker, BrokerOptions, DbPool, Delivery, Message, NotifyConfig, Queue};
-use sqlx::{ColumnIndex, Decode, Encode, Executor, IntoArguments, Pool, Type};
 use tokio::sync::{Notify, mpsc};
 
 use super::raw_claim;
@@ -204,34 +204,15 @@ fn selected(only: &[Scenario]) -> (Vec<Scenario>, Vec<Scenario>) {
 pub async fn broker(url: &str, notify_table: NotifyConfig, args: BrokerBench) -> Result<(), rowbus::Error> {
     let db = DbPool::connect(url).await?;
     let (throughput, latency) = selected(&args.only);
-    let second = if latency.contains(&Scenario::LatencyRemote) {
-        Some(DbPool::connect_with_size(url, 2).await?)
-    } else {
-        None
-    };
-    // The second pool is on the same URL, so of the same backend as the first.
-    macro_rules! second_as {
-        ($variant:ident) => {
-            match &second {
-                Some(DbPool::$variant(pool)) => Some(pool.clone()),
-                _ => None,
-            }
-        };
-    }
+    let bench =
+        Bench { url, notify_table: &notify_table, args: &args, throughput: &throughput, latency: &latency };
+    // The one match on the pool left: the raw sqlx loops beside rowbus need each driver's
+    // own executor bounds, which rowbus's `Db` does not carry.
     let results = match &db {
-        DbPool::Postgres(pool) => {
-            run_on(&db, pool, &notify_table, second_as!(Postgres), &args, &throughput, &latency).await
-        }
-        DbPool::MySql(pool) => {
-            run_on(&db, pool, &notify_table, second_as!(MySql), &args, &throughput, &latency).await
-        }
-        DbPool::Sqlite(pool) => {
-            run_on(&db, pool, &notify_table, second_as!(Sqlite), &args, &throughput, &latency).await
-        }
+        DbPool::Postgres(pool) => bench.run_on(pool).await,
+        DbPool::MySql(pool) => bench.run_on(pool).await,
+        DbPool::Sqlite(pool) => bench.run_on(pool).await,
     };
-    if let Some(second) = second {
-        second.close().await;
-    }
     db.close().await;
     let results = results?;
     if args.json {
@@ -371,8 +352,39 @@ impl Results {
 }
 
 /// Runs the scenarios on one backend's pool (and a second pool for the remote latency).
+/// What one `bench broker` run measures, and where.
+struct Bench<'a> {
+    url: &'a str,
+    notify_table: &'a NotifyConfig,
+    args: &'a BrokerBench,
+    throughput: &'a [Scenario],
+    latency: &'a [Scenario],
+}
+
+impl Bench<'_> {
+    async fn run_on<DB>(&self, pool: &Pool<DB>) -> Result<Results, rowbus::Error>
+    where
+        DB: rowbus::Db,
+        DB::Arguments: IntoArguments<DB>,
+        for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+        for<'q> i64: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+        usize: ColumnIndex<DB::Row>,
+    {
+        // The cross-broker latency's second broker has a pool of its own.
+        let second = match self.latency.contains(&Scenario::LatencyRemote) {
+            true => Some(rowbus::connect::<DB>(self.url, 2).await?),
+            false => None,
+        };
+        let results =
+            run_on(pool, self.notify_table, second.clone(), self.args, self.throughput, self.latency).await;
+        if let Some(second) = second {
+            second.close().await;
+        }
+        results
+    }
+}
+
 async fn run_on<DB>(
-    db: &DbPool,
     pool: &Pool<DB>,
     notify_table: &NotifyConfig,
     second: Option<Pool<DB>>,
@@ -389,7 +401,7 @@ where
 {
     let started = Instant::now();
     let mut results = Results {
-        backend: db.backend(),
+        backend: DB::BACKEND,
         runs: BTreeMap::new(),
         latency: BTreeMap::new(),
         notify_poll: notify_table.poll_interval,
@@ -405,14 +417,14 @@ where
             }
             _ => latency_run(pool, None, &table, args.latency_samples).await,
         };
-        drop_queue(db, &table).await;
+        drop_queue(pool, &table).await;
         results.latency.insert(scenario, measured?);
     }
     for round in 1..=args.rounds.max(1) {
         for &scenario in throughput {
             let table = table_name(scenario, round);
-            let run = throughput_run(db, pool, &table, scenario, args).await;
-            drop_queue(db, &table).await;
+            let run = throughput_run(pool, &table, scenario, args).await;
+            drop_queue(pool, &table).await;
             results.runs.entry(scenario).or_default().push(run?);
         }
     }
@@ -420,19 +432,15 @@ where
     Ok(results)
 }
 
-/// Drops a queue table and its dead-letter table; a failure is only reported.
-async fn drop_queue(db: &DbPool, table: &str) {
-    let statements = [format!("DROP TABLE IF EXISTS {table}"), format!("DROP TABLE IF EXISTS {table}_dead")];
-    for sql in statements {
-        let sql = sqlx::AssertSqlSafe(sql);
-        let dropped = match db {
-            DbPool::Postgres(pool) => sqlx::query(sql).execute(pool).await.map(drop),
-            DbPool::MySql(pool) => sqlx::query(sql).execute(pool).await.map(drop),
-            DbPool::Sqlite(pool) => sqlx::query(sql).execute(pool).await.map(drop),
-        };
-        if let Err(error) = dropped {
-            eprintln!("rowbus: dropping bench table {table}: {error}");
-        }
+/// Drops a queue table and its dead-letter table (the raw loop's table too: it has no
+/// dead-letter table, and dropping one is a no-op); a failure is only reported.
+async fn drop_queue<DB: rowbus::Db>(pool: &Pool<DB>, table: &str) {
+    let dropped = async {
+        let broker = rowbus::Broker::new(pool.clone(), rowbus::BrokerOptions::default()).await?;
+        broker.queue(table)?.undeploy().await
+    };
+    if let Err(error) = dropped.await {
+        eprintln!("rowbus: dropping bench table {table}: {error}");
     }
 }
 
@@ -481,7 +489,6 @@ async fn expect_depth<DB: rowbus::Db>(
 
 /// One throughput run of `scenario` on its own table.
 async fn throughput_run<DB>(
-    db: &DbPool,
     pool: &Pool<DB>,
     table: &str,
     scenario: Scenario,
@@ -526,13 +533,13 @@ where
         Scenario::Raw(k) => {
             // The baseline's own plain table, beside the (empty) queue table.
             let raw = format!("{table}_raw");
-            drop_queue(db, &raw).await;
-            raw_claim::prefill(pool, db.backend(), &raw, n).await?;
+            drop_queue(pool, &raw).await;
+            raw_claim::prefill(pool, DB::BACKEND, &raw, n).await?;
             let connections = args.concurrency;
             let started = Instant::now();
-            let drained = raw_claim::drain(pool, db.backend(), &raw, k, connections, &progress).await;
+            let drained = raw_claim::drain(pool, DB::BACKEND, &raw, k, connections, &progress).await;
             let elapsed = started.elapsed();
-            drop_queue(db, &raw).await;
+            drop_queue(pool, &raw).await;
             let drained = drained?;
             if drained.rows != n {
                 eprintln!("rowbus: {scenario}: the raw loop deleted {} of {n} rows", drained.rows);

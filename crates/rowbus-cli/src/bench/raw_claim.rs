@@ -9,7 +9,9 @@ use std::sync::Arc;
 
 use futures::future::try_join_all;
 use rowbus::Backend;
-use sqlx::{AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Row, Type};
+use rowbus::sqlx::{
+    AssertSqlSafe, ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Row, Type,
+};
 
 /// The baseline's table: an auto-increment primary key and the payload, nothing else.
 pub(crate) fn create_sql(backend: Backend, table: &str) -> String {
@@ -47,7 +49,7 @@ pub(crate) async fn prefill<DB>(
     backend: Backend,
     table: &str,
     n: u64,
-) -> Result<(), sqlx::Error>
+) -> Result<(), rowbus::sqlx::Error>
 where
     DB: Database,
     DB::Arguments: IntoArguments<DB>,
@@ -55,11 +57,11 @@ where
     for<'q> i64: Encode<'q, DB> + Type<DB>,
 {
     let mut conn = pool.acquire().await?;
-    sqlx::query(AssertSqlSafe(create_sql(backend, table))).execute(&mut *conn).await?;
+    rowbus::sqlx::query(AssertSqlSafe(create_sql(backend, table))).execute(&mut *conn).await?;
     let mut next = 0;
     while next < n {
         let end = (next + 1000).min(n);
-        let mut query = sqlx::query(AssertSqlSafe(insert_sql(backend, table, (end - next) as usize)));
+        let mut query = rowbus::sqlx::query(AssertSqlSafe(insert_sql(backend, table, (end - next) as usize)));
         for i in next..end {
             query = query.bind(i as i64);
         }
@@ -91,9 +93,9 @@ pub(crate) fn delete_sql(backend: Backend, table: &str, n: usize) -> String {
 
 /// Whether a driver error is a deadlock or serialization failure (MySQL 1213, lock wait
 /// timeout 1205, SQLSTATE 40001 or 40P01): the turn is tried again.
-fn is_retryable(e: &sqlx::Error) -> bool {
-    let sqlx::Error::Database(db) = e else { return false };
-    if let Some(my) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
+fn is_retryable(e: &rowbus::sqlx::Error) -> bool {
+    let rowbus::sqlx::Error::Database(db) = e else { return false };
+    if let Some(my) = db.try_downcast_ref::<rowbus::sqlx::mysql::MySqlDatabaseError>() {
         return matches!(my.number(), 1213 | 1205);
     }
     matches!(db.code().as_deref(), Some("40001" | "40P01"))
@@ -116,7 +118,7 @@ pub(crate) async fn drain<DB>(
     k: usize,
     connections: usize,
     progress: &indicatif::ProgressBar,
-) -> Result<Drained, sqlx::Error>
+) -> Result<Drained, rowbus::sqlx::Error>
 where
     DB: Database,
     DB::Arguments: IntoArguments<DB>,
@@ -135,7 +137,7 @@ where
                     Backend::Sqlite => pool.begin_with("BEGIN IMMEDIATE").await?,
                     _ => pool.begin().await?,
                 };
-                let rows = match sqlx::query(AssertSqlSafe(claim.clone())).fetch_all(&mut *tx).await {
+                let rows = match rowbus::sqlx::query(AssertSqlSafe(claim.clone())).fetch_all(&mut *tx).await {
                     Ok(rows) => rows,
                     Err(e) if is_retryable(&e) => {
                         done.retries += 1;
@@ -157,7 +159,7 @@ where
                 } else {
                     Arc::from(delete_sql(backend, table, ids.len()))
                 };
-                let mut query = sqlx::query(AssertSqlSafe(delete));
+                let mut query = rowbus::sqlx::query(AssertSqlSafe(delete));
                 for id in &ids {
                     query = query.bind(*id);
                 }

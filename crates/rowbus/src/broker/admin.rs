@@ -103,6 +103,14 @@ impl<DB: Db> Broker<DB> {
         Ok(rows.into_iter().flat_map(|row| row.texts).collect())
     }
 
+    /// Whether notifications can wake other processes through `config`: always on
+    /// PostgreSQL (LISTEN/NOTIFY is built in), elsewhere when the notify table exists.
+    pub async fn notify_ready(&self, config: &NotifyConfig) -> Result<bool, Error> {
+        let notifier = Notifier::new(config.clone())?;
+        Ok(DB::notify_table(&notifier).is_none()
+            || find(self, None, &config.table).await? != TableState::Missing)
+    }
+
     /// The size and lag of the notify table `config` names; `None` where the database
     /// has no notify table (PostgreSQL) or it does not exist.
     pub async fn notify_table_stats(&self, config: &NotifyConfig) -> Result<Option<NotifyTableStats>, Error> {

@@ -10,8 +10,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{
-    Database, Kind, PG_URL, RUN_TIMEOUT, Running, assert_error, assert_mentions, read_all, rowbus, run,
-    run_with, show, text, unique,
+    Database, Kind, PG_URL, RUN_TIMEOUT, Running, assert_error, assert_mentions, on_each_database, read_all,
+    rowbus, run, run_with, show, text, unique,
 };
 use serde_json::Value;
 
@@ -127,7 +127,7 @@ const TRICKY: &str = "line one\nline \"two\" isn't \\ done\tyet: héllo ✓";
 
 /// Deploy, `listen --json CH1 CH2`, notifications on both channels and on one not listened
 /// on, SIGINT.
-fn json_round_trip(kind: Kind) {
+fn listen_json_prints_one_object_per_notification(kind: Kind) {
     let db = Db::new(kind, "json");
     db.deploy();
     // Deploying twice is fine.
@@ -174,24 +174,10 @@ fn json_round_trip(kind: Kind) {
 
     assert_clean_exit(listener.stop("INT"), "INT");
 }
-
-#[test]
-fn json_round_trip_postgres() {
-    json_round_trip(Kind::Postgres);
-}
-
-#[test]
-fn json_round_trip_mariadb() {
-    json_round_trip(Kind::MariaDb);
-}
-
-#[test]
-fn json_round_trip_sqlite() {
-    json_round_trip(Kind::Sqlite);
-}
+on_each_database!(listen_json_prints_one_object_per_notification);
 
 /// The plain format: `channel: payload`, the payload escaped onto one line; SIGTERM.
-fn plain_round_trip(kind: Kind) {
+fn listen_prints_each_payload_escaped_on_one_line(kind: Kind) {
     let db = Db::new(kind, "plain");
     db.deploy();
     let ch = unique("plain");
@@ -209,16 +195,7 @@ fn plain_round_trip(kind: Kind) {
     assert_eq!(listener.next_line("the empty payload"), format!("{ch}: "));
     assert_clean_exit(listener.stop("TERM"), "TERM");
 }
-
-#[test]
-fn plain_round_trip_sqlite() {
-    plain_round_trip(Kind::Sqlite);
-}
-
-#[test]
-fn plain_round_trip_postgres() {
-    plain_round_trip(Kind::Postgres);
-}
+on_each_database!(listen_prints_each_payload_escaped_on_one_line on postgres, sqlite);
 
 /// SIGINT sent the moment `listening on` shows must still end the listener with status 0:
 /// the signal handlers must be in place before the announcement. The window is narrow, so
@@ -304,7 +281,7 @@ fn a_closed_pipe_ends_listen_quietly() {
 
 /// `DATABASE_URL` in the environment instead of `--database-url`; the flag wins over it.
 #[test]
-fn database_url_from_the_environment() {
+fn database_url_in_the_environment_works_and_the_flag_wins() {
     let db = Db::new(Kind::MariaDb, "env");
     let env_cmd = |args: &[&str]| {
         let mut cmd = rowbus();
@@ -352,7 +329,7 @@ fn database_url_from_the_environment() {
 }
 
 #[test]
-fn bad_url_scheme() {
+fn a_url_of_an_unknown_scheme_is_refused_in_one_line() {
     for args in [&["deploy"][..], &["notify", "ch", "x"], &["listen", "ch"], &["listen", "--json", "a", "b"]]
     {
         let mut cmd = rowbus();
@@ -379,7 +356,7 @@ fn unreachable(url: &str, args: &[&str]) -> (String, Duration) {
 }
 
 #[test]
-fn unreachable_servers() {
+fn an_unreachable_server_fails_fast_and_names_it() {
     let cases: [(&str, &[&str]); 6] = [
         ("mysql://root@127.0.0.1:1/test", &["deploy"]),
         ("mysql://root@127.0.0.1:1/test", &["notify", "ch", "x"]),
@@ -397,7 +374,7 @@ fn unreachable_servers() {
 }
 
 /// Invalid channels, and payloads at and over the limit, on `kind`.
-fn limits(kind: Kind) {
+fn invalid_channels_and_oversized_payloads_are_refused(kind: Kind) {
     let db = Db::new(kind, "limits");
     db.deploy();
 
@@ -440,24 +417,10 @@ fn limits(kind: Kind) {
     assert!(line.len() < 300, "the error line repeats the payload: {} bytes", line.len());
     db.notify(&ch, Some(&fits));
 }
-
-#[test]
-fn limits_postgres() {
-    limits(Kind::Postgres);
-}
-
-#[test]
-fn limits_mariadb() {
-    limits(Kind::MariaDb);
-}
-
-#[test]
-fn limits_sqlite() {
-    limits(Kind::Sqlite);
-}
+on_each_database!(invalid_channels_and_oversized_payloads_are_refused);
 
 /// `listen` and `notify` before `deploy`.
-fn missing_table(kind: Kind) {
+fn listen_and_notify_before_deploy_say_to_deploy(kind: Kind) {
     let db = Db::new(kind, "missing");
     let ch = unique("missing");
     for args in [&["notify", &ch, "x"][..], &["listen", &ch], &["listen", "--json", &ch]] {
@@ -466,19 +429,10 @@ fn missing_table(kind: Kind) {
         assert_mentions(&line, &["does not exist", "rowbus deploy", &format!("`{}`", db.table)], &what);
     }
 }
+on_each_database!(listen_and_notify_before_deploy_say_to_deploy on mariadb, sqlite);
 
 #[test]
-fn missing_table_mariadb() {
-    missing_table(Kind::MariaDb);
-}
-
-#[test]
-fn missing_table_sqlite() {
-    missing_table(Kind::Sqlite);
-}
-
-#[test]
-fn invalid_settings() {
+fn invalid_settings_are_refused_naming_the_setting() {
     let db = Db::new(Kind::Sqlite, "settings");
     let cases: [(&[&str], &str, &str); 7] = [
         (&["--poll-interval", "0"], "poll_interval", "0"),

@@ -14,8 +14,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{
-    Database, Kind, LINE_TIMEOUT, RUN_TIMEOUT, Running, assert_error, assert_mentions, rowbus, run, run_with,
-    show, text, unique,
+    Database, Kind, LINE_TIMEOUT, RUN_TIMEOUT, Running, assert_error, assert_mentions, on_each_database,
+    rowbus, run, run_with, show, text, unique,
 };
 use serde_json::Value;
 
@@ -185,7 +185,7 @@ const TRICKY: &str = "line one\nline \"two\" isn't \\ done\tyet: héllo ✓";
 /// default group: the waiting message at once, and one published meanwhile from another
 /// process well before the 30 s poll; SIGINT exits 0. Then the plain format of the other
 /// group, with two workers, and SIGTERM.
-fn round_trip(kind: Kind) {
+fn consume_gets_its_groups_messages_and_wakes_on_publish(kind: Kind) {
     let db = Db::new(kind, "rt");
     let q = db.queue("rt");
     db.deploy(&[&q]);
@@ -228,25 +228,11 @@ fn round_trip(kind: Kind) {
     stop_cleanly(&mut plain, "TERM");
     assert_eq!(db.depth(&q, "g2"), 0);
 }
-
-#[test]
-fn round_trip_postgres() {
-    round_trip(Kind::Postgres);
-}
-
-#[test]
-fn round_trip_mariadb() {
-    round_trip(Kind::MariaDb);
-}
-
-#[test]
-fn round_trip_sqlite() {
-    round_trip(Kind::Sqlite);
-}
+on_each_database!(consume_gets_its_groups_messages_and_wakes_on_publish);
 
 /// `publish TABLE -`: each stdin line a message (empty lines, CRLF, UTF-8 and not), in
 /// batches; `consume --batch` gets them all, in order.
-fn publish_stdin(kind: Kind) {
+fn publish_dash_sends_each_stdin_line_in_order(kind: Kind) {
     let db = Db::new(kind, "stdin");
     let q = db.queue("stdin");
     db.deploy(&[&q]);
@@ -279,16 +265,7 @@ fn publish_stdin(kind: Kind) {
     stop_cleanly(&mut consumer, "INT");
     assert_eq!(db.depth(&q, ""), 0);
 }
-
-#[test]
-fn publish_stdin_sqlite() {
-    publish_stdin(Kind::Sqlite);
-}
-
-#[test]
-fn publish_stdin_postgres() {
-    publish_stdin(Kind::Postgres);
-}
+on_each_database!(publish_dash_sends_each_stdin_line_in_order on postgres, sqlite);
 
 /// `consume --exec`: exit 0 acknowledges; a failing payload is retried after the backoff
 /// and dead-lettered after `--max-attempts`; the command gets the payload on stdin and
@@ -314,18 +291,18 @@ fn exec_retries_then_dead_letters(kind: Kind, mode: &[&str]) {
 }
 
 #[test]
-fn exec_with_workers_sqlite() {
+fn exec_with_workers_retries_then_dead_letters_on_sqlite() {
     exec_retries_then_dead_letters(Kind::Sqlite, &["--workers", "2"]);
 }
 
 #[test]
-fn exec_with_batches_mariadb() {
+fn exec_in_batches_retries_then_dead_letters_on_mariadb() {
     exec_retries_then_dead_letters(Kind::MariaDb, &["--batch", "10"]);
 }
 
 /// `stats` without tables finds the queue tables (and only them); with `--json` the same;
 /// depth, ready, delayed, in flight and dead per group; the notify table's line.
-fn stats_lists_queue_tables(kind: Kind) {
+fn stats_finds_the_queue_tables_and_counts_each_group(kind: Kind) {
     let db = Db::new(kind, "stats");
     let (a, b) = (db.queue("stats_a"), db.queue("stats_b"));
     db.deploy(&[&a, &b]);
@@ -393,26 +370,12 @@ fn stats_lists_queue_tables(kind: Kind) {
     db.wait_stats(&a, "x", "in flight", |g| g["in_flight"] == 1 && g["ready"] == 0 && g["depth"] == 1);
     stop_cleanly(&mut consumer, "INT");
 }
-
-#[test]
-fn stats_lists_queue_tables_sqlite() {
-    stats_lists_queue_tables(Kind::Sqlite);
-}
-
-#[test]
-fn stats_lists_queue_tables_postgres() {
-    stats_lists_queue_tables(Kind::Postgres);
-}
-
-#[test]
-fn stats_lists_queue_tables_mariadb() {
-    stats_lists_queue_tables(Kind::MariaDb);
-}
+on_each_database!(stats_finds_the_queue_tables_and_counts_each_group);
 
 /// The newcomer's path: `rowbus demo` with no flags but a small run, in an empty directory:
 /// the default SQLite file, a summary, and "nothing lost"; the demo's table is gone after.
 #[test]
-fn demo_on_the_default_sqlite() {
+fn demo_runs_on_the_default_sqlite_file_and_loses_nothing() {
     let dir = std::env::temp_dir().join(unique("rowbus_demo"));
     std::fs::create_dir_all(&dir).unwrap();
     let mut cmd = rowbus();
@@ -459,7 +422,7 @@ fn demo_on_the_default_sqlite() {
 }
 
 /// The demo on the servers, briefly.
-fn demo_runs(kind: Kind) {
+fn demo_loses_nothing_and_drops_its_table(kind: Kind) {
     let db = Db::new(kind, "demo");
     let stdout = db.ok(&["demo", "--messages", "300", "--rate", "600"]);
     assert_mentions(&stdout, &["nothing lost: every published message was handled exactly once"], "demo");
@@ -471,20 +434,11 @@ fn demo_runs(kind: Kind) {
         "{table} was not dropped: {queues}"
     );
 }
-
-#[test]
-fn demo_postgres() {
-    demo_runs(Kind::Postgres);
-}
-
-#[test]
-fn demo_mariadb() {
-    demo_runs(Kind::MariaDb);
-}
+on_each_database!(demo_loses_nothing_and_drops_its_table on postgres, mariadb);
 
 /// Ctrl-C in the middle of the demo: exit 0, the summary so far, the table dropped.
 #[test]
-fn demo_interrupted_prints_the_summary_so_far() {
+fn an_interrupted_demo_prints_the_summary_so_far() {
     let db = Db::new(Kind::Sqlite, "demo_int");
     let mut demo =
         Running::spawn(db.rowbus(&["demo", "--messages", "100000", "--rate", "500"]), EXIT_TIMEOUT);
@@ -507,7 +461,7 @@ fn demo_interrupted_prints_the_summary_so_far() {
 }
 
 /// A queue table that does not exist: publish, consume and stats say to deploy it.
-fn missing_queue_table(kind: Kind) {
+fn a_missing_queue_table_says_how_to_deploy_it(kind: Kind) {
     let db = Db::new(kind, "missing");
     db.deploy(&[]);
     let q = unique("qcli_never");
@@ -523,26 +477,12 @@ fn missing_queue_table(kind: Kind) {
         assert_mentions(&line, &[&format!("queue table `{q}` does not exist"), &hint], &what);
     }
 }
-
-#[test]
-fn missing_queue_table_postgres() {
-    missing_queue_table(Kind::Postgres);
-}
-
-#[test]
-fn missing_queue_table_mariadb() {
-    missing_queue_table(Kind::MariaDb);
-}
-
-#[test]
-fn missing_queue_table_sqlite() {
-    missing_queue_table(Kind::Sqlite);
-}
+on_each_database!(a_missing_queue_table_says_how_to_deploy_it);
 
 /// Names rowbus refuses, everywhere a table or group is named; a table that is not a
 /// queue; `--listen-notify` without the notify table.
 #[test]
-fn invalid_names_and_tables() {
+fn invalid_names_and_non_queue_tables_are_refused() {
     let db = Db::new(Kind::Sqlite, "names");
     let long = "x".repeat(58);
     for name in ["a;b", "jobs`", "1jobs", "", long.as_str(), "a.b.c"] {
@@ -581,7 +521,7 @@ fn invalid_names_and_tables() {
 
 /// Unreachable servers and bad URLs: one line, at once.
 #[test]
-fn unreachable_servers_and_bad_urls() {
+fn unreachable_servers_and_bad_urls_fail_at_once_in_one_line() {
     let commands: [&[&str]; 6] = [
         &["deploy", "--queue", "q"],
         &["publish", "q", "x"],

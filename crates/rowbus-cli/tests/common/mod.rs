@@ -19,6 +19,29 @@ pub const RUN_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a running command may take to print its next line.
 pub const LINE_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// Runs `scenario(Kind)` as one test per database, named after the database in a module
+/// named after the scenario (`scenario::postgres`, `scenario::mariadb`, `scenario::sqlite`);
+/// `on a, b` names the databases it runs on when not all three.
+macro_rules! on_each_database {
+    (@kind postgres) => { crate::common::Kind::Postgres };
+    (@kind mariadb) => { crate::common::Kind::MariaDb };
+    (@kind sqlite) => { crate::common::Kind::Sqlite };
+    ($scenario:ident) => {
+        crate::common::on_each_database!($scenario on postgres, mariadb, sqlite);
+    };
+    ($scenario:ident on $($database:ident),+) => {
+        mod $scenario {
+            $(
+                #[test]
+                fn $database() {
+                    super::$scenario(crate::common::on_each_database!(@kind $database));
+                }
+            )+
+        }
+    };
+}
+pub(crate) use on_each_database;
+
 static COUNTER: AtomicUsize = AtomicUsize::new(0);
 
 /// A name no other test (nor another run of this file) uses: `name_<pid>_<n>`.

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{MARIADB, PG, TempSqlite, unique};
+use common::{MARIADB, PG, TempSqlite, on_each_database, unique};
 use futures::StreamExt;
 use rowbus::{Broker, BrokerOptions, Db, DbPool, Delivery, Error, Message, Outcome, RetryPolicy, Stats};
 use sqlx::{MySql, Postgres, Sqlite};
@@ -57,27 +57,26 @@ async fn sqlite(options: BrokerOptions) -> Env<Sqlite> {
     sqlite_at(Arc::new(TempSqlite::new()), options).await
 }
 
-/// Runs `scenario` on each database, as three tests.
-macro_rules! on_each_database {
-    ($scenario:ident) => {
-        mod $scenario {
-            use super::*;
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn postgres() {
-                super::$scenario(pg(options()).await.broker).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn mariadb() {
-                super::$scenario(super::mariadb(options()).await.broker).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn sqlite() {
-                let env = super::sqlite(options()).await;
-                super::$scenario(env.broker.clone()).await;
-            }
+/// One test of `scenario` on `database`, for [`on_each_database!`]: a broker with
+/// [`options`] on two worker threads.
+macro_rules! database_test {
+    (postgres, $scenario:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn postgres() {
+            super::$scenario(pg(options()).await.broker).await;
+        }
+    };
+    (mariadb, $scenario:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn mariadb() {
+            super::$scenario(super::mariadb(options()).await.broker).await;
+        }
+    };
+    (sqlite, $scenario:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn sqlite() {
+            let env = super::sqlite(options()).await;
+            super::$scenario(env.broker.clone()).await;
         }
     };
 }

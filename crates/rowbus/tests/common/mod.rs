@@ -64,6 +64,14 @@ impl Drop for TempSqlite {
     }
 }
 
+/// `server`'s URL, or for `None` a new temporary SQLite file's, with the file (removed
+/// when dropped).
+pub fn url_for(server: Option<&str>) -> (String, Option<TempSqlite>) {
+    let sqlite = server.is_none().then(TempSqlite::new);
+    let url = server.map(str::to_owned).unwrap_or_else(|| sqlite.as_ref().unwrap().url.clone());
+    (url, sqlite)
+}
+
 /// One database to test against: its URL, a pool, and (off PostgreSQL) a notify table
 /// of the test's own, deployed.
 pub struct Env {
@@ -81,8 +89,7 @@ pub async fn env(url: Option<&str>) -> Env {
 }
 
 pub async fn env_with(url: Option<&str>, adjust: impl FnOnce(&mut NotifyConfig)) -> Env {
-    let sqlite = url.is_none().then(TempSqlite::new);
-    let url = url.map(str::to_owned).unwrap_or_else(|| sqlite.as_ref().unwrap().url.clone());
+    let (url, sqlite) = url_for(url);
     let db = DbPool::connect(&url).await.unwrap_or_else(|e| {
         panic!("the test database {url} must be reachable (run scripts/services.sh): {e}")
     });

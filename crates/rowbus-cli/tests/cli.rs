@@ -197,6 +197,18 @@ fn listen_prints_each_payload_escaped_on_one_line(kind: Kind) {
 }
 on_each_database!(listen_prints_each_payload_escaped_on_one_line on postgres, sqlite);
 
+/// `bash -c SCRIPT`, whose `"$@"` is `rowbus --database-url PG_URL listen CHANNEL`, with
+/// none of the caller's DATABASE_URL or RUST_LOG.
+fn bash_around_listen(script: &str, channel: &str) -> Command {
+    let rowbus = env!("CARGO_BIN_EXE_rowbus");
+    let mut cmd = Command::new("bash");
+    cmd.args(["-c", script, "bash", rowbus, "--database-url", PG_URL, "listen", channel])
+        .env_remove("DATABASE_URL")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null());
+    cmd
+}
+
 /// SIGINT sent the moment `listening on` shows must still end the listener with status 0:
 /// the signal handlers must be in place before the announcement. The window is narrow, so
 /// bash (which reacts faster than spawning `kill` from here) runs many rounds.
@@ -214,12 +226,8 @@ fn sigint_right_after_listening_exits_0() {
             echo "rc=$? $line"
         done
     "#;
-    let mut cmd = Command::new("bash");
-    cmd.env("ROUNDS", ROUNDS.to_string())
-        .args(["-c", script, "bash", env!("CARGO_BIN_EXE_rowbus"), "--database-url", PG_URL, "listen", &ch])
-        .env_remove("DATABASE_URL")
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null());
+    let mut cmd = bash_around_listen(script, &ch);
+    cmd.env("ROUNDS", ROUNDS.to_string());
     let (output, _) = run_with(cmd, None, Duration::from_secs(50));
     assert!(output.status.success(), "the bash driver failed\n{}", show(&output));
     let stdout = text(&output.stdout);
@@ -250,14 +258,8 @@ fn a_closed_pipe_ends_listen_quietly() {
     "#;
     let dir = std::env::temp_dir().join(unique("pipe_dir"));
     std::fs::create_dir_all(&dir).unwrap();
-    let mut cmd = Command::new("bash");
-    cmd.current_dir(&dir)
-        .args(["-c", script, "bash", env!("CARGO_BIN_EXE_rowbus"), "--database-url", PG_URL, "listen", &ch])
-        .env_remove("DATABASE_URL")
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    let mut cmd = bash_around_listen(script, &ch);
+    cmd.current_dir(&dir).stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = cmd.spawn().expect("bash");
     let stdout = read_all(child.stdout.take().unwrap());
     let stderr = read_all(child.stderr.take().unwrap());

@@ -3,183 +3,34 @@
 //! The servers must be up (`scripts/services.sh` starts them); a test fails, never skips, when one
 //! is unreachable. Every test uses its own notify table and channel names, so they run in parallel.
 
-use std::io::{BufRead, BufReader, Read};
-use std::path::PathBuf;
-use std::process::{Child, ChildStderr, ChildStdout, Command, ExitStatus, Output, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+mod common;
+
+use std::process::{Command, ExitStatus, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::{
+    Database, Kind, PG_URL, RUN_TIMEOUT, Running, assert_error, assert_mentions, on_each_database, read_all,
+    rowbus, run, run_with, show, text, unique,
+};
 use serde_json::Value;
-
-const PG_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
-const MARIADB_URL: &str = "mysql://root@127.0.0.1:3306/test";
 
 /// How long a listener may take to print `listening on`.
 const LISTEN_TIMEOUT: Duration = Duration::from_secs(20);
-/// How long a listener may take to print a notification.
-const LINE_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long a listener may take to exit after SIGINT/SIGTERM.
 const EXIT_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long a one-shot command (`deploy`, `notify`) may run.
-const RUN_TIMEOUT: Duration = Duration::from_secs(30);
 
-static COUNTER: AtomicUsize = AtomicUsize::new(0);
-
-/// A name no other test (nor another run of this file) uses: `name_<pid>_<n>`.
-fn unique(name: &str) -> String {
-    format!("{name}_{}_{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed))
-}
-
-/// The binary, with none of the caller's DATABASE_URL or RUST_LOG, backtraces on (so that a
-/// panic would show), and run in the temp directory so the default URL never lands in the tree.
-fn rowbus() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rowbus"));
-    cmd.env_remove("DATABASE_URL")
-        .env_remove("RUST_LOG")
-        .env("RUST_BACKTRACE", "1")
-        .current_dir(std::env::temp_dir())
-        .stdin(Stdio::null());
-    cmd
-}
-
-fn describe(cmd: &Command) -> String {
-    let args: Vec<_> = cmd.get_args().map(|a| a.to_string_lossy()).collect();
-    let mut text = format!("rowbus {}", args.join(" "));
-    if text.len() > 300 {
-        let mut end = 300;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-        text.push_str("...");
-    }
-    text
-}
-
-/// Waits for `child` to exit for at most `timeout`.
-fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(status) = child.try_wait().expect("waiting for a rowbus process") {
-            return Some(status);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        thread::sleep(Duration::from_millis(10));
-    }
-}
-
-fn read_all(mut pipe: impl Read + Send + 'static) -> thread::JoinHandle<Vec<u8>> {
-    thread::spawn(move || {
-        let mut bytes = Vec::new();
-        let _ = pipe.read_to_end(&mut bytes);
-        bytes
-    })
-}
-
-/// Runs `cmd` to completion (at most [`RUN_TIMEOUT`]); returns its output and pid.
-fn run(cmd: Command) -> (Output, u32) {
-    run_for(cmd, RUN_TIMEOUT)
-}
-
-/// Runs `cmd` to completion (at most `timeout`); returns its output and pid.
-fn run_for(mut cmd: Command, timeout: Duration) -> (Output, u32) {
-    let what = describe(&cmd);
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start `{what}`: {e}"));
-    let pid = child.id();
-    let stdout = read_all(child.stdout.take().expect("piped stdout"));
-    let stderr = read_all(child.stderr.take().expect("piped stderr"));
-    let Some(status) = wait_timeout(&mut child, timeout) else {
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("`{what}` did not finish within {timeout:?}");
-    };
-    let output = Output {
-        status,
-        stdout: stdout.join().expect("stdout reader"),
-        stderr: stderr.join().expect("stderr reader"),
-    };
-    (output, pid)
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn show(output: &Output) -> String {
-    format!(
-        "status {}\n--- stdout ---\n{}--- stderr ---\n{}",
-        output.status,
-        text(&output.stdout),
-        text(&output.stderr)
-    )
-}
-
-/// Asserts a failure the way the CLI reports one: exit status 1, nothing on stdout, and exactly
-/// one stderr line `rowbus: error: ...` (no panic, no backtrace). Returns the line.
-fn assert_error(output: &Output, what: &str) -> String {
-    let stderr = text(&output.stderr);
-    assert_eq!(output.status.code(), Some(1), "{what}: expected exit status 1\n{}", show(output));
-    assert!(!stderr.contains("panicked"), "{what}: the binary panicked\n{}", show(output));
-    assert!(!stderr.to_lowercase().contains("backtrace"), "{what}: a backtrace\n{}", show(output));
-    let lines: Vec<&str> = stderr.lines().collect();
-    assert_eq!(lines.len(), 1, "{what}: expected exactly one stderr line\n{}", show(output));
-    assert!(stderr.ends_with('\n'), "{what}: the error line is not terminated\n{}", show(output));
-    assert!(lines[0].starts_with("rowbus: error: "), "{what}: not a `rowbus: error:` line\n{}", show(output));
-    assert!(output.stdout.is_empty(), "{what}: unexpected stdout\n{}", show(output));
-    lines[0].to_owned()
-}
-
-/// Asserts `line` contains every one of `needles`.
-fn assert_mentions(line: &str, needles: &[&str], what: &str) {
-    for needle in needles {
-        assert!(line.contains(needle), "{what}: the error should mention {needle:?}, got:\n{line}");
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Postgres,
-    MariaDb,
-    Sqlite,
-}
-
-/// One test's database: its URL, its own notify table, dropped (MariaDB) or deleted (SQLite)
-/// at the end.
+/// One test's database and its own notify table, dropped (MariaDB) or deleted with the
+/// SQLite file at the end.
 struct Db {
-    kind: Kind,
-    url: String,
+    database: Database,
     table: String,
-    sqlite_file: Option<PathBuf>,
 }
 
 impl Db {
     fn new(kind: Kind, test: &str) -> Db {
         let table = unique(&format!("cli_{test}"));
-        let (url, sqlite_file) = match kind {
-            Kind::Postgres => (PG_URL.to_owned(), None),
-            Kind::MariaDb => (MARIADB_URL.to_owned(), None),
-            Kind::Sqlite => {
-                let file = std::env::temp_dir().join(format!("rowbus_{table}.sqlite"));
-                (format!("sqlite://{}", file.display()), Some(file))
-            }
-        };
-        Db { kind, url, table, sqlite_file }
-    }
-
-    fn server(&self) -> &'static str {
-        match self.kind {
-            Kind::Postgres => "PostgreSQL at 127.0.0.1:5432",
-            Kind::MariaDb => "MariaDB at 127.0.0.1:3306",
-            Kind::Sqlite => "SQLite",
-        }
+        Db { database: Database::new(kind, &table), table }
     }
 
     /// The notify-table flags of this test (a fast poll).
@@ -190,22 +41,22 @@ impl Db {
     /// `rowbus --database-url URL <notify-table flags> ARGS...`
     fn rowbus(&self, args: &[&str]) -> Command {
         let mut cmd = rowbus();
-        cmd.arg("--database-url").arg(&self.url).args(self.table_args()).args(args);
+        cmd.arg("--database-url").arg(&self.database.url).args(self.table_args()).args(args);
         cmd
     }
 
     /// Runs `rowbus deploy` and asserts it succeeded; returns its stdout.
     fn deploy(&self) -> String {
-        let (output, _) = run(self.rowbus(&["deploy"]));
+        let output = run(self.rowbus(&["deploy"]));
         assert!(
             output.status.success(),
             "`rowbus deploy` failed on {} (is the server up? scripts/services.sh starts it)\n{}",
-            self.server(),
+            self.database.server(),
             show(&output)
         );
         assert!(output.stderr.is_empty(), "`rowbus deploy` wrote to stderr\n{}", show(&output));
         let stdout = text(&output.stdout);
-        match self.kind {
+        match self.database.kind {
             Kind::Postgres => {
                 assert_eq!(
                     stdout,
@@ -223,11 +74,11 @@ impl Db {
     fn notify(&self, channel: &str, payload: Option<&str>) -> u32 {
         let mut args = vec!["notify", channel];
         args.extend(payload);
-        let (output, pid) = run(self.rowbus(&args));
+        let (output, pid) = run_with(self.rowbus(&args), None, RUN_TIMEOUT);
         assert!(
             output.status.success() && output.stdout.is_empty() && output.stderr.is_empty(),
             "`rowbus notify {channel} {payload:?}` on {} did not succeed silently\n{}",
-            self.server(),
+            self.database.server(),
             show(&output)
         );
         pid
@@ -235,165 +86,27 @@ impl Db {
 
     /// Runs a command expected to fail; returns the error line.
     fn fail(&self, args: &[&str], what: &str) -> String {
-        let (output, _) = run(self.rowbus(args));
-        assert_error(&output, &format!("{what} on {}", self.server()))
+        let output = run(self.rowbus(args));
+        assert_error(&output, &format!("{what} on {}", self.database.server()))
     }
 }
 
 impl Drop for Db {
     fn drop(&mut self) {
-        match self.kind {
-            Kind::Postgres => {}
-            Kind::MariaDb => {
-                // Best effort: the table may never have been created.
-                let dropped = Command::new("mariadb")
-                    .args(["-h127.0.0.1", "-P3306", "-uroot", "test", "-e"])
-                    .arg(format!("DROP TABLE IF EXISTS `{}`", self.table))
-                    .stdin(Stdio::null())
-                    .output();
-                match dropped {
-                    Ok(out) if out.status.success() => {}
-                    Ok(out) => eprintln!("cannot drop MariaDB table {}: {}", self.table, text(&out.stderr)),
-                    Err(e) => eprintln!("cannot drop MariaDB table {}: {e}", self.table),
-                }
-            }
-            Kind::Sqlite => {
-                if let Some(file) = &self.sqlite_file {
-                    for suffix in ["", "-wal", "-shm", "-journal"] {
-                        let mut path = file.clone().into_os_string();
-                        path.push(suffix);
-                        let _ = std::fs::remove_file(path);
-                    }
-                }
-            }
+        // PostgreSQL has no notify table; SQLite's goes with its file.
+        if self.database.kind == Kind::MariaDb {
+            self.database.drop_tables(std::slice::from_ref(&self.table));
         }
     }
 }
 
-fn read_lines(pipe: impl Read + Send + 'static) -> Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
-        for line in BufReader::new(pipe).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    rx
-}
-
-/// A running `rowbus listen`, its stdout and stderr read line by line. Killed when dropped.
-struct Listening {
-    child: Child,
-    what: String,
-    stdout: Receiver<String>,
-    stderr: Receiver<String>,
-    stderr_seen: Vec<String>,
-}
-
-impl Listening {
-    /// Starts the listener and waits until it says `rowbus: listening on CHANNELS`.
-    fn start(mut cmd: Command, channels: &[&str]) -> Listening {
-        let what = describe(&cmd);
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start `{what}`: {e}"));
-        let stdout: ChildStdout = child.stdout.take().expect("piped stdout");
-        let stderr: ChildStderr = child.stderr.take().expect("piped stderr");
-        let mut listening = Listening {
-            child,
-            what,
-            stdout: read_lines(stdout),
-            stderr: read_lines(stderr),
-            stderr_seen: Vec::new(),
-        };
-        let expected = format!("rowbus: listening on {}", channels.join(", "));
-        let deadline = Instant::now() + LISTEN_TIMEOUT;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match listening.stderr.recv_timeout(left) {
-                Ok(line) => {
-                    let done = line.contains("listening on");
-                    listening.stderr_seen.push(line.clone());
-                    if done {
-                        assert_eq!(line, expected, "`{}`: unexpected announcement", listening.what);
-                        return listening;
-                    }
-                }
-                Err(RecvTimeoutError::Timeout) => {
-                    listening.die(&format!("did not say `listening on` within {LISTEN_TIMEOUT:?}"))
-                }
-                Err(RecvTimeoutError::Disconnected) => {
-                    let status = wait_timeout(&mut listening.child, EXIT_TIMEOUT);
-                    listening.die(&format!("exited ({status:?}) before listening"))
-                }
-            }
-        }
-    }
-
-    /// Panics with `message` about this listener and the stderr it printed so far.
-    fn die(&mut self, message: &str) -> ! {
-        while let Ok(line) = self.stderr.try_recv() {
-            self.stderr_seen.push(line);
-        }
-        panic!("`{}`: {message}\n--- stderr so far ---\n{}", self.what, self.stderr_seen.join("\n"))
-    }
-
-    /// The next stdout line, within [`LINE_TIMEOUT`].
-    fn next_line(&mut self, waiting_for: &str) -> String {
-        match self.stdout.recv_timeout(LINE_TIMEOUT) {
-            Ok(line) => line,
-            Err(RecvTimeoutError::Timeout) => {
-                self.die(&format!("no line within {LINE_TIMEOUT:?}, waiting for {waiting_for}"))
-            }
-            Err(RecvTimeoutError::Disconnected) => {
-                self.die(&format!("stdout closed, waiting for {waiting_for}"))
-            }
-        }
-    }
-
-    /// Sends `signal` (`INT`, `TERM`) and waits (at most [`EXIT_TIMEOUT`]) for the listener to
-    /// exit; returns its status, the stdout lines it printed but were not read, and all of
-    /// its stderr lines.
-    fn stop(&mut self, signal: &str) -> (ExitStatus, Vec<String>, Vec<String>) {
-        let pid = self.child.id().to_string();
-        let killed = Command::new("kill").arg(format!("-{signal}")).arg(&pid).status().expect("running kill");
-        assert!(killed.success(), "kill -{signal} {pid} failed");
-        let sent = Instant::now();
-        let Some(status) = wait_timeout(&mut self.child, EXIT_TIMEOUT) else {
-            self.die(&format!("did not exit within {EXIT_TIMEOUT:?} of SIG{signal}"))
-        };
-        eprintln!("`{}` exited {:?} after SIG{signal}", self.what, sent.elapsed());
-        // The pipes close with the process: the readers then hang up.
-        let rest = drain(&self.stdout);
-        let more = drain(&self.stderr);
-        self.stderr_seen.extend(more);
-        (status, rest, self.stderr_seen.clone())
-    }
-}
-
-/// Every line until the reader hangs up (the pipe closed).
-fn drain(lines: &Receiver<String>) -> Vec<String> {
-    let mut all = Vec::new();
-    loop {
-        match lines.recv_timeout(EXIT_TIMEOUT) {
-            Ok(line) => all.push(line),
-            Err(RecvTimeoutError::Disconnected) => return all,
-            Err(RecvTimeoutError::Timeout) => panic!("a pipe stayed open after its process exited"),
-        }
-    }
-}
-
-impl Drop for Listening {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
+/// Starts `rowbus listen` and waits until it says `rowbus: listening on CHANNELS`.
+fn listen(cmd: Command, channels: &[&str]) -> Running {
+    let mut listener = Running::spawn(cmd, EXIT_TIMEOUT);
+    let line = listener.await_stderr("listening on", LISTEN_TIMEOUT, |line| line.contains("listening on"));
+    let expected = format!("rowbus: listening on {}", channels.join(", "));
+    assert_eq!(line, expected, "`{}`: unexpected announcement", listener.what);
+    listener
 }
 
 /// Asserts a listener that was stopped by a signal exited 0, printed nothing more and
@@ -414,7 +127,7 @@ const TRICKY: &str = "line one\nline \"two\" isn't \\ done\tyet: héllo ✓";
 
 /// Deploy, `listen --json CH1 CH2`, notifications on both channels and on one not listened
 /// on, SIGINT.
-fn json_round_trip(kind: Kind) {
+fn listen_json_prints_one_object_per_notification(kind: Kind) {
     let db = Db::new(kind, "json");
     db.deploy();
     // Deploying twice is fine.
@@ -422,7 +135,7 @@ fn json_round_trip(kind: Kind) {
     let ch1 = unique("json_ch1");
     let ch2 = unique("json_ch2");
     let other = unique("json_other");
-    let mut listener = Listening::start(db.rowbus(&["listen", "--json", &ch1, &ch2]), &[&ch1, &ch2]);
+    let mut listener = listen(db.rowbus(&["listen", "--json", &ch1, &ch2]), &[&ch1, &ch2]);
 
     let sends: [(&str, Option<&str>); 6] = [
         (&ch1, Some("hello")),
@@ -461,29 +174,15 @@ fn json_round_trip(kind: Kind) {
 
     assert_clean_exit(listener.stop("INT"), "INT");
 }
-
-#[test]
-fn json_round_trip_postgres() {
-    json_round_trip(Kind::Postgres);
-}
-
-#[test]
-fn json_round_trip_mariadb() {
-    json_round_trip(Kind::MariaDb);
-}
-
-#[test]
-fn json_round_trip_sqlite() {
-    json_round_trip(Kind::Sqlite);
-}
+on_each_database!(listen_json_prints_one_object_per_notification);
 
 /// The plain format: `channel: payload`, the payload escaped onto one line; SIGTERM.
-fn plain_round_trip(kind: Kind) {
+fn listen_prints_each_payload_escaped_on_one_line(kind: Kind) {
     let db = Db::new(kind, "plain");
     db.deploy();
     let ch = unique("plain");
     let other = unique("plain_other");
-    let mut listener = Listening::start(db.rowbus(&["listen", &ch]), &[&ch]);
+    let mut listener = listen(db.rowbus(&["listen", &ch]), &[&ch]);
     for (channel, payload) in
         [(&ch, Some("hello world")), (&other, Some("x")), (&ch, Some(TRICKY)), (&ch, None)]
     {
@@ -496,15 +195,18 @@ fn plain_round_trip(kind: Kind) {
     assert_eq!(listener.next_line("the empty payload"), format!("{ch}: "));
     assert_clean_exit(listener.stop("TERM"), "TERM");
 }
+on_each_database!(listen_prints_each_payload_escaped_on_one_line on postgres, sqlite);
 
-#[test]
-fn plain_round_trip_sqlite() {
-    plain_round_trip(Kind::Sqlite);
-}
-
-#[test]
-fn plain_round_trip_postgres() {
-    plain_round_trip(Kind::Postgres);
+/// `bash -c SCRIPT`, whose `"$@"` is `rowbus --database-url PG_URL listen CHANNEL`, with
+/// none of the caller's DATABASE_URL or RUST_LOG.
+fn bash_around_listen(script: &str, channel: &str) -> Command {
+    let rowbus = env!("CARGO_BIN_EXE_rowbus");
+    let mut cmd = Command::new("bash");
+    cmd.args(["-c", script, "bash", rowbus, "--database-url", PG_URL, "listen", channel])
+        .env_remove("DATABASE_URL")
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null());
+    cmd
 }
 
 /// SIGINT sent the moment `listening on` shows must still end the listener with status 0:
@@ -524,13 +226,9 @@ fn sigint_right_after_listening_exits_0() {
             echo "rc=$? $line"
         done
     "#;
-    let mut cmd = Command::new("bash");
-    cmd.env("ROUNDS", ROUNDS.to_string())
-        .args(["-c", script, "bash", env!("CARGO_BIN_EXE_rowbus"), "--database-url", PG_URL, "listen", &ch])
-        .env_remove("DATABASE_URL")
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null());
-    let (output, _) = run_for(cmd, Duration::from_secs(50));
+    let mut cmd = bash_around_listen(script, &ch);
+    cmd.env("ROUNDS", ROUNDS.to_string());
+    let (output, _) = run_with(cmd, None, Duration::from_secs(50));
     assert!(output.status.success(), "the bash driver failed\n{}", show(&output));
     let stdout = text(&output.stdout);
     let rounds: Vec<&str> = stdout.lines().collect();
@@ -560,14 +258,8 @@ fn a_closed_pipe_ends_listen_quietly() {
     "#;
     let dir = std::env::temp_dir().join(unique("pipe_dir"));
     std::fs::create_dir_all(&dir).unwrap();
-    let mut cmd = Command::new("bash");
-    cmd.current_dir(&dir)
-        .args(["-c", script, "bash", env!("CARGO_BIN_EXE_rowbus"), "--database-url", PG_URL, "listen", &ch])
-        .env_remove("DATABASE_URL")
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    let mut cmd = bash_around_listen(script, &ch);
+    cmd.current_dir(&dir).stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = cmd.spawn().expect("bash");
     let stdout = read_all(child.stdout.take().unwrap());
     let stderr = read_all(child.stderr.take().unwrap());
@@ -591,14 +283,14 @@ fn a_closed_pipe_ends_listen_quietly() {
 
 /// `DATABASE_URL` in the environment instead of `--database-url`; the flag wins over it.
 #[test]
-fn database_url_from_the_environment() {
+fn database_url_in_the_environment_works_and_the_flag_wins() {
     let db = Db::new(Kind::MariaDb, "env");
     let env_cmd = |args: &[&str]| {
         let mut cmd = rowbus();
-        cmd.env("DATABASE_URL", &db.url).args(db.table_args()).args(args);
+        cmd.env("DATABASE_URL", &db.database.url).args(db.table_args()).args(args);
         cmd
     };
-    let (deployed, _) = run(env_cmd(&["deploy"]));
+    let deployed = run(env_cmd(&["deploy"]));
     assert!(
         deployed.status.success(),
         "deploy with DATABASE_URL failed (is MariaDB up?)\n{}",
@@ -607,14 +299,14 @@ fn database_url_from_the_environment() {
     assert_eq!(text(&deployed.stdout), format!("notify table `{}` is ready\n", db.table));
 
     let ch = unique("env");
-    let mut listener = Listening::start(env_cmd(&["listen", "--json", &ch]), &[&ch]);
+    let mut listener = listen(env_cmd(&["listen", "--json", &ch]), &[&ch]);
 
-    let (sent, _) = run(env_cmd(&["notify", &ch, "from the environment"]));
+    let sent = run(env_cmd(&["notify", &ch, "from the environment"]));
     assert!(sent.status.success() && sent.stderr.is_empty(), "notify with DATABASE_URL\n{}", show(&sent));
     // A bad DATABASE_URL is overridden by the flag.
     let mut flagged = db.rowbus(&["notify", &ch, "from the flag"]);
     flagged.env("DATABASE_URL", "foo://not-used");
-    let (sent, _) = run(flagged);
+    let sent = run(flagged);
     assert!(
         sent.status.success() && sent.stderr.is_empty(),
         "--database-url over DATABASE_URL\n{}",
@@ -633,19 +325,19 @@ fn database_url_from_the_environment() {
     // And a bad DATABASE_URL alone is reported.
     let mut bad = rowbus();
     bad.env("DATABASE_URL", "foo://from-env").args(["notify", "x", "y"]);
-    let (output, _) = run(bad);
+    let output = run(bad);
     let line = assert_error(&output, "a bad DATABASE_URL");
     assert_mentions(&line, &["foo://from-env"], "a bad DATABASE_URL");
 }
 
 #[test]
-fn bad_url_scheme() {
+fn a_url_of_an_unknown_scheme_is_refused_in_one_line() {
     for args in [&["deploy"][..], &["notify", "ch", "x"], &["listen", "ch"], &["listen", "--json", "a", "b"]]
     {
         let mut cmd = rowbus();
         cmd.args(["--database-url", "foo://x"]).args(args);
         let what = format!("foo://x, {args:?}");
-        let (output, _) = run(cmd);
+        let output = run(cmd);
         let line = assert_error(&output, &what);
         assert_mentions(&line, &["invalid database URL", "foo://x"], &what);
     }
@@ -658,7 +350,7 @@ fn unreachable(url: &str, args: &[&str]) -> (String, Duration) {
     cmd.args(["--database-url", url]).args(args);
     let what = format!("{url}, {args:?}");
     let started = Instant::now();
-    let (output, _) = run(cmd);
+    let output = run(cmd);
     let took = started.elapsed();
     let line = assert_error(&output, &what);
     assert_mentions(&line, &["cannot connect to", "127.0.0.1:1"], &what);
@@ -666,7 +358,7 @@ fn unreachable(url: &str, args: &[&str]) -> (String, Duration) {
 }
 
 #[test]
-fn unreachable_servers() {
+fn an_unreachable_server_fails_fast_and_names_it() {
     let cases: [(&str, &[&str]); 6] = [
         ("mysql://root@127.0.0.1:1/test", &["deploy"]),
         ("mysql://root@127.0.0.1:1/test", &["notify", "ch", "x"]),
@@ -684,7 +376,7 @@ fn unreachable_servers() {
 }
 
 /// Invalid channels, and payloads at and over the limit, on `kind`.
-fn limits(kind: Kind) {
+fn invalid_channels_and_oversized_payloads_are_refused(kind: Kind) {
     let db = Db::new(kind, "limits");
     db.deploy();
 
@@ -727,24 +419,10 @@ fn limits(kind: Kind) {
     assert!(line.len() < 300, "the error line repeats the payload: {} bytes", line.len());
     db.notify(&ch, Some(&fits));
 }
-
-#[test]
-fn limits_postgres() {
-    limits(Kind::Postgres);
-}
-
-#[test]
-fn limits_mariadb() {
-    limits(Kind::MariaDb);
-}
-
-#[test]
-fn limits_sqlite() {
-    limits(Kind::Sqlite);
-}
+on_each_database!(invalid_channels_and_oversized_payloads_are_refused);
 
 /// `listen` and `notify` before `deploy`.
-fn missing_table(kind: Kind) {
+fn listen_and_notify_before_deploy_say_to_deploy(kind: Kind) {
     let db = Db::new(kind, "missing");
     let ch = unique("missing");
     for args in [&["notify", &ch, "x"][..], &["listen", &ch], &["listen", "--json", &ch]] {
@@ -753,19 +431,10 @@ fn missing_table(kind: Kind) {
         assert_mentions(&line, &["does not exist", "rowbus deploy", &format!("`{}`", db.table)], &what);
     }
 }
+on_each_database!(listen_and_notify_before_deploy_say_to_deploy on mariadb, sqlite);
 
 #[test]
-fn missing_table_mariadb() {
-    missing_table(Kind::MariaDb);
-}
-
-#[test]
-fn missing_table_sqlite() {
-    missing_table(Kind::Sqlite);
-}
-
-#[test]
-fn invalid_settings() {
+fn invalid_settings_are_refused_naming_the_setting() {
     let db = Db::new(Kind::Sqlite, "settings");
     let cases: [(&[&str], &str, &str); 7] = [
         (&["--poll-interval", "0"], "poll_interval", "0"),
@@ -779,9 +448,9 @@ fn invalid_settings() {
     for (flags, setting, value) in cases {
         for command in [&["deploy"][..], &["notify", "ch", "x"], &["listen", "ch"]] {
             let mut cmd = rowbus();
-            cmd.args(["--database-url", &db.url]).args(flags).args(command);
+            cmd.args(["--database-url", &db.database.url]).args(flags).args(command);
             let what = format!("{flags:?} {command:?}");
-            let (output, _) = run(cmd);
+            let output = run(cmd);
             let line = assert_error(&output, &what);
             assert_mentions(&line, &[&format!("invalid `{setting}` = {value}")], &what);
         }
@@ -789,7 +458,7 @@ fn invalid_settings() {
     // Checked on PostgreSQL too, where the notify table is not used.
     let mut cmd = rowbus();
     cmd.args(["--database-url", PG_URL, "--retention", "10", "notify", "ch", "x"]);
-    let (output, _) = run(cmd);
+    let output = run(cmd);
     let line = assert_error(&output, "--retention 10 on PostgreSQL");
     assert_mentions(&line, &["invalid `retention` = 10"], "--retention 10 on PostgreSQL");
 }

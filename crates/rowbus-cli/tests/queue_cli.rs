@@ -6,191 +6,34 @@
 //! when one is unreachable. Every test uses its own queue tables (and, on MariaDB and
 //! SQLite, its own notify table), dropped at the end, so they run in parallel.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
+mod common;
+
+use std::process::Command;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::{
+    Database, Kind, LINE_TIMEOUT, RUN_TIMEOUT, Running, assert_error, assert_mentions, on_each_database,
+    rowbus, run, run_with, show, text, unique,
+};
 use serde_json::Value;
 
-const PG_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
-const MARIADB_URL: &str = "mysql://root@127.0.0.1:3306/test";
-
-/// How long a one-shot command may run.
-const RUN_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long a consumer may take to print its next line or to start.
-const LINE_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long a consumer may take to exit after SIGINT/SIGTERM.
 const EXIT_TIMEOUT: Duration = Duration::from_secs(15);
 
-static COUNTER: AtomicUsize = AtomicUsize::new(0);
-
-/// A name no other test (nor another run of this file) uses: `name_<pid>_<n>`.
-fn unique(name: &str) -> String {
-    format!("{name}_{}_{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed))
-}
-
-/// The binary, with none of the caller's DATABASE_URL or RUST_LOG, backtraces on (so that
-/// a panic would show), run in the temp directory so the default URL never lands in the tree.
-fn rowbus() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rowbus"));
-    cmd.env_remove("DATABASE_URL")
-        .env_remove("RUST_LOG")
-        .env("RUST_BACKTRACE", "1")
-        .current_dir(std::env::temp_dir())
-        .stdin(Stdio::null());
-    cmd
-}
-
-/// The command line, shortened, for messages.
-fn describe(cmd: &Command) -> String {
-    let args: Vec<_> = cmd.get_args().map(|a| a.to_string_lossy()).collect();
-    let text = format!("rowbus {}", args.join(" "));
-    text.chars().take(300).collect()
-}
-
-/// Bytes as (lossy) text.
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// A finished process's status and output, for messages.
-fn show(output: &Output) -> String {
-    format!(
-        "status {}\n--- stdout ---\n{}--- stderr ---\n{}",
-        output.status,
-        text(&output.stdout),
-        text(&output.stderr)
-    )
-}
-
-/// Waits for `child` to exit for at most `timeout`.
-fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(status) = child.try_wait().expect("waiting for a rowbus process") {
-            return Some(status);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// Reads a pipe to its end on a thread.
-fn read_all(mut pipe: impl Read + Send + 'static) -> thread::JoinHandle<Vec<u8>> {
-    thread::spawn(move || {
-        let mut bytes = Vec::new();
-        let _ = pipe.read_to_end(&mut bytes);
-        bytes
-    })
-}
-
-/// Runs `cmd` to completion (at most `timeout`), `input` on its stdin.
-fn run_with(mut cmd: Command, input: Option<&[u8]>, timeout: Duration) -> Output {
-    let what = describe(&cmd);
-    if input.is_some() {
-        cmd.stdin(Stdio::piped());
-    }
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start `{what}`: {e}"));
-    if let Some(input) = input {
-        let mut stdin = child.stdin.take().expect("piped stdin");
-        let input = input.to_vec();
-        thread::spawn(move || {
-            let _ = stdin.write_all(&input);
-        });
-    }
-    let stdout = read_all(child.stdout.take().expect("piped stdout"));
-    let stderr = read_all(child.stderr.take().expect("piped stderr"));
-    let Some(status) = wait_timeout(&mut child, timeout) else {
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("`{what}` did not finish within {timeout:?}");
-    };
-    Output {
-        status,
-        stdout: stdout.join().expect("stdout reader"),
-        stderr: stderr.join().expect("stderr reader"),
-    }
-}
-
-/// Runs `cmd` to completion (at most [`RUN_TIMEOUT`]), stdin empty.
-fn run(cmd: Command) -> Output {
-    run_with(cmd, None, RUN_TIMEOUT)
-}
-
-/// Asserts a failure the way the CLI reports one: exit status 1, nothing on stdout, and
-/// exactly one stderr line `rowbus: error: ...` (no panic, no backtrace). Returns the line.
-fn assert_error(output: &Output, what: &str) -> String {
-    let stderr = text(&output.stderr);
-    assert_eq!(output.status.code(), Some(1), "{what}: expected exit status 1\n{}", show(output));
-    assert!(!stderr.contains("panicked"), "{what}: the binary panicked\n{}", show(output));
-    assert!(!stderr.to_lowercase().contains("backtrace"), "{what}: a backtrace\n{}", show(output));
-    let lines: Vec<&str> = stderr.lines().collect();
-    assert_eq!(lines.len(), 1, "{what}: expected exactly one stderr line\n{}", show(output));
-    assert!(lines[0].starts_with("rowbus: error: "), "{what}: not a `rowbus: error:` line\n{}", show(output));
-    assert!(output.stdout.is_empty(), "{what}: unexpected stdout\n{}", show(output));
-    lines[0].to_owned()
-}
-
-/// Asserts `line` contains every one of `needles`.
-fn assert_mentions(line: &str, needles: &[&str], what: &str) {
-    for needle in needles {
-        assert!(line.contains(needle), "{what}: expected {needle:?} in:\n{line}");
-    }
-}
-
-/// The databases.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    /// PostgreSQL at 127.0.0.1:5432.
-    Postgres,
-    /// MariaDB at 127.0.0.1:3306.
-    MariaDb,
-    /// A temporary SQLite file.
-    Sqlite,
-}
-
-/// One test's database: its URL, its own notify table and the queue tables it made, all
-/// dropped at the end (the SQLite file deleted).
+/// One test's database, its own notify table and the queue tables it made, all dropped at
+/// the end (the SQLite file deleted).
 struct Db {
-    kind: Kind,
-    url: String,
+    database: Database,
     notify_table: String,
     queues: Mutex<Vec<String>>,
-    sqlite_file: Option<PathBuf>,
 }
 
 impl Db {
     fn new(kind: Kind, test: &str) -> Db {
         let notify_table = unique(&format!("qcli_{test}_notify"));
-        let (url, sqlite_file) = match kind {
-            Kind::Postgres => (PG_URL.to_owned(), None),
-            Kind::MariaDb => (MARIADB_URL.to_owned(), None),
-            Kind::Sqlite => {
-                let file = std::env::temp_dir().join(format!("rowbus_{notify_table}.sqlite"));
-                (format!("sqlite://{}", file.display()), Some(file))
-            }
-        };
-        Db { kind, url, notify_table, queues: Mutex::default(), sqlite_file }
-    }
-
-    /// The server, for messages.
-    fn server(&self) -> &'static str {
-        match self.kind {
-            Kind::Postgres => "PostgreSQL at 127.0.0.1:5432",
-            Kind::MariaDb => "MariaDB at 127.0.0.1:3306",
-            Kind::Sqlite => "SQLite",
-        }
+        Db { database: Database::new(kind, &notify_table), notify_table, queues: Mutex::default() }
     }
 
     /// A fresh queue table name, dropped with the test.
@@ -203,7 +46,7 @@ impl Db {
     /// `rowbus --database-url URL --notify-table T ARGS...`
     fn rowbus(&self, args: &[&str]) -> Command {
         let mut cmd = rowbus();
-        cmd.args(["--database-url", &self.url, "--notify-table", &self.notify_table]).args(args);
+        cmd.args(["--database-url", &self.database.url, "--notify-table", &self.notify_table]).args(args);
         cmd
     }
 
@@ -214,12 +57,12 @@ impl Db {
 
     /// Like [`Db::ok`], `input` on stdin.
     fn ok_with(&self, args: &[&str], input: Option<&[u8]>) -> String {
-        let output = run_with(self.rowbus(args), input, RUN_TIMEOUT);
+        let (output, _) = run_with(self.rowbus(args), input, RUN_TIMEOUT);
         assert!(
             output.status.success() && output.stderr.is_empty(),
             "`rowbus {}` on {} did not succeed quietly (is the server up? scripts/services.sh starts it)\n{}",
             args.join(" "),
-            self.server(),
+            self.database.server(),
             show(&output)
         );
         text(&output.stdout)
@@ -227,7 +70,7 @@ impl Db {
 
     /// Runs a command that must fail; its error line.
     fn fail(&self, args: &[&str], what: &str) -> String {
-        assert_error(&run(self.rowbus(args)), &format!("{what} on {}", self.server()))
+        assert_error(&run(self.rowbus(args)), &format!("{what} on {}", self.database.server()))
     }
 
     /// `rowbus deploy --queue Q...`, checked line by line.
@@ -237,7 +80,7 @@ impl Db {
             args.extend(["--queue", q]);
         }
         let stdout = self.ok(&args);
-        let mut expected = match self.kind {
+        let mut expected = match self.database.kind {
             Kind::Postgres => {
                 "PostgreSQL has LISTEN/NOTIFY built in: no notify table needed, nothing to do\n".to_owned()
             }
@@ -295,175 +138,33 @@ impl Drop for Db {
     fn drop(&mut self) {
         let queues = self.queues.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let mut tables: Vec<String> = queues.iter().flat_map(|q| [q.clone(), format!("{q}_dead")]).collect();
-        let dropped = match self.kind {
-            Kind::Postgres if !tables.is_empty() => Command::new("psql")
-                .args(["-h", "127.0.0.1", "-U", "postgres", "-d", "test", "-q", "-c"])
-                .arg(format!("DROP TABLE IF EXISTS {}", tables.join(", ")))
-                .stdin(Stdio::null())
-                .output(),
-            Kind::MariaDb => {
-                tables.push(self.notify_table.clone());
-                let list: Vec<String> = tables.iter().map(|t| format!("`{t}`")).collect();
-                Command::new("mariadb")
-                    .args(["-h127.0.0.1", "-P3306", "-uroot", "test", "-e"])
-                    .arg(format!("DROP TABLE IF EXISTS {}", list.join(", ")))
-                    .stdin(Stdio::null())
-                    .output()
-            }
-            Kind::Sqlite => {
-                if let Some(file) = &self.sqlite_file {
-                    for suffix in ["", "-wal", "-shm", "-journal"] {
-                        let mut path = file.clone().into_os_string();
-                        path.push(suffix);
-                        let _ = std::fs::remove_file(path);
-                    }
-                }
-                return;
-            }
-            Kind::Postgres => return,
-        };
-        match dropped {
-            Ok(out) if out.status.success() => {}
-            Ok(out) => eprintln!("cannot drop {tables:?}: {}", text(&out.stderr)),
-            Err(e) => eprintln!("cannot drop {tables:?}: {e}"),
+        // PostgreSQL has no notify table; SQLite's tables go with its file.
+        if self.database.kind == Kind::MariaDb {
+            tables.push(self.notify_table.clone());
         }
+        self.database.drop_tables(&tables);
     }
 }
 
-/// A pipe's lines, read on a thread.
-fn read_lines(pipe: impl Read + Send + 'static) -> Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
-        for line in BufReader::new(pipe).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    rx
+/// Starts a consumer and waits for its `rowbus: consuming ...` line.
+fn start_consumer(cmd: Command) -> Running {
+    let mut running = Running::spawn(cmd, EXIT_TIMEOUT);
+    running.await_stderr("consuming", LINE_TIMEOUT, |line| line.starts_with("rowbus: consuming "));
+    running
 }
 
-/// A running process (`consume`, `demo`), its stdout and stderr read line by line.
-/// Killed when dropped.
-struct Running {
-    child: Child,
-    what: String,
-    stdout: Receiver<String>,
-    stderr: Receiver<String>,
-    stderr_seen: Vec<String>,
-}
-
-impl Running {
-    /// Starts `cmd`.
-    fn spawn(mut cmd: Command) -> Running {
-        let what = describe(&cmd);
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start `{what}`: {e}"));
-        let stdout = read_lines(child.stdout.take().expect("piped stdout"));
-        let stderr = read_lines(child.stderr.take().expect("piped stderr"));
-        Running { child, what, stdout, stderr, stderr_seen: Vec::new() }
-    }
-
-    /// Starts a consumer and waits for its `rowbus: consuming ...` line.
-    fn consumer(cmd: Command) -> Running {
-        let mut running = Running::spawn(cmd);
-        let deadline = Instant::now() + LINE_TIMEOUT;
-        loop {
-            match running.stderr.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-                Ok(line) => {
-                    let done = line.starts_with("rowbus: consuming ");
-                    running.stderr_seen.push(line);
-                    if done {
-                        return running;
-                    }
-                }
-                Err(RecvTimeoutError::Timeout) => running.die("did not say `consuming` in time"),
-                Err(RecvTimeoutError::Disconnected) => {
-                    let status = wait_timeout(&mut running.child, EXIT_TIMEOUT);
-                    running.die(&format!("exited ({status:?}) before consuming"))
-                }
-            }
-        }
-    }
-
-    /// Panics with `message` and the stderr seen so far.
-    fn die(&mut self, message: &str) -> ! {
-        while let Ok(line) = self.stderr.try_recv() {
-            self.stderr_seen.push(line);
-        }
-        panic!("`{}`: {message}\n--- stderr so far ---\n{}", self.what, self.stderr_seen.join("\n"))
-    }
-
-    /// The next stdout line, within [`LINE_TIMEOUT`].
-    fn next_line(&mut self, waiting_for: &str) -> String {
-        match self.stdout.recv_timeout(LINE_TIMEOUT) {
-            Ok(line) => line,
-            Err(RecvTimeoutError::Timeout) => {
-                self.die(&format!("no line within {LINE_TIMEOUT:?}, waiting for {waiting_for}"))
-            }
-            Err(RecvTimeoutError::Disconnected) => {
-                self.die(&format!("stdout closed, waiting for {waiting_for}"))
-            }
-        }
-    }
-
-    /// Sends `signal` (`INT`, `TERM`), waits for the exit; returns the status, the stdout
-    /// lines not read yet and every stderr line.
-    fn stop(&mut self, signal: &str) -> (ExitStatus, Vec<String>, Vec<String>) {
-        let pid = self.child.id().to_string();
-        let killed = Command::new("kill").arg(format!("-{signal}")).arg(&pid).status().expect("running kill");
-        assert!(killed.success(), "kill -{signal} {pid} failed");
-        let Some(status) = wait_timeout(&mut self.child, EXIT_TIMEOUT) else {
-            self.die(&format!("did not exit within {EXIT_TIMEOUT:?} of SIG{signal}"))
-        };
-        let rest = drain(&self.stdout);
-        let more = drain(&self.stderr);
-        self.stderr_seen.extend(more);
-        (status, rest, self.stderr_seen.clone())
-    }
-
-    /// Stops with `signal` and asserts exit status 0 with no unread stdout and no error.
-    fn stop_cleanly(&mut self, signal: &str) -> Vec<String> {
-        let (status, rest, stderr) = self.stop(signal);
-        assert!(
-            status.success(),
-            "`{}` exited {status} after SIG{signal}:\n{}",
-            self.what,
-            stderr.join("\n")
-        );
-        assert!(rest.is_empty(), "`{}`: unexpected stdout lines {rest:#?}", self.what);
-        assert!(
-            !stderr.iter().any(|l| l.contains("error") || l.contains("panicked")),
-            "`{}`: {stderr:#?}",
-            self.what
-        );
-        stderr
-    }
-}
-
-/// Every line until the reader hangs up (the pipe closed).
-fn drain(lines: &Receiver<String>) -> Vec<String> {
-    let mut all = Vec::new();
-    loop {
-        match lines.recv_timeout(EXIT_TIMEOUT) {
-            Ok(line) => all.push(line),
-            Err(RecvTimeoutError::Disconnected) => return all,
-            Err(RecvTimeoutError::Timeout) => panic!("a pipe stayed open after its process exited"),
-        }
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
+/// Stops `running` with `signal` and asserts exit status 0 with no unread stdout and no
+/// error; returns its stderr lines.
+fn stop_cleanly(running: &mut Running, signal: &str) -> Vec<String> {
+    let (status, rest, stderr) = running.stop(signal);
+    assert!(status.success(), "`{}` exited {status} after SIG{signal}:\n{}", running.what, stderr.join("\n"));
+    assert!(rest.is_empty(), "`{}`: unexpected stdout lines {rest:#?}", running.what);
+    assert!(
+        !stderr.iter().any(|l| l.contains("error") || l.contains("panicked")),
+        "`{}`: {stderr:#?}",
+        running.what
+    );
+    stderr
 }
 
 /// Parses a `consume --json` line, checking its keys.
@@ -484,7 +185,7 @@ const TRICKY: &str = "line one\nline \"two\" isn't \\ done\tyet: héllo ✓";
 /// default group: the waiting message at once, and one published meanwhile from another
 /// process well before the 30 s poll; SIGINT exits 0. Then the plain format of the other
 /// group, with two workers, and SIGTERM.
-fn round_trip(kind: Kind) {
+fn consume_gets_its_groups_messages_and_wakes_on_publish(kind: Kind) {
     let db = Db::new(kind, "rt");
     let q = db.queue("rt");
     db.deploy(&[&q]);
@@ -499,7 +200,7 @@ fn round_trip(kind: Kind) {
     assert_eq!(db.group_stats(&q, "g2").expect("g2 is listed")["depth"], 1);
 
     let mut consumer =
-        Running::consumer(db.rowbus(&["consume", &q, "--json", "--listen-notify", "--poll-interval", "30"]));
+        start_consumer(db.rowbus(&["consume", &q, "--json", "--listen-notify", "--poll-interval", "30"]));
     let first = delivery(&consumer.next_line("hello"));
     assert_eq!(
         (first["payload"].as_str(), first["group"].as_str(), first["attempt"].as_u64()),
@@ -515,37 +216,23 @@ fn round_trip(kind: Kind) {
         took < Duration::from_secs(10),
         "woken after {took:?}: the notification did not wake the consumer"
     );
-    consumer.stop_cleanly("INT");
+    stop_cleanly(&mut consumer, "INT");
     assert_eq!(db.depth(&q, ""), 0, "both acknowledged");
     assert_eq!(db.depth(&q, "g2"), 1, "the other group's message is left alone");
 
-    let mut plain = Running::consumer(db.rowbus(&["consume", &q, "--group", "g2", "--workers", "2"]));
+    let mut plain = start_consumer(db.rowbus(&["consume", &q, "--group", "g2", "--workers", "2"]));
     let line = plain.next_line("the tricky payload");
     let (id, rest) = line.split_once(' ').expect("ID GROUP PAYLOAD");
     assert!(id.parse::<u64>().is_ok(), "{line}");
     assert_eq!(rest, format!("g2 {}", TRICKY.escape_debug()));
-    plain.stop_cleanly("TERM");
+    stop_cleanly(&mut plain, "TERM");
     assert_eq!(db.depth(&q, "g2"), 0);
 }
-
-#[test]
-fn round_trip_postgres() {
-    round_trip(Kind::Postgres);
-}
-
-#[test]
-fn round_trip_mariadb() {
-    round_trip(Kind::MariaDb);
-}
-
-#[test]
-fn round_trip_sqlite() {
-    round_trip(Kind::Sqlite);
-}
+on_each_database!(consume_gets_its_groups_messages_and_wakes_on_publish);
 
 /// `publish TABLE -`: each stdin line a message (empty lines, CRLF, UTF-8 and not), in
 /// batches; `consume --batch` gets them all, in order.
-fn publish_stdin(kind: Kind) {
+fn publish_dash_sends_each_stdin_line_in_order(kind: Kind) {
     let db = Db::new(kind, "stdin");
     let q = db.queue("stdin");
     db.deploy(&[&q]);
@@ -566,7 +253,7 @@ fn publish_stdin(kind: Kind) {
     assert_eq!(stdout, format!("published {total} messages to `{q}`\n"));
     assert_eq!(db.depth(&q, ""), total);
 
-    let mut consumer = Running::consumer(db.rowbus(&["consume", &q, "--batch", "500", "--json"]));
+    let mut consumer = start_consumer(db.rowbus(&["consume", &q, "--batch", "500", "--json"]));
     let mut last_id = 0;
     for expected in &payloads {
         let d = delivery(&consumer.next_line(expected));
@@ -575,19 +262,10 @@ fn publish_stdin(kind: Kind) {
         assert!(id > last_id, "in order");
         last_id = id;
     }
-    consumer.stop_cleanly("INT");
+    stop_cleanly(&mut consumer, "INT");
     assert_eq!(db.depth(&q, ""), 0);
 }
-
-#[test]
-fn publish_stdin_sqlite() {
-    publish_stdin(Kind::Sqlite);
-}
-
-#[test]
-fn publish_stdin_postgres() {
-    publish_stdin(Kind::Postgres);
-}
+on_each_database!(publish_dash_sends_each_stdin_line_in_order on postgres, sqlite);
 
 /// `consume --exec`: exit 0 acknowledges; a failing payload is retried after the backoff
 /// and dead-lettered after `--max-attempts`; the command gets the payload on stdin and
@@ -600,12 +278,12 @@ fn exec_retries_then_dead_letters(kind: Kind, mode: &[&str]) {
     let script = r#"p=$(cat); echo "ran $p $ROWBUS_ATTEMPT"; [ "$p" != bad ]"#;
     let mut args = vec!["consume", &q, "--exec", script, "--max-attempts", "2", "--retry-delay", "0.1"];
     args.extend(mode);
-    let mut consumer = Running::consumer(db.rowbus(&args));
+    let mut consumer = start_consumer(db.rowbus(&args));
     let mut ran: Vec<String> = (0..4).map(|_| consumer.next_line("the command's output")).collect();
     ran.sort();
     assert_eq!(ran, ["ran bad 1", "ran bad 2", "ran ok1 1", "ran ok2 1"]);
     db.wait_stats(&q, "", "dead-lettered", |g| g["dead"] == 1 && g["depth"] == 0);
-    let stderr = consumer.stop_cleanly("INT");
+    let stderr = stop_cleanly(&mut consumer, "INT");
     let failures: Vec<&String> = stderr.iter().filter(|l| l.contains("exited with status 1")).collect();
     assert_eq!(failures.len(), 2, "{stderr:#?}");
     assert_mentions(failures[0], &["(attempt 1 of 2)", "retrying in 100ms"], "the first failure");
@@ -613,18 +291,18 @@ fn exec_retries_then_dead_letters(kind: Kind, mode: &[&str]) {
 }
 
 #[test]
-fn exec_with_workers_sqlite() {
+fn exec_with_workers_retries_then_dead_letters_on_sqlite() {
     exec_retries_then_dead_letters(Kind::Sqlite, &["--workers", "2"]);
 }
 
 #[test]
-fn exec_with_batches_mariadb() {
+fn exec_in_batches_retries_then_dead_letters_on_mariadb() {
     exec_retries_then_dead_letters(Kind::MariaDb, &["--batch", "10"]);
 }
 
 /// `stats` without tables finds the queue tables (and only them); with `--json` the same;
 /// depth, ready, delayed, in flight and dead per group; the notify table's line.
-fn stats_lists_queue_tables(kind: Kind) {
+fn stats_finds_the_queue_tables_and_counts_each_group(kind: Kind) {
     let db = Db::new(kind, "stats");
     let (a, b) = (db.queue("stats_a"), db.queue("stats_b"));
     db.deploy(&[&a, &b]);
@@ -679,7 +357,7 @@ fn stats_lists_queue_tables(kind: Kind) {
     }
 
     // In flight: a message whose command is still running.
-    let mut consumer = Running::consumer(db.rowbus(&[
+    let mut consumer = start_consumer(db.rowbus(&[
         "consume",
         &a,
         "--group",
@@ -690,33 +368,19 @@ fn stats_lists_queue_tables(kind: Kind) {
         "0",
     ]));
     db.wait_stats(&a, "x", "in flight", |g| g["in_flight"] == 1 && g["ready"] == 0 && g["depth"] == 1);
-    consumer.stop_cleanly("INT");
+    stop_cleanly(&mut consumer, "INT");
 }
-
-#[test]
-fn stats_lists_queue_tables_sqlite() {
-    stats_lists_queue_tables(Kind::Sqlite);
-}
-
-#[test]
-fn stats_lists_queue_tables_postgres() {
-    stats_lists_queue_tables(Kind::Postgres);
-}
-
-#[test]
-fn stats_lists_queue_tables_mariadb() {
-    stats_lists_queue_tables(Kind::MariaDb);
-}
+on_each_database!(stats_finds_the_queue_tables_and_counts_each_group);
 
 /// The newcomer's path: `rowbus demo` with no flags but a small run, in an empty directory:
 /// the default SQLite file, a summary, and "nothing lost"; the demo's table is gone after.
 #[test]
-fn demo_on_the_default_sqlite() {
+fn demo_runs_on_the_default_sqlite_file_and_loses_nothing() {
     let dir = std::env::temp_dir().join(unique("rowbus_demo"));
     std::fs::create_dir_all(&dir).unwrap();
     let mut cmd = rowbus();
     cmd.current_dir(&dir).args(["demo", "--messages", "400", "--rate", "400"]);
-    let output = run_with(cmd, None, Duration::from_secs(50));
+    let (output, _) = run_with(cmd, None, Duration::from_secs(50));
     let stdout = text(&output.stdout);
     assert!(output.status.success() && output.stderr.is_empty(), "{}", show(&output));
     assert_mentions(
@@ -758,7 +422,7 @@ fn demo_on_the_default_sqlite() {
 }
 
 /// The demo on the servers, briefly.
-fn demo_runs(kind: Kind) {
+fn demo_loses_nothing_and_drops_its_table(kind: Kind) {
     let db = Db::new(kind, "demo");
     let stdout = db.ok(&["demo", "--messages", "300", "--rate", "600"]);
     assert_mentions(&stdout, &["nothing lost: every published message was handled exactly once"], "demo");
@@ -770,22 +434,14 @@ fn demo_runs(kind: Kind) {
         "{table} was not dropped: {queues}"
     );
 }
-
-#[test]
-fn demo_postgres() {
-    demo_runs(Kind::Postgres);
-}
-
-#[test]
-fn demo_mariadb() {
-    demo_runs(Kind::MariaDb);
-}
+on_each_database!(demo_loses_nothing_and_drops_its_table on postgres, mariadb);
 
 /// Ctrl-C in the middle of the demo: exit 0, the summary so far, the table dropped.
 #[test]
-fn demo_interrupted_prints_the_summary_so_far() {
+fn an_interrupted_demo_prints_the_summary_so_far() {
     let db = Db::new(Kind::Sqlite, "demo_int");
-    let mut demo = Running::spawn(db.rowbus(&["demo", "--messages", "100000", "--rate", "500"]));
+    let mut demo =
+        Running::spawn(db.rowbus(&["demo", "--messages", "100000", "--rate", "500"]), EXIT_TIMEOUT);
     let header: Vec<String> = (0..3).map(|_| demo.next_line("the demo's header")).collect();
     assert!(header[0].starts_with("rowbus demo on SQLite"), "{header:#?}");
     thread::sleep(Duration::from_millis(1500));
@@ -805,7 +461,7 @@ fn demo_interrupted_prints_the_summary_so_far() {
 }
 
 /// A queue table that does not exist: publish, consume and stats say to deploy it.
-fn missing_queue_table(kind: Kind) {
+fn a_missing_queue_table_says_how_to_deploy_it(kind: Kind) {
     let db = Db::new(kind, "missing");
     db.deploy(&[]);
     let q = unique("qcli_never");
@@ -821,26 +477,12 @@ fn missing_queue_table(kind: Kind) {
         assert_mentions(&line, &[&format!("queue table `{q}` does not exist"), &hint], &what);
     }
 }
-
-#[test]
-fn missing_queue_table_postgres() {
-    missing_queue_table(Kind::Postgres);
-}
-
-#[test]
-fn missing_queue_table_mariadb() {
-    missing_queue_table(Kind::MariaDb);
-}
-
-#[test]
-fn missing_queue_table_sqlite() {
-    missing_queue_table(Kind::Sqlite);
-}
+on_each_database!(a_missing_queue_table_says_how_to_deploy_it);
 
 /// Names rowbus refuses, everywhere a table or group is named; a table that is not a
 /// queue; `--listen-notify` without the notify table.
 #[test]
-fn invalid_names_and_tables() {
+fn invalid_names_and_non_queue_tables_are_refused() {
     let db = Db::new(Kind::Sqlite, "names");
     let long = "x".repeat(58);
     for name in ["a;b", "jobs`", "1jobs", "", long.as_str(), "a.b.c"] {
@@ -879,7 +521,7 @@ fn invalid_names_and_tables() {
 
 /// Unreachable servers and bad URLs: one line, at once.
 #[test]
-fn unreachable_servers_and_bad_urls() {
+fn unreachable_servers_and_bad_urls_fail_at_once_in_one_line() {
     let commands: [&[&str]; 6] = [
         &["deploy", "--queue", "q"],
         &["publish", "q", "x"],

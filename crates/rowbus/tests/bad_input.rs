@@ -144,8 +144,14 @@ fn channel_names_on_sqlite() {
 }
 
 /// Queue table names: valid ones work end to end, the rest are refused by name; a table
-/// named in an injection attempt is still there afterwards.
+/// named in an injection attempt (`victim`, deployed here with one message) is still there
+/// afterwards.
 fn table_names<DB: rowbus::Db>(broker: Broker<DB>, victim: &str, rt: &tokio::runtime::Runtime) -> Tally {
+    let q = broker.queue(victim).unwrap();
+    rt.block_on(async {
+        q.deploy().await.unwrap();
+        q.publish(Message::text("v")).await.unwrap()
+    });
     let tally = Mutex::new(Tally::default());
     runner(40)
         .run(&identifier_near(57), |name| {
@@ -184,22 +190,10 @@ fn queue_table_names_on_postgres_and_mariadb() {
         let victim = unique("victim");
         let tally = match db {
             DbPool::Postgres(pool) => {
-                let broker = rt.block_on(Broker::new(pool, BrokerOptions::default())).unwrap();
-                let q = broker.queue(&victim).unwrap();
-                rt.block_on(async {
-                    q.deploy().await.unwrap();
-                    q.publish(Message::text("v")).await.unwrap()
-                });
-                table_names(broker, &victim, &rt)
+                table_names(rt.block_on(Broker::new(pool, BrokerOptions::default())).unwrap(), &victim, &rt)
             }
             DbPool::MySql(pool) => {
-                let broker = rt.block_on(Broker::new(pool, BrokerOptions::default())).unwrap();
-                let q = broker.queue(&victim).unwrap();
-                rt.block_on(async {
-                    q.deploy().await.unwrap();
-                    q.publish(Message::text("v")).await.unwrap()
-                });
-                table_names(broker, &victim, &rt)
+                table_names(rt.block_on(Broker::new(pool, BrokerOptions::default())).unwrap(), &victim, &rt)
             }
             DbPool::Sqlite(_) => unreachable!(),
         };

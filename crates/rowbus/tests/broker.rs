@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{MARIADB, PG, TempSqlite, unique};
+use common::{MARIADB, PG, TempSqlite, on_each_database, unique};
 use futures::StreamExt;
 use rowbus::{Broker, BrokerOptions, Db, DbPool, Delivery, Error, Message, Outcome, RetryPolicy, Stats};
 use sqlx::{MySql, Postgres, Sqlite};
@@ -57,27 +57,26 @@ async fn sqlite(options: BrokerOptions) -> Env<Sqlite> {
     sqlite_at(Arc::new(TempSqlite::new()), options).await
 }
 
-/// Runs `scenario` on each database, as three tests.
-macro_rules! on_each_database {
-    ($scenario:ident) => {
-        mod $scenario {
-            use super::*;
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn postgres() {
-                super::$scenario(pg(options()).await.broker).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn mariadb() {
-                super::$scenario(super::mariadb(options()).await.broker).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn sqlite() {
-                let env = super::sqlite(options()).await;
-                super::$scenario(env.broker.clone()).await;
-            }
+/// One test of `scenario` on `database`, for [`on_each_database!`]: a broker with
+/// [`options`] on two worker threads.
+macro_rules! database_test {
+    (postgres, $scenario:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn postgres() {
+            super::$scenario(pg(options()).await.broker).await;
+        }
+    };
+    (mariadb, $scenario:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn mariadb() {
+            super::$scenario(super::mariadb(options()).await.broker).await;
+        }
+    };
+    (sqlite, $scenario:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn sqlite() {
+            let env = super::sqlite(options()).await;
+            super::$scenario(env.broker.clone()).await;
         }
     };
 }
@@ -866,13 +865,20 @@ async fn listen_notify_on_sqlite() {
 }
 
 /// The triggers docs/waking.md gives make rows written with plain SQL by other programs
-/// wake subscriptions too.
-async fn trigger_wakes<DB: Db>(
-    broker: &Broker<DB>,
-    name: &str,
-    insert: impl std::future::Future<Output = ()>,
-) {
-    let q = broker.queue(name).unwrap();
+/// wake subscriptions too. `triggers` gives the statements that make one on the queue
+/// table it is given.
+async fn trigger_wakes<DB: Db>(env: Env<DB>, triggers: impl FnOnce(&str) -> Vec<String>)
+where
+    for<'c> &'c sqlx::Pool<DB>: sqlx::Executor<'c, Database = DB>,
+{
+    let name = unique("trig");
+    env.broker.queue(&name).unwrap().deploy().await.unwrap();
+    let pool = env.broker.pool().clone();
+    for sql in triggers(&name) {
+        exec(&pool, sql).await;
+    }
+    let insert = exec(&pool, format!("INSERT INTO {name} (payload) VALUES ('raw')"));
+    let q = env.broker.queue(&name).unwrap();
     let mut sub = q.subscribe().poll_interval(Duration::from_secs(10)).stream().await.unwrap();
     assert!(tokio::time::timeout(Duration::from_millis(300), sub.next()).await.is_err());
     insert.await;
@@ -883,6 +889,7 @@ async fn trigger_wakes<DB: Db>(
         .unwrap();
     assert_eq!(d.payload(), b"raw");
     d.ack().await.unwrap();
+    env.broker.shutdown(Duration::from_secs(1)).await;
 }
 
 async fn exec<'a, E: sqlx::Executor<'a>>(executor: E, sql: String)
@@ -894,61 +901,39 @@ where
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_trigger_wakes_subscriptions() {
-    let env = pg(notifying()).await;
-    let name = unique("trig");
-    env.broker.queue(&name).unwrap().deploy().await.unwrap();
-    let pool = env.broker.pool().clone();
-    exec(
-        &pool,
-        "CREATE OR REPLACE FUNCTION rowbus_wake() RETURNS trigger LANGUAGE plpgsql AS $$ \
+    trigger_wakes(pg(notifying()).await, |name| {
+        vec![
+            "CREATE OR REPLACE FUNCTION rowbus_wake() RETURNS trigger LANGUAGE plpgsql AS $$ \
                  BEGIN PERFORM pg_notify(TG_ARGV[0], NEW.group_name); RETURN NULL; END $$"
-            .into(),
-    )
+                .into(),
+            format!("CREATE TRIGGER {name}_wake AFTER INSERT ON {name} FOR EACH ROW EXECUTE FUNCTION rowbus_wake('{name}')"),
+        ]
+    })
     .await;
-    exec(&pool, format!("CREATE TRIGGER {name}_wake AFTER INSERT ON {name} FOR EACH ROW EXECUTE FUNCTION rowbus_wake('{name}')")).await;
-    let insert = exec(&pool, format!("INSERT INTO {name} (payload) VALUES ('raw')"));
-    trigger_wakes(&env.broker, &name, insert).await;
-    env.broker.shutdown(Duration::from_secs(1)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mariadb_trigger_wakes_subscriptions() {
-    let env = mariadb(notifying()).await;
-    let name = unique("trig");
-    env.broker.queue(&name).unwrap().deploy().await.unwrap();
-    let pool = env.broker.pool().clone();
-    exec(
-        &pool,
-        format!(
+    trigger_wakes(mariadb(notifying()).await, |name| {
+        vec![format!(
             "CREATE TRIGGER {name}_wake AFTER INSERT ON {name} FOR EACH ROW \
          INSERT INTO rowbus_notify (channel, payload, pid, created_at) \
          VALUES ('{name}', NEW.group_name, CONNECTION_ID(), UTC_TIMESTAMP(6))"
-        ),
-    )
+        )]
+    })
     .await;
-    let insert = exec(&pool, format!("INSERT INTO {name} (payload) VALUES ('raw')"));
-    trigger_wakes(&env.broker, &name, insert).await;
-    env.broker.shutdown(Duration::from_secs(1)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_trigger_wakes_subscriptions() {
-    let env = sqlite(notifying()).await;
-    let name = unique("trig");
-    env.broker.queue(&name).unwrap().deploy().await.unwrap();
-    let pool = env.broker.pool().clone();
-    exec(
-        &pool,
-        format!(
+    trigger_wakes(sqlite(notifying()).await, |name| {
+        vec![format!(
             "CREATE TRIGGER {name}_wake AFTER INSERT ON {name} BEGIN \
          INSERT INTO rowbus_notify (channel, payload, pid, created_at) \
          VALUES ('{name}', NEW.group_name, 0, strftime('%Y-%m-%d %H:%M:%f', 'now')); END"
-        ),
-    )
+        )]
+    })
     .await;
-    let insert = exec(&pool, format!("INSERT INTO {name} (payload) VALUES ('raw')"));
-    trigger_wakes(&env.broker, &name, insert).await;
-    env.broker.shutdown(Duration::from_secs(1)).await;
 }
 
 /// A queue whose table was never deployed says so, naming the table and the fix: on

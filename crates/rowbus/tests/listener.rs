@@ -5,16 +5,40 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Env, MARIADB, PG, cp, env, env_with, event_within, notification, silence, unique};
+use common::{
+    Env, MARIADB, PG, cp, env, env_with, event_within, notification, on_each_database, silence, unique,
+    url_for,
+};
 use futures::StreamExt;
 use rowbus::{DbPool, Error, Event, Listener, NotifyDeploy};
 use sqlx::Executor;
 
 const QUIET: Duration = Duration::from_millis(400);
 
+/// One test of `scenario` on `database`, for [`on_each_database!`]: the scenario gets the
+/// server's URL, `None` for a new SQLite file.
+macro_rules! database_test {
+    (postgres, $scenario:ident) => {
+        database_test!(postgres, $scenario, Some(PG));
+    };
+    (mariadb, $scenario:ident) => {
+        database_test!(mariadb, $scenario, Some(MARIADB));
+    };
+    (sqlite, $scenario:ident) => {
+        database_test!(sqlite, $scenario, None);
+    };
+    ($database:ident, $scenario:ident, $server:expr) => {
+        #[tokio::test]
+        async fn $database() {
+            super::$scenario($server).await;
+        }
+    };
+}
+
 /// Delivered on commit and never on rollback, no history before `listen`, a transaction
 /// open at `listen` time delivered once it commits, exactly once, in order.
-async fn contract(env: Env) {
+async fn notifications_arrive_on_commit_once_and_in_order(server: Option<&str>) {
+    let env = env(server).await;
     let ch = unique("ch");
     let other = unique("other");
     env.notify(&ch, "history").await;
@@ -53,21 +77,7 @@ async fn contract(env: Env) {
     drop(listener);
     env.cleanup().await;
 }
-
-#[tokio::test]
-async fn contract_postgres() {
-    contract(env(Some(PG)).await).await;
-}
-
-#[tokio::test]
-async fn contract_mariadb() {
-    contract(env(Some(MARIADB)).await).await;
-}
-
-#[tokio::test]
-async fn contract_sqlite() {
-    contract(env(None).await).await;
-}
+on_each_database!(notifications_arrive_on_commit_once_and_in_order);
 
 #[tokio::test]
 async fn out_of_order_commit_on_mariadb_is_delivered_once() {
@@ -91,7 +101,9 @@ async fn out_of_order_commit_on_mariadb_is_delivered_once() {
     env.cleanup().await;
 }
 
-async fn trailing_space_is_another_channel(env: Env) {
+/// `jobs ` is not `jobs`: a listener of `jobs` gets only what is sent to `jobs`.
+async fn a_trailing_space_makes_another_channel(server: Option<&str>) {
+    let env = env(server).await;
     let ch = unique("jobs");
     let mut listener = env.listener().await;
     listener.listen(&ch).await.unwrap();
@@ -102,9 +114,11 @@ async fn trailing_space_is_another_channel(env: Env) {
     drop(listener);
     env.cleanup().await;
 }
+on_each_database!(a_trailing_space_makes_another_channel on mariadb, sqlite);
 
 /// `jobs` and `jobs ` on one listener: each gets its own, once, and no history.
-async fn pad_equal_channels_on_one_listener(env: Env) {
+async fn pad_equal_channels_on_one_listener_each_get_their_own(server: Option<&str>) {
+    let env = env(server).await;
     let ch = unique("jobs");
     let padded = format!("{ch} ");
     env.notify(&ch, "history").await;
@@ -122,26 +136,7 @@ async fn pad_equal_channels_on_one_listener(env: Env) {
     drop(listener);
     env.cleanup().await;
 }
-
-#[tokio::test]
-async fn pad_equal_channels_on_one_listener_mariadb() {
-    pad_equal_channels_on_one_listener(env(Some(MARIADB)).await).await;
-}
-
-#[tokio::test]
-async fn pad_equal_channels_on_one_listener_sqlite() {
-    pad_equal_channels_on_one_listener(env(None).await).await;
-}
-
-#[tokio::test]
-async fn trailing_space_channel_not_delivered_mariadb() {
-    trailing_space_is_another_channel(env(Some(MARIADB)).await).await;
-}
-
-#[tokio::test]
-async fn trailing_space_channel_not_delivered_sqlite() {
-    trailing_space_is_another_channel(env(None).await).await;
-}
+on_each_database!(pad_equal_channels_on_one_listener_each_get_their_own on mariadb, sqlite);
 
 #[tokio::test]
 async fn unlisten_while_a_poll_is_in_flight_drops_its_rows() {
@@ -196,7 +191,15 @@ async fn backlog(env: &Env, rows: usize) {
     }
 }
 
-async fn cleanup_in_bounded_batches(env: Env) {
+fn cleanup_config(c: &mut rowbus::NotifyConfig) {
+    c.poll_interval = Duration::from_millis(200);
+    c.lookback = Duration::from_secs(1);
+    c.retention = Duration::from_secs(2);
+    c.cleanup_limit = 10;
+}
+
+async fn cleanup_works_off_a_backlog_in_bounded_batches(server: Option<&str>) {
+    let env = env_with(server, cleanup_config).await;
     backlog(&env, 25).await;
     let mut seen = vec![env.count("old").await];
     let listener = env.listener().await;
@@ -214,25 +217,10 @@ async fn cleanup_in_bounded_batches(env: Env) {
     drop(listener);
     env.cleanup().await;
 }
+on_each_database!(cleanup_works_off_a_backlog_in_bounded_batches on mariadb, sqlite);
 
-fn cleanup_config(c: &mut rowbus::NotifyConfig) {
-    c.poll_interval = Duration::from_millis(200);
-    c.lookback = Duration::from_secs(1);
-    c.retention = Duration::from_secs(2);
-    c.cleanup_limit = 10;
-}
-
-#[tokio::test]
-async fn cleanup_works_off_a_backlog_in_bounded_batches_mariadb() {
-    cleanup_in_bounded_batches(env_with(Some(MARIADB), cleanup_config).await).await;
-}
-
-#[tokio::test]
-async fn cleanup_works_off_a_backlog_in_bounded_batches_sqlite() {
-    cleanup_in_bounded_batches(env_with(None, cleanup_config).await).await;
-}
-
-async fn retention_zero_deletes_nothing(env: Env) {
+async fn retention_zero_deletes_nothing(server: Option<&str>) {
+    let env = env_with(server, |c| c.retention = Duration::ZERO).await;
     backlog(&env, 5).await;
     let listener = env.listener().await;
     listener.listen(&unique("any")).await.unwrap();
@@ -241,30 +229,23 @@ async fn retention_zero_deletes_nothing(env: Env) {
     drop(listener);
     env.cleanup().await;
 }
-
-#[tokio::test]
-async fn retention_zero_deletes_nothing_mariadb() {
-    retention_zero_deletes_nothing(env_with(Some(MARIADB), |c| c.retention = Duration::ZERO).await).await;
-}
-
-#[tokio::test]
-async fn retention_zero_deletes_nothing_sqlite() {
-    retention_zero_deletes_nothing(env_with(None, |c| c.retention = Duration::ZERO).await).await;
-}
+on_each_database!(retention_zero_deletes_nothing on mariadb, sqlite);
 
 /// The listener's session killed from another session: reported, reconnected, and what
 /// is sent afterwards arrives.
-async fn survives_a_killed_session(env: Env, kill: &'static str) {
+async fn a_killed_session_is_reported_and_reconnected(server: Option<&str>) {
+    let env = env(server).await;
     let ch = unique("kill");
     let mut listener = env.listener().await;
     listener.listen(&ch).await.unwrap();
     let id = listener.session_id().expect("a session id");
     match &env.db {
         DbPool::Postgres(pool) => {
+            let kill = "SELECT pg_terminate_backend($1)";
             let killed: bool = sqlx::query_scalar(kill).bind(id as i32).fetch_one(pool).await.unwrap();
             assert!(killed);
         }
-        DbPool::MySql(pool) => drop(sqlx::query(kill).bind(id).execute(pool).await.unwrap()),
+        DbPool::MySql(pool) => drop(sqlx::query("KILL CONNECTION ?").bind(id).execute(pool).await.unwrap()),
         DbPool::Sqlite(_) => unreachable!(),
     }
     match event_within(&mut listener, Duration::from_secs(10)).await {
@@ -282,18 +263,12 @@ async fn survives_a_killed_session(env: Env, kill: &'static str) {
     drop(listener);
     env.cleanup().await;
 }
+on_each_database!(a_killed_session_is_reported_and_reconnected on postgres, mariadb);
 
-#[tokio::test]
-async fn reconnects_after_pg_terminate_backend() {
-    survives_a_killed_session(env(Some(PG)).await, "SELECT pg_terminate_backend($1)").await;
-}
-
-#[tokio::test]
-async fn reconnects_after_kill_connection_mariadb() {
-    survives_a_killed_session(env(Some(MARIADB)).await, "KILL CONNECTION ?").await;
-}
-
-async fn missing_table_is_named(url: &str) {
+/// `listen` and `notify` before the notify table is deployed say which table to deploy.
+async fn listen_before_deploy_names_the_table(server: Option<&str>) {
+    let (url, _sqlite) = url_for(server);
+    let url = url.as_str();
     let db = DbPool::connect(url).await.expect("server reachable");
     let table = unique("never_deployed");
     let options = rowbus::ListenerOptions {
@@ -310,20 +285,10 @@ async fn missing_table_is_named(url: &str) {
     assert!(matches!(err, Error::MissingNotifyTable { .. }), "{err:?}");
     db.close().await;
 }
+on_each_database!(listen_before_deploy_names_the_table on mariadb, sqlite);
 
 #[tokio::test]
-async fn listen_before_deploy_names_the_table_mariadb() {
-    missing_table_is_named(MARIADB).await;
-}
-
-#[tokio::test]
-async fn listen_before_deploy_names_the_table_sqlite() {
-    let file = common::TempSqlite::new();
-    missing_table_is_named(&file.url).await;
-}
-
-#[tokio::test]
-async fn postgres_limits_checked_before_the_server() {
+async fn postgres_limits_are_checked_before_the_server() {
     let env = env(Some(PG)).await;
     let mut listener = env.listener().await;
     let longest = format!("{}{}", unique("l"), "x".repeat(63)).chars().take(63).collect::<String>();
@@ -342,7 +307,10 @@ async fn postgres_limits_checked_before_the_server() {
     env.cleanup().await;
 }
 
-async fn notify_table_limits(env: Env) {
+/// Channels of up to 255 characters and payloads of up to 65,535 bytes arrive whole; one
+/// more is refused.
+async fn notify_table_limits_are_enforced_and_the_largest_arrive_whole(server: Option<&str>) {
+    let env = env(server).await;
     let mut listener = env.listener().await;
     let base = unique("c");
     let longest: String = format!("{base}{}", "é".repeat(255)).chars().take(255).collect();
@@ -370,16 +338,7 @@ impl common::Env {
         self.db.notify_with(&self.notifier, channel, payload).await.unwrap_err()
     }
 }
-
-#[tokio::test]
-async fn notify_table_limits_mariadb() {
-    notify_table_limits(env(Some(MARIADB)).await).await;
-}
-
-#[tokio::test]
-async fn notify_table_limits_sqlite() {
-    notify_table_limits(env(None).await).await;
-}
+on_each_database!(notify_table_limits_are_enforced_and_the_largest_arrive_whole on mariadb, sqlite);
 
 #[tokio::test]
 async fn mariadb_sessions_are_strict() {

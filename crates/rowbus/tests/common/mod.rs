@@ -1,5 +1,6 @@
-//! Shared by the integration tests: the servers, unique names, temporary SQLite files,
-//! transactions on any backend, and waiting for events with a deadline.
+//! Shared by the integration tests: the servers, one test per database, unique names,
+//! temporary SQLite files, transactions on any backend, and waiting for events with a
+//! deadline.
 #![allow(dead_code)]
 
 use std::path::PathBuf;
@@ -13,6 +14,27 @@ use sqlx::{Executor, MySql, Postgres, Sqlite, Transaction};
 pub const PG: &str = "postgres://postgres@127.0.0.1:5432/test";
 /// The MariaDB server every test uses.
 pub const MARIADB: &str = "mysql://root@127.0.0.1:3306/test";
+
+/// Runs `scenario` as one test per database, named after the database in a module named
+/// after the scenario (`scenario::postgres`, `scenario::mariadb`, `scenario::sqlite`);
+/// `on a, b` names the databases it runs on when not all three. What one such test is, the
+/// test file says with its own `database_test!(database, scenario)`, defined before its
+/// first use of this: how it gets that database ready and hands it to the scenario.
+#[allow(unused_macros)]
+macro_rules! on_each_database {
+    ($scenario:ident) => {
+        crate::common::on_each_database!($scenario on postgres, mariadb, sqlite);
+    };
+    ($scenario:ident on $($database:ident),+) => {
+        mod $scenario {
+            use super::*;
+
+            $(database_test!($database, $scenario);)+
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use on_each_database;
 
 /// A name no other test (or test process) uses.
 pub fn unique(prefix: &str) -> String {
@@ -42,6 +64,14 @@ impl Drop for TempSqlite {
     }
 }
 
+/// `server`'s URL, or for `None` a new temporary SQLite file's, with the file (removed
+/// when dropped).
+pub fn url_for(server: Option<&str>) -> (String, Option<TempSqlite>) {
+    let sqlite = server.is_none().then(TempSqlite::new);
+    let url = server.map(str::to_owned).unwrap_or_else(|| sqlite.as_ref().unwrap().url.clone());
+    (url, sqlite)
+}
+
 /// One database to test against: its URL, a pool, and (off PostgreSQL) a notify table
 /// of the test's own, deployed.
 pub struct Env {
@@ -59,8 +89,7 @@ pub async fn env(url: Option<&str>) -> Env {
 }
 
 pub async fn env_with(url: Option<&str>, adjust: impl FnOnce(&mut NotifyConfig)) -> Env {
-    let sqlite = url.is_none().then(TempSqlite::new);
-    let url = url.map(str::to_owned).unwrap_or_else(|| sqlite.as_ref().unwrap().url.clone());
+    let (url, sqlite) = url_for(url);
     let db = DbPool::connect(&url).await.unwrap_or_else(|e| {
         panic!("the test database {url} must be reachable (run scripts/services.sh): {e}")
     });

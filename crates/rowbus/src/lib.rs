@@ -11,9 +11,9 @@
 //!
 //! ```no_run
 //! # async fn f() -> Result<(), rowbus::Error> {
-//! use rowbus::{Broker, BrokerOptions, DbPool, Message, Outcome};
+//! use rowbus::{Broker, BrokerOptions, Message, Outcome, sqlx::Sqlite};
 //!
-//! let DbPool::Sqlite(pool) = DbPool::connect("sqlite://app.sqlite").await? else { unreachable!() };
+//! let pool = rowbus::connect::<Sqlite>("sqlite://app.sqlite", 4).await?;
 //! let broker = Broker::new(pool, BrokerOptions { listen_notify: true, ..Default::default() }).await?;
 //! let jobs = broker.queue("jobs")?;
 //! jobs.deploy().await?;
@@ -26,6 +26,10 @@
 //! }).await?; // returns when broker.shutdown(..) is called elsewhere
 //! # Ok(()) }
 //! ```
+//!
+//! Code for any of the three databases is generic over [`Db`]; [`DbPool::run`] runs it on
+//! the database a URL names (see [`OnPool`]). Each database's SQL lives in one module
+//! behind one trait; `docs/architecture.md` explains the layout.
 //!
 //! # Listening
 //!

@@ -204,14 +204,12 @@ fn selected(only: &[Scenario]) -> (Vec<Scenario>, Vec<Scenario>) {
 pub async fn broker(url: &str, notify_table: NotifyConfig, args: BrokerBench) -> Result<(), rowbus::Error> {
     let db = DbPool::connect(url).await?;
     let (throughput, latency) = selected(&args.only);
-    let bench =
-        Bench { url, notify_table: &notify_table, args: &args, throughput: &throughput, latency: &latency };
     // The one match on the pool left: the raw sqlx loops beside rowbus need each driver's
     // own executor bounds, which rowbus's `Db` does not carry.
     let results = match &db {
-        DbPool::Postgres(pool) => bench.run_on(pool).await,
-        DbPool::MySql(pool) => bench.run_on(pool).await,
-        DbPool::Sqlite(pool) => bench.run_on(pool).await,
+        DbPool::Postgres(pool) => run_on(pool, url, &notify_table, &args, &throughput, &latency).await,
+        DbPool::MySql(pool) => run_on(pool, url, &notify_table, &args, &throughput, &latency).await,
+        DbPool::Sqlite(pool) => run_on(pool, url, &notify_table, &args, &throughput, &latency).await,
     };
     db.close().await;
     let results = results?;
@@ -352,42 +350,10 @@ impl Results {
 }
 
 /// Runs the scenarios on one backend's pool (and a second pool for the remote latency).
-/// What one `bench broker` run measures, and where.
-struct Bench<'a> {
-    url: &'a str,
-    notify_table: &'a NotifyConfig,
-    args: &'a BrokerBench,
-    throughput: &'a [Scenario],
-    latency: &'a [Scenario],
-}
-
-impl Bench<'_> {
-    async fn run_on<DB>(&self, pool: &Pool<DB>) -> Result<Results, rowbus::Error>
-    where
-        DB: rowbus::Db,
-        DB::Arguments: IntoArguments<DB>,
-        for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-        for<'q> i64: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
-        usize: ColumnIndex<DB::Row>,
-    {
-        // The cross-broker latency's second broker has a pool of its own.
-        let second = match self.latency.contains(&Scenario::LatencyRemote) {
-            true => Some(rowbus::connect::<DB>(self.url, 2).await?),
-            false => None,
-        };
-        let results =
-            run_on(pool, self.notify_table, second.clone(), self.args, self.throughput, self.latency).await;
-        if let Some(second) = second {
-            second.close().await;
-        }
-        results
-    }
-}
-
 async fn run_on<DB>(
     pool: &Pool<DB>,
+    url: &str,
     notify_table: &NotifyConfig,
-    second: Option<Pool<DB>>,
     args: &BrokerBench,
     throughput: &[Scenario],
     latency: &[Scenario],
@@ -412,8 +378,12 @@ where
         let table = table_name(scenario, 0);
         let measured = match scenario {
             Scenario::LatencyRemote => {
-                let publisher = second.clone().expect("a second pool for the remote latency");
-                latency_run(pool, Some((publisher, notify_table.clone())), &table, args.latency_samples).await
+                // The other broker has a pool of its own.
+                let publisher = rowbus::connect::<DB>(url, 2).await?;
+                let remote = (publisher.clone(), notify_table.clone());
+                let measured = latency_run(pool, Some(remote), &table, args.latency_samples).await;
+                publisher.close().await;
+                measured
             }
             _ => latency_run(pool, None, &table, args.latency_samples).await,
         };

@@ -40,15 +40,15 @@ pub(crate) async fn wake_others<DB: Db>(queue: &Queue<DB>, conn: &mut DB::Connec
     }
 }
 
-/// [`wake_others`] inside a transaction: delivered when it commits (the database may
-/// leave them for [`Dialect::wake_at_commit`](crate::sql::Dialect::wake_at_commit)).
+/// [`wake_others`] inside a transaction: delivered when it commits (or sent at its commit
+/// by [`Dialect::wake_at_commit`](crate::sql::Dialect::wake_at_commit)).
 pub(crate) async fn wake_others_in_tx<DB: Db>(
     queue: &Queue<DB>,
     conn: &mut DB::Connection,
     groups: &[String],
 ) {
-    if let Some(notifier) = &queue.inner().notifier {
-        DB::wake_in_tx(conn, notifier, queue.table().channel(), groups).await;
+    if !DB::WAKES_AT_COMMIT {
+        wake_others(queue, conn, groups).await;
     }
 }
 

@@ -391,18 +391,9 @@ impl<DB: Db> SubscriptionBuilder<DB> {
         O: Into<Outcome> + Send + 'static,
         E: Display + Send + 'static,
     {
-        let mut claimer = Claimer::start(&self).await?;
-        let flusher = pending_acks(&mut claimer);
-        let acks = flusher.acks.clone();
-        let turn = Workers {
-            handler: Arc::new(handler),
-            workers: Arc::new(Semaphore::new(self.workers)),
-            max: self.workers,
-            starting: Starting::default(),
-            flusher,
-        };
-        drive(claimer, turn, Some(acks), self.shutdown_timeout).await;
-        Ok(())
+        let workers = Arc::new(Semaphore::new(self.workers));
+        let (handler, max, starting) = (Arc::new(handler), self.workers, Starting::default());
+        self.leased(|flusher| Workers { handler, workers, max, starting, flusher }).await
     }
 
     /// Runs `handler` on batches of up to `batch` messages, `workers` batches at once.
@@ -414,17 +405,17 @@ impl<DB: Db> SubscriptionBuilder<DB> {
         O: Into<Outcome> + Send + 'static,
         E: Display + Send + 'static,
     {
-        let mut claimer = Claimer::start(&self).await?;
+        let workers = Arc::new(Semaphore::new(self.workers));
+        let (handler, queue, batch) = (Arc::new(handler), self.queue.clone(), self.batch);
+        self.leased(|flusher| Batches { handler, workers, queue, batch, flusher }).await
+    }
+
+    /// Drives a lease runner, whose acknowledgements its claims may carry.
+    async fn leased<T: Turn<DB>>(&self, turn: impl FnOnce(Flusher) -> T) -> Result<(), Error> {
+        let mut claimer = Claimer::start(self).await?;
         let flusher = pending_acks(&mut claimer);
         let acks = flusher.acks.clone();
-        let turn = Batches {
-            handler: Arc::new(handler),
-            workers: Arc::new(Semaphore::new(self.workers)),
-            queue: self.queue.clone(),
-            batch: self.batch,
-            flusher,
-        };
-        drive(claimer, turn, Some(acks), self.shutdown_timeout).await;
+        drive(claimer, turn(flusher), Some(acks), self.shutdown_timeout).await;
         Ok(())
     }
 }

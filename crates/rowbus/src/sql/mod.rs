@@ -141,16 +141,10 @@ pub trait Dialect: Driver + Sized {
         })
     }
 
-    /// [`wake`](Self::wake) from inside a transaction that is still open: delivered when
-    /// it commits.
-    fn wake_in_tx<'c>(
-        conn: &'c mut Self::Connection,
-        notifier: &'c Notifier,
-        channel: &'c str,
-        groups: &'c [String],
-    ) -> BoxFuture<'c, ()> {
-        Self::wake(conn, notifier, channel, groups)
-    }
+    /// Whether a transaction's wake-ups wait for [`wake_at_commit`](Self::wake_at_commit)
+    /// rather than going out through [`wake`](Self::wake) as it publishes (delivered when
+    /// it commits either way).
+    const WAKES_AT_COMMIT: bool = false;
 
     /// Right before a transaction commits: wakes what [`wake_in_tx`](Self::wake_in_tx)
     /// left for the commit, for the `(channel, group)` pairs published in it.

@@ -161,14 +161,7 @@ impl Dialect for Postgres {
 
     /// Nothing before the commit: a failed `pg_notify` would abort the caller's
     /// transaction. [`wake_at_commit`](Self::wake_at_commit) sends them.
-    fn wake_in_tx<'c>(
-        _: &'c mut Self::Connection,
-        _: &'c Notifier,
-        _: &'c str,
-        _: &'c [String],
-    ) -> BoxFuture<'c, ()> {
-        Box::pin(async {})
-    }
+    const WAKES_AT_COMMIT: bool = true;
 
     /// `pg_notify` for each (table, group), in a savepoint so that a failure cannot abort
     /// the transaction; delivered when it commits.

@@ -4,7 +4,7 @@
 use std::future::Future;
 
 use futures::future::BoxFuture;
-use sqlx::Pool;
+use sqlx::{ColumnIndex, Decode, Encode, Executor, Pool, Type};
 
 use crate::db::Db;
 use crate::error::Error;
@@ -130,8 +130,19 @@ impl Backend {
 pub trait OnPool {
     /// What it returns.
     type Output;
-    /// Runs on `pool`.
-    fn run<DB: Db>(self, pool: Pool<DB>) -> impl Future<Output = Self::Output>;
+    /// Runs on `pool`. The bounds are those sqlx's own generic code needs (a pool or a
+    /// connection as an executor; integers, text and bytes bound and decoded; columns by
+    /// index): every rowbus database has them, so an implementation may use any of them
+    /// (repeat the ones it uses on its `run`).
+    fn run<DB: Db>(self, pool: Pool<DB>) -> impl Future<Output = Self::Output>
+    where
+        for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+        for<'q> i64: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+        for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+        for<'q> String: Decode<'q, DB> + Type<DB>,
+        for<'q> &'q [u8]: Encode<'q, DB> + Type<DB>,
+        for<'q> Vec<u8>: Decode<'q, DB> + Type<DB>,
+        usize: ColumnIndex<DB::Row>;
 }
 
 /// A pool of database `DB` on `url` (a URL of that database), set up as

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use futures::future::try_join_all;
 use rowbus::sqlx::{ColumnIndex, Decode, Encode, Executor, IntoArguments, Pool, Type};
-use rowbus::{Backend, Broker, BrokerOptions, DbPool, Delivery, Message, NotifyConfig, Queue};
+use rowbus::{Backend, Broker, BrokerOptions, DbPool, Delivery, Message, NotifyConfig, OnPool, Queue};
 use tokio::sync::{Notify, mpsc};
 
 use super::raw_claim;
@@ -204,13 +204,14 @@ fn selected(only: &[Scenario]) -> (Vec<Scenario>, Vec<Scenario>) {
 pub async fn broker(url: &str, notify_table: NotifyConfig, args: BrokerBench) -> Result<(), rowbus::Error> {
     let db = DbPool::connect(url).await?;
     let (throughput, latency) = selected(&args.only);
-    // The one match on the pool left: the raw sqlx loops beside rowbus need each driver's
-    // own executor bounds, which rowbus's `Db` does not carry.
-    let results = match &db {
-        DbPool::Postgres(pool) => run_on(pool, url, &notify_table, &args, &throughput, &latency).await,
-        DbPool::MySql(pool) => run_on(pool, url, &notify_table, &args, &throughput, &latency).await,
-        DbPool::Sqlite(pool) => run_on(pool, url, &notify_table, &args, &throughput, &latency).await,
+    let bench = OnDatabase {
+        url,
+        notify_table: &notify_table,
+        args: &args,
+        throughput: &throughput,
+        latency: &latency,
     };
+    let results = db.run(bench).await;
     db.close().await;
     let results = results?;
     if args.json {
@@ -400,6 +401,28 @@ where
     }
     results.elapsed = started.elapsed();
     Ok(results)
+}
+
+/// What one `bench broker` measures, run on the URL's database.
+struct OnDatabase<'a> {
+    url: &'a str,
+    notify_table: &'a NotifyConfig,
+    args: &'a BrokerBench,
+    throughput: &'a [Scenario],
+    latency: &'a [Scenario],
+}
+
+impl OnPool for OnDatabase<'_> {
+    type Output = Result<Results, rowbus::Error>;
+
+    async fn run<DB: rowbus::Db>(self, pool: Pool<DB>) -> Self::Output
+    where
+        for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+        for<'q> i64: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
+        usize: ColumnIndex<DB::Row>,
+    {
+        run_on(&pool, self.url, self.notify_table, self.args, self.throughput, self.latency).await
+    }
 }
 
 /// Drops a queue table and its dead-letter table (the raw loop's table too: it has no

@@ -1,4 +1,4 @@
-//! SQLite: numbered `?NNN` placeholders, times as integer microseconds, one writer at a
+//! SQLite: `?` placeholders, times as integer microseconds, one writer at a
 //! time (the claim's own write is its lock), the notify table.
 
 use std::str::FromStr as _;
@@ -47,9 +47,11 @@ impl Dialect for Sqlite {
         format!("`{part}`")
     }
 
-    /// Numbered, so that a statement's binds need not follow the order of its text.
-    fn param(n: usize) -> String {
-        format!("?{n}")
+    /// Anonymous: numbered `?NNN` ones cost sqlx a name lookup per bind (measured: 100-row
+    /// publishes 15% slower). The claims, whose binds do not follow their text, number
+    /// theirs.
+    fn param(_: usize) -> String {
+        "?".to_owned()
     }
 
     const NOW: &'static str = NOW;
@@ -279,6 +281,6 @@ mod tests {
         assert!(t.claim_locked.starts_with("DELETE FROM `jobs` WHERE id IN (SELECT id FROM `jobs`"));
         assert!(t.claim_locked.contains("LIMIT ?2) RETURNING id, group_name"));
         assert_eq!(t.restore(1).matches('?').count(), 7);
-        assert_eq!(t.ack_pairs(1), "DELETE FROM `jobs` WHERE id IN (?1) AND (id, lease) IN ((?2, ?3))");
+        assert_eq!(t.ack_pairs(1), "DELETE FROM `jobs` WHERE id IN (?) AND (id, lease) IN ((?, ?))");
     }
 }

@@ -3,7 +3,7 @@
 use std::future::Future;
 use std::sync::OnceLock;
 
-use notify_table::{Config, Dialect, NotifyTable};
+use notify_table::{Config, NotifyTable};
 use sqlx::{Executor, Pool};
 
 use crate::backend::{DbPool, OnPool};
@@ -52,18 +52,34 @@ pub fn check_pg_payload(payload: &str) -> Result<(), Error> {
 #[derive(Debug)]
 pub struct Notifier {
     /// The notify-table core in MySQL's dialect.
+    #[cfg(feature = "mysql")]
     pub(crate) mysql: NotifyTable,
     /// The notify-table core in SQLite's dialect.
+    #[cfg(feature = "sqlite")]
     pub(crate) sqlite: NotifyTable,
+    /// The configuration, checked.
+    config: Config,
 }
 
 impl Notifier {
     /// A notifier writing to the notify table `config` names.
     pub fn new(config: Config) -> Result<Self, Error> {
+        config.validate()?;
         Ok(Notifier {
-            mysql: NotifyTable::new(config.clone(), Dialect::MySql)?,
-            sqlite: NotifyTable::new(config, Dialect::Sqlite { pid: std::process::id() })?,
+            #[cfg(feature = "mysql")]
+            mysql: NotifyTable::new(config.clone(), notify_table::Dialect::MySql)?,
+            #[cfg(feature = "sqlite")]
+            sqlite: NotifyTable::new(
+                config.clone(),
+                notify_table::Dialect::Sqlite { pid: std::process::id() },
+            )?,
+            config,
         })
+    }
+
+    /// The notify table's configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
     }
 
     /// The notifier for the default notify table (`rowbus_notify`).

@@ -34,6 +34,7 @@ use crate::sql::TableSql;
 
 pub use admin::{GroupStats, NotifyTableStats, TableState};
 pub use delivery::{Delivery, Outcome, Received, TxMessage};
+#[cfg(feature = "mysql")]
 pub(crate) use lease::ACK_BATCH;
 pub use retry::RetryPolicy;
 pub use stats::Stats;

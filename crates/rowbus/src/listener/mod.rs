@@ -3,6 +3,7 @@
 mod driver;
 #[cfg(feature = "postgres")]
 mod pg;
+#[cfg(any(feature = "mysql", feature = "sqlite"))]
 mod table;
 
 use std::pin::Pin;
@@ -20,6 +21,7 @@ use driver::Command;
 pub(crate) use driver::Driver as ListenerTask;
 #[cfg(feature = "postgres")]
 pub(crate) use pg::PgSession;
+#[cfg(any(feature = "mysql", feature = "sqlite"))]
 pub(crate) use table::{TableConn, TableSession};
 
 /// How a [`Listener`] listens and reconnects.

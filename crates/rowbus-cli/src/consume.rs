@@ -1,5 +1,6 @@
 //! `rowbus consume TABLE`: print (or run a command on) each message, until Ctrl-C.
 
+use std::collections::HashSet;
 use std::io::Write as _;
 use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
@@ -244,9 +245,13 @@ async fn run<DB: Db>(
     eprintln!("rowbus: consuming `{}` ({group}, {mode}); Ctrl-C stops", queue.table());
 
     // The runner ends by itself only when it cannot start (an invalid group, say). Failing
-    // claims (a lost server) are retried by the broker: say so, rather than stall silently.
+    // claims are retried by the broker: say why (each reason once) and how often, rather
+    // than stall silently; one that retrying cannot mend (a missing table, a refused
+    // privilege) stops the consumer.
     let mut check = tokio::time::interval(Duration::from_secs(5));
     let mut claim_errors = 0;
+    let mut failures = broker.claim_failures();
+    let mut reasons = HashSet::new();
     let outcome = loop {
         tokio::select! {
             _ = &mut interrupted => break Ok(()),
@@ -256,14 +261,22 @@ async fn run<DB: Db>(
                 Ok(Err(e)) => return Err(e.into()),
                 Err(e) => Err(CliError::Message(format!("the consumer stopped unexpectedly: {e}"))),
             },
+            Ok(()) = failures.changed() => {
+                let Some(failure) = failures.borrow_and_update().clone() else { continue };
+                if failure.permanent {
+                    break Err(CliError::Message(format!(
+                        "cannot claim from `{}`: {} (retrying cannot mend this)",
+                        failure.table, failure.error
+                    )));
+                }
+                if reasons.insert(failure.error.clone()) {
+                    eprintln!("rowbus: warning: a claim failed: {}; retrying", failure.error);
+                }
+            }
             _ = check.tick() => {
                 let now = broker.stats().claim_errors;
                 if now > claim_errors {
-                    eprintln!(
-                        "rowbus: warning: {} claims failed in the last 5 s; retrying (RUST_LOG=warn shows \
-                         why)",
-                        now - claim_errors
-                    );
+                    eprintln!("rowbus: warning: {} claims failed in the last 5 s; retrying", now - claim_errors);
                     claim_errors = now;
                 }
             }
@@ -276,9 +289,19 @@ async fn run<DB: Db>(
     }
     let stats = broker.stats();
     eprintln!(
-        "rowbus: stopped: {} acknowledged, {} retried, {} dead-lettered, {} given back",
-        stats.acked, stats.retried, stats.dead_lettered, stats.released
+        "rowbus: stopped: {} acknowledged, {} retried, {} dead-lettered, {} given back, {} abandoned, released",
+        stats.acked, stats.retried, stats.dead_lettered, stats.released, stats.abandoned
     );
+    if stats.abandoned > 0 {
+        eprintln!(
+            "rowbus: warning: {} message{} still being handled at the shutdown timeout ({}) {} stopped and given \
+             back at once, the attempt not counted",
+            stats.abandoned,
+            if stats.abandoned == 1 { "" } else { "s" },
+            queue_cmd::human(args.shutdown_timeout),
+            if stats.abandoned == 1 { "was" } else { "were" },
+        );
+    }
     outcome
 }
 

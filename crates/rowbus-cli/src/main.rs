@@ -148,23 +148,7 @@ async fn main() -> ExitCode {
 
 /// The error and its causes, on one line.
 fn one_line(error: &rowbus::Error) -> String {
-    let mut line = error.to_string();
-    let mut source = std::error::Error::source(error);
-    while let Some(cause) = source {
-        let cause = cause.to_string();
-        if !line.contains(&cause) {
-            line.push_str(": ");
-            line.push_str(&cause);
-        }
-        source = cause_of(source);
-    }
-    line.replace('\n', " ")
-}
-
-fn cause_of<'a>(
-    e: Option<&'a (dyn std::error::Error + 'static)>,
-) -> Option<&'a (dyn std::error::Error + 'static)> {
-    e.and_then(std::error::Error::source)
+    error.one_line()
 }
 
 async fn run(cli: Cli) -> Result<(), CliError> {

@@ -549,3 +549,54 @@ fn unreachable_servers_and_bad_urls_fail_at_once_in_one_line() {
         assert_mentions(&line, &["invalid database URL", "foo://x"], &what);
     }
 }
+
+/// A consumer whose queue table is dropped under it says why its claims fail and stops
+/// with a non-zero status, rather than retrying forever with a bare count of failures.
+fn a_consumer_whose_table_goes_stops_and_says_why(kind: Kind) {
+    let db = Db::new(kind, "gone");
+    let q = db.queue("gone");
+    db.deploy(&[&q]);
+    let mut consumer = start_consumer(db.rowbus(&["consume", &q, "--poll-interval", "0.1"]));
+    db.database.drop_tables(&[q.clone(), format!("{q}_dead")]);
+    let (status, stderr) = consumer.wait_exit(Duration::from_secs(20));
+    assert!(!status.success(), "{stderr:#?}");
+    let error = stderr.iter().find(|l| l.starts_with("rowbus: error: ")).expect("an error line");
+    assert_mentions(error, &["cannot claim", &q, "does not exist"], "the table is gone");
+}
+on_each_database!(a_consumer_whose_table_goes_stops_and_says_why on postgres, mariadb);
+
+/// Ctrl-C while a handler runs past `--shutdown-timeout`: the handler is stopped, its
+/// message given back at once (claimable again, the attempt not counted), and the summary
+/// and a warning say so.
+fn ctrl_c_past_the_shutdown_timeout_gives_the_message_back(kind: Kind) {
+    let db = Db::new(kind, "abandon");
+    let q = db.queue("abandon");
+    db.deploy(&[&q]);
+    db.publish(&q, &["slow"], 1);
+    let mut consumer = start_consumer(db.rowbus(&[
+        "consume",
+        &q,
+        "--exec",
+        "sleep 60",
+        "--shutdown-timeout",
+        "0.2",
+        "--lease",
+        "60",
+    ]));
+    let started = Instant::now();
+    while db.group_stats(&q, "").is_none_or(|g| g["in_flight"] != 1) {
+        assert!(started.elapsed() < LINE_TIMEOUT, "the message was never claimed");
+        thread::sleep(Duration::from_millis(50));
+    }
+    let (status, _, stderr) = consumer.stop("INT");
+    assert!(status.success(), "{stderr:#?}");
+    let summary = stderr.iter().find(|l| l.starts_with("rowbus: stopped: ")).expect("a summary");
+    assert_mentions(summary, &["0 acknowledged", "1 abandoned, released"], "the summary");
+    assert!(
+        stderr.iter().any(|l| l.starts_with("rowbus: warning: 1 message still being handled")),
+        "{stderr:#?}"
+    );
+    let group = db.group_stats(&q, "").expect("the message is still there");
+    assert_eq!((group["ready"].as_i64(), group["in_flight"].as_i64()), (Some(1), Some(0)), "{group}");
+}
+on_each_database!(ctrl_c_past_the_shutdown_timeout_gives_the_message_back);

@@ -96,7 +96,7 @@ pub enum Error {
     #[error("the listener has stopped")]
     ListenerClosed,
     /// A statement failed.
-    #[error("database error: {0}")]
+    #[error("database error: {}", without_server_line(&.0.to_string()))]
     Database(#[from] sqlx::Error),
 }
 
@@ -109,6 +109,55 @@ impl Error {
             Error::Database(e) => is_connection_lost(e),
             _ => false,
         }
+    }
+
+    /// Whether trying the same statement again cannot help: the table or a column it
+    /// names does not exist, or the database refuses the user the privilege. A claim
+    /// failing so fails until someone changes the database.
+    ///
+    /// ```
+    /// let missing = rowbus::Error::MissingQueueTable { table: "jobs".into() };
+    /// assert!(missing.is_permanent());
+    /// assert!(!rowbus::Error::ShuttingDown.is_permanent());
+    /// ```
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            Error::MissingQueueTable { .. } | Error::MissingNotifyTable { .. } => true,
+            Error::Database(sqlx::Error::Database(db)) => {
+                // SQLSTATE class 42 (PostgreSQL and MySQL alike): undefined table or
+                // column, insufficient privilege. SQLite says it in the message only.
+                let code = db.code();
+                code.as_deref().is_some_and(|c| c.starts_with("42"))
+                    || ["no such table", "no such column", "readonly database"]
+                        .iter()
+                        .any(|m| db.message().contains(m))
+            }
+            _ => false,
+        }
+    }
+
+    /// The error and its causes, on one line.
+    pub fn one_line(&self) -> String {
+        let mut line = self.to_string();
+        let mut source = std::error::Error::source(self);
+        while let Some(cause) = source {
+            let cause_text = without_server_line(&cause.to_string()).to_owned();
+            if !line.contains(&cause_text) {
+                line.push_str(": ");
+                line.push_str(&cause_text);
+            }
+            source = cause.source();
+        }
+        line.replace('\n', " ")
+    }
+}
+
+/// `text` without the " at line N" sqlx appends to a PostgreSQL error: the line of the
+/// server's own C source that raised it, which says nothing to a user.
+fn without_server_line(text: &str) -> &str {
+    match text.rsplit_once(" at line ") {
+        Some((before, line)) if !line.is_empty() && line.bytes().all(|b| b.is_ascii_digit()) => before,
+        _ => text,
     }
 }
 
@@ -156,4 +205,19 @@ pub(crate) fn is_missing_table(e: &sqlx::Error) -> bool {
     }
     // PostgreSQL undefined_table; SQLite reports it in the message only.
     db.code().as_deref() == Some("42P01") || db.message().contains("no such table")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_servers_source_line_is_dropped() {
+        assert_eq!(
+            without_server_line("column \"x\" does not exist at line 1850"),
+            "column \"x\" does not exist"
+        );
+        assert_eq!(without_server_line("read at line one"), "read at line one");
+        assert_eq!(without_server_line("plain"), "plain");
+    }
 }

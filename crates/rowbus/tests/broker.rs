@@ -950,3 +950,62 @@ async fn missing_queue_table_is_named<DB: Db>(broker: Broker<DB>) {
     assert_eq!(broker.stats().claim_errors, 1);
 }
 on_each_database!(missing_queue_table_is_named);
+
+/// A handler still running at the shutdown deadline is aborted and its message given back
+/// at once, its attempt not counted, rather than left leased until its lease runs out.
+async fn shutdown_gives_back_what_it_abandons<DB: Db>(broker: Broker<DB>) {
+    let q = queue(&broker).await;
+    q.publish(Message::text("slow")).await.unwrap();
+    let started = Arc::new(tokio::sync::Notify::new());
+    let sub = q.subscribe().lease(Duration::from_secs(60)).shutdown_timeout(Duration::from_millis(100));
+    let handler_started = started.clone();
+    let runner = tokio::spawn(sub.run(move |_d| {
+        let started = handler_started.clone();
+        async move {
+            started.notify_one();
+            std::future::pending::<()>().await;
+            Ok::<_, Error>(())
+        }
+    }));
+    started.notified().await;
+    broker.shutdown(Duration::from_millis(100)).await;
+    runner.await.unwrap().unwrap();
+    assert_eq!((broker.stats().abandoned, broker.stats().acked), (1, 0));
+
+    let other = Broker::new(broker.pool().clone(), options()).await.unwrap();
+    let mut sub = other.queue(q.table().channel()).unwrap().subscribe().stream().await.unwrap();
+    let again = tokio::time::timeout(Duration::from_secs(5), sub.next())
+        .await
+        .expect("claimable at once, not after its 60 s lease")
+        .unwrap()
+        .unwrap();
+    assert_eq!((again.text().unwrap(), again.attempt()), ("slow", 1));
+    again.ack().await.unwrap();
+    drop(sub);
+    q.undeploy().await.unwrap();
+}
+on_each_database!(shutdown_gives_back_what_it_abandons);
+
+/// A claim that fails for a reason retrying cannot mend (the queue table dropped under a
+/// running subscription) is reported through `claim_failures`, marked permanent.
+async fn claim_failures_say_why<DB: Db>(broker: Broker<DB>) {
+    let q = queue(&broker).await;
+    let mut failures = broker.claim_failures();
+    assert!(failures.borrow().is_none());
+    q.undeploy().await.unwrap();
+    let sub = q.subscribe().poll_interval(Duration::from_millis(50));
+    let runner = tokio::spawn(sub.run(|_d| async { Ok::<_, Error>(()) }));
+    let failure = tokio::time::timeout(Duration::from_secs(10), failures.wait_for(Option::is_some))
+        .await
+        .expect("a failed claim is reported")
+        .unwrap()
+        .clone()
+        .unwrap();
+    assert_eq!(failure.table, q.table().to_string());
+    assert!(failure.permanent, "{failure:?}");
+    assert!(failure.error.contains(q.table().channel()), "{failure:?}");
+    assert!(broker.stats().claim_errors >= 1);
+    broker.shutdown(Duration::from_secs(1)).await;
+    runner.await.unwrap().unwrap();
+}
+on_each_database!(claim_failures_say_why);

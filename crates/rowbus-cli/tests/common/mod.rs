@@ -357,6 +357,16 @@ impl Running {
         }
     }
 
+    /// Waits (at most `timeout`) for it to exit by itself; its status and stderr lines.
+    pub fn wait_exit(&mut self, timeout: Duration) -> (ExitStatus, Vec<String>) {
+        let Some(status) = wait_timeout(&mut self.child, timeout) else {
+            self.die(&format!("did not exit by itself within {timeout:?}"))
+        };
+        let more = drain(&self.stderr, self.exit_timeout);
+        self.stderr_seen.extend(more);
+        (status, self.stderr_seen.clone())
+    }
+
     /// Sends `signal` (`INT`, `TERM`) and waits (at most its exit timeout) for the process
     /// to exit; returns its status, the stdout lines it printed but were not read, and all
     /// of its stderr lines.

@@ -112,6 +112,21 @@ impl<DB: Db> Lease<DB> {
         }
     }
 
+    /// Gives the message back at once, its attempt not counted, unless it was settled: its
+    /// handler was aborted at the shutdown deadline. Whether it was given back.
+    pub async fn abandon(&self) -> bool {
+        if !self.take() {
+            return false;
+        }
+        match lease::abandon(&self.queue, self.id, self.token).await {
+            Ok(()) => true,
+            Err(error) => {
+                warn!(%error, table = %self.queue.table(), id = self.id, "giving an abandoned message back failed; it comes back when its lease runs out");
+                false
+            }
+        }
+    }
+
     /// Settles the message as a handler's result says, unless it settled it itself.
     pub async fn settle(&self, result: Result<Outcome, String>) {
         if self.is_settled() {

@@ -118,6 +118,13 @@ pub(crate) async fn release<DB: Db>(queue: &Queue<DB>, id: i64, token: i64) -> R
     Ok(())
 }
 
+/// Gives back a leased message whose handler was aborted, its attempt not counted.
+pub(crate) async fn abandon<DB: Db>(queue: &Queue<DB>, id: i64, token: i64) -> Result<(), Error> {
+    on_lease(queue, &queue.sql.release, &[Arg::Int(id), Arg::Int(token)], id).await?;
+    queue.inner().counters.abandoned(1);
+    Ok(())
+}
+
 /// Keeps a leased message `lease` more from now.
 pub(crate) async fn extend<DB: Db>(
     queue: &Queue<DB>,

@@ -37,7 +37,7 @@ pub use delivery::{Delivery, Outcome, Received, TxMessage};
 #[cfg(feature = "mysql")]
 pub(crate) use lease::ACK_BATCH;
 pub use retry::RetryPolicy;
-pub use stats::Stats;
+pub use stats::{ClaimFailure, Stats};
 pub use subscription::{Subscription, SubscriptionBuilder};
 pub use table::{MAX_GROUP_CHARS, MAX_TABLE_NAME, QueueTable, check_group};
 
@@ -176,6 +176,8 @@ pub(crate) struct Inner<DB: Db> {
     pub listen: Option<ListenerHandle>,
     listen_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
     pub shutdown: watch::Sender<bool>,
+    /// The latest failed claim of any subscription.
+    pub claim_failure: watch::Sender<Option<ClaimFailure>>,
     /// Runners still running, and a signal when one ends.
     pub running: AtomicUsize,
     pub ended: Notify,
@@ -192,6 +194,17 @@ impl<DB: Db> Inner<DB> {
 
     pub fn is_shutting_down(&self) -> bool {
         *self.shutdown.borrow()
+    }
+
+    /// Counts a failed claim of `table` and tells [`Broker::claim_failures`]'s watchers.
+    pub fn claim_failed(&self, table: &QueueTable, error: &Error) {
+        self.counters.claim_failed();
+        let failure = ClaimFailure {
+            table: table.to_string(),
+            error: error.one_line(),
+            permanent: error.is_permanent(),
+        };
+        self.claim_failure.send_replace(Some(failure));
     }
 }
 
@@ -218,6 +231,7 @@ impl<DB: Db> Broker<DB> {
             listen: listener.as_ref().map(Listener::handle),
             listen_task: Mutex::default(),
             shutdown: watch::Sender::new(false),
+            claim_failure: watch::Sender::new(None),
             running: AtomicUsize::new(0),
             ended: Notify::new(),
             tokens: AtomicU64::new(0),
@@ -258,6 +272,14 @@ impl<DB: Db> Broker<DB> {
     /// What the broker has done so far.
     pub fn stats(&self) -> Stats {
         self.inner.counters.snapshot(self.inner.wakers.woken.load(Ordering::Relaxed))
+    }
+
+    /// The latest failed claim of any of this broker's subscriptions, as it changes
+    /// (`None` until one fails). A runner goes on claiming after a failure, waiting
+    /// [`claim_error_wait`](BrokerOptions::claim_error_wait) first; watch this to report
+    /// why, or to stop on a failure that will not heal ([`ClaimFailure::permanent`]).
+    pub fn claim_failures(&self) -> watch::Receiver<Option<ClaimFailure>> {
+        self.inner.claim_failure.subscribe()
     }
 
     /// The server's id of the listening connection's session (`listen_notify`), for

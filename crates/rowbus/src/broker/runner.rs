@@ -179,13 +179,58 @@ impl Drop for Flusher {
     }
 }
 
+/// The leases of messages handed to handlers, so that those whose handler is aborted at
+/// the shutdown deadline are given back at once rather than when their lease runs out.
+struct InFlight<DB: Db>(Arc<std::sync::Mutex<Vec<Lease<DB>>>>);
+
+impl<DB: Db> Default for InFlight<DB> {
+    fn default() -> Self {
+        InFlight(Arc::default())
+    }
+}
+
+impl<DB: Db> Clone for InFlight<DB> {
+    fn clone(&self) -> Self {
+        InFlight(self.0.clone())
+    }
+}
+
+impl<DB: Db> InFlight<DB> {
+    /// Adds `leases`, forgetting those settled meanwhile.
+    fn track(&self, leases: impl IntoIterator<Item = Lease<DB>>) {
+        let mut all = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        all.retain(|lease| !lease.is_settled());
+        all.extend(leases);
+    }
+
+    /// Gives back every message no handler settled; how many.
+    async fn abandon(&self) -> u64 {
+        let open: Vec<Lease<DB>> = std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut given_back = 0;
+        for lease in open {
+            given_back += u64::from(lease.abandon().await);
+        }
+        given_back
+    }
+}
+
 /// After the claim loop: handlers finish (see [`drain`]) while their acknowledgements go
-/// out by themselves, then the last of those.
-async fn finish(mut set: JoinSet<()>, timeout: Duration, mut flusher: Flusher) {
+/// out by themselves, then the last of those; the messages of handlers aborted at the
+/// deadline are given back.
+async fn finish<DB: Db>(
+    mut set: JoinSet<()>,
+    timeout: Duration,
+    mut flusher: Flusher,
+    in_flight: InFlight<DB>,
+) {
     flusher.acks.idle(true);
     drain(&mut set, timeout).await;
     flusher.acks.close();
     let _ = (&mut flusher.task).await;
+    let abandoned = in_flight.abandon().await;
+    if abandoned > 0 {
+        warn!(abandoned, "messages of handlers aborted at the shutdown deadline were given back");
+    }
 }
 
 /// Lets handlers in flight finish within the shutdown timeout; aborts the rest (their
@@ -280,15 +325,16 @@ pub(super) async fn drive<DB: Db, T: Turn<DB>>(
 }
 
 /// [`SubscriptionBuilder::run`]: a message per free worker.
-struct Workers<F> {
+struct Workers<DB: Db, F> {
     handler: Arc<F>,
     workers: Arc<Semaphore>,
     max: usize,
     starting: Starting,
     flusher: Flusher,
+    in_flight: InFlight<DB>,
 }
 
-impl<DB, F, Fut, O, E> Turn<DB> for Workers<F>
+impl<DB, F, Fut, O, E> Turn<DB> for Workers<DB, F>
 where
     DB: Db,
     F: Fn(Delivery<DB>) -> Fut + Send + Sync + 'static,
@@ -313,6 +359,7 @@ where
             return None;
         }
         for (delivery, worker) in deliveries.into_iter().zip(workers) {
+            self.in_flight.track([delivery.lease()]);
             let begun = self.starting.spawned();
             set.spawn(handle(self.handler.clone(), self.flusher.acks.clone(), delivery, worker, begun));
         }
@@ -320,7 +367,7 @@ where
     }
 
     async fn finish(self, set: JoinSet<()>, timeout: Duration) {
-        finish(set, timeout, self.flusher).await
+        finish(set, timeout, self.flusher, self.in_flight).await
     }
 }
 
@@ -331,6 +378,7 @@ struct Batches<DB: Db, F> {
     queue: Queue<DB>,
     batch: usize,
     flusher: Flusher,
+    in_flight: InFlight<DB>,
 }
 
 impl<DB, F, Fut, O, E> Turn<DB> for Batches<DB, F>
@@ -359,6 +407,7 @@ where
         if let (false, Some(worker)) = (batch.is_empty(), workers.pop()) {
             let (handler, queue, acks) =
                 (self.handler.clone(), self.queue.clone(), self.flusher.acks.clone());
+            let in_flight = self.in_flight.clone();
             let span = info_span!("rowbus.batch", size = batch.len());
             set.spawn(
                 async move {
@@ -366,6 +415,7 @@ where
                     // carries its acknowledgement.
                     let _worker = worker;
                     let leases: Vec<Lease<DB>> = batch.iter().map(Delivery::lease).collect();
+                    in_flight.track(leases.iter().cloned());
                     let result = outcome(handler(batch)).await;
                     settle_batch(&queue, &acks, leases, result).await;
                 }
@@ -376,7 +426,7 @@ where
     }
 
     async fn finish(self, set: JoinSet<()>, timeout: Duration) {
-        finish(set, timeout, self.flusher).await
+        finish(set, timeout, self.flusher, self.in_flight).await
     }
 }
 
@@ -393,7 +443,15 @@ impl<DB: Db> SubscriptionBuilder<DB> {
     {
         let workers = Arc::new(Semaphore::new(self.workers));
         let (handler, max, starting) = (Arc::new(handler), self.workers, Starting::default());
-        self.leased(|flusher| Workers { handler, workers, max, starting, flusher }).await
+        self.leased(|flusher| Workers {
+            handler,
+            workers,
+            max,
+            starting,
+            flusher,
+            in_flight: InFlight::default(),
+        })
+        .await
     }
 
     /// Runs `handler` on batches of up to `batch` messages, `workers` batches at once.
@@ -407,7 +465,15 @@ impl<DB: Db> SubscriptionBuilder<DB> {
     {
         let workers = Arc::new(Semaphore::new(self.workers));
         let (handler, queue, batch) = (Arc::new(handler), self.queue.clone(), self.batch);
-        self.leased(|flusher| Batches { handler, workers, queue, batch, flusher }).await
+        self.leased(|flusher| Batches {
+            handler,
+            workers,
+            queue,
+            batch,
+            flusher,
+            in_flight: InFlight::default(),
+        })
+        .await
     }
 
     /// Drives a lease runner, whose acknowledgements its claims may carry.

@@ -21,12 +21,27 @@ pub struct Stats {
     pub dropped: u64,
     /// Claimed messages given back unstarted (at shutdown).
     pub released: u64,
+    /// Messages whose handler was still running at the shutdown deadline: aborted and
+    /// given back at once (the attempt not counted).
+    pub abandoned: u64,
     /// Subscriptions woken (by publishes, notifications or a reconnect).
     pub wakeups: u64,
     /// Claims that failed.
     pub claim_errors: u64,
     /// Acks or retries refused because the lease had run out.
     pub leases_lost: u64,
+}
+
+/// A claim that failed, as [`Broker::claim_failures`](super::Broker::claim_failures)
+/// reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimFailure {
+    /// The queue table.
+    pub table: String,
+    /// The error and its causes, on one line.
+    pub error: String,
+    /// Whether claiming again cannot help (see [`Error::is_permanent`](crate::Error::is_permanent)).
+    pub permanent: bool,
 }
 
 /// The broker's counters, each changed only through the method named for what happened.
@@ -40,6 +55,7 @@ pub(crate) struct Counters {
     dead_lettered: AtomicU64,
     dropped: AtomicU64,
     released: AtomicU64,
+    abandoned: AtomicU64,
     claim_errors: AtomicU64,
     leases_lost: AtomicU64,
 }
@@ -86,6 +102,10 @@ impl Counters {
         add(&self.released, n);
     }
 
+    pub fn abandoned(&self, n: u64) {
+        add(&self.abandoned, n);
+    }
+
     pub fn leases_lost(&self, n: u64) {
         add(&self.leases_lost, n);
     }
@@ -109,6 +129,7 @@ impl Counters {
             dead_lettered: get(&self.dead_lettered),
             dropped: get(&self.dropped),
             released: get(&self.released),
+            abandoned: get(&self.abandoned),
             wakeups,
             claim_errors: get(&self.claim_errors),
             leases_lost: get(&self.leases_lost),

@@ -232,7 +232,6 @@ impl<DB: Db> Claimer<DB> {
 
     /// Claims up to `limit` messages and sets the pace for the next claim.
     pub async fn claim(&mut self, limit: usize) -> Result<Vec<Delivery<DB>>, Error> {
-        let counters = &self.queue.inner().counters;
         let span = debug_span!("rowbus.claim", table = %self.queue.table(), group = self.group, limit);
         let acks = self.acks.as_ref().map(|acks| acks.take()).unwrap_or_default();
         let claimed = claim(&self.queue, &self.group, limit, self.lease, &acks).instrument(span).await;
@@ -250,7 +249,7 @@ impl<DB: Db> Claimer<DB> {
             }
             Err(error) => {
                 self.pace = Pace::Failed;
-                counters.claim_failed();
+                self.queue.inner().claim_failed(self.queue.table(), &error);
                 warn!(%error, table = %self.queue.table(), "claim failed; next claim in a second");
                 Err(error)
             }

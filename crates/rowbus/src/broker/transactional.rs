@@ -193,7 +193,7 @@ async fn transactional<DB, H>(
             return;
         }
         Err(error) => {
-            counters.claim_failed();
+            queue.inner().claim_failed(queue.table(), &error);
             warn!(%error, table = %queue.table(), "transactional claim failed");
             let _ = found.send(Err(()));
             return;

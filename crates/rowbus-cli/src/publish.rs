@@ -27,6 +27,9 @@ pub(crate) struct PublishArgs {
     delay: Option<Duration>,
     /// The payload; `-` publishes each line of stdin as one message, in batches
     payload: String,
+    /// With `-`: publish empty lines too (skipped by default)
+    #[arg(long)]
+    keep_empty: bool,
 }
 
 /// Publishes the payload, or stdin's lines; prints how many were published. Wakes
@@ -41,6 +44,13 @@ pub(crate) async fn publish<DB: Db>(
     let notify_table = queue_cmd::broker_notify_config(config);
     let listen_notify =
         Broker::new(pool.clone(), BrokerOptions::default()).await?.notify_ready(&notify_table).await?;
+    if !listen_notify {
+        eprintln!(
+            "rowbus: warning: the notify table `{}` does not exist: consumers in other processes are not \
+             woken, they find the message at their next poll (create it with `rowbus deploy`)",
+            notify_table.table
+        );
+    }
     let options = BrokerOptions { listen_notify, notify_table, ..BrokerOptions::default() };
     let broker = Broker::new(pool, options).await?;
     let result = publish_with(&broker, url, args).await;
@@ -64,10 +74,12 @@ async fn publish_with<DB: Db>(broker: &Broker<DB>, url: &str, args: PublishArgs)
         return Ok(());
     }
 
+    let limit = queue.max_message_bytes().await?;
     let mut lines = stdin_lines();
     let mut interrupted = std::pin::pin!(crate::interrupted());
-    let mut published = 0u64;
+    let mut published = Published { messages: 0, lines: 0, table: queue.table().to_string() };
     let mut stopped = false;
+    let mut refused = None;
     loop {
         // A batch is published whole: Ctrl-C stops between batches.
         let first = tokio::select! {
@@ -75,19 +87,63 @@ async fn publish_with<DB: Db>(broker: &Broker<DB>, url: &str, args: PublishArgs)
             line = lines.recv() => line,
         };
         let Some(first) = first else { break };
-        let mut batch = vec![first?];
-        while batch.len() < BATCH {
-            match lines.try_recv() {
-                Ok(line) => batch.push(line?),
-                Err(_) => break,
+        let mut batch = Vec::new();
+        let mut next = Some(first);
+        let mut read = 0;
+        while let Some(line) = next.take() {
+            let line = line.map_err(|e| published.failed(e))?;
+            if line.len() as u64 > limit {
+                // Everything before it goes; nothing from it on is read.
+                refused = Some((published.lines + read + 1, line.len()));
+                break;
+            }
+            read += 1;
+            if args.keep_empty || !line.is_empty() {
+                batch.push(message(line));
+            }
+            if batch.len() < BATCH {
+                next = lines.try_recv().ok();
             }
         }
-        published += queue.publish_batch(batch.into_iter().map(&message)).await?;
+        let n = queue.publish_batch(batch).await.map_err(|e| published.failed(e.into()))?;
+        published.messages += n;
+        published.lines += read;
+        if let Some((line, bytes)) = refused {
+            return Err(published.failed(CliError::Message(format!(
+                "line {line} is {bytes} bytes, over the {limit}-byte limit of a message on this database \
+                 (on MySQL/MariaDB, its max_allowed_packet): nothing from it on was published"
+            ))));
+        }
     }
-    let s = if published == 1 { "" } else { "s" };
     let note = if stopped { " (interrupted)" } else { "" };
-    outln!("published {published} message{s} to `{}`{note}", queue.table());
+    outln!("published {}{note}", published.said());
     Ok(())
+}
+
+/// What `publish -` has committed so far.
+struct Published {
+    messages: u64,
+    /// Lines of stdin read and published (or skipped, when empty).
+    lines: u64,
+    table: String,
+}
+
+impl Published {
+    /// `3 messages to `jobs``.
+    fn said(&self) -> String {
+        let s = if self.messages == 1 { "" } else { "s" };
+        format!("{} message{s} to `{}`", self.messages, self.table)
+    }
+
+    /// `error`, saying exactly what was published before it.
+    fn failed(&self, error: CliError) -> CliError {
+        CliError::Message(format!(
+            "{}; published {} from the first {} lines of stdin before this",
+            error.line(),
+            self.said(),
+            self.lines
+        ))
+    }
 }
 
 /// Stdin's lines (bytes, without the line end), read on a thread of their own.

@@ -230,8 +230,8 @@ fn consume_gets_its_groups_messages_and_wakes_on_publish(kind: Kind) {
 }
 on_each_database!(consume_gets_its_groups_messages_and_wakes_on_publish);
 
-/// `publish TABLE -`: each stdin line a message (empty lines, CRLF, UTF-8 and not), in
-/// batches; `consume --batch` gets them all, in order.
+/// `publish TABLE - --keep-empty`: each stdin line a message (empty lines, CRLF, UTF-8
+/// and not), in batches; `consume --batch` gets them all, in order.
 fn publish_dash_sends_each_stdin_line_in_order(kind: Kind) {
     let db = Db::new(kind, "stdin");
     let q = db.queue("stdin");
@@ -249,7 +249,7 @@ fn publish_dash_sends_each_stdin_line_in_order(kind: Kind) {
         input.extend_from_slice(p.as_bytes());
         input.extend_from_slice(if i == 9 { b"\r\n" } else { b"\n" });
     }
-    let stdout = db.ok_with(&["publish", &q, "-"], Some(&input));
+    let stdout = db.ok_with(&["publish", &q, "-", "--keep-empty"], Some(&input));
     assert_eq!(stdout, format!("published {total} messages to `{q}`\n"));
     assert_eq!(db.depth(&q, ""), total);
 
@@ -600,3 +600,58 @@ fn ctrl_c_past_the_shutdown_timeout_gives_the_message_back(kind: Kind) {
     assert_eq!((group["ready"].as_i64(), group["in_flight"].as_i64()), (Some(1), Some(0)), "{group}");
 }
 on_each_database!(ctrl_c_past_the_shutdown_timeout_gives_the_message_back);
+
+/// `publish TABLE -` skips empty lines unless `--keep-empty`.
+fn publish_dash_skips_empty_lines(kind: Kind) {
+    let db = Db::new(kind, "empty");
+    let q = db.queue("empty");
+    db.deploy(&[&q]);
+    assert_eq!(
+        db.ok_with(&["publish", &q, "-"], Some(b"a\n\n\r\nb\n")),
+        format!("published 2 messages to `{q}`\n")
+    );
+    assert_eq!(db.depth(&q, ""), 2);
+}
+on_each_database!(publish_dash_skips_empty_lines on sqlite);
+
+/// A line over MariaDB's `max_allowed_packet` in the middle of stdin: the lines before it
+/// are published, the command says exactly how many and that nothing from that line on
+/// was, and exits 1 (it used to commit an unsaid number and die on a reset connection).
+fn an_over_long_line_says_what_was_published(kind: Kind) {
+    let db = Db::new(kind, "long");
+    let q = db.queue("long");
+    db.deploy(&[&q]);
+    let mut input = b"one\ntwo\nthree\n".to_vec();
+    input.extend(std::iter::repeat_n(b'x', 17 << 20));
+    input.extend_from_slice(b"\nfive\n");
+    let (output, _) = run_with(db.rowbus(&["publish", &q, "-"]), Some(&input), RUN_TIMEOUT);
+    let error = assert_error(&output, "an over-long line");
+    assert_mentions(
+        &error,
+        &["line 4 is 17825792 bytes", "max_allowed_packet", "published 3 messages", "first 3 lines"],
+        "the over-long line",
+    );
+    assert_eq!(db.depth(&q, ""), 3);
+}
+on_each_database!(an_over_long_line_says_what_was_published on mariadb);
+
+/// Publishing on MySQL/MariaDB or SQLite without the notify table warns that consumers
+/// elsewhere are not woken (the message itself is published).
+fn publishing_without_the_notify_table_warns(kind: Kind) {
+    let db = Db::new(kind, "nonotify");
+    let q = db.queue("nonotify");
+    db.deploy(&[&q]);
+    let missing = unique("qcli_missing_notify");
+    let mut cmd = rowbus();
+    cmd.args(["--database-url", &db.database.url, "--notify-table", &missing, "publish", &q, "hello"]);
+    let output = run(cmd);
+    assert!(output.status.success(), "{}", show(&output));
+    let stderr = text(&output.stderr);
+    assert_mentions(
+        &stderr,
+        &["warning", &missing, "does not exist", "rowbus deploy"],
+        "the missing notify table",
+    );
+    assert_eq!(db.depth(&q, ""), 1);
+}
+on_each_database!(publishing_without_the_notify_table_warns on mariadb, sqlite);

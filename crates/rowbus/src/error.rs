@@ -84,6 +84,19 @@ pub enum Error {
     /// The broker is shutting down and takes no new work.
     #[error("the broker is shutting down")]
     ShuttingDown,
+    /// A message too large for the database to take in one statement.
+    #[error(
+        "message of {bytes} bytes refused: over the {limit}-byte limit of {setting} \
+         (publish smaller messages, or raise the limit where it is a setting)"
+    )]
+    MessageTooLarge {
+        /// The message's payload and group, in bytes.
+        bytes: usize,
+        /// What the database takes, less what a statement needs besides.
+        limit: u64,
+        /// Where the limit comes from.
+        setting: &'static str,
+    },
     /// A payload that was to be decoded as text or JSON is not.
     #[error("message {id} payload cannot be decoded: {reason}")]
     Payload {

@@ -1009,3 +1009,27 @@ async fn claim_failures_say_why<DB: Db>(broker: Broker<DB>) {
     runner.await.unwrap().unwrap();
 }
 on_each_database!(claim_failures_say_why);
+
+/// MariaDB takes a statement of at most `max_allowed_packet` bytes: a message over it is
+/// refused before anything is sent, and a batch larger in all than one packet is split
+/// into statements that fit, rather than failing (or dropping the connection) midway.
+async fn messages_fit_the_servers_packet<DB: Db>(broker: Broker<DB>) {
+    let q = queue(&broker).await;
+    let limit = q.max_message_bytes().await.unwrap();
+    assert!((1 << 20..=1 << 30).contains(&limit), "{limit}");
+    let too_large = Message::new(vec![b'x'; usize::try_from(limit).unwrap() + 1]);
+    match q.publish_batch([Message::text("before"), too_large]).await {
+        Err(Error::MessageTooLarge { bytes, limit: said, setting }) => {
+            assert_eq!((bytes as u64, said), (limit + 1, limit));
+            assert!(setting.contains("max_allowed_packet"), "{setting}");
+        }
+        other => panic!("expected MessageTooLarge, got {other:?}"),
+    }
+    assert_eq!(q.depth("").await.unwrap(), (0, 0), "nothing of the refused batch was published");
+    // Twenty messages of a twelfth of the limit each: more than one packet in all.
+    let part = usize::try_from(limit / 12).unwrap();
+    let n = q.publish_batch((0..20).map(|_| Message::new(vec![b'y'; part]))).await.unwrap();
+    assert_eq!((n, q.depth("").await.unwrap()), (20, (20, 0)));
+    q.undeploy().await.unwrap();
+}
+on_each_database!(messages_fit_the_servers_packet on mariadb);

@@ -178,6 +178,8 @@ pub(crate) struct Inner<DB: Db> {
     pub shutdown: watch::Sender<bool>,
     /// The latest failed claim of any subscription.
     pub claim_failure: watch::Sender<Option<ClaimFailure>>,
+    /// The largest statement the database takes, once read.
+    pub statement_limit: tokio::sync::OnceCell<u64>,
     /// Runners still running, and a signal when one ends.
     pub running: AtomicUsize,
     pub ended: Notify,
@@ -232,6 +234,7 @@ impl<DB: Db> Broker<DB> {
             listen_task: Mutex::default(),
             shutdown: watch::Sender::new(false),
             claim_failure: watch::Sender::new(None),
+            statement_limit: tokio::sync::OnceCell::new(),
             running: AtomicUsize::new(0),
             ended: Notify::new(),
             tokens: AtomicU64::new(0),
@@ -378,11 +381,9 @@ impl<DB: Db> Queue<DB> {
     /// group's subscriptions once.
     pub async fn publish_batch(&self, messages: impl IntoIterator<Item = Message>) -> Result<u64, Error> {
         let messages: Vec<Message> = messages.into_iter().collect();
-        for m in &messages {
-            check_group(&m.group)?;
-        }
+        let limit = publish::checked(self, &messages).await?;
         let mut conn = self.inner().pool.acquire().await?;
-        let n = publish::insert(self, &mut conn, &messages).await?;
+        let n = publish::insert(self, &mut conn, &messages, limit).await?;
         let groups = groups_of(&messages);
         publish::wake_others(self, &mut conn, &groups).await;
         drop(conn);
@@ -390,6 +391,13 @@ impl<DB: Db> Queue<DB> {
             self.inner().wakers.wake(self.sql.table.channel(), Some(group));
         }
         Ok(n)
+    }
+
+    /// The largest message (payload and group, in bytes) the database takes: a publish of
+    /// a larger one is refused with [`Error::MessageTooLarge`] before anything is sent.
+    /// On MySQL/MariaDB it follows the server's `max_allowed_packet` (read once).
+    pub async fn max_message_bytes(&self) -> Result<u64, Error> {
+        publish::message_limit(self).await
     }
 
     /// A subscription to this queue (the default group unless you name one).
@@ -431,10 +439,8 @@ impl<DB: Db> BrokerTx<DB> {
         messages: impl IntoIterator<Item = Message>,
     ) -> Result<u64, Error> {
         let messages: Vec<Message> = messages.into_iter().collect();
-        for m in &messages {
-            check_group(&m.group)?;
-        }
-        let n = publish::insert(queue, &mut **self.tx(), &messages).await?;
+        let limit = publish::checked(queue, &messages).await?;
+        let n = publish::insert(queue, &mut **self.tx(), &messages, limit).await?;
         let channel = queue.table().channel_arc();
         let mut fresh = Vec::new();
         for group in groups_of(&messages) {

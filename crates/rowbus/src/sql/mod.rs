@@ -62,6 +62,12 @@ pub trait Dialect: Driver + Sized {
     /// The queue table, its claim index and its dead-letter table, if missing.
     fn create_queue(table: &QueueTable) -> Vec<String>;
 
+    /// The largest statement (with its binds) the database takes, in bytes, and the
+    /// setting that says so; `Some` query when the server decides it at run time.
+    const STATEMENT_LIMIT: (u64, &'static str);
+    /// A query returning the server's statement size limit, where it is a setting.
+    const STATEMENT_LIMIT_SQL: Option<&'static str> = None;
+
     // --- Claims.
 
     /// How a lease claim's transaction begins.

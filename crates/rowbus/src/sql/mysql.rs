@@ -79,6 +79,10 @@ impl Dialect for MySql {
     }
 
     const NOW: &'static str = "UTC_TIMESTAMP(6)";
+    /// A statement and its binds travel in one packet: the server refuses (and drops the
+    /// connection of) one over `max_allowed_packet`, 16 MiB by default.
+    const STATEMENT_LIMIT: (u64, &'static str) = (16 << 20, "the server's max_allowed_packet");
+    const STATEMENT_LIMIT_SQL: Option<&'static str> = Some("SELECT CAST(@@max_allowed_packet AS SIGNED)");
 
     fn later(p: &str) -> String {
         format!("UTC_TIMESTAMP(6) + INTERVAL {p} MICROSECOND")

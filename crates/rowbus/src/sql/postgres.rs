@@ -46,6 +46,8 @@ impl Dialect for Postgres {
     }
 
     const NOW: &'static str = "now()";
+    /// A field's value (the payload) holds at most 1 GiB.
+    const STATEMENT_LIMIT: (u64, &'static str) = ((1 << 30) - 1, "PostgreSQL's 1 GiB limit on a field");
 
     fn later(p: &str) -> String {
         format!("now() + {p} * interval '1 microsecond'")

@@ -55,6 +55,8 @@ impl Dialect for Sqlite {
     }
 
     const NOW: &'static str = NOW;
+    /// SQLite's default `SQLITE_MAX_LENGTH`, the most a string or blob holds.
+    const STATEMENT_LIMIT: (u64, &'static str) = (1_000_000_000, "SQLite's SQLITE_MAX_LENGTH");
 
     fn later(p: &str) -> String {
         format!("{NOW} + {p}")

@@ -390,6 +390,7 @@ async fn execute<DB: Db>(shared: &Shared, d: &Delivery<DB>) -> Ran {
         .env("ROWBUS_ID", d.id().to_string())
         .env("ROWBUS_ATTEMPT", d.attempt().to_string())
         .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
         .kill_on_drop(true);
     // A group of its own: a Ctrl-C at the terminal reaches rowbus only, which lets the
     // command finish within the shutdown timeout; past it the whole group is killed.
@@ -401,6 +402,7 @@ async fn execute<DB: Db>(shared: &Shared, d: &Delivery<DB>) -> Ran {
     };
     let mut group = GroupGuard { pid: child.id(), exited: false };
     let stdin = child.stdin.take();
+    let stderr = child.stderr.take().map(|stderr| tokio::spawn(stderr_tail(stderr)));
     let payload = d.payload().to_vec();
     let feed = async move {
         if let Some(mut stdin) = stdin {
@@ -424,12 +426,37 @@ async fn execute<DB: Db>(shared: &Shared, d: &Delivery<DB>) -> Ran {
     };
     let ((), status) = tokio::join!(feed, wait);
     group.exited = status.is_ok();
+    let tail = match stderr {
+        Some(task) => task.await.unwrap_or_default(),
+        None => String::new(),
+    };
     match status {
         Ok(status) if status.success() => Ran::Ok,
         Ok(status) if signalled(&status) && shared.stopping.load(Ordering::Acquire) => Ran::Stopped,
-        Ok(status) => Ran::Failed(format!("`{command}` {}", describe(&status))),
+        Ok(status) if tail.is_empty() => Ran::Failed(format!("`{command}` {}", describe(&status))),
+        Ok(status) => Ran::Failed(format!("`{command}` {}; its stderr ended: {tail}", describe(&status))),
         Err(e) => Ran::Failed(format!("waiting for `{command}` failed: {e}")),
     }
+}
+
+/// How much of a failed command's stderr its message's last error keeps: enough to act on.
+const STDERR_TAIL: usize = 2048;
+
+/// Passes a command's stderr through to ours as it comes and returns its last
+/// [`STDERR_TAIL`] bytes (as text, trimmed), which a failure records.
+async fn stderr_tail(mut stderr: tokio::process::ChildStderr) -> String {
+    use tokio::io::AsyncReadExt as _;
+    let mut tail = std::collections::VecDeque::with_capacity(STDERR_TAIL);
+    let mut chunk = [0u8; 4096];
+    while let Ok(n @ 1..) = stderr.read(&mut chunk).await {
+        // Our stderr is a terminal or a pipe a line at a time: writing it in place is fine.
+        let _ = std::io::stderr().lock().write_all(&chunk[..n]);
+        tail.extend(&chunk[..n]);
+        let excess = tail.len().saturating_sub(STDERR_TAIL);
+        tail.drain(..excess);
+    }
+    let tail: Vec<u8> = tail.into();
+    String::from_utf8_lossy(&tail).trim().to_owned()
 }
 
 /// Kills a command's process group unless the command has exited: a command aborted at the

@@ -655,3 +655,31 @@ fn publishing_without_the_notify_table_warns(kind: Kind) {
     assert_eq!(db.depth(&q, ""), 1);
 }
 on_each_database!(publishing_without_the_notify_table_warns on mariadb, sqlite);
+
+/// A failing `--exec` command's stderr reaches ours as it runs, and its last 2 KB go with
+/// the failure into the dead letter's `last_error`, beside the exit status.
+fn exec_stderr_is_kept_with_the_failure(kind: Kind) {
+    let db = Db::new(kind, "stderr");
+    let q = db.queue("stderr");
+    db.deploy(&[&q]);
+    db.publish(&q, &["resize 42.png"], 1);
+    let script =
+        "head -c 3000 /dev/zero | tr '\\0' x >&2; echo >&2; echo 'cannot resize: disk full' >&2; exit 3";
+    let mut consumer = start_consumer(db.rowbus(&["consume", &q, "--exec", script, "--max-attempts", "1"]));
+    db.wait_stats(&q, "", "dead-lettered", |g| g["dead"] == 1 && g["depth"] == 0);
+    let stderr = stop_cleanly(&mut consumer, "INT");
+    assert!(stderr.iter().any(|l| l == "cannot resize: disk full"), "passed through: {stderr:#?}");
+    let output = Command::new("mariadb")
+        .args(["-h127.0.0.1", "-P3306", "-uroot", "test", "-N", "-B", "-e"])
+        .arg(format!("SELECT last_error FROM `{q}_dead`"))
+        .output()
+        .expect("running the mariadb client");
+    let last_error = text(&output.stdout);
+    assert_mentions(
+        &last_error,
+        &["exited with status 3", "cannot resize: disk full"],
+        "the dead letter's error",
+    );
+    assert!(last_error.len() < 2400, "the last 2 KB of stderr, not all 3 KB: {} bytes", last_error.len());
+}
+on_each_database!(exec_stderr_is_kept_with_the_failure on mariadb);

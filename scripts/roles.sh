@@ -77,9 +77,12 @@ sql_file="$(dirname "$0")/../crates/rowbus-chaos/roles/$db.sql"
 section() {
   awk -v want="$1" '/^-- @section /{ on = ($3 == want); next } on' "$sql_file"
 }
+# The password as the SQL shows it: masked in a dry run, which prints it.
+shown_password=$password
+[[ $dry_run == 1 ]] && shown_password='***'
 # A section with its placeholders substituted.
 render() { # section schema queue
-  section "$1" | sed -e "s/@PREFIX@/$prefix/g" -e "s/@PASSWORD@/$password/g" \
+  section "$1" | sed -e "s/@PREFIX@/$prefix/g" -e "s/@PASSWORD@/$shown_password/g" \
     -e "s/@DATABASE@/$database/g" -e "s/@SCHEMA@/$2/g" -e "s/@QUEUE@/$3/g" \
     -e "s/@NOTIFY@/$notify_table/g"
 }
@@ -102,7 +105,7 @@ trap 'rm -f "${TMPDIR:-/tmp}/rowbus-roles.$$.sql"' EXIT
 rendered="${TMPDIR:-/tmp}/rowbus-roles.$$.sql"
 
 if [[ $dry_run == 1 ]]; then
-  sed -e "s/PASSWORD '$password'/PASSWORD '***'/" -e "s/BY '$password'/BY '***'/" "$rendered"
+  cat "$rendered"
   exit 0
 fi
 case $db in

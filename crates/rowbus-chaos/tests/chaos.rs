@@ -236,3 +236,18 @@ fn roles_script_grants_what_each_role_needs_and_no_more_on_postgres() {
 fn roles_script_grants_what_each_role_needs_and_no_more_on_mariadb() {
     roles_script("mariadb");
 }
+
+/// `scripts/roles.sh --dry-run` prints the SQL with the roles' password masked, on both
+/// databases (PostgreSQL's printed it in clear).
+#[test]
+fn the_roles_dry_run_masks_the_password() {
+    for db in ["postgres", "mariadb"] {
+        let mut command = Command::new(repo().join("scripts/roles.sh"));
+        command.args([db, "--dry-run", "--password", "s3cret_pw", "--queue", "jobs", "--notify-table", "nt"]);
+        let output = run(command, Duration::from_secs(30));
+        let sql = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success(), "{db}: {}", String::from_utf8_lossy(&output.stderr));
+        assert!(!sql.contains("s3cret_pw"), "{db} printed the password:\n{sql}");
+        assert!(sql.contains("'***'"), "{db}: the masked password is shown:\n{sql}");
+    }
+}

@@ -32,23 +32,27 @@ struct Cli {
     command: Command,
 }
 
+/// The heading of the notify table's flags in `--help`: they are global, and say where
+/// they matter.
+const NOTIFY_TABLE_HEADING: &str = "Notify table (MySQL/MariaDB and SQLite; PostgreSQL has LISTEN/NOTIFY)";
+
 /// The notify table's settings (MySQL/MariaDB and SQLite).
 #[derive(Debug, Args)]
 struct NotifyTableArgs {
     /// Notify table name [default: rowbus_notify]
-    #[arg(long, global = true, value_name = "NAME")]
+    #[arg(long, global = true, help_heading = NOTIFY_TABLE_HEADING, value_name = "NAME")]
     notify_table: Option<String>,
     /// Seconds between two polls of the notify table, e.g. 0.05 [default: 1]
-    #[arg(long, global = true, value_name = "SECS")]
+    #[arg(long, global = true, help_heading = NOTIFY_TABLE_HEADING, value_name = "SECS")]
     poll_interval: Option<String>,
     /// Seconds a notifying transaction may stay open and still be caught [default: 60]
-    #[arg(long, global = true, value_name = "SECS")]
+    #[arg(long, global = true, help_heading = NOTIFY_TABLE_HEADING, value_name = "SECS")]
     lookback: Option<String>,
     /// Seconds a notification is kept before cleanup; 0 turns cleanup off [default: 3600]
-    #[arg(long, global = true, value_name = "SECS")]
+    #[arg(long, global = true, help_heading = NOTIFY_TABLE_HEADING, value_name = "SECS")]
     retention: Option<String>,
     /// Rows one cleanup statement deletes at most [default: 1000]
-    #[arg(long, global = true, value_name = "N")]
+    #[arg(long, global = true, help_heading = NOTIFY_TABLE_HEADING, value_name = "N")]
     cleanup_limit: Option<String>,
 }
 
@@ -80,16 +84,12 @@ enum BenchCommand {
     /// Notify-to-receive latency and the notifications/s one listener keeps up with
     Notify(bench::NotifyBench),
     /// Table broker: publish and drain rates against a raw sqlx loop, and wake-up latency
+    /// (about two minutes with the defaults; progress on a terminal)
     Broker(bench::broker::BrokerBench),
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Measure rowbus on the chosen database
-    Bench {
-        #[command(subcommand)]
-        what: BenchCommand,
-    },
     /// Create what rowbus needs: the notify table (nothing on PostgreSQL), and queue tables
     Deploy {
         /// Also create this queue table, its claim index and its dead-letter table
@@ -102,19 +102,6 @@ enum Command {
     /// Handle a queue table's messages until interrupted: print them, or run a command on each
     #[command(after_help = consume::AFTER_HELP)]
     Consume(consume::ConsumeArgs),
-    /// Queue tables as they stand (per group: depth, ready, delayed, in flight, oldest, dead)
-    /// and the notify table's size and lag
-    Stats(stats::StatsArgs),
-    /// See a queue at work: publishers, workers, retries, latency; nothing to set up
-    Demo(demo::DemoArgs),
-    /// Send one notification
-    Notify {
-        /// The channel
-        channel: String,
-        /// The payload (empty when left out)
-        #[arg(default_value = "")]
-        payload: String,
-    },
     /// Print notifications on the channels, one line each, until interrupted
     Listen {
         /// Print JSON lines {"channel": ..., "payload": ..., "pid": ...}
@@ -123,6 +110,24 @@ enum Command {
         /// The channels
         #[arg(required = true)]
         channels: Vec<String>,
+    },
+    /// Send one notification
+    Notify {
+        /// The channel
+        channel: String,
+        /// The payload (empty when left out)
+        #[arg(default_value = "")]
+        payload: String,
+    },
+    /// Queue tables as they stand (per group: depth, ready, delayed, in flight, oldest, dead)
+    /// and the notify table's size and lag
+    Stats(stats::StatsArgs),
+    /// See a queue at work: publishers, workers, retries, latency; nothing to set up
+    Demo(demo::DemoArgs),
+    /// Measure rowbus on the chosen database
+    Bench {
+        #[command(subcommand)]
+        what: BenchCommand,
     },
 }
 

@@ -11,7 +11,7 @@
 //!
 //! ```no_run
 //! # async fn f() -> Result<(), rowbus::Error> {
-//! use rowbus::{Broker, BrokerOptions, Message, Outcome, sqlx::Sqlite};
+//! use rowbus::{Broker, BrokerOptions, Message, sqlx::Sqlite};
 //!
 //! let pool = rowbus::connect::<Sqlite>("sqlite://app.sqlite", 4).await?;
 //! let broker = Broker::new(pool, BrokerOptions { listen_notify: true, ..Default::default() }).await?;
@@ -19,10 +19,11 @@
 //! jobs.deploy().await?;
 //! jobs.publish(Message::text("resize 42.png").group("images")).await?;
 //!
-//! // Four handlers at once; Ok acknowledges, Err retries with backoff, then dead-letters.
+//! // Four handlers at once; Ok acknowledges, Err retries with backoff, then dead-letters
+//! // (return an `Outcome` to retry later or drop it instead).
 //! jobs.subscribe().group("images").workers(4).run(|delivery| async move {
 //!     println!("{} (attempt {})", delivery.text()?, delivery.attempt());
-//!     Ok::<_, rowbus::Error>(Outcome::Ack)
+//!     Ok::<_, rowbus::Error>(())
 //! }).await?; // returns when broker.shutdown(..) is called elsewhere
 //! # Ok(()) }
 //! ```

@@ -1033,3 +1033,34 @@ async fn messages_fit_the_servers_packet<DB: Db>(broker: Broker<DB>) {
     q.undeploy().await.unwrap();
 }
 on_each_database!(messages_fit_the_servers_packet on mariadb);
+
+/// `until` stops one runner (not the broker) when its future resolves: a runner that
+/// should end after its third message does, and the rest wait in the queue.
+async fn a_runner_stops_when_told<DB: Db>(broker: Broker<DB>) {
+    let q = queue(&broker).await;
+    q.publish_batch((0..5).map(|i| Message::text(format!("m{i}")))).await.unwrap();
+    let (done, stop) = tokio::sync::oneshot::channel::<()>();
+    let done = Mutex::new(Some(done));
+    let handled = Arc::new(AtomicUsize::new(0));
+    let counted = handled.clone();
+    let run = q.subscribe().until(async {
+        let _ = stop.await;
+    });
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        run.run(move |_d| {
+            if counted.fetch_add(1, Ordering::SeqCst) + 1 == 3 {
+                done.lock().unwrap().take().map(|d| d.send(()));
+            }
+            async { Ok::<_, Error>(()) }
+        }),
+    )
+    .await
+    .expect("the runner returns once told")
+    .unwrap();
+    assert_eq!(handled.load(Ordering::SeqCst), 3);
+    assert_eq!(q.depth("").await.unwrap(), (2, 0));
+    assert_eq!(broker.stats().acked, 3);
+    q.undeploy().await.unwrap();
+}
+on_each_database!(a_runner_stops_when_told);

@@ -290,6 +290,7 @@ pub(super) async fn drive<DB: Db, T: Turn<DB>>(
     let _running = Running::new(claimer.queue.inner());
     let mut set = JoinSet::new();
     let mut until = Instant::now();
+    let mut stop = claimer.until.take().map(|until| until.0);
     loop {
         while set.try_join_next().is_some() {}
         let pause = claimer.pause().is_some();
@@ -300,6 +301,7 @@ pub(super) async fn drive<DB: Db, T: Turn<DB>>(
         let next = tokio::select! {
             biased;
             _ = claimer.shutdown.wait_for(|stop| *stop) => Next::Stop,
+            () = async { match stop.as_mut() { Some(stop) => stop.await, None => std::future::pending().await } } => Next::Stop,
             _ = woken.notified(), if claimer.wakeable() => Next::Pause(true),
             _ = tokio::time::sleep_until(until), if pause => Next::Pause(false),
             workers = turn.free(), if !pause => Next::Claim(workers),

@@ -7,8 +7,11 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures::Stream;
+use std::future::Future;
+
+use futures::future::{BoxFuture, Shared};
 use futures::stream::BoxStream;
+use futures::{FutureExt as _, Stream};
 use tokio::sync::watch;
 use tracing::{Instrument as _, debug, debug_span, warn};
 
@@ -31,6 +34,17 @@ pub struct SubscriptionBuilder<DB: Db> {
     pub(crate) batch: usize,
     pub(crate) workers: usize,
     pub(crate) shutdown_timeout: Duration,
+    pub(crate) until: Option<Until>,
+}
+
+/// A future that stops a runner when it resolves (see [`SubscriptionBuilder::until`]).
+#[derive(Clone)]
+pub(crate) struct Until(pub Shared<BoxFuture<'static, ()>>);
+
+impl std::fmt::Debug for Until {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Until(..)")
+    }
 }
 
 impl<DB: Db> SubscriptionBuilder<DB> {
@@ -44,6 +58,7 @@ impl<DB: Db> SubscriptionBuilder<DB> {
             batch: 1,
             workers: 1,
             shutdown_timeout: Duration::from_secs(30),
+            until: None,
         }
     }
 
@@ -82,6 +97,28 @@ impl<DB: Db> SubscriptionBuilder<DB> {
     /// How long a runner lets handlers in flight finish after shutdown begins.
     pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
         self.shutdown_timeout = timeout;
+        self
+    }
+
+    /// Stops a runner (not the broker) when `stop` resolves: no more claims, handlers in
+    /// flight get the shutdown timeout to finish, then the runner returns. For a runner
+    /// that should end after some event (N messages handled, a signal of your own), where
+    /// [`Broker::shutdown`](super::Broker::shutdown) would stop every subscription.
+    ///
+    /// ```no_run
+    /// # async fn f(queue: rowbus::Queue<sqlx::Sqlite>) -> Result<(), rowbus::Error> {
+    /// let (done, stop) = tokio::sync::oneshot::channel::<()>();
+    /// let done = std::sync::Mutex::new(Some(done));
+    /// queue.subscribe().until(async { let _ = stop.await; }).run(move |delivery| {
+    ///     if delivery.text().is_ok_and(|t| t == "last") {
+    ///         done.lock().unwrap().take().map(|d| d.send(()));
+    ///     }
+    ///     async { Ok::<_, rowbus::Error>(()) }
+    /// }).await?; // returns once "last" was handled
+    /// # Ok(()) }
+    /// ```
+    pub fn until(mut self, stop: impl Future<Output = ()> + Send + 'static) -> Self {
+        self.until = Some(Until(stop.boxed().shared()));
         self
     }
 
@@ -171,6 +208,8 @@ pub(crate) struct Claimer<DB: Db> {
     pub pace: Pace,
     /// A runner's acknowledgements, carried by its claims.
     pub acks: Option<Arc<PendingAcks>>,
+    /// What stops a runner early.
+    pub until: Option<Until>,
 }
 
 impl<DB: Db> Claimer<DB> {
@@ -196,6 +235,7 @@ impl<DB: Db> Claimer<DB> {
             shutdown: inner.shutdown.subscribe(),
             pace: Pace::Now,
             acks: None,
+            until: builder.until.clone(),
         })
     }
 

@@ -106,7 +106,10 @@ fn chaos_with(url: &str, duration: &str, extra: &[&str]) -> Value {
             let faults = count("listener_faults") + if server_faults { count("server_crashes") } else { 0 };
             assert!(count("committed") > 0 && faults > 0, "{name}: {report:#}");
         } else {
-            assert!(count("acknowledged") > 0 && count("sigkills") > 0, "{name}: {report:#}");
+            // With server faults, a slow restart (seconds, on a loaded machine) can fill a
+            // short run: the crash is then the fault it survived.
+            let faults = count("sigkills") + if server_faults { count("server_crashes") } else { 0 };
+            assert!(count("acknowledged") > 0 && faults > 0, "{name}: {report:#}");
             assert_eq!(count("delivered"), count("acknowledged") + count("recovered"), "{name}: {report:#}");
             if !url.starts_with("sqlite") {
                 assert!(count("sessions_killed") > 0, "{name}: {report:#}");

@@ -20,7 +20,18 @@ use crate::notify::Notifier;
 
 crate::db::driver!(Sqlite, Backend::Sqlite);
 
-const NOW: &str = "CAST(unixepoch('subsec') * 1000000 AS INTEGER)";
+/// Microseconds since the Unix epoch of the time that SQLite's date-function arguments
+/// `$time` name. SQLite 3.35 has no `unixepoch`, and the table's defaults run in whichever
+/// SQLite writes a row (another program's may be older than the bundled one). SQLite's
+/// clock counts whole milliseconds: rounding the Julian day to them undoes its
+/// floating-point error (tens of µs), so the value is exact.
+macro_rules! epoch_micros {
+    ($time:literal) => {
+        concat!("(CAST(ROUND((julianday(", $time, ") - 2440587.5) * 86400000.0) AS INTEGER) * 1000)")
+    };
+}
+
+const NOW: &str = epoch_micros!("'now'");
 
 /// What a claim returns: id, group, payload, attempts, created_at µs.
 const CLAIMED: &str = "id, group_name, payload, attempts, created_at";
@@ -264,6 +275,53 @@ mod tests {
         TableSql::new(&name.parse().unwrap()).unwrap()
     }
 
+    async fn memory() -> SqliteConnection {
+        SqliteConnection::connect("sqlite::memory:").await.unwrap()
+    }
+
+    /// `NOW` is the Unix time Rust reads, in µs, down to SQLite's whole milliseconds.
+    #[tokio::test]
+    async fn now_is_the_unix_time_in_micros() {
+        let micros = || {
+            let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+            i64::try_from(since.as_micros()).unwrap()
+        };
+        let mut conn = memory().await;
+        let before = micros();
+        let now: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT {NOW}")))
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        let after = micros();
+        assert_eq!(now % 1000, 0, "{now}");
+        assert!(before - before % 1000 <= now && now <= after, "{before} <= {now} <= {after}");
+    }
+
+    /// Exact for every millisecond: a dense run of them from 2024 and one every ~11.6 days
+    /// from 1970 to 2160, against the exact value and against `unixepoch('subsec')` of
+    /// the bundled SQLite (3.42+), rounded. The time comes in through the same Julian day
+    /// arithmetic as `'now'` (whole milliseconds, by `'unixepoch'`).
+    #[tokio::test]
+    async fn epoch_micros_is_exact_for_every_millisecond() {
+        let at = epoch_micros!("n.ms / 1000.0, 'unixepoch'");
+        let sql = format!(
+            "WITH RECURSIVE n(ms, k) AS (SELECT ?1, 1 UNION ALL SELECT ms + ?2, k + 1 FROM n WHERE k < ?3) \
+             SELECT COUNT(*), MIN(ms) FROM n WHERE {at} != ms * 1000 \
+             OR {at} != CAST(ROUND(unixepoch(n.ms / 1000.0, 'unixepoch', 'subsec') * 1000000) AS INTEGER)"
+        );
+        let mut conn = memory().await;
+        for (first, step, count) in [(1_704_067_200_000_i64, 1_i64, 200_000_i64), (0, 1_000_003, 6_000)] {
+            let (wrong, example): (i64, Option<i64>) = sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
+                .bind(first)
+                .bind(step)
+                .bind(count)
+                .fetch_one(&mut conn)
+                .await
+                .unwrap();
+            assert_eq!(wrong, 0, "{wrong} of {count} milliseconds from {first} wrong, the first {example:?}");
+        }
+    }
+
     #[test]
     fn no_schemas() {
         assert!(TableSql::<Sqlite>::new(&"app.jobs".parse().unwrap()).is_err());
@@ -272,9 +330,7 @@ mod tests {
     #[test]
     fn claims_are_one_statement_with_numbered_binds() {
         let t = sql("jobs");
-        assert!(t.claim.starts_with(
-            "UPDATE `jobs` SET lease_until = CAST(unixepoch('subsec') * 1000000 AS INTEGER) + ?3, lease = ?4"
-        ));
+        assert!(t.claim.starts_with(&format!("UPDATE `jobs` SET lease_until = {NOW} + ?3, lease = ?4")));
         assert!(
             t.claim.contains("group_name = ?1") && t.claim.contains("LIMIT ?2) RETURNING id, group_name")
         );

@@ -3,7 +3,7 @@
 //! deadline.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -53,6 +53,11 @@ impl TempSqlite {
         let path = std::env::temp_dir().join(format!("{}.sqlite", unique("rowbus_test")));
         let url = format!("sqlite://{}", path.display());
         TempSqlite { path, url }
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 }
 

@@ -32,8 +32,9 @@ fn options() -> BrokerOptions {
     }
 }
 
+/// A pool on `url`; a SQLite file is made (the tests' files start missing).
 async fn pool(url: &str) -> DbPool {
-    DbPool::connect(url)
+    DbPool::connect_creating(url, 8)
         .await
         .unwrap_or_else(|e| panic!("{url} must be reachable (run scripts/services.sh): {e}"))
 }

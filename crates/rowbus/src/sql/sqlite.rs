@@ -44,13 +44,36 @@ fn select_ready(t: &str) -> String {
     )
 }
 
-fn options(url: &str) -> Result<SqliteConnectOptions, Error> {
+/// `url`'s options; the file is made only with `create`, never because the URL says
+/// `mode=rwc`: whether a database appears is the caller's choice, not the URL's.
+fn options(url: &str, create: bool) -> Result<SqliteConnectOptions, Error> {
     // sqlx leaves the journal mode alone: WAL lets readers run beside the one writer.
     Ok(SqliteConnectOptions::from_str(url)
         .map_err(|e| invalid_url(url, e))?
-        .create_if_missing(true)
+        .create_if_missing(create)
         .journal_mode(SqliteJournalMode::Wal)
         .busy_timeout(Duration::from_secs(10)))
+}
+
+/// A failed open: [`Error::MissingDatabase`] when SQLite could not open a file that is
+/// not there and was not to be made, else the driver's error.
+fn open_error<'a>(
+    url: &'a str,
+    options: &'a SqliteConnectOptions,
+    create: bool,
+) -> impl FnOnce(sqlx::Error) -> Error + 'a {
+    move |source| {
+        // SQLITE_CANTOPEN, in the low byte of the extended result code.
+        let cannot_open = matches!(&source, sqlx::Error::Database(db)
+            if db.code().and_then(|code| code.parse::<i32>().ok()).is_some_and(|code| code & 0xff == 14));
+        let path = options.get_filename();
+        if cannot_open && !create && !path.exists() {
+            let path = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
+            Error::MissingDatabase { path }
+        } else {
+            connect_error(url)(source)
+        }
+    }
 }
 
 impl Dialect for Sqlite {
@@ -162,12 +185,13 @@ impl Dialect for Sqlite {
         Some(&notifier.sqlite)
     }
 
-    fn connect_pool(url: &str, max: u32) -> BoxFuture<'static, Result<Pool<Self>, Error>> {
+    fn connect_pool(url: &str, max: u32, create: bool) -> BoxFuture<'static, Result<Pool<Self>, Error>> {
         let url = url.to_owned();
         Box::pin(async move {
             let pool =
                 SqlitePoolOptions::new().max_connections(max.min(4)).acquire_timeout(Duration::from_secs(10));
-            pool.connect_with(options(&url)?).await.map_err(connect_error(&url))
+            let options = options(&url, create)?;
+            pool.connect_with(options.clone()).await.map_err(open_error(&url, &options, create))
         })
     }
 
@@ -232,8 +256,10 @@ impl TableConn for SqliteConnection {
         NotifyDialect::Sqlite { pid: std::process::id() }
     }
 
+    /// Never makes the file: a listener reads a notify table that `deploy` made.
     async fn open(url: &str) -> Result<Self, Error> {
-        SqliteConnection::connect_with(&options(url)?).await.map_err(connect_error(url))
+        let options = options(url, false)?;
+        SqliteConnection::connect_with(&options).await.map_err(open_error(url, &options, false))
     }
 
     async fn session_id(&mut self) -> Result<Option<u64>, Error> {

@@ -87,15 +87,16 @@ pub struct Env {
     _sqlite: Option<TempSqlite>,
 }
 
-/// Connects to `url` (`None`: a new temporary SQLite file) and deploys a notify table
-/// named for the test, polled every 50 ms. Panics, loudly, when the server is down.
+/// Connects to `url` (`None`: a new temporary SQLite file, made by connecting) and deploys
+/// a notify table named for the test, polled every 50 ms. Panics, loudly, when the server
+/// is down.
 pub async fn env(url: Option<&str>) -> Env {
     env_with(url, |_| {}).await
 }
 
 pub async fn env_with(url: Option<&str>, adjust: impl FnOnce(&mut NotifyConfig)) -> Env {
     let (url, sqlite) = url_for(url);
-    let db = DbPool::connect(&url).await.unwrap_or_else(|e| {
+    let db = DbPool::connect_creating(&url, 8).await.unwrap_or_else(|e| {
         panic!("the test database {url} must be reachable (run scripts/services.sh): {e}")
     });
     let mut config = NotifyConfig {

@@ -3,6 +3,12 @@
 # exist, so the tests run on a fresh machine. Safe to run again.
 set -euo pipefail
 
+# A test writes to a queue through the system's own sqlite3 (older than the bundled SQLite).
+if ! command -v /usr/bin/sqlite3 >/dev/null; then
+  echo "services: installing sqlite3" >&2
+  apt-get install -y sqlite3 || { apt-get update && apt-get install -y sqlite3; }
+fi
+
 wait_for() { # name, command...
   local name=$1; shift
   for _ in $(seq 1 60); do

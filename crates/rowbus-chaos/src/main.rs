@@ -345,7 +345,8 @@ async fn prepare(
         (None, Backend::Sqlite) => format!("sqlite://{}", dir.join("chaos.sqlite").display()),
         (None, _) => url.to_owned(),
     };
-    let admin = DbPool::connect_with_size(&admin_url, 4).await?;
+    // It makes the tables: on SQLite the scratch file too.
+    let admin = DbPool::connect_creating(&admin_url, 4).await?;
     let ctx = Ctx {
         backend,
         database: backend.name(),

@@ -90,7 +90,8 @@ enum BenchCommand {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Create what rowbus needs: the notify table (nothing on PostgreSQL), and queue tables
+    /// Create what rowbus needs: the notify table (nothing on PostgreSQL), queue tables, and a
+    /// missing SQLite file (no other command makes one)
     Deploy {
         /// Also create this queue table, its claim index and its dead-letter table
         /// `<TABLE>_dead` (repeatable)
@@ -227,14 +228,21 @@ impl OnPool for OnDatabase<'_> {
     }
 }
 
-/// Connects a pool of up to `max` connections, runs `command` on it, and closes it.
+/// Connects a pool of up to `max` connections, runs `command` on it, and closes it. Only
+/// the commands that make tables (`deploy`, `demo`) make a missing SQLite file: the
+/// others would leave an empty database behind a mistyped URL.
 async fn on_database(
     url: &str,
     max: u32,
     config: &NotifyConfig,
     command: QueueCommand,
 ) -> Result<(), CliError> {
-    let db = DbPool::connect_with_size(url, max).await?;
+    let db = match command {
+        QueueCommand::Deploy(_) | QueueCommand::Demo(_) => DbPool::connect_creating(url, max).await?,
+        QueueCommand::Publish(_) | QueueCommand::Consume(_) | QueueCommand::Stats(_) => {
+            DbPool::connect_with_size(url, max).await?
+        }
+    };
     let done = db.run(OnDatabase { db: &db, url, config, command }).await;
     db.close().await;
     done

@@ -424,6 +424,10 @@ on_each_database!(invalid_channels_and_oversized_payloads_are_refused);
 /// `listen` and `notify` before `deploy`.
 fn listen_and_notify_before_deploy_say_to_deploy(kind: Kind) {
     let db = Db::new(kind, "missing");
+    if let Some(file) = db.database.sqlite_file() {
+        // An empty database: the file is there, the notify table is not.
+        std::fs::File::create(file).expect("create an empty SQLite file");
+    }
     let ch = unique("missing");
     for args in [&["notify", &ch, "x"][..], &["listen", &ch], &["listen", "--json", &ch]] {
         let what = format!("no notify table, {args:?}");
@@ -432,6 +436,39 @@ fn listen_and_notify_before_deploy_say_to_deploy(kind: Kind) {
     }
 }
 on_each_database!(listen_and_notify_before_deploy_say_to_deploy on mariadb, sqlite);
+
+/// On a missing SQLite file, every command but `deploy` (and `demo`) fails in one line that
+/// names the file and `rowbus deploy`, and leaves no file behind; `deploy` creates it.
+#[test]
+fn only_deploy_creates_a_missing_sqlite_file() {
+    let db = Db::new(Kind::Sqlite, "nofile");
+    let path = db.database.sqlite_file().expect("a SQLite file").display().to_string();
+    let q = unique("nofile_q");
+    let commands: [&[&str]; 10] = [
+        &["stats"],
+        &["stats", "--json", &q],
+        &["listen", "ch"],
+        &["listen", "--json", "a", "b"],
+        &["notify", "ch", "x"],
+        &["publish", &q, "x"],
+        &["consume", &q],
+        &["consume", &q, "--listen-notify"],
+        &["bench", "notify", "--samples", "1", "--duration", "0.1"],
+        &["bench", "broker", "--messages", "10", "--rounds", "1", "--only", "publish1"],
+    ];
+    for args in commands {
+        let what = format!("{args:?} on a missing file");
+        let line = db.fail(args, &what);
+        assert_mentions(&line, &[&path, "does not exist", "rowbus deploy"], &what);
+        for file in db.database.sqlite_files() {
+            assert!(!file.exists(), "{what}: {} was created", file.display());
+        }
+    }
+    db.deploy();
+    assert!(db.database.sqlite_file().unwrap().exists(), "deploy did not create {path}");
+    let output = run(db.rowbus(&["stats", "--json"]));
+    assert!(output.status.success(), "stats after deploy\n{}", show(&output));
+}
 
 #[test]
 fn invalid_settings_are_refused_naming_the_setting() {

@@ -146,14 +146,32 @@ pub trait OnPool {
 }
 
 /// A pool of database `DB` on `url` (a URL of that database), set up as
-/// [`DbPool::connect_with_size`] sets up its pools: for code that knows its database.
+/// [`DbPool::connect_with_size`] sets up its pools: for code that knows its database. A
+/// missing SQLite file is an error ([`Error::MissingDatabase`]); [`connect_creating`]
+/// makes it.
 ///
 /// ```no_run
 /// # async fn f() -> Result<(), rowbus::Error> {
-/// let pool = rowbus::connect::<rowbus::sqlx::Sqlite>("sqlite://app.sqlite", 4).await?;
+/// let pool = rowbus::connect::<rowbus::sqlx::MySql>("mysql://root@127.0.0.1/test", 8).await?;
 /// # Ok(()) }
 /// ```
 pub async fn connect<DB: Db>(url: &str, max: u32) -> Result<Pool<DB>, Error> {
+    connect_typed(url, max, false).await
+}
+
+/// [`connect`], making the database first when it is a SQLite file that does not exist
+/// (the servers' databases are never created): for the code that deploys.
+///
+/// ```no_run
+/// # async fn f() -> Result<(), rowbus::Error> {
+/// let pool = rowbus::connect_creating::<rowbus::sqlx::Sqlite>("sqlite://app.sqlite", 4).await?;
+/// # Ok(()) }
+/// ```
+pub async fn connect_creating<DB: Db>(url: &str, max: u32) -> Result<Pool<DB>, Error> {
+    connect_typed(url, max, true).await
+}
+
+async fn connect_typed<DB: Db>(url: &str, max: u32, create: bool) -> Result<Pool<DB>, Error> {
     let backend = Backend::from_url(url)?;
     if backend != DB::BACKEND {
         return Err(Error::InvalidUrl {
@@ -161,7 +179,7 @@ pub async fn connect<DB: Db>(url: &str, max: u32) -> Result<Pool<DB>, Error> {
             reason: format!("a {} URL where a {} one was expected", backend.name(), DB::BACKEND.name()),
         });
     }
-    DB::connect_pool(url, max).await
+    DB::connect_pool(url, max, create).await
 }
 
 /// A connection pool on any of the three databases, set up the way rowbus needs it
@@ -170,7 +188,7 @@ pub async fn connect<DB: Db>(url: &str, max: u32) -> Result<Pool<DB>, Error> {
 ///
 /// ```no_run
 /// # async fn f() -> Result<(), rowbus::Error> {
-/// let db = rowbus::DbPool::connect("sqlite://app.sqlite").await?;
+/// let db = rowbus::DbPool::connect_creating("sqlite://app.sqlite", 4).await?;
 /// db.deploy_notify_table(&rowbus::NotifyConfig::default()).await?;
 /// db.notify("jobs", "wake up").await?;
 /// # Ok(()) }
@@ -192,26 +210,36 @@ pub enum DbPool {
 struct Connect<'a> {
     url: &'a str,
     max: u32,
+    create: bool,
 }
 
 impl<'a> ForBackend for Connect<'a> {
     type Output = BoxFuture<'a, Result<DbPool, Error>>;
 
     fn run<DB: Db>(self) -> Self::Output {
-        Box::pin(async move { Ok(DB::wrap(DB::connect_pool(self.url, self.max).await?)) })
+        Box::pin(async move { Ok(DB::wrap(DB::connect_pool(self.url, self.max, self.create).await?)) })
     }
 }
 
 impl DbPool {
-    /// Connects a pool of up to 8 connections (4 on SQLite) and checks that one works.
+    /// Connects a pool of up to 8 connections (4 on SQLite) and checks that one works. A
+    /// missing SQLite file is an error ([`Error::MissingDatabase`]), whatever the URL's
+    /// `mode`: [`connect_creating`](Self::connect_creating) makes it.
     pub async fn connect(url: &str) -> Result<Self, Error> {
         Self::connect_with_size(url, 8).await
     }
 
     /// Connects a pool of up to `max` connections (at most 4 on SQLite) and checks that
-    /// one works.
+    /// one works. A missing SQLite file is an error, as with [`connect`](Self::connect).
     pub async fn connect_with_size(url: &str, max: u32) -> Result<Self, Error> {
-        Backend::from_url(url)?.on(Connect { url, max })?.await
+        Backend::from_url(url)?.on(Connect { url, max, create: false })?.await
+    }
+
+    /// [`connect_with_size`](Self::connect_with_size), making the database first when it
+    /// is a SQLite file that does not exist (the servers' databases are never created):
+    /// for the code that deploys.
+    pub async fn connect_creating(url: &str, max: u32) -> Result<Self, Error> {
+        Backend::from_url(url)?.on(Connect { url, max, create: true })?.await
     }
 
     /// Runs `f` on the pool, typed: see [`OnPool`].

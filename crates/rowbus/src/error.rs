@@ -21,6 +21,17 @@ pub enum Error {
         #[source]
         source: sqlx::Error,
     },
+    /// The SQLite database file does not exist, and the connection was not one that
+    /// creates it.
+    #[error(
+        "the SQLite database file {} does not exist: create it with `rowbus deploy` \
+         (or connect with DbPool::connect_creating)",
+        path.display()
+    )]
+    MissingDatabase {
+        /// The file, as an absolute path where it could be made one.
+        path: std::path::PathBuf,
+    },
     /// The notify table does not exist yet.
     #[error(
         "the notify table `{table}` does not exist: create it with `rowbus deploy` \

@@ -13,7 +13,8 @@
 //! # async fn f() -> Result<(), rowbus::Error> {
 //! use rowbus::{Broker, BrokerOptions, Message, sqlx::Sqlite};
 //!
-//! let pool = rowbus::connect::<Sqlite>("sqlite://app.sqlite", 4).await?;
+//! // Makes app.sqlite if it is missing; rowbus::connect would refuse to.
+//! let pool = rowbus::connect_creating::<Sqlite>("sqlite://app.sqlite", 4).await?;
 //! let broker = Broker::new(pool, BrokerOptions { listen_notify: true, ..Default::default() }).await?;
 //! let jobs = broker.queue("jobs")?;
 //! jobs.deploy().await?;
@@ -39,7 +40,7 @@
 //! use rowbus::{DbPool, Event, Listener};
 //!
 //! let url = "sqlite://app.sqlite";
-//! let db = DbPool::connect(url).await?;
+//! let db = DbPool::connect_creating(url, 4).await?;
 //! db.deploy_notify_table(&Default::default()).await?; // no-op on PostgreSQL
 //!
 //! let mut listener = Listener::connect(url).await?;
@@ -63,7 +64,7 @@ mod listener;
 mod notify;
 mod sql;
 
-pub use backend::{Backend, DbPool, OnPool, connect, redact};
+pub use backend::{Backend, DbPool, OnPool, connect, connect_creating, redact};
 pub use broker::{
     Broker, BrokerOptions, BrokerTx, Delivery, GroupStats, MAX_GROUP_CHARS, MAX_TABLE_NAME, Message,
     NotifyTableStats, Outcome, Queue, QueueTable, Received, RetryPolicy, Stats, Subscription,

@@ -32,8 +32,9 @@ fn options() -> BrokerOptions {
     }
 }
 
+/// A pool on `url`; a SQLite file is made (the tests' files start missing).
 async fn pool(url: &str) -> DbPool {
-    DbPool::connect(url)
+    DbPool::connect_creating(url, 8)
         .await
         .unwrap_or_else(|e| panic!("{url} must be reachable (run scripts/services.sh): {e}"))
 }
@@ -934,6 +935,67 @@ async fn sqlite_trigger_wakes_subscriptions() {
         )]
     })
     .await;
+}
+
+/// The system's own `sqlite3` (Debian's package `sqlite3`; scripts/services.sh installs it),
+/// an SQLite older than the bundled one, runs `sql` on `file`; panics with its error.
+fn system_sqlite3(file: &std::path::Path, sql: &str) {
+    const SQLITE3: &str = "/usr/bin/sqlite3";
+    let output = std::process::Command::new(SQLITE3)
+        .args(["-bail", "-cmd", ".timeout 10000"])
+        .arg(file)
+        .arg(sql)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("cannot run {SQLITE3} (apt-get install sqlite3; scripts/services.sh does): {e}")
+        });
+    assert!(
+        output.status.success(),
+        "{SQLITE3} failed on {sql:?}: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// Another program's plain-SQL insert through the system's `sqlite3` (3.40 on Debian 12:
+/// older than the bundled SQLite) fills every default, wakes a subscription through the
+/// trigger docs/waking.md gives, and is claimed and handled; its publish time is the
+/// insert's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_insert_from_the_system_sqlite3_is_handled() {
+    let file = Arc::new(TempSqlite::new());
+    let env = sqlite_at(file.clone(), notifying()).await;
+    let name = unique("sys");
+    let q = env.broker.queue(&name).unwrap();
+    q.deploy().await.unwrap();
+    system_sqlite3(
+        file.path(),
+        &format!(
+            "CREATE TRIGGER {name}_wake AFTER INSERT ON {name} BEGIN \
+             INSERT INTO rowbus_notify (channel, payload, pid, created_at) \
+             VALUES ('{name}', NEW.group_name, 0, strftime('%Y-%m-%d %H:%M:%f', 'now')); END"
+        ),
+    );
+    let mut sub = q.subscribe().poll_interval(Duration::from_secs(10)).stream().await.unwrap();
+    assert!(tokio::time::timeout(Duration::from_millis(300), sub.next()).await.is_err());
+
+    let before = std::time::SystemTime::now();
+    system_sqlite3(file.path(), &format!("INSERT INTO {name}(payload) VALUES (x'6869')"));
+    let after = std::time::SystemTime::now();
+    let d = tokio::time::timeout(Duration::from_secs(5), sub.next())
+        .await
+        .expect("woken by the trigger")
+        .unwrap()
+        .unwrap();
+    assert_eq!((d.payload(), d.group(), d.attempt()), (&b"hi"[..], "", 1));
+    // SQLite's clock has millisecond steps.
+    let published = d.published_at();
+    let floor = before - Duration::from_millis(1);
+    assert!(floor <= published && published <= after, "{before:?} <= {published:?} <= {after:?}");
+    d.ack().await.unwrap();
+    assert_eq!(q.depth("").await.unwrap(), (0, 0));
+    env.broker.shutdown(Duration::from_secs(1)).await;
 }
 
 /// A queue whose table was never deployed says so, naming the table and the fix: on

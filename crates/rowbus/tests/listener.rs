@@ -6,12 +6,12 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    Env, MARIADB, PG, cp, env, env_with, event_within, notification, on_each_database, silence, unique,
-    url_for,
+    Env, MARIADB, PG, TempSqlite, cp, env, env_with, event_within, notification, on_each_database, silence,
+    unique, url_for,
 };
 use futures::StreamExt;
 use rowbus::{DbPool, Error, Event, Listener, NotifyDeploy};
-use sqlx::Executor;
+use sqlx::{Executor, Sqlite};
 
 const QUIET: Duration = Duration::from_millis(400);
 
@@ -269,7 +269,7 @@ on_each_database!(a_killed_session_is_reported_and_reconnected on postgres, mari
 async fn listen_before_deploy_names_the_table(server: Option<&str>) {
     let (url, _sqlite) = url_for(server);
     let url = url.as_str();
-    let db = DbPool::connect(url).await.expect("server reachable");
+    let db = DbPool::connect_creating(url, 8).await.expect("server reachable");
     let table = unique("never_deployed");
     let options = rowbus::ListenerOptions {
         notify_table: rowbus::NotifyConfig { table: table.clone(), ..Default::default() },
@@ -382,6 +382,50 @@ async fn listener_is_a_stream_and_unlisten_stops_delivery() {
     silence(&mut listener, QUIET).await;
     drop(listener);
     env.cleanup().await;
+}
+
+/// A missing SQLite file is refused by every connect but the creating ones, in an error
+/// naming the file and `rowbus deploy`, even when the URL says `mode=rwc`, and nothing is
+/// left behind; `connect_creating` and `rowbus::connect_creating` make it.
+#[tokio::test]
+async fn a_missing_sqlite_file_is_made_only_when_asked() {
+    let file = TempSqlite::new();
+    let left = || {
+        ["", "-wal", "-shm", "-journal"]
+            .map(|suffix| format!("{}{suffix}", file.path().display()))
+            .into_iter()
+            .filter(|path| std::path::Path::new(path).exists())
+            .collect::<Vec<_>>()
+    };
+    let refused = |err: Error, what: &str| {
+        assert!(matches!(&err, Error::MissingDatabase { path } if path == file.path()), "{what}: {err:?}");
+        let message = err.to_string();
+        assert!(message.contains(&file.path().display().to_string()), "{what}: {message}");
+        assert!(
+            message.contains("rowbus deploy") && message.contains("connect_creating"),
+            "{what}: {message}"
+        );
+    };
+    for url in [file.url.clone(), format!("{}?mode=rwc", file.url)] {
+        refused(DbPool::connect(&url).await.unwrap_err(), "DbPool::connect");
+        refused(DbPool::connect_with_size(&url, 1).await.unwrap_err(), "DbPool::connect_with_size");
+        refused(rowbus::connect::<Sqlite>(&url, 1).await.unwrap_err(), "rowbus::connect");
+        refused(Listener::connect(&url).await.unwrap_err(), "Listener::connect");
+        assert_eq!(left(), Vec::<String>::new(), "{url}: files made");
+    }
+
+    let db = DbPool::connect_creating(&file.url, 1).await.unwrap();
+    assert!(file.path().exists(), "connect_creating did not make the file");
+    db.deploy_notify_table(&Default::default()).await.unwrap();
+    db.close().await;
+    DbPool::connect(&file.url).await.unwrap().close().await;
+    Listener::connect(&file.url).await.unwrap().listen("ch").await.unwrap();
+
+    let typed = TempSqlite::new();
+    rowbus::connect_creating::<Sqlite>(&typed.url, 1).await.unwrap().close().await;
+    assert!(typed.path().exists(), "rowbus::connect_creating did not make the file");
+    // No file at all: nothing to be missing.
+    DbPool::connect("sqlite::memory:").await.unwrap().close().await;
 }
 
 #[tokio::test]

@@ -97,7 +97,7 @@ async fn run_tx_recovers_after_a_failed_claim_mariadb() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_tx_recovers_after_a_failed_claim_sqlite() {
     let file = TempSqlite::new();
-    let DbPool::Sqlite(pool) = DbPool::connect(&file.url).await.unwrap() else { unreachable!() };
+    let DbPool::Sqlite(pool) = DbPool::connect_creating(&file.url, 8).await.unwrap() else { unreachable!() };
     recovers_after_a_failed_claim(Broker::new(pool, BrokerOptions::default()).await.unwrap(), rename_sql)
         .await;
 }

@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
@@ -209,6 +209,25 @@ impl Database {
         Database { kind, url, sqlite_file }
     }
 
+    /// The SQLite file (`None` off SQLite).
+    pub fn sqlite_file(&self) -> Option<&Path> {
+        self.sqlite_file.as_deref()
+    }
+
+    /// The paths SQLite may make beside its file: the file itself, `-wal`, `-shm` and
+    /// `-journal` (none off SQLite).
+    pub fn sqlite_files(&self) -> Vec<PathBuf> {
+        let Some(file) = &self.sqlite_file else { return Vec::new() };
+        ["", "-wal", "-shm", "-journal"]
+            .iter()
+            .map(|suffix| {
+                let mut path = file.clone().into_os_string();
+                path.push(suffix);
+                PathBuf::from(path)
+            })
+            .collect()
+    }
+
     /// The server, for messages.
     pub fn server(&self) -> &'static str {
         match self.kind {
@@ -250,12 +269,8 @@ impl Database {
 
 impl Drop for Database {
     fn drop(&mut self) {
-        if let Some(file) = &self.sqlite_file {
-            for suffix in ["", "-wal", "-shm", "-journal"] {
-                let mut path = file.clone().into_os_string();
-                path.push(suffix);
-                let _ = std::fs::remove_file(path);
-            }
+        for path in self.sqlite_files() {
+            let _ = std::fs::remove_file(path);
         }
     }
 }

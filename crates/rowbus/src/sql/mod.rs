@@ -163,8 +163,9 @@ pub trait Dialect: Driver + Sized {
 
     // --- Connecting.
 
-    /// A pool of up to `max` connections in rowbus's session settings.
-    fn connect_pool(url: &str, max: u32) -> BoxFuture<'static, Result<Pool<Self>, Error>>;
+    /// A pool of up to `max` connections in rowbus's session settings; with `create`, the
+    /// database is made first if this database makes them on connecting (a SQLite file).
+    fn connect_pool(url: &str, max: u32, create: bool) -> BoxFuture<'static, Result<Pool<Self>, Error>>;
     /// The pool in a [`DbPool`].
     fn wrap(pool: Pool<Self>) -> DbPool;
     /// Connects a listener's first session and starts its task.

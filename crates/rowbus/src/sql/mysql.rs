@@ -215,7 +215,7 @@ impl Dialect for MySql {
         Some(&notifier.mysql)
     }
 
-    fn connect_pool(url: &str, max: u32) -> BoxFuture<'static, Result<Pool<Self>, Error>> {
+    fn connect_pool(url: &str, max: u32, _create: bool) -> BoxFuture<'static, Result<Pool<Self>, Error>> {
         let url = url.to_owned();
         Box::pin(async move {
             // A direct connection first fails fast with the real cause (a pool would

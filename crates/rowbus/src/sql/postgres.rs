@@ -195,7 +195,7 @@ impl Dialect for Postgres {
         })
     }
 
-    fn connect_pool(url: &str, max: u32) -> BoxFuture<'static, Result<Pool<Self>, Error>> {
+    fn connect_pool(url: &str, max: u32, _create: bool) -> BoxFuture<'static, Result<Pool<Self>, Error>> {
         let url = url.to_owned();
         Box::pin(async move {
             let options = PgConnectOptions::from_str(&url).map_err(|e| invalid_url(&url, e))?;

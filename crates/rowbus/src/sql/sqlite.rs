@@ -20,7 +20,18 @@ use crate::notify::Notifier;
 
 crate::db::driver!(Sqlite, Backend::Sqlite);
 
-const NOW: &str = "CAST(unixepoch('subsec') * 1000000 AS INTEGER)";
+/// Microseconds since the Unix epoch of the time that SQLite's date-function arguments
+/// `$time` name. SQLite 3.35 has no `unixepoch`, and the table's defaults run in whichever
+/// SQLite writes a row (another program's may be older than the bundled one). SQLite's
+/// clock counts whole milliseconds: rounding the Julian day to them undoes its
+/// floating-point error (tens of µs), so the value is exact.
+macro_rules! epoch_micros {
+    ($time:literal) => {
+        concat!("(CAST(ROUND((julianday(", $time, ") - 2440587.5) * 86400000.0) AS INTEGER) * 1000)")
+    };
+}
+
+const NOW: &str = epoch_micros!("'now'");
 
 /// What a claim returns: id, group, payload, attempts, created_at µs.
 const CLAIMED: &str = "id, group_name, payload, attempts, created_at";
@@ -33,13 +44,36 @@ fn select_ready(t: &str) -> String {
     )
 }
 
-fn options(url: &str) -> Result<SqliteConnectOptions, Error> {
+/// `url`'s options; the file is made only with `create`, never because the URL says
+/// `mode=rwc`: whether a database appears is the caller's choice, not the URL's.
+fn options(url: &str, create: bool) -> Result<SqliteConnectOptions, Error> {
     // sqlx leaves the journal mode alone: WAL lets readers run beside the one writer.
     Ok(SqliteConnectOptions::from_str(url)
         .map_err(|e| invalid_url(url, e))?
-        .create_if_missing(true)
+        .create_if_missing(create)
         .journal_mode(SqliteJournalMode::Wal)
         .busy_timeout(Duration::from_secs(10)))
+}
+
+/// A failed open: [`Error::MissingDatabase`] when SQLite could not open a file that is
+/// not there and was not to be made, else the driver's error.
+fn open_error<'a>(
+    url: &'a str,
+    options: &'a SqliteConnectOptions,
+    create: bool,
+) -> impl FnOnce(sqlx::Error) -> Error + 'a {
+    move |source| {
+        // SQLITE_CANTOPEN, in the low byte of the extended result code.
+        let cannot_open = matches!(&source, sqlx::Error::Database(db)
+            if db.code().and_then(|code| code.parse::<i32>().ok()).is_some_and(|code| code & 0xff == 14));
+        let path = options.get_filename();
+        if cannot_open && !create && !path.exists() {
+            let path = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
+            Error::MissingDatabase { path }
+        } else {
+            connect_error(url)(source)
+        }
+    }
 }
 
 impl Dialect for Sqlite {
@@ -153,12 +187,13 @@ impl Dialect for Sqlite {
         Some(&notifier.sqlite)
     }
 
-    fn connect_pool(url: &str, max: u32) -> BoxFuture<'static, Result<Pool<Self>, Error>> {
+    fn connect_pool(url: &str, max: u32, create: bool) -> BoxFuture<'static, Result<Pool<Self>, Error>> {
         let url = url.to_owned();
         Box::pin(async move {
             let pool =
                 SqlitePoolOptions::new().max_connections(max.min(4)).acquire_timeout(Duration::from_secs(10));
-            pool.connect_with(options(&url)?).await.map_err(connect_error(&url))
+            let options = options(&url, create)?;
+            pool.connect_with(options.clone()).await.map_err(open_error(&url, &options, create))
         })
     }
 
@@ -223,8 +258,10 @@ impl TableConn for SqliteConnection {
         NotifyDialect::Sqlite { pid: std::process::id() }
     }
 
+    /// Never makes the file: a listener reads a notify table that `deploy` made.
     async fn open(url: &str) -> Result<Self, Error> {
-        SqliteConnection::connect_with(&options(url)?).await.map_err(connect_error(url))
+        let options = options(url, false)?;
+        SqliteConnection::connect_with(&options).await.map_err(open_error(url, &options, false))
     }
 
     async fn session_id(&mut self) -> Result<Option<u64>, Error> {
@@ -266,6 +303,53 @@ mod tests {
         TableSql::new(&name.parse().unwrap()).unwrap()
     }
 
+    async fn memory() -> SqliteConnection {
+        SqliteConnection::connect("sqlite::memory:").await.unwrap()
+    }
+
+    /// `NOW` is the Unix time Rust reads, in µs, down to SQLite's whole milliseconds.
+    #[tokio::test]
+    async fn now_is_the_unix_time_in_micros() {
+        let micros = || {
+            let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+            i64::try_from(since.as_micros()).unwrap()
+        };
+        let mut conn = memory().await;
+        let before = micros();
+        let now: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT {NOW}")))
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        let after = micros();
+        assert_eq!(now % 1000, 0, "{now}");
+        assert!(before - before % 1000 <= now && now <= after, "{before} <= {now} <= {after}");
+    }
+
+    /// Exact for every millisecond: a dense run of them from 2024 and one every ~11.6 days
+    /// from 1970 to 2160, against the exact value and against `unixepoch('subsec')` of
+    /// the bundled SQLite (3.42+), rounded. The time comes in through the same Julian day
+    /// arithmetic as `'now'` (whole milliseconds, by `'unixepoch'`).
+    #[tokio::test]
+    async fn epoch_micros_is_exact_for_every_millisecond() {
+        let at = epoch_micros!("n.ms / 1000.0, 'unixepoch'");
+        let sql = format!(
+            "WITH RECURSIVE n(ms, k) AS (SELECT ?1, 1 UNION ALL SELECT ms + ?2, k + 1 FROM n WHERE k < ?3) \
+             SELECT COUNT(*), MIN(ms) FROM n WHERE {at} != ms * 1000 \
+             OR {at} != CAST(ROUND(unixepoch(n.ms / 1000.0, 'unixepoch', 'subsec') * 1000000) AS INTEGER)"
+        );
+        let mut conn = memory().await;
+        for (first, step, count) in [(1_704_067_200_000_i64, 1_i64, 200_000_i64), (0, 1_000_003, 6_000)] {
+            let (wrong, example): (i64, Option<i64>) = sqlx::query_as(sqlx::AssertSqlSafe(sql.clone()))
+                .bind(first)
+                .bind(step)
+                .bind(count)
+                .fetch_one(&mut conn)
+                .await
+                .unwrap();
+            assert_eq!(wrong, 0, "{wrong} of {count} milliseconds from {first} wrong, the first {example:?}");
+        }
+    }
+
     #[test]
     fn no_schemas() {
         assert!(TableSql::<Sqlite>::new(&"app.jobs".parse().unwrap()).is_err());
@@ -274,9 +358,7 @@ mod tests {
     #[test]
     fn claims_are_one_statement_with_numbered_binds() {
         let t = sql("jobs");
-        assert!(t.claim.starts_with(
-            "UPDATE `jobs` SET lease_until = CAST(unixepoch('subsec') * 1000000 AS INTEGER) + ?3, lease = ?4"
-        ));
+        assert!(t.claim.starts_with(&format!("UPDATE `jobs` SET lease_until = {NOW} + ?3, lease = ?4")));
         assert!(
             t.claim.contains("group_name = ?1") && t.claim.contains("LIMIT ?2) RETURNING id, group_name")
         );

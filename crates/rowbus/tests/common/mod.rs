@@ -3,7 +3,7 @@
 //! deadline.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -54,6 +54,11 @@ impl TempSqlite {
         let url = format!("sqlite://{}", path.display());
         TempSqlite { path, url }
     }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
 }
 
 impl Drop for TempSqlite {
@@ -82,15 +87,16 @@ pub struct Env {
     _sqlite: Option<TempSqlite>,
 }
 
-/// Connects to `url` (`None`: a new temporary SQLite file) and deploys a notify table
-/// named for the test, polled every 50 ms. Panics, loudly, when the server is down.
+/// Connects to `url` (`None`: a new temporary SQLite file, made by connecting) and deploys
+/// a notify table named for the test, polled every 50 ms. Panics, loudly, when the server
+/// is down.
 pub async fn env(url: Option<&str>) -> Env {
     env_with(url, |_| {}).await
 }
 
 pub async fn env_with(url: Option<&str>, adjust: impl FnOnce(&mut NotifyConfig)) -> Env {
     let (url, sqlite) = url_for(url);
-    let db = DbPool::connect(&url).await.unwrap_or_else(|e| {
+    let db = DbPool::connect_creating(&url, 8).await.unwrap_or_else(|e| {
         panic!("the test database {url} must be reachable (run scripts/services.sh): {e}")
     });
     let mut config = NotifyConfig {

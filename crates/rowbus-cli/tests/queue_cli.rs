@@ -519,6 +519,24 @@ fn invalid_names_and_non_queue_tables_are_refused() {
     assert_mentions(&text(&output.stderr), &["cannot be used with"], "--workers with --batch");
 }
 
+/// Two replicas of an app deploying the same new queue at start-up, at once: both
+/// succeed and say so.
+fn two_deploys_at_once_both_succeed(kind: Kind) {
+    let db = Db::new(kind, "replicas");
+    let q = db.queue("replicas");
+    thread::scope(|s| {
+        let replicas: Vec<_> = (0..2).map(|_| s.spawn(|| db.deploy(&[&q]))).collect();
+        for replica in replicas {
+            if let Err(panic) = replica.join() {
+                std::panic::resume_unwind(panic);
+            }
+        }
+    });
+    db.publish(&q, &["after the race"], 1);
+    assert_eq!(db.depth(&q, ""), 1);
+}
+on_each_database!(two_deploys_at_once_both_succeed);
+
 /// Unreachable servers and bad URLs: one line, at once.
 #[test]
 fn unreachable_servers_and_bad_urls_fail_at_once_in_one_line() {

@@ -62,6 +62,18 @@ pub enum Error {
         /// The table's name.
         table: String,
     },
+    /// Another deploy held the deploy lock for longer than a deploy waits.
+    #[error(
+        "cannot deploy `{table}`: another deploy held the deploy lock for {}s; nothing was created, \
+         run the deploy again once the other one has finished",
+        .waited.as_secs()
+    )]
+    DeployLocked {
+        /// The table being deployed.
+        table: String,
+        /// How long this deploy waited.
+        waited: std::time::Duration,
+    },
     /// A queue table or group name that rowbus refuses.
     #[error("invalid name {name:?}: {reason}")]
     InvalidName {

@@ -4,11 +4,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use notify_table::Config as NotifyConfig;
+use notify_table::{Config as NotifyConfig, Statement};
 
 use super::exec::queue_error;
 use super::{Broker, Queue};
 use crate::db::{Arg, Db, TextsAndInts};
+use crate::deploy;
 use crate::error::Error;
 use crate::notify::Notifier;
 use crate::sql::{QUEUE_COLUMNS, quoted};
@@ -134,14 +135,19 @@ impl<DB: Db> Queue<DB> {
     /// Creates the queue table, its claim index and its dead-letter table (`<table>_dead`)
     /// if they do not exist; on PostgreSQL also the schema. With `listen_notify` on
     /// MySQL/MariaDB or SQLite, also the notify table.
+    ///
+    /// Safe to run from every replica of an app at once: deploys take turns under a lock.
     pub async fn deploy(&self) -> Result<(), Error> {
-        let mut conn = self.inner().pool.acquire().await?;
-        for statement in &self.sql.create {
-            DB::execute(&mut conn, &Arc::from(statement.as_str()), &[]).await?;
-        }
-        let notify_table = self.inner().notifier.as_ref().and_then(DB::notify_table);
-        for stmt in notify_table.map(|t| t.create_table_sql()).unwrap_or_default() {
-            DB::execute(&mut conn, &stmt.sql, &[]).await?;
+        let create: Vec<Statement> = self
+            .sql
+            .create
+            .iter()
+            .map(|sql| Statement { sql: Arc::from(sql.as_str()), binds: Vec::new() })
+            .collect();
+        let pool = &self.inner().pool;
+        deploy::locked(pool, &self.table().to_string(), &create).await?;
+        if let Some(notifier) = &self.inner().notifier {
+            deploy::notify_table(pool, notifier).await?;
         }
         Ok(())
     }

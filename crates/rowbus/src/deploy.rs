@@ -1,11 +1,13 @@
 //! Creating what rowbus needs in the database: each deploy on one connection, under a lock
-//! (every replica of an app may deploy at start-up, at once).
+//! (every replica of an app may deploy at start-up, at once), and never over a table that
+//! is not what it would create.
 
 use notify_table::{Config, Statement};
 use sqlx::pool::PoolConnection;
 use sqlx::{Connection as _, Pool};
 
 use crate::backend::{DbPool, OnPool};
+use crate::broker::{QueueTable, find_on, refuse_foreign};
 use crate::db::{Db, args_of};
 use crate::error::Error;
 use crate::notify::Notifier;
@@ -55,7 +57,7 @@ pub(crate) async fn notify_table<DB: Db>(
 ) -> Result<NotifyDeploy, Error> {
     let Some(table) = DB::notify_table(notifier) else { return Ok(NotifyDeploy::Native) };
     let name = &notifier.config().table;
-    locked(pool, name, &table.create_table_sql()).await?;
+    locked(pool, name, None, &table.create_table_sql()).await?;
     Ok(NotifyDeploy::TableReady { table: name.clone() })
 }
 
@@ -77,10 +79,12 @@ impl<DB: Db> Drop for Deploying<DB> {
 }
 
 /// Runs `statements` (which create `table`) on one connection of `pool`, in a
-/// transaction, under the dialect's deploy lock for `table`.
+/// transaction, under the dialect's deploy lock for `table`. With `queue`, first refuses
+/// a table of that name that is not a queue table, before anything is created.
 pub(crate) async fn locked<DB: Db>(
     pool: &Pool<DB>,
     table: &str,
+    queue: Option<&QueueTable>,
     statements: &[Statement],
 ) -> Result<(), Error> {
     let mut deploying = Deploying { conn: pool.acquire().await?, holds_lock: false };
@@ -92,6 +96,9 @@ pub(crate) async fn locked<DB: Db>(
     deploying.holds_lock = true;
     DB::lock_deploy(&mut tx, table).await?;
     let created = async {
+        if let Some(queue) = queue {
+            refuse_foreign(queue, find_on::<DB>(&mut tx, queue.schema(), queue.name()).await?)?;
+        }
         for stmt in statements {
             DB::execute(&mut tx, &stmt.sql, &args_of(stmt)).await?;
         }

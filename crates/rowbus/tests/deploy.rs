@@ -1,5 +1,6 @@
 //! Deploying against the real PostgreSQL and MariaDB and a temporary SQLite file: every
-//! replica of an app may deploy the same queue (and notify table) at start-up at once.
+//! replica of an app may deploy the same queue (and notify table) at start-up at once,
+//! and a deploy never builds a queue over a table that is not one.
 
 mod common;
 
@@ -8,7 +9,7 @@ use std::time::Duration;
 
 use common::{MARIADB, PG, TempSqlite, on_each_database, unique};
 use futures::StreamExt;
-use rowbus::{Broker, BrokerOptions, Db, DbPool, Message, NotifyConfig, NotifyDeploy, TableState};
+use rowbus::{Broker, BrokerOptions, Db, DbPool, Error, Message, NotifyConfig, NotifyDeploy, TableState};
 use tokio::sync::Barrier;
 
 /// How many replicas deploy at once.
@@ -137,6 +138,48 @@ where
     exec(&b, format!("DROP TABLE {}", config.table)).await;
 }
 on_each_database!(replicas_deploy_the_notify_table_at_once on mariadb, sqlite);
+
+/// A deploy over a table that is not a queue table (here `(id INTEGER, name TEXT)`)
+/// refuses in one error naming the table and the columns it lacks, and creates nothing:
+/// no dead-letter table, no notify table.
+async fn deploy_over_a_foreign_table_creates_nothing<DB: Db>(url: &str)
+where
+    for<'c> &'c sqlx::Pool<DB>: sqlx::Executor<'c, Database = DB>,
+{
+    let notify = NotifyConfig { table: unique("nt_foreign"), ..NotifyConfig::default() };
+    let options =
+        BrokerOptions { listen_notify: true, notify_table: notify.clone(), ..BrokerOptions::default() };
+    let b = broker::<DB>(url, options).await;
+    let name = unique("foreign");
+    exec(&b, format!("CREATE TABLE {name} (id INTEGER, name TEXT)")).await;
+    let q = b.queue(&name).unwrap();
+
+    let lacks = vec!["group_name", "payload", "attempts", "visible_at", "lease", "lease_until"];
+    let err = q.deploy().await.expect_err("a deploy over a table that is not a queue");
+    assert!(
+        matches!(&err, Error::NotAQueueTable { table, missing } if *table == name && *missing == lacks),
+        "{err:?}"
+    );
+    let message = err.to_string();
+    for needle in [
+        &format!("`{name}`"),
+        "not a rowbus queue table",
+        "group_name",
+        "lease_until",
+        "rowbus deploy --queue",
+    ] {
+        assert!(message.contains(needle), "expected {needle:?} in: {message}");
+    }
+    assert_eq!(q.state().await.unwrap(), TableState::NotAQueue { missing: lacks });
+    assert!(matches!(q.is_deployed().await, Err(Error::NotAQueueTable { .. })));
+    let dead = b.queue(&format!("{name}_dead")).unwrap();
+    assert_eq!(dead.state().await.unwrap(), TableState::Missing, "{name}_dead was created");
+    assert_eq!(b.notify_table_stats(&notify).await.unwrap(), None, "the notify table was created");
+
+    exec(&b, format!("DROP TABLE {name}")).await;
+    b.shutdown(Duration::from_secs(1)).await;
+}
+on_each_database!(deploy_over_a_foreign_table_creates_nothing);
 
 /// A deploy waits for the lock another session holds (`lock`, released by `unlock`),
 /// creating nothing meanwhile, and completes once it is released. `lock` and `unlock` are

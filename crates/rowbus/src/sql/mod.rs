@@ -189,8 +189,9 @@ pub trait Dialect: Driver + Sized {
 
     // --- The catalog and statistics.
 
-    /// Whether table `name` (in `schema`, or where an unqualified name resolves) exists,
-    /// and how many of [`QUEUE_COLUMNS`] it has: a statement returning two integers.
+    /// Which of [`QUEUE_COLUMNS`] table `name` (in `schema`, or where an unqualified name
+    /// resolves) has, and whether it exists: a statement returning one row, the names
+    /// present joined by commas (`''` for none) and an integer, 0 when there is no table.
     fn find_table_sql(schema: Option<&str>, name: &str) -> (String, Vec<String>);
     /// The queue tables where unqualified names resolve: one text column, the name as
     /// a statement would write it.

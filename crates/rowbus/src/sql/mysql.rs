@@ -273,10 +273,10 @@ impl Dialect for MySql {
         binds.push(name.to_owned());
         binds.extend(binds.clone());
         let sql = format!(
-            "SELECT (SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.tables \
-             WHERE table_schema = {in_schema} AND table_name = ? AND table_type = 'BASE TABLE'), \
-             (SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.columns \
-             WHERE table_schema = {in_schema} AND table_name = ? AND column_name IN ({}))",
+            "SELECT CAST(COALESCE((SELECT GROUP_CONCAT(column_name) FROM information_schema.columns \
+             WHERE table_schema = {in_schema} AND table_name = ? AND column_name IN ({})), '') AS CHAR), \
+             (SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.tables \
+             WHERE table_schema = {in_schema} AND table_name = ? AND table_type = 'BASE TABLE')",
             super::table::column_list()
         );
         (sql, binds)

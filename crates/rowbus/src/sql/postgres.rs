@@ -252,9 +252,9 @@ impl Dialect for Postgres {
             None => Self::quote(name),
         };
         let sql = format!(
-            "SELECT (SELECT COUNT(*) FROM pg_class WHERE oid = to_regclass($1) AND relkind IN ('r', 'p')), \
-             (SELECT COUNT(*) FROM pg_attribute WHERE attrelid = to_regclass($1) AND attnum > 0 \
-             AND NOT attisdropped AND attname IN ({}))",
+            "SELECT COALESCE((SELECT string_agg(attname::text, ',') FROM pg_attribute \
+             WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped AND attname IN ({})), ''), \
+             (SELECT COUNT(*) FROM pg_class WHERE oid = to_regclass($1) AND relkind IN ('r', 'p'))",
             super::table::column_list()
         );
         (sql, vec![regclass])

@@ -178,8 +178,8 @@ impl Dialect for Sqlite {
 
     fn find_table_sql(_: Option<&str>, name: &str) -> (String, Vec<String>) {
         let sql = format!(
-            "SELECT (SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?1 COLLATE NOCASE), \
-             (SELECT COUNT(*) FROM pragma_table_info(?1) WHERE name IN ({}))",
+            "SELECT COALESCE((SELECT group_concat(name, ',') FROM pragma_table_info(?1) WHERE name IN ({})), ''), \
+             (SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?1 COLLATE NOCASE)",
             super::table::column_list()
         );
         (sql, vec![name.to_owned()])

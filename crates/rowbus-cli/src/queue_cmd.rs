@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use rowbus::{Broker, BrokerOptions, Db, DbPool, NotifyConfig, Queue, QueueTable, TableState, redact};
+use rowbus::{Broker, BrokerOptions, Db, DbPool, NotifyConfig, Queue, QueueTable, redact};
 
 use crate::cli_error::CliError;
 
@@ -92,27 +92,21 @@ pub(crate) fn missing_table(table: &QueueTable, url: &str) -> CliError {
 }
 
 /// The queue `name` of `broker`, checked: a valid name for this database, and a table
-/// that exists with the queue columns.
+/// that exists with the queue columns (the library's error names those another table
+/// lacks).
 pub(crate) async fn existing_queue<DB: Db>(
     broker: &Broker<DB>,
     name: &str,
     url: &str,
 ) -> Result<Queue<DB>, CliError> {
     let queue = broker.queue(name)?;
-    match queue.state().await? {
-        TableState::Deployed => Ok(queue),
-        TableState::Missing => Err(missing_table(queue.table(), url)),
-        TableState::NotAQueue { columns, of } => Err(CliError::Message(format!(
-            "table `{}` is not a rowbus queue table: it has {columns} of the {of} columns a queue table has \
-             (create queue tables with `rowbus deploy --queue TABLE`)",
-            queue.table(),
-        ))),
-    }
+    if queue.is_deployed().await? { Ok(queue) } else { Err(missing_table(queue.table(), url)) }
 }
 
 /// `rowbus deploy [--queue T...]`: the notify table (nothing on PostgreSQL), then each
 /// queue table, its claim index and its dead-letter table; one line each. Every name is
-/// checked for this database before anything is created.
+/// checked for this database, and refused where another table has it, before anything is
+/// created (each queue's deploy checks again under its lock).
 pub(crate) async fn deploy<DB: Db>(
     db: &DbPool,
     pool: rowbus::sqlx::Pool<DB>,
@@ -121,6 +115,9 @@ pub(crate) async fn deploy<DB: Db>(
 ) -> Result<(), CliError> {
     let broker = Broker::new(pool, BrokerOptions::default()).await?;
     let queues = tables.iter().map(|t| broker.queue(t.channel())).collect::<Result<Vec<_>, _>>()?;
+    for queue in &queues {
+        queue.is_deployed().await?;
+    }
     outln!("{}", db.deploy_notify_table(config).await?);
     for queue in queues {
         queue.deploy().await?;

@@ -508,7 +508,11 @@ fn invalid_names_and_non_queue_tables_are_refused() {
     let line = db.fail(&["publish", &q, "--group", "trailing ", "x"], "publish to a bad group");
     assert_mentions(&line, &["invalid name \"trailing \""], "publish to a bad group");
     let line = db.fail(&["publish", &db.notify_table, "x"], "the notify table as a queue");
-    assert_mentions(&line, &["is not a rowbus queue table", "rowbus deploy --queue"], "not a queue");
+    assert_mentions(
+        &line,
+        &["is not a rowbus queue table", "missing columns: group_name", "rowbus deploy --queue"],
+        "not a queue",
+    );
     let mut other = db.rowbus(&["consume", &q, "--listen-notify"]);
     other.args(["--notify-table", "qcli_no_such_notify"]);
     let line = assert_error(&run(other), "--listen-notify without its notify table");
@@ -519,6 +523,42 @@ fn invalid_names_and_non_queue_tables_are_refused() {
     assert_eq!(output.status.code(), Some(2), "{}", show(&output));
     assert_mentions(&text(&output.stderr), &["cannot be used with"], "--workers with --batch");
 }
+
+/// Two replicas of an app deploying the same new queue at start-up, at once: both
+/// succeed and say so.
+fn two_deploys_at_once_both_succeed(kind: Kind) {
+    let db = Db::new(kind, "replicas");
+    let q = db.queue("replicas");
+    thread::scope(|s| {
+        let replicas: Vec<_> = (0..2).map(|_| s.spawn(|| db.deploy(&[&q]))).collect();
+        for replica in replicas {
+            if let Err(panic) = replica.join() {
+                std::panic::resume_unwind(panic);
+            }
+        }
+    });
+    db.publish(&q, &["after the race"], 1);
+    assert_eq!(db.depth(&q, ""), 1);
+}
+on_each_database!(two_deploys_at_once_both_succeed);
+
+/// `deploy --queue T` where `T` is some other table: one error line naming `T` and the
+/// columns it lacks, and nothing created (no `T_dead`, no notify table).
+fn deploy_over_a_foreign_table_is_refused(kind: Kind) {
+    let db = Db::new(kind, "foreign");
+    let t = db.queue("foreign");
+    db.database.exec(&format!("CREATE TABLE {t} (id INTEGER, name TEXT)"));
+    let line = db.fail(&["deploy", "--queue", &t], "deploy over a table that is not a queue");
+    assert_mentions(
+        &line,
+        &[&format!("`{t}` is not a rowbus queue table"), "group_name", "rowbus deploy --queue"],
+        "deploy over a foreign table",
+    );
+    assert!(!db.database.table_exists(&format!("{t}_dead")), "{t}_dead was created");
+    assert!(!db.database.table_exists(&db.notify_table), "the notify table was created");
+    assert!(db.database.table_exists(&t), "{t} is gone");
+}
+on_each_database!(deploy_over_a_foreign_table_is_refused);
 
 /// Unreachable servers and bad URLs: one line, at once.
 #[test]

@@ -1,11 +1,16 @@
-//! Creating what rowbus needs in the database.
+//! Creating what rowbus needs in the database: each deploy on one connection, under a lock
+//! (every replica of an app may deploy at start-up, at once), and never over a table that
+//! is not what it would create.
 
-use notify_table::Config;
-use sqlx::Pool;
+use notify_table::{Config, Statement};
+use sqlx::pool::PoolConnection;
+use sqlx::{Connection as _, Pool};
 
 use crate::backend::{DbPool, OnPool};
-use crate::db::Db;
+use crate::broker::{QueueTable, find_on, refuse_foreign};
+use crate::db::{Db, args_of};
 use crate::error::Error;
+use crate::notify::Notifier;
 
 /// What [`DbPool::deploy_notify_table`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,9 +43,74 @@ impl DbPool {
         impl OnPool for Deploy<'_> {
             type Output = Result<NotifyDeploy, Error>;
             async fn run<DB: Db>(self, pool: Pool<DB>) -> Self::Output {
-                DB::deploy_notify(&pool, self.0).await
+                notify_table(&pool, &Notifier::new(self.0.clone())?).await
             }
         }
         self.run(Deploy(config)).await
     }
+}
+
+/// Creates the notify table `notifier` writes to, where this database uses one.
+pub(crate) async fn notify_table<DB: Db>(
+    pool: &Pool<DB>,
+    notifier: &Notifier,
+) -> Result<NotifyDeploy, Error> {
+    let Some(table) = DB::notify_table(notifier) else { return Ok(NotifyDeploy::Native) };
+    let name = &notifier.config().table;
+    locked(pool, name, None, &table.create_table_sql()).await?;
+    Ok(NotifyDeploy::TableReady { table: name.clone() })
+}
+
+/// The deploying connection: closed, rather than returned to the pool, when the deploy
+/// stops (its future dropped) while it holds the lock, since a session's lock (MySQL's
+/// `GET_LOCK`) would go on holding every other deploy off for as long as the pooled
+/// connection lives.
+struct Deploying<DB: Db> {
+    conn: PoolConnection<DB>,
+    holds_lock: bool,
+}
+
+impl<DB: Db> Drop for Deploying<DB> {
+    fn drop(&mut self) {
+        if self.holds_lock {
+            self.conn.close_on_drop();
+        }
+    }
+}
+
+/// Runs `statements` (which create `table`) on one connection of `pool`, in a
+/// transaction, under the dialect's deploy lock for `table`. With `queue`, first refuses
+/// a table of that name that is not a queue table, before anything is created.
+pub(crate) async fn locked<DB: Db>(
+    pool: &Pool<DB>,
+    table: &str,
+    queue: Option<&QueueTable>,
+    statements: &[Statement],
+) -> Result<(), Error> {
+    let mut deploying = Deploying { conn: pool.acquire().await?, holds_lock: false };
+    // A `SqlStr` already: a `&'static str` here trips the compiler's proof that callers'
+    // futures are `Send` (its lifetime is erased in the generic future).
+    let begin = sqlx::SqlSafeStr::into_sql_str(DB::DEPLOY_BEGIN);
+    let mut tx = deploying.conn.begin_with(begin).await?;
+    // Set first: a lock statement stopped half-way may have taken the lock.
+    deploying.holds_lock = true;
+    DB::lock_deploy(&mut tx, table).await?;
+    let created = async {
+        if let Some(queue) = queue {
+            refuse_foreign(queue, find_on::<DB>(&mut tx, queue.schema(), queue.name()).await?)?;
+        }
+        for stmt in statements {
+            DB::execute(&mut tx, &stmt.sql, &args_of(stmt)).await?;
+        }
+        Ok::<_, Error>(())
+    }
+    .await;
+    DB::unlock_deploy(&mut tx, table).await?;
+    if created.is_ok() {
+        tx.commit().await?
+    } else {
+        tx.rollback().await?
+    }
+    deploying.holds_lock = false;
+    created
 }

@@ -73,6 +73,31 @@ pub enum Error {
         /// The table's name.
         table: String,
     },
+    /// A table of the queue's name exists and is not a queue table: a deploy refuses to
+    /// build on it (and creates nothing), and nothing publishes to it or claims from it.
+    #[error(
+        "table `{table}` is not a rowbus queue table (missing columns: {}): queue tables are created \
+         by `rowbus deploy --queue NAME` (or Queue::deploy) under a name no other table has",
+        .missing.join(", ")
+    )]
+    NotAQueueTable {
+        /// The table's name.
+        table: String,
+        /// The queue table's columns it lacks.
+        missing: Vec<&'static str>,
+    },
+    /// Another deploy held the deploy lock for longer than a deploy waits.
+    #[error(
+        "cannot deploy `{table}`: another deploy held the deploy lock for {}s; nothing was created, \
+         run the deploy again once the other one has finished",
+        .waited.as_secs()
+    )]
+    DeployLocked {
+        /// The table being deployed.
+        table: String,
+        /// How long this deploy waited.
+        waited: std::time::Duration,
+    },
     /// A queue table or group name that rowbus refuses.
     #[error("invalid name {name:?}: {reason}")]
     InvalidName {

@@ -237,32 +237,77 @@ impl Database {
         }
     }
 
-    /// Drops `tables` on PostgreSQL (with `psql`) or MariaDB (with `mariadb`), best effort:
-    /// they may never have been created. Nothing on SQLite, whose file goes whole.
+    /// Runs `sql` with the database's own client (`psql`, `mariadb`, `sqlite3`), printing
+    /// nothing but rows, one a line, columns tab-separated; `Err` with what it said when it
+    /// fails or cannot start.
+    pub fn client(&self, sql: &str) -> Result<String, String> {
+        let mut cmd = match self.kind {
+            Kind::Postgres => {
+                let mut cmd = Command::new("psql");
+                cmd.args([
+                    "-h",
+                    "127.0.0.1",
+                    "-U",
+                    "postgres",
+                    "-d",
+                    "test",
+                    "-q",
+                    "-tA",
+                    "-v",
+                    "ON_ERROR_STOP=1",
+                    "-c",
+                ]);
+                cmd
+            }
+            Kind::MariaDb => {
+                let mut cmd = Command::new("mariadb");
+                cmd.args(["-h127.0.0.1", "-P3306", "-uroot", "test", "-N", "-B", "-e"]);
+                cmd
+            }
+            Kind::Sqlite => {
+                let mut cmd = Command::new("sqlite3");
+                cmd.arg("-bail").arg(self.sqlite_file.as_ref().expect("a SQLite file"));
+                cmd
+            }
+        };
+        match cmd.arg(sql).stdin(Stdio::null()).output() {
+            Ok(out) if out.status.success() => Ok(text(&out.stdout)),
+            Ok(out) => Err(text(&out.stderr)),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// Runs `sql` with [`Database::client`]; panics when it fails.
+    pub fn exec(&self, sql: &str) -> String {
+        self.client(sql).unwrap_or_else(|e| panic!("`{sql}` on {} failed: {e}", self.server()))
+    }
+
+    /// Whether table `name` exists (where an unqualified name resolves).
+    pub fn table_exists(&self, name: &str) -> bool {
+        let sql = match self.kind {
+            Kind::Postgres => format!("SELECT to_regclass('{name}') IS NOT NULL"),
+            Kind::MariaDb => format!(
+                "SELECT COUNT(*) = 1 FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = '{name}'"
+            ),
+            Kind::Sqlite => {
+                format!("SELECT COUNT(*) = 1 FROM sqlite_master WHERE type = 'table' AND name = '{name}'")
+            }
+        };
+        matches!(self.exec(&sql).trim(), "t" | "1")
+    }
+
+    /// Drops `tables` on PostgreSQL or MariaDB, best effort: they may never have been
+    /// created. Nothing on SQLite, whose file goes whole.
     pub fn drop_tables(&self, tables: &[String]) {
-        if tables.is_empty() {
+        if tables.is_empty() || self.kind == Kind::Sqlite {
             return;
         }
-        let dropped = match self.kind {
-            Kind::Postgres => Command::new("psql")
-                .args(["-h", "127.0.0.1", "-U", "postgres", "-d", "test", "-q", "-c"])
-                .arg(format!("DROP TABLE IF EXISTS {}", tables.join(", ")))
-                .stdin(Stdio::null())
-                .output(),
-            Kind::MariaDb => {
-                let list: Vec<String> = tables.iter().map(|t| format!("`{t}`")).collect();
-                Command::new("mariadb")
-                    .args(["-h127.0.0.1", "-P3306", "-uroot", "test", "-e"])
-                    .arg(format!("DROP TABLE IF EXISTS {}", list.join(", ")))
-                    .stdin(Stdio::null())
-                    .output()
-            }
-            Kind::Sqlite => return,
+        let quoted: Vec<String> = match self.kind {
+            Kind::MariaDb => tables.iter().map(|t| format!("`{t}`")).collect(),
+            _ => tables.to_vec(),
         };
-        match dropped {
-            Ok(out) if out.status.success() => {}
-            Ok(out) => eprintln!("cannot drop {tables:?}: {}", text(&out.stderr)),
-            Err(e) => eprintln!("cannot drop {tables:?}: {e}"),
+        if let Err(e) = self.client(&format!("DROP TABLE IF EXISTS {}", quoted.join(", "))) {
+            eprintln!("cannot drop {tables:?}: {e}");
         }
     }
 }

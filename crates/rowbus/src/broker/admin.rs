@@ -4,17 +4,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use notify_table::Config as NotifyConfig;
+use notify_table::{Config as NotifyConfig, Statement};
 
 use super::exec::queue_error;
-use super::{Broker, Queue};
+use super::{Broker, Queue, QueueTable};
 use crate::db::{Arg, Db, TextsAndInts};
+use crate::deploy;
 use crate::error::Error;
 use crate::notify::Notifier;
 use crate::sql::{QUEUE_COLUMNS, quoted};
 
 /// What the database holds under a queue's table name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TableState {
     /// No such table.
     Missing,
@@ -22,10 +23,8 @@ pub enum TableState {
     Deployed,
     /// Some other table.
     NotAQueue {
-        /// How many of the queue table's columns it has.
-        columns: usize,
-        /// How many a queue table has.
-        of: usize,
+        /// The queue table's columns it lacks.
+        missing: Vec<&'static str>,
     },
 }
 
@@ -76,22 +75,54 @@ async fn fetch<DB: Db>(
     binds: &[String],
     texts: usize,
 ) -> Result<Vec<TextsAndInts>, sqlx::Error> {
+    fetch_on::<DB>(&mut *broker.pool().acquire().await?, sql, binds, texts).await
+}
+
+async fn fetch_on<DB: Db>(
+    conn: &mut DB::Connection,
+    sql: String,
+    binds: &[String],
+    texts: usize,
+) -> Result<Vec<TextsAndInts>, sqlx::Error> {
     let args: Vec<Arg<'_>> = binds.iter().map(|b| Arg::Text(b)).collect();
-    DB::fetch_rows(&mut *broker.pool().acquire().await?, &Arc::from(sql), &args, texts).await
+    DB::fetch_rows(conn, &Arc::from(sql), &args, texts).await
 }
 
 /// Whether `name` (in `schema`, or where an unqualified name resolves) is a table, and
-/// how many queue columns it has.
+/// which queue columns it lacks.
 async fn find<DB: Db>(broker: &Broker<DB>, schema: Option<&str>, name: &str) -> Result<TableState, Error> {
+    find_on::<DB>(&mut *broker.pool().acquire().await?, schema, name).await
+}
+
+/// [`find`] on `conn` (a deploy's, inside its lock).
+pub(crate) async fn find_on<DB: Db>(
+    conn: &mut DB::Connection,
+    schema: Option<&str>,
+    name: &str,
+) -> Result<TableState, Error> {
     let (sql, binds) = DB::find_table_sql(schema, name);
-    let rows = fetch(broker, sql, &binds, 0).await?;
-    let (exists, columns) = rows.first().map(|r| (r.int(0), r.int(1))).unwrap_or((0, 0));
-    let columns = usize::try_from(columns).unwrap_or(0);
-    Ok(match (exists, columns) {
-        (0, _) => TableState::Missing,
-        (_, n) if n == QUEUE_COLUMNS.len() => TableState::Deployed,
-        (_, columns) => TableState::NotAQueue { columns, of: QUEUE_COLUMNS.len() },
-    })
+    let row = fetch_on::<DB>(conn, sql, &binds, 1).await?.into_iter().next().unwrap_or_default();
+    if row.int(0) == 0 {
+        return Ok(TableState::Missing);
+    }
+    // Column names are matched as the catalog matched them: without regard to case on
+    // MySQL/MariaDB and SQLite.
+    let present: Vec<&str> = row.text(0).split(',').collect();
+    let missing: Vec<&'static str> = QUEUE_COLUMNS
+        .into_iter()
+        .filter(|column| !present.iter().any(|p| p.eq_ignore_ascii_case(column)))
+        .collect();
+    Ok(if missing.is_empty() { TableState::Deployed } else { TableState::NotAQueue { missing } })
+}
+
+/// Whether `state` is a deployed queue table: `false` when missing, and
+/// [`Error::NotAQueueTable`] when `table` names some other table.
+pub(crate) fn refuse_foreign(table: &QueueTable, state: TableState) -> Result<bool, Error> {
+    match state {
+        TableState::Missing => Ok(false),
+        TableState::Deployed => Ok(true),
+        TableState::NotAQueue { missing } => Err(Error::NotAQueueTable { table: table.to_string(), missing }),
+    }
 }
 
 impl<DB: Db> Broker<DB> {
@@ -134,14 +165,21 @@ impl<DB: Db> Queue<DB> {
     /// Creates the queue table, its claim index and its dead-letter table (`<table>_dead`)
     /// if they do not exist; on PostgreSQL also the schema. With `listen_notify` on
     /// MySQL/MariaDB or SQLite, also the notify table.
+    ///
+    /// Safe to run from every replica of an app at once: deploys take turns under a lock.
+    /// A table of this name that is not a queue table is refused
+    /// ([`Error::NotAQueueTable`]) and nothing is created.
     pub async fn deploy(&self) -> Result<(), Error> {
-        let mut conn = self.inner().pool.acquire().await?;
-        for statement in &self.sql.create {
-            DB::execute(&mut conn, &Arc::from(statement.as_str()), &[]).await?;
-        }
-        let notify_table = self.inner().notifier.as_ref().and_then(DB::notify_table);
-        for stmt in notify_table.map(|t| t.create_table_sql()).unwrap_or_default() {
-            DB::execute(&mut conn, &stmt.sql, &[]).await?;
+        let create: Vec<Statement> = self
+            .sql
+            .create
+            .iter()
+            .map(|sql| Statement { sql: Arc::from(sql.as_str()), binds: Vec::new() })
+            .collect();
+        let pool = &self.inner().pool;
+        deploy::locked(pool, &self.table().to_string(), Some(self.table()), &create).await?;
+        if let Some(notifier) = &self.inner().notifier {
+            deploy::notify_table(pool, notifier).await?;
         }
         Ok(())
     }
@@ -159,6 +197,12 @@ impl<DB: Db> Queue<DB> {
     /// another table.
     pub async fn state(&self) -> Result<TableState, Error> {
         find(self.broker(), self.table().schema(), self.table().name()).await
+    }
+
+    /// Whether the queue table exists; [`Error::NotAQueueTable`] when a table of its name
+    /// exists that is not a queue table.
+    pub async fn is_deployed(&self) -> Result<bool, Error> {
+        refuse_foreign(self.table(), self.state().await?)
     }
 
     /// Messages in the table (ready, delayed or leased) and messages dead-lettered, in

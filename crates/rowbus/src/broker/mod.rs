@@ -33,6 +33,7 @@ use crate::notify::Notifier;
 use crate::sql::TableSql;
 
 pub use admin::{GroupStats, NotifyTableStats, TableState};
+pub(crate) use admin::{find_on, refuse_foreign};
 pub use delivery::{Delivery, Outcome, Received, TxMessage};
 #[cfg(feature = "mysql")]
 pub(crate) use lease::ACK_BATCH;

@@ -19,19 +19,24 @@ mod table;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use notify_table::{Config, NotifyTable, Statement};
+use notify_table::{NotifyTable, Statement};
 use sqlx::Pool;
 
 use crate::backend::DbPool;
 use crate::broker::QueueTable;
 use crate::db::sealed::Driver;
 use crate::db::{Arg, ClaimedRow, args_of};
-use crate::deploy::NotifyDeploy;
 use crate::error::Error;
 use crate::listener::ListenerTask;
 use crate::notify::Notifier;
 
 pub(crate) use table::{QUEUE_COLUMNS, TableSql};
+
+/// How long a deploy waits for another deploy's lock before it gives up: a deploy holds
+/// it for a few statements of DDL, so a longer wait means one is stuck. (SQLite's deploys
+/// wait for the write lock, as long as its busy timeout.)
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) const DEPLOY_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// One database's SQL and connection behaviour. Sealed: implemented for
 /// [`sqlx::Postgres`], [`sqlx::MySql`] and [`sqlx::Sqlite`] in this module's children.
@@ -67,6 +72,24 @@ pub trait Dialect: Driver + Sized {
     const STATEMENT_LIMIT: (u64, &'static str);
     /// A query returning the server's statement size limit, where it is a setting.
     const STATEMENT_LIMIT_SQL: Option<&'static str> = None;
+
+    // --- Deploying.
+
+    /// How a deploy's transaction begins: the check of what exists and the `CREATE`s run
+    /// in it, on one connection.
+    const DEPLOY_BEGIN: &'static str = "BEGIN";
+    /// Takes, on `conn` inside the deploy's transaction, the lock that makes deploys of
+    /// `table` run one at a time (every replica of an app may deploy at start-up): its
+    /// name or key is a bind value. A lock of its own waits at most `DEPLOY_LOCK_WAIT`,
+    /// then fails with [`Error::DeployLocked`].
+    fn lock_deploy<'c>(conn: &'c mut Self::Connection, table: &'c str) -> BoxFuture<'c, Result<(), Error>>;
+    /// Releases that lock before the transaction ends, where its end does not release it.
+    fn unlock_deploy<'c>(
+        _conn: &'c mut Self::Connection,
+        _table: &'c str,
+    ) -> BoxFuture<'c, Result<(), sqlx::Error>> {
+        Box::pin(async { Ok(()) })
+    }
 
     // --- Claims.
 
@@ -170,13 +193,12 @@ pub trait Dialect: Driver + Sized {
     fn wrap(pool: Pool<Self>) -> DbPool;
     /// Connects a listener's first session and starts its task.
     fn start_listener(task: ListenerTask) -> BoxFuture<'static, Result<tokio::task::JoinHandle<()>, Error>>;
-    /// Creates the notify table where this database uses one.
-    fn deploy_notify(pool: &Pool<Self>, config: &Config) -> BoxFuture<'static, Result<NotifyDeploy, Error>>;
 
     // --- The catalog and statistics.
 
-    /// Whether table `name` (in `schema`, or where an unqualified name resolves) exists,
-    /// and how many of [`QUEUE_COLUMNS`] it has: a statement returning two integers.
+    /// Which of [`QUEUE_COLUMNS`] table `name` (in `schema`, or where an unqualified name
+    /// resolves) has, and whether it exists: a statement returning one row, the names
+    /// present joined by commas (`''` for none) and an integer, 0 when there is no table.
     fn find_table_sql(schema: Option<&str>, name: &str) -> (String, Vec<String>);
     /// The queue tables where unqualified names resolve: one text column, the name as
     /// a statement would write it.

@@ -6,16 +6,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use notify_table::{Config, Dialect as NotifyDialect, NotifyTable, Row, Statement};
+use notify_table::{Dialect as NotifyDialect, NotifyTable, Row, Statement};
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPoolOptions};
-use sqlx::{ConnectOptions as _, Connection as _, Executor as _, MySql, Pool, Row as _};
+use sqlx::{ConnectOptions as _, Connection as _, MySql, Pool, Row as _};
 
-use super::{Dialect, placeholders};
+use super::{DEPLOY_LOCK_WAIT, Dialect, placeholders};
 use crate::backend::{Backend, DbPool, connect_error, invalid_url};
 use crate::broker::{ACK_BATCH, QueueTable};
 use crate::db::sealed::Driver as _;
 use crate::db::{Arg, ClaimedRow};
-use crate::deploy::NotifyDeploy;
 use crate::error::Error;
 use crate::listener::{ListenerTask, TableConn, TableSession};
 use crate::notify::Notifier;
@@ -62,6 +61,12 @@ fn claim_mark(t: &str, ids: usize) -> String {
         MySql::later("?"),
         placeholders::<MySql>(3, ids)
     )
+}
+
+/// The `GET_LOCK` name of a deploy of `table`: MySQL refuses names over 64 characters,
+/// and two long names cut to the same one only make their deploys take turns.
+fn lock_name(table: &str) -> String {
+    format!("rowbus deploy {table}").chars().take(64).collect()
 }
 
 /// Deletes rows the caller's transaction holds locked. Binds: the ids.
@@ -136,6 +141,33 @@ impl Dialect for MySql {
                  ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
             ),
         ]
+    }
+
+    /// `GET_LOCK`, a session's named lock (DDL commits at once here, so no transaction
+    /// could hold one): one name per table, server-wide. [`unlock_deploy`](Self::unlock_deploy)
+    /// releases it.
+    fn lock_deploy<'c>(conn: &'c mut Self::Connection, table: &'c str) -> BoxFuture<'c, Result<(), Error>> {
+        Box::pin(async move {
+            let wait = i64::try_from(DEPLOY_LOCK_WAIT.as_secs()).unwrap_or(i64::MAX);
+            let sql = Arc::<str>::from("SELECT CAST(GET_LOCK(?, ?) AS SIGNED)");
+            let rows =
+                Self::fetch_rows(conn, &sql, &[Arg::Text(&lock_name(table)), Arg::Int(wait)], 0).await?;
+            // 1 taken; 0 the wait ran out (NULL, an error, is not expected here).
+            match rows.first().map(|row| row.int(0)) {
+                Some(1) => Ok(()),
+                _ => Err(Error::DeployLocked { table: table.to_owned(), waited: DEPLOY_LOCK_WAIT }),
+            }
+        })
+    }
+
+    fn unlock_deploy<'c>(
+        conn: &'c mut Self::Connection,
+        table: &'c str,
+    ) -> BoxFuture<'c, Result<(), sqlx::Error>> {
+        Box::pin(async move {
+            let sql = Arc::<str>::from("SELECT RELEASE_LOCK(?)");
+            Self::execute(conn, &sql, &[Arg::Text(&lock_name(table))]).await.map(drop)
+        })
     }
 
     const LEASE_CLAIM_BEGIN: &'static str = "BEGIN";
@@ -237,17 +269,6 @@ impl Dialect for MySql {
         Box::pin(task.start::<TableSession<MySqlConnection>>())
     }
 
-    fn deploy_notify(pool: &Pool<Self>, config: &Config) -> BoxFuture<'static, Result<NotifyDeploy, Error>> {
-        let (pool, config) = (pool.clone(), config.clone());
-        Box::pin(async move {
-            let table = NotifyTable::new(config.clone(), NotifyDialect::MySql)?;
-            for stmt in table.create_table_sql() {
-                pool.execute(Self::statement(&stmt)).await?;
-            }
-            Ok(NotifyDeploy::TableReady { table: config.table })
-        })
-    }
-
     fn find_table_sql(schema: Option<&str>, name: &str) -> (String, Vec<String>) {
         let (in_schema, mut binds) = match schema {
             Some(schema) => ("?", vec![schema.to_owned()]),
@@ -256,10 +277,10 @@ impl Dialect for MySql {
         binds.push(name.to_owned());
         binds.extend(binds.clone());
         let sql = format!(
-            "SELECT (SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.tables \
-             WHERE table_schema = {in_schema} AND table_name = ? AND table_type = 'BASE TABLE'), \
-             (SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.columns \
-             WHERE table_schema = {in_schema} AND table_name = ? AND column_name IN ({}))",
+            "SELECT CAST(COALESCE((SELECT GROUP_CONCAT(column_name) FROM information_schema.columns \
+             WHERE table_schema = {in_schema} AND table_name = ? AND column_name IN ({})), '') AS CHAR), \
+             (SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.tables \
+             WHERE table_schema = {in_schema} AND table_name = ? AND table_type = 'BASE TABLE')",
             super::table::column_list()
         );
         (sql, binds)

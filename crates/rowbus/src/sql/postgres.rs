@@ -5,17 +5,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use notify_table::{Config, NotifyTable, Statement, Value};
+use notify_table::{NotifyTable, Statement, Value};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions as _, Connection as _, Pool, Postgres};
 use tracing::warn;
 
-use super::Dialect;
+use super::{DEPLOY_LOCK_WAIT, Dialect};
 use crate::backend::{Backend, DbPool, connect_error, invalid_url};
 use crate::broker::QueueTable;
 use crate::db::Arg;
 use crate::db::sealed::Driver as _;
-use crate::deploy::NotifyDeploy;
 use crate::error::Error;
 use crate::listener::{ListenerTask, PgSession};
 use crate::notify::{Notifier, check_pg_channel, check_pg_payload};
@@ -35,6 +34,9 @@ const CLAIMED: &str =
     "id, group_name, payload, attempts::BIGINT, (EXTRACT(EPOCH FROM created_at) * 1000000)::BIGINT";
 
 const PG_NOTIFY: &str = "SELECT pg_notify($1, $2)";
+
+/// The SQLSTATE of a lock wait that ran past `lock_timeout`.
+const LOCK_NOT_AVAILABLE: &str = "55P03";
 
 impl Dialect for Postgres {
     fn quote(part: &str) -> String {
@@ -98,6 +100,28 @@ impl Dialect for Postgres {
             ),
         ]);
         create
+    }
+
+    /// One advisory key for the whole database rather than one per table: a deploy
+    /// creates schemas too, and two deploys of different tables in one new schema race on
+    /// it as surely as two of one table do. Taken in the deploy's transaction
+    /// (PostgreSQL's DDL is transactional), so its end releases the key whatever happens;
+    /// `lock_timeout` bounds the wait for it alone.
+    fn lock_deploy<'c>(conn: &'c mut Self::Connection, table: &'c str) -> BoxFuture<'c, Result<(), Error>> {
+        Box::pin(async move {
+            let wait = format!("{}ms", DEPLOY_LOCK_WAIT.as_millis());
+            let set = Arc::<str>::from("SELECT set_config('lock_timeout', $1, true)");
+            Self::execute(conn, &set, &[Arg::Text(&wait)]).await?;
+            let lock = Arc::<str>::from("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))");
+            match Self::execute(conn, &lock, &[Arg::Text("rowbus deploy")]).await {
+                Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(LOCK_NOT_AVAILABLE) => {
+                    return Err(Error::DeployLocked { table: table.to_owned(), waited: DEPLOY_LOCK_WAIT });
+                }
+                locked => locked?,
+            };
+            Self::simple(conn, "SET LOCAL lock_timeout TO DEFAULT").await?;
+            Ok(())
+        })
     }
 
     /// Sorts off: a queue table not analyzed since it filled (a new table with a backlog,
@@ -222,11 +246,6 @@ impl Dialect for Postgres {
         Box::pin(task.start::<PgSession>())
     }
 
-    fn deploy_notify(_: &Pool<Self>, config: &Config) -> BoxFuture<'static, Result<NotifyDeploy, Error>> {
-        let checked = config.validate().map(|()| NotifyDeploy::Native).map_err(Error::from);
-        Box::pin(async move { checked })
-    }
-
     /// `to_regclass` resolves the name as a statement would (the search path) and takes
     /// it quoted: validated identifiers, bound as a value.
     fn find_table_sql(schema: Option<&str>, name: &str) -> (String, Vec<String>) {
@@ -235,9 +254,9 @@ impl Dialect for Postgres {
             None => Self::quote(name),
         };
         let sql = format!(
-            "SELECT (SELECT COUNT(*) FROM pg_class WHERE oid = to_regclass($1) AND relkind IN ('r', 'p')), \
-             (SELECT COUNT(*) FROM pg_attribute WHERE attrelid = to_regclass($1) AND attnum > 0 \
-             AND NOT attisdropped AND attname IN ({}))",
+            "SELECT COALESCE((SELECT string_agg(attname::text, ',') FROM pg_attribute \
+             WHERE attrelid = to_regclass($1) AND attnum > 0 AND NOT attisdropped AND attname IN ({})), ''), \
+             (SELECT COUNT(*) FROM pg_class WHERE oid = to_regclass($1) AND relkind IN ('r', 'p'))",
             super::table::column_list()
         );
         (sql, vec![regclass])
@@ -323,7 +342,7 @@ mod tests {
 
     #[test]
     fn notifications_are_checked_before_the_server_sees_them() {
-        let n = Notifier::new(Config::default()).unwrap();
+        let n = Notifier::new(notify_table::Config::default()).unwrap();
         assert!(matches!(Postgres::notify_sql(&n, &"c".repeat(64), ""), Err(Error::PgChannelTooLong { .. })));
         assert_eq!(Postgres::notify_sql(&n, "jobs", "x").unwrap().sql.as_ref(), PG_NOTIFY);
     }

@@ -5,7 +5,7 @@ use std::str::FromStr as _;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use notify_table::{Config, Dialect as NotifyDialect, NotifyTable, Row, Statement};
+use notify_table::{Dialect as NotifyDialect, NotifyTable, Row, Statement};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePoolOptions};
 use sqlx::{Connection as _, Pool, Row as _, Sqlite};
 
@@ -13,7 +13,6 @@ use super::Dialect;
 use crate::backend::{Backend, DbPool, connect_error, invalid_url};
 use crate::broker::QueueTable;
 use crate::db::sealed::Driver as _;
-use crate::deploy::NotifyDeploy;
 use crate::error::Error;
 use crate::listener::{ListenerTask, TableConn, TableSession};
 use crate::notify::Notifier;
@@ -146,6 +145,15 @@ impl Dialect for Sqlite {
         ]
     }
 
+    /// The database's one write lock, taken at the start.
+    const DEPLOY_BEGIN: &'static str = "BEGIN IMMEDIATE";
+
+    /// Nothing more: [`DEPLOY_BEGIN`](Self::DEPLOY_BEGIN) took the database's write lock,
+    /// which every other deploy's `BEGIN IMMEDIATE` waits for (up to the busy timeout).
+    fn lock_deploy<'c>(_: &'c mut Self::Connection, _: &'c str) -> BoxFuture<'c, Result<(), Error>> {
+        Box::pin(async { Ok(()) })
+    }
+
     /// `BEGIN IMMEDIATE` everywhere: a transaction that will write takes the write lock
     /// first instead of failing to upgrade a read lock.
     const LEASE_CLAIM_BEGIN: &'static str = "BEGIN IMMEDIATE";
@@ -205,23 +213,10 @@ impl Dialect for Sqlite {
         Box::pin(task.start::<TableSession<SqliteConnection>>())
     }
 
-    fn deploy_notify(pool: &Pool<Self>, config: &Config) -> BoxFuture<'static, Result<NotifyDeploy, Error>> {
-        let (pool, config) = (pool.clone(), config.clone());
-        Box::pin(async move {
-            let table = NotifyTable::new(config.clone(), NotifyDialect::Sqlite { pid: std::process::id() })?;
-            let mut tx = pool.begin().await?;
-            for stmt in table.create_table_sql() {
-                sqlx::Executor::execute(&mut *tx, Self::statement(&stmt)).await?;
-            }
-            tx.commit().await?;
-            Ok(NotifyDeploy::TableReady { table: config.table })
-        })
-    }
-
     fn find_table_sql(_: Option<&str>, name: &str) -> (String, Vec<String>) {
         let sql = format!(
-            "SELECT (SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?1 COLLATE NOCASE), \
-             (SELECT COUNT(*) FROM pragma_table_info(?1) WHERE name IN ({}))",
+            "SELECT COALESCE((SELECT group_concat(name, ',') FROM pragma_table_info(?1) WHERE name IN ({})), ''), \
+             (SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?1 COLLATE NOCASE)",
             super::table::column_list()
         );
         (sql, vec![name.to_owned()])

@@ -1,0 +1,240 @@
+//! Deploying against the real PostgreSQL and MariaDB and a temporary SQLite file: every
+//! replica of an app may deploy the same queue (and notify table) at start-up at once,
+//! and a deploy never builds a queue over a table that is not one.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{MARIADB, PG, TempSqlite, on_each_database, unique};
+use futures::StreamExt;
+use rowbus::{Broker, BrokerOptions, Db, DbPool, Error, Message, NotifyConfig, NotifyDeploy, TableState};
+use tokio::sync::Barrier;
+
+/// How many replicas deploy at once.
+const REPLICAS: usize = 4;
+
+/// One test of `scenario` on `database`, for [`on_each_database!`]: the scenario gets the
+/// database's URL (on SQLite a new file's, removed after).
+macro_rules! database_test {
+    (postgres, $scenario:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn postgres() {
+            super::$scenario::<sqlx::Postgres>(PG).await;
+        }
+    };
+    (mariadb, $scenario:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn mariadb() {
+            super::$scenario::<sqlx::MySql>(MARIADB).await;
+        }
+    };
+    (sqlite, $scenario:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn sqlite() {
+            let file = TempSqlite::new();
+            super::$scenario::<sqlx::Sqlite>(&file.url).await;
+        }
+    };
+}
+
+/// A broker on a pool of its own, as each replica of an app has.
+async fn broker<DB: Db>(url: &str, options: BrokerOptions) -> Broker<DB> {
+    let pool = rowbus::connect::<DB>(url, 2)
+        .await
+        .unwrap_or_else(|e| panic!("{url} must be reachable (run scripts/services.sh): {e}"));
+    Broker::new(pool, options).await.unwrap()
+}
+
+/// Runs `sql` (test set-up and clean-up: constant text and generated names).
+async fn exec<DB: Db>(broker: &Broker<DB>, sql: String)
+where
+    for<'c> &'c sqlx::Pool<DB>: sqlx::Executor<'c, Database = DB>,
+{
+    sqlx::Executor::execute(broker.pool(), sqlx::AssertSqlSafe(sql)).await.unwrap();
+}
+
+/// Runs `deploy` on every replica at once (released together by a barrier); each
+/// replica's result.
+async fn all_at_once<T, F>(replicas: Vec<F>) -> Vec<T>
+where
+    F: Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    let start = Arc::new(Barrier::new(replicas.len()));
+    let tasks: Vec<_> = replicas
+        .into_iter()
+        .map(|deploy| {
+            let start = start.clone();
+            tokio::spawn(async move {
+                start.wait().await;
+                deploy.await
+            })
+        })
+        .collect();
+    let mut results = Vec::new();
+    for task in tasks {
+        results.push(task.await.unwrap());
+    }
+    results
+}
+
+/// Four replicas, each with its own pool and broker, deploy one new queue at once: all
+/// succeed, and the queue works across them.
+async fn replicas_deploy_one_queue_at_once<DB: Db>(url: &str) {
+    let name = unique("replicas");
+    let mut brokers = Vec::new();
+    for _ in 0..REPLICAS {
+        brokers.push(broker::<DB>(url, BrokerOptions::default()).await);
+    }
+    let queues: Vec<_> = brokers.iter().map(|b| b.queue(&name).unwrap()).collect();
+    let deploys = queues.iter().cloned().map(|q| async move { q.deploy().await }).collect();
+    for (replica, result) in all_at_once(deploys).await.into_iter().enumerate() {
+        result.unwrap_or_else(|e| panic!("replica {replica}'s deploy failed: {e}"));
+    }
+
+    let (first, last) = (&queues[0], &queues[REPLICAS - 1]);
+    assert_eq!(first.state().await.unwrap(), TableState::Deployed);
+    first.publish(Message::text("after the race")).await.unwrap();
+    let mut sub = last.subscribe().stream().await.unwrap();
+    let d = tokio::time::timeout(Duration::from_secs(10), sub.next()).await.unwrap().unwrap().unwrap();
+    assert_eq!(d.text().unwrap(), "after the race");
+    d.ack().await.unwrap();
+    // The depth reads the dead-letter table too: it exists.
+    assert_eq!(last.depth("").await.unwrap(), (0, 0));
+    first.undeploy().await.unwrap();
+}
+on_each_database!(replicas_deploy_one_queue_at_once);
+
+/// Four replicas deploy one new notify table at once: all succeed, and it carries
+/// notifications.
+async fn replicas_deploy_the_notify_table_at_once<DB: Db>(url: &str)
+where
+    for<'c> &'c sqlx::Pool<DB>: sqlx::Executor<'c, Database = DB>,
+{
+    let config = NotifyConfig { table: unique("nt_replicas"), ..NotifyConfig::default() };
+    let mut pools = Vec::new();
+    for _ in 0..REPLICAS {
+        pools.push(DbPool::connect_with_size(url, 2).await.unwrap());
+    }
+    let deploys = pools
+        .iter()
+        .cloned()
+        .map(|db| {
+            let config = config.clone();
+            async move { db.deploy_notify_table(&config).await }
+        })
+        .collect();
+    for (replica, result) in all_at_once(deploys).await.into_iter().enumerate() {
+        let done = result.unwrap_or_else(|e| panic!("replica {replica}'s deploy failed: {e}"));
+        assert_eq!(done, NotifyDeploy::TableReady { table: config.table.clone() });
+    }
+
+    let notifier = rowbus::Notifier::new(config.clone()).unwrap();
+    pools[0].notify_with(&notifier, "replicas", "after the race").await.unwrap();
+    let b = broker::<DB>(url, BrokerOptions::default()).await;
+    assert_eq!(b.notify_table_stats(&config).await.unwrap().map(|s| s.rows), Some(1));
+    exec(&b, format!("DROP TABLE {}", config.table)).await;
+}
+on_each_database!(replicas_deploy_the_notify_table_at_once on mariadb, sqlite);
+
+/// A deploy over a table that is not a queue table (here `(id INTEGER, name TEXT)`)
+/// refuses in one error naming the table and the columns it lacks, and creates nothing:
+/// no dead-letter table, no notify table.
+async fn deploy_over_a_foreign_table_creates_nothing<DB: Db>(url: &str)
+where
+    for<'c> &'c sqlx::Pool<DB>: sqlx::Executor<'c, Database = DB>,
+{
+    let notify = NotifyConfig { table: unique("nt_foreign"), ..NotifyConfig::default() };
+    let options =
+        BrokerOptions { listen_notify: true, notify_table: notify.clone(), ..BrokerOptions::default() };
+    let b = broker::<DB>(url, options).await;
+    let name = unique("foreign");
+    exec(&b, format!("CREATE TABLE {name} (id INTEGER, name TEXT)")).await;
+    let q = b.queue(&name).unwrap();
+
+    let lacks = vec!["group_name", "payload", "attempts", "visible_at", "lease", "lease_until"];
+    let err = q.deploy().await.expect_err("a deploy over a table that is not a queue");
+    assert!(
+        matches!(&err, Error::NotAQueueTable { table, missing } if *table == name && *missing == lacks),
+        "{err:?}"
+    );
+    let message = err.to_string();
+    for needle in [
+        &format!("`{name}`"),
+        "not a rowbus queue table",
+        "group_name",
+        "lease_until",
+        "rowbus deploy --queue",
+    ] {
+        assert!(message.contains(needle), "expected {needle:?} in: {message}");
+    }
+    assert_eq!(q.state().await.unwrap(), TableState::NotAQueue { missing: lacks });
+    assert!(matches!(q.is_deployed().await, Err(Error::NotAQueueTable { .. })));
+    let dead = b.queue(&format!("{name}_dead")).unwrap();
+    assert_eq!(dead.state().await.unwrap(), TableState::Missing, "{name}_dead was created");
+    assert_eq!(b.notify_table_stats(&notify).await.unwrap(), None, "the notify table was created");
+
+    exec(&b, format!("DROP TABLE {name}")).await;
+    b.shutdown(Duration::from_secs(1)).await;
+}
+on_each_database!(deploy_over_a_foreign_table_creates_nothing);
+
+/// A deploy waits for the lock another session holds (`lock`, released by `unlock`),
+/// creating nothing meanwhile, and completes once it is released. `lock` and `unlock` are
+/// given the queue's name.
+async fn deploy_waits_for_the_lock<DB: Db>(url: &str, lock: fn(&str) -> String, unlock: fn(&str) -> String)
+where
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+{
+    let (b, other) = (
+        broker::<DB>(url, BrokerOptions::default()).await,
+        broker::<DB>(url, BrokerOptions::default()).await,
+    );
+    let name = unique("held");
+    let mut holder = other.pool().acquire().await.unwrap();
+    sqlx::Executor::execute(&mut *holder, sqlx::AssertSqlSafe(lock(&name))).await.unwrap();
+    let q = b.queue(&name).unwrap();
+    let deploy = tokio::spawn({
+        let q = q.clone();
+        async move { q.deploy().await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!deploy.is_finished(), "the deploy did not wait for the lock: {:?}", deploy.await);
+    assert_eq!(q.state().await.unwrap(), TableState::Missing);
+    sqlx::Executor::execute(&mut *holder, sqlx::AssertSqlSafe(unlock(&name))).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), deploy).await.unwrap().unwrap().unwrap();
+    assert_eq!(q.state().await.unwrap(), TableState::Deployed);
+    q.undeploy().await.unwrap();
+}
+
+/// PostgreSQL: one advisory key for every deploy in the database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deploy_waits_for_the_lock_on_postgres() {
+    deploy_waits_for_the_lock::<sqlx::Postgres>(
+        PG,
+        |_| "SELECT pg_advisory_lock(hashtextextended('rowbus deploy', 0))".into(),
+        |_| "SELECT pg_advisory_unlock(hashtextextended('rowbus deploy', 0))".into(),
+    )
+    .await;
+}
+
+/// MariaDB: a named lock per table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deploy_waits_for_the_lock_on_mariadb() {
+    deploy_waits_for_the_lock::<sqlx::MySql>(
+        MARIADB,
+        |name| format!("SELECT GET_LOCK('rowbus deploy {name}', 0)"),
+        |name| format!("SELECT RELEASE_LOCK('rowbus deploy {name}')"),
+    )
+    .await;
+}
+
+/// SQLite: the database's write lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deploy_waits_for_the_lock_on_sqlite() {
+    let file = TempSqlite::new();
+    deploy_waits_for_the_lock::<sqlx::Sqlite>(&file.url, |_| "BEGIN IMMEDIATE".into(), |_| "COMMIT".into())
+        .await;
+}

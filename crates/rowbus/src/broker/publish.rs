@@ -3,13 +3,25 @@
 
 use std::sync::Arc;
 
+use notify_table::DurationRange;
+
 use super::exec::{micros, queue_error};
-use super::{Message, Queue};
+use super::{Message, Queue, check_group};
 use crate::db::{Arg, Db};
-use crate::error::Error;
+use crate::error::{Error, check_duration};
 
 /// Most messages one INSERT carries (three binds each).
 const INSERT_CHUNK: usize = 1000;
+
+/// Refuses a batch with a group name rowbus refuses or a delay over
+/// [`MAX_DURATION`](crate::MAX_DURATION), before any of it is sent.
+pub(crate) fn check(messages: &[Message]) -> Result<(), Error> {
+    for m in messages {
+        check_group(&m.group)?;
+        check_duration("delay", m.delay, DurationRange::Span)?;
+    }
+    Ok(())
+}
 
 /// Inserts `messages` on `conn`, [`INSERT_CHUNK`] a statement; how many.
 pub(crate) async fn insert<DB: Db>(

@@ -4,6 +4,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
 
+use crate::duration::{DurationRange, parse_duration};
 use crate::error::ConfigError;
 
 /// How often a listener's cleanup runs, in time of polling (counted in polls).
@@ -30,23 +31,29 @@ pub const MAX_TABLE_LEN: usize = 64;
 /// assert_eq!(config.poll_interval, Duration::from_millis(50));
 /// assert_eq!(config.lookback, Config::DEFAULT_LOOKBACK);
 ///
+/// let config: Config = "poll_interval=250ms lookback=1m retention=2h".parse().unwrap();
+/// assert_eq!(config.retention, Duration::from_secs(7200));
+///
 /// let err = "poll_interval=0".parse::<Config>().unwrap_err();
-/// assert_eq!(err.to_string(), "invalid `poll_interval` = 0: must be greater than 0 seconds");
+/// assert_eq!(err.to_string(), "invalid `poll_interval` = 0: must be at least 1 ms and at most 100 years");
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     /// The notify table's name: a plain identifier `[A-Za-z_][A-Za-z0-9_]*` of at most
     /// 64 characters. It is backtick-quoted in every statement.
     pub table: String,
-    /// Time between two polls: the latency of a notification. Greater than zero.
+    /// Time between two polls: the latency of a notification. At least
+    /// [`MIN_POLL_INTERVAL`](crate::MIN_POLL_INTERVAL) (1 ms), at most
+    /// [`MAX_DURATION`](crate::MAX_DURATION) (100 years).
     pub poll_interval: Duration,
     /// How long a notification's transaction may stay open between its INSERT and its
     /// COMMIT and still be delivered after a later notification on the same channel was
-    /// delivered first. Each poll re-reads this window. Greater than zero.
+    /// delivered first. Each poll re-reads this window. Greater than zero, at most
+    /// [`MAX_DURATION`](crate::MAX_DURATION): the poll takes it from the server's clock.
     pub lookback: Duration,
     /// Age after which a listener's cleanup deletes a row; zero turns the cleanup off.
     /// Otherwise it must exceed `lookback + poll_interval`, so that a late commit is still
-    /// there when the next poll looks for it.
+    /// there when the next poll looks for it; at most [`MAX_DURATION`](crate::MAX_DURATION).
     pub retention: Duration,
     /// Rows one cleanup run deletes at most: a positive integer, at most
     /// [`MAX_CLEANUP_LIMIT`], so that the DELETE's ids fit in one statement on every server.
@@ -77,11 +84,14 @@ impl Config {
                 rule: "must be a plain identifier [A-Za-z_][A-Za-z0-9_]* of at most 64 characters",
             });
         }
-        if self.poll_interval.is_zero() {
-            return Err(invalid_secs("poll_interval", self.poll_interval, "must be greater than 0 seconds"));
-        }
-        if self.lookback.is_zero() {
-            return Err(invalid_secs("lookback", self.lookback, "must be greater than 0 seconds"));
+        for (key, value, range) in [
+            ("poll_interval", self.poll_interval, DurationRange::PollInterval),
+            ("lookback", self.lookback, DurationRange::Positive),
+            ("retention", self.retention, DurationRange::Span),
+        ] {
+            if !range.contains(value) {
+                return Err(invalid_secs(key, value, range.rule()));
+            }
         }
         if !self.retention.is_zero() && self.retention <= self.lookback + self.poll_interval {
             return Err(invalid_secs(
@@ -101,15 +111,16 @@ impl Config {
     }
 
     /// Sets one setting from its text form, as a CLI flag or an environment variable
-    /// gives it. Durations are seconds and may be decimal (`0.05`). Does not validate
+    /// gives it. Durations are plain seconds (`2`, `0.05`) or a number with one unit
+    /// (`250ms`, `1.5s`, `1m`, `1h`), as [`parse_duration`] reads them. Does not validate
     /// the whole configuration; [`Config::validate`] does.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
         let value = value.trim();
         match key {
             "table" => self.table = value.to_owned(),
-            "poll_interval" => self.poll_interval = parse_secs("poll_interval", value)?,
-            "lookback" => self.lookback = parse_secs("lookback", value)?,
-            "retention" => self.retention = parse_secs("retention", value)?,
+            "poll_interval" => self.poll_interval = duration("poll_interval", value)?,
+            "lookback" => self.lookback = duration("lookback", value)?,
+            "retention" => self.retention = duration("retention", value)?,
             "cleanup_limit" => {
                 self.cleanup_limit = value.parse().map_err(|_| ConfigError::Invalid {
                     key: "cleanup_limit",
@@ -193,14 +204,12 @@ pub(crate) fn is_identifier(name: &str) -> bool {
         && name.len() <= MAX_TABLE_LEN
 }
 
-fn parse_secs(key: &'static str, value: &str) -> Result<Duration, ConfigError> {
-    let bad = || ConfigError::Invalid {
+fn duration(key: &'static str, value: &str) -> Result<Duration, ConfigError> {
+    parse_duration(value).map_err(|_| ConfigError::Invalid {
         key,
         value: value.to_owned(),
-        rule: "must be a number of seconds, such as 1 or 0.05",
-    };
-    let secs: f64 = value.parse().map_err(|_| bad())?;
-    Duration::try_from_secs_f64(secs).map_err(|_| bad())
+        rule: "must be a duration: seconds (2, 0.05) or a number with one unit (250ms, 1.5s, 1m, 1h)",
+    })
 }
 
 fn invalid_secs(key: &'static str, value: Duration, rule: &'static str) -> ConfigError {
@@ -305,6 +314,45 @@ mod tests {
             msg,
             "invalid `retention` = 10: must be 0 (cleanup off) or greater than lookback + poll_interval"
         );
+    }
+
+    #[test]
+    fn durations_take_units() {
+        let c: Config = "poll_interval=250ms lookback=1.5m retention=2h".parse().unwrap();
+        assert_eq!(c.poll_interval, Duration::from_millis(250));
+        assert_eq!(c.lookback, Duration::from_secs(90));
+        assert_eq!(c.retention, Duration::from_secs(7200));
+        let c: Config = "poll_interval=1ms lookback=2s retention=0".parse().unwrap();
+        assert_eq!((c.poll_interval, c.lookback), (Duration::from_millis(1), Duration::from_secs(2)));
+    }
+
+    /// A poll interval that floods the server, and windows the database cannot take from
+    /// its clock, are refused by name, from text and in a `Config` alike.
+    #[test]
+    fn durations_beyond_what_a_server_takes_are_refused_by_name() {
+        for (text, key, rule) in [
+            ("poll_interval=0.0000001", "poll_interval", "must be at least 1 ms and at most 100 years"),
+            ("poll_interval=0.999ms", "poll_interval", "must be at least 1 ms and at most 100 years"),
+            ("poll_interval=1000000h", "poll_interval", "must be at least 1 ms and at most 100 years"),
+            ("lookback=100000000000", "lookback", "must be greater than 0 and at most 100 years"),
+            ("retention=100000000000", "retention", "must be at most 100 years"),
+        ] {
+            assert_eq!(rule_of(text.parse::<Config>().unwrap_err()), (key, rule), "{text}");
+        }
+        let century = Duration::from_secs(100 * 365 * 24 * 3600);
+        let over = century + Duration::from_secs(1);
+        Config { lookback: century, retention: Duration::ZERO, ..Config::default() }.validate().unwrap();
+        for (config, key) in [
+            (Config { lookback: over, retention: Duration::ZERO, ..Config::default() }, "lookback"),
+            (Config { retention: over, ..Config::default() }, "retention"),
+            (Config { poll_interval: Duration::from_micros(999), ..Config::default() }, "poll_interval"),
+            (
+                Config { poll_interval: Duration::MAX, lookback: Duration::MAX, ..Config::default() },
+                "poll_interval",
+            ),
+        ] {
+            assert_eq!(rule_of(config.validate().unwrap_err()).0, key);
+        }
     }
 
     #[test]

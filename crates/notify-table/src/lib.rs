@@ -56,6 +56,7 @@
 mod channel;
 mod config;
 mod dialect;
+mod duration;
 mod error;
 mod statement;
 mod table;
@@ -63,6 +64,7 @@ mod table;
 pub use channel::{MAX_CHANNEL_CHARS, MAX_PAYLOAD_BYTES, check_channel, check_payload};
 pub use config::{Config, MAX_CLEANUP_LIMIT, MAX_TABLE_LEN};
 pub use dialect::Dialect;
+pub use duration::{DurationError, DurationRange, MAX_DURATION, MIN_POLL_INTERVAL, parse_duration};
 pub use error::{ConfigError, Error};
 pub use statement::{Notification, Row, Statement, Value};
 pub use table::{MAX_CHANNELS, NotifyTable, PollToken};

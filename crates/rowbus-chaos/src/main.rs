@@ -79,8 +79,8 @@ enum Command {
 /// Options of a run.
 #[derive(Debug, Clone, Args)]
 struct ChaosArgs {
-    /// How long each scenario runs under faults before it drains, e.g. 30s or 10m
-    #[arg(long, default_value = "30s", value_parser = time::parse_duration)]
+    /// How long each scenario runs under faults before it drains, e.g. 30s, 10m
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = rowbus::parse_duration)]
     duration: Duration,
     /// The scenario to run
     #[arg(long, value_enum, default_value_t = Scenario::All)]
@@ -106,17 +106,19 @@ struct ChaosArgs {
     /// Listeners (notify scenario)
     #[arg(long, default_value_t = 4)]
     listeners: usize,
-    /// Every consumer session is killed this often (broker scenarios; not on SQLite)
-    #[arg(long, default_value = "2s", value_parser = time::parse_duration)]
+    /// Every consumer session is killed this often, e.g. 500ms, 2s (broker scenarios; not on
+    /// SQLite)
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = rowbus::parse_duration)]
     kill_every: Duration,
-    /// A consumer process is SIGKILLed and restarted this often (SQLite: twice --kill-every)
-    #[arg(long, default_value = "10s", value_parser = time::parse_duration)]
+    /// A consumer process is SIGKILLed and restarted this often, e.g. 10s, 1m (SQLite: twice
+    /// --kill-every)
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = rowbus::parse_duration)]
     sigkill_every: Duration,
-    /// Half of the listeners lose their connection this often (notify scenario)
-    #[arg(long, default_value = "3s", value_parser = time::parse_duration)]
+    /// Half of the listeners lose their connection this often, e.g. 3s (notify scenario)
+    #[arg(long, value_name = "DURATION", default_value = "3s", value_parser = rowbus::parse_duration)]
     listener_kill_every: Duration,
-    /// The consumers' lease
-    #[arg(long, default_value = "4s", value_parser = time::parse_duration)]
+    /// The consumers' lease, e.g. 4s, 250ms
+    #[arg(long, value_name = "DURATION", default_value = "4s", value_parser = rowbus::parse_duration)]
     lease: Duration,
     /// Prefix of the run's tables (created if missing, emptied at the start)
     #[arg(long, default_value = "chaos")]
@@ -126,8 +128,8 @@ struct ChaosArgs {
     /// --crash-every (`pg_ctl stop -m immediate`, `kill -9`) and start it again
     #[arg(long)]
     server_faults: bool,
-    /// How often --server-faults crashes the server
-    #[arg(long, default_value = "60s", value_parser = time::parse_duration)]
+    /// How often --server-faults crashes the server, e.g. 30s, 1m
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = rowbus::parse_duration)]
     crash_every: Duration,
     /// Keep the run's directory (consumer journals and logs, the SQLite file) even when
     /// the run is valid
@@ -404,4 +406,36 @@ async fn deploy<DB: Exec>(ctx: &Ctx, options: rowbus::BrokerOptions) -> Result<(
     queue.deploy().await?;
     broker.shutdown(Duration::from_secs(1)).await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The run's durations are read by rowbus's one parser: units, decimals, plain seconds.
+    #[test]
+    fn durations_take_units() {
+        let cli = Cli::try_parse_from([
+            "rowbus-chaos",
+            "--duration",
+            "10m",
+            "--kill-every",
+            "1.5s",
+            "--lease",
+            "4",
+        ])
+        .unwrap();
+        let args = cli.chaos;
+        assert_eq!(
+            (args.duration, args.kill_every, args.lease, args.crash_every),
+            (
+                Duration::from_secs(600),
+                Duration::from_millis(1500),
+                Duration::from_secs(4),
+                Duration::from_secs(60)
+            )
+        );
+        let err = Cli::try_parse_from(["rowbus-chaos", "--duration", "5d"]).unwrap_err().to_string();
+        assert!(err.contains("invalid value '5d' for '--duration <DURATION>'"), "{err}");
+    }
 }

@@ -22,9 +22,10 @@ pub struct NotifyBench {
     /// Notifying connections for the throughput figure
     #[arg(long, default_value_t = 4)]
     notifiers: u32,
-    /// Seconds the notifiers send as fast as they can
-    #[arg(long, default_value_t = 5.0)]
-    duration: f64,
+    /// How long the notifiers send as fast as they can, e.g. 250ms, 2s, 1m
+    #[arg(long, value_name = "DURATION", default_value = "5s",
+          value_parser = crate::queue_cmd::positive_duration)]
+    duration: Duration,
     /// Print the results as one JSON object
     #[arg(long)]
     json: bool,
@@ -140,7 +141,7 @@ pub async fn notify(url: &str, config: NotifyConfig, args: NotifyBench) -> Resul
 
     // Throughput: `notifiers` connections commit one notification each, as fast as they can.
     let sent = Arc::new(AtomicU64::new(0));
-    let stop_at = Instant::now() + Duration::from_secs_f64(args.duration);
+    let stop_at = Instant::now() + args.duration;
     let mut senders = Vec::new();
     for _ in 0..args.notifiers {
         let (db, notifier, sent, channel) =
@@ -187,7 +188,7 @@ pub async fn notify(url: &str, config: NotifyConfig, args: NotifyBench) -> Resul
         joined(s).await?;
     }
     let total = sent.load(Ordering::Relaxed);
-    let window = args.duration;
+    let window = args.duration.as_secs_f64();
     let receive_window = (last_received_at - started).as_secs_f64().max(window);
     drop(listener);
     db.close().await;

@@ -14,13 +14,14 @@ use tokio::io::AsyncWriteExt as _;
 use tokio::sync::watch;
 
 use crate::cli_error::CliError;
-use crate::queue_cmd::{self, parse_positive_secs, parse_secs};
+use crate::queue_cmd::{self, duration, positive_duration};
 
 /// What `rowbus consume --help` adds about the global flags.
 pub(crate) const AFTER_HELP: &str = "\
-For consume, --poll-interval SECS is the longest wait between two claims when nothing wakes \
-the consumer [default: 1]. Publishes of `rowbus publish` wake a consumer started with \
---listen-notify at once (the notify table, when used, is then polled every 0.05 s).";
+For consume, --poll-interval DURATION is the longest wait between two claims when nothing wakes \
+the consumer [default: 1s]. Publishes of `rowbus publish` wake a consumer started with \
+--listen-notify at once (the notify table, when used, is then polled every 50ms). Durations \
+are 250ms, 2s, 1m, 1h or plain seconds.";
 
 /// Options of `rowbus consume`.
 #[derive(Debug, Args)]
@@ -56,15 +57,16 @@ pub(crate) struct ConsumeArgs {
     #[arg(long, value_name = "N", default_value_t = 5,
           value_parser = clap::value_parser!(u32).range(1..))]
     max_attempts: u32,
-    /// Seconds before a failed message runs again; doubles with each further failure
-    #[arg(long, value_name = "SECS", default_value = "1", value_parser = parse_secs)]
+    /// Wait before a failed message runs again, e.g. 250ms, 2s, 1m; doubles with each
+    /// further failure
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = duration)]
     retry_delay: Duration,
-    /// Seconds a claimed message stays with this consumer (a running --exec command's
-    /// lease is extended as it goes)
-    #[arg(long, value_name = "SECS", default_value = "30", value_parser = parse_positive_secs)]
+    /// How long a claimed message stays with this consumer, e.g. 30s, 5m (a running
+    /// --exec command's lease is extended as it goes)
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = positive_duration)]
     lease: Duration,
-    /// Seconds handlers in flight get to finish after Ctrl-C
-    #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_secs)]
+    /// How long handlers in flight get to finish after Ctrl-C, e.g. 250ms, 2s, 1m
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration)]
     shutdown_timeout: Duration,
 }
 

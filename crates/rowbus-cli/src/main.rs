@@ -42,14 +42,17 @@ struct NotifyTableArgs {
     /// Notify table name [default: rowbus_notify]
     #[arg(long, global = true, help_heading = NOTIFY_TABLE_HEADING, value_name = "NAME")]
     notify_table: Option<String>,
-    /// Seconds between two polls of the notify table, e.g. 0.05 [default: 1]
-    #[arg(long, global = true, help_heading = NOTIFY_TABLE_HEADING, value_name = "SECS")]
+    /// Time between two polls of the notify table, at least 1ms, e.g. 50ms, 0.05, 2s
+    /// [default: 1s]
+    #[arg(long, global = true, help_heading = NOTIFY_TABLE_HEADING, value_name = "DURATION")]
     poll_interval: Option<String>,
-    /// Seconds a notifying transaction may stay open and still be caught [default: 60]
-    #[arg(long, global = true, help_heading = NOTIFY_TABLE_HEADING, value_name = "SECS")]
+    /// How long a notifying transaction may stay open and still be caught, e.g. 30s, 2m
+    /// [default: 1m]
+    #[arg(long, global = true, help_heading = NOTIFY_TABLE_HEADING, value_name = "DURATION")]
     lookback: Option<String>,
-    /// Seconds a notification is kept before cleanup; 0 turns cleanup off [default: 3600]
-    #[arg(long, global = true, help_heading = NOTIFY_TABLE_HEADING, value_name = "SECS")]
+    /// How long a notification is kept before cleanup, e.g. 1h; 0 turns cleanup off
+    /// [default: 1h]
+    #[arg(long, global = true, help_heading = NOTIFY_TABLE_HEADING, value_name = "DURATION")]
     retention: Option<String>,
     /// Rows one cleanup statement deletes at most [default: 1000]
     #[arg(long, global = true, help_heading = NOTIFY_TABLE_HEADING, value_name = "N")]
@@ -297,5 +300,53 @@ async fn interrupted() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use clap::Parser as _;
+
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("rowbus").chain(args.iter().copied()))
+    }
+
+    /// Every duration flag takes units and plain seconds, through the one parser.
+    #[test]
+    fn duration_flags_take_units() {
+        for args in [
+            &["bench", "notify", "--duration", "2s"][..],
+            &["bench", "notify", "--duration", "0.5"],
+            &["consume", "q", "--lease", "4s", "--retry-delay", "250ms", "--shutdown-timeout", "1m"],
+            &["publish", "q", "--delay", "1h", "x"],
+            &["publish", "q", "--delay", "2.5", "x"],
+        ] {
+            parse(args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        }
+        let cli =
+            parse(&["--poll-interval", "250ms", "--lookback", "2m", "--retention", "1h", "stats"]).unwrap();
+        let config = cli.notify_table.config().unwrap();
+        assert_eq!(
+            (config.poll_interval, config.lookback, config.retention),
+            (Duration::from_millis(250), Duration::from_secs(120), Duration::from_secs(3600))
+        );
+    }
+
+    /// A duration out of its flag's range is a clap error naming the flag.
+    #[test]
+    fn duration_flags_refuse_out_of_range_naming_the_flag() {
+        for (args, flag) in [
+            (&["bench", "notify", "--duration", "0"][..], "--duration <DURATION>"),
+            (&["consume", "q", "--lease", "1e12"], "--lease <DURATION>"),
+            (&["consume", "q", "--lease", "0s"], "--lease <DURATION>"),
+            (&["publish", "q", "--delay", "1000000h", "x"], "--delay <DURATION>"),
+        ] {
+            let message = parse(args).err().unwrap_or_else(|| panic!("{args:?} accepted")).to_string();
+            assert!(message.contains(&format!("for '{flag}'")), "{message}");
+        }
     }
 }

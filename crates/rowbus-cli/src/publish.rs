@@ -1,4 +1,4 @@
-//! `rowbus publish TABLE [--group G] [--delay SECS] PAYLOAD|-`.
+//! `rowbus publish TABLE [--group G] [--delay DURATION] PAYLOAD|-`.
 
 use std::io::BufRead;
 use std::time::Duration;
@@ -9,7 +9,7 @@ use rowbus::{Broker, BrokerOptions, Db, Message, NotifyConfig};
 use tokio::sync::mpsc;
 
 use crate::cli_error::CliError;
-use crate::queue_cmd::{self, outln, parse_secs};
+use crate::queue_cmd::{self, duration, outln};
 
 /// Most messages one `publish_batch` carries when reading stdin.
 const BATCH: usize = 1000;
@@ -22,8 +22,8 @@ pub(crate) struct PublishArgs {
     /// The group to publish in [default: the default group]
     #[arg(long, value_name = "G", default_value = "", hide_default_value = true)]
     group: String,
-    /// Seconds before the message can be claimed, e.g. 2.5
-    #[arg(long, value_name = "SECS", value_parser = parse_secs)]
+    /// Wait before the message can be claimed, e.g. 250ms, 2s, 1m (plain seconds too)
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
     delay: Option<Duration>,
     /// The payload; `-` publishes each line of stdin as one message, in batches
     payload: String,

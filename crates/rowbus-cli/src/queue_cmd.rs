@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use rowbus::{Broker, BrokerOptions, Db, DbPool, NotifyConfig, Queue, QueueTable, redact};
+use rowbus::{Broker, BrokerOptions, Db, DbPool, DurationRange, NotifyConfig, Queue, QueueTable, redact};
 
 use crate::cli_error::CliError;
 
@@ -29,18 +29,21 @@ macro_rules! outln {
 }
 pub(crate) use outln;
 
-/// Seconds as clap parses them: a non-negative decimal number (`0.05`, `2`).
-pub(crate) fn parse_secs(text: &str) -> Result<Duration, String> {
-    let secs: f64 = text.trim().parse().map_err(|_| format!("`{text}` is not a number of seconds"))?;
-    Duration::try_from_secs_f64(secs).map_err(|_| format!("`{text}` is not a non-negative number of seconds"))
+/// A duration flag's value as clap parses it: `250ms`, `2s`, `1m`, `1h` or plain seconds
+/// ([`rowbus::parse_duration`]), at most [`rowbus::MAX_DURATION`], so that the server is
+/// never asked to add more to its clock than it can hold.
+pub(crate) fn duration(text: &str) -> Result<Duration, String> {
+    duration_in(text, DurationRange::Span)
 }
 
-/// Like [`parse_secs`], greater than 0.
-pub(crate) fn parse_positive_secs(text: &str) -> Result<Duration, String> {
-    match parse_secs(text)? {
-        d if d.is_zero() => Err(format!("`{text}`: must be greater than 0 seconds")),
-        d => Ok(d),
-    }
+/// Like [`duration`], greater than 0: a lease, a benchmark's length.
+pub(crate) fn positive_duration(text: &str) -> Result<Duration, String> {
+    duration_in(text, DurationRange::Positive)
+}
+
+fn duration_in(text: &str, range: DurationRange) -> Result<Duration, String> {
+    let parsed = rowbus::parse_duration(text).map_err(|e| e.to_string())?;
+    if range.contains(parsed) { Ok(parsed) } else { Err(range.rule().to_owned()) }
 }
 
 /// Checks each name is a queue table name rowbus accepts (before connecting).
@@ -132,12 +135,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn seconds() {
-        assert_eq!(parse_secs("0.05"), Ok(Duration::from_millis(50)));
-        assert_eq!(parse_secs("2"), Ok(Duration::from_secs(2)));
-        assert!(parse_secs("-1").is_err());
-        assert!(parse_secs("soon").is_err());
-        assert!(parse_positive_secs("0").is_err());
+    fn durations_with_units_within_their_range() {
+        assert_eq!(duration("0.05"), Ok(Duration::from_millis(50)));
+        assert_eq!(duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(duration("1m"), Ok(Duration::from_secs(60)));
+        assert_eq!(duration("0"), Ok(Duration::ZERO));
+        assert_eq!(positive_duration("4s"), Ok(Duration::from_secs(4)));
+        assert_eq!(positive_duration("0"), Err("must be greater than 0 and at most 100 years".to_owned()));
+        assert_eq!(duration("1000000000000"), Err("must be at most 100 years".to_owned()));
+        for text in ["-1", "soon", "1e12", "NaN", "inf"] {
+            let err = duration(text).unwrap_err();
+            assert!(err.starts_with(&format!("`{text}` is not a duration")), "{err}");
+        }
     }
 
     #[test]

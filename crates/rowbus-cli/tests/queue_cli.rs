@@ -480,6 +480,59 @@ fn a_missing_queue_table_says_how_to_deploy_it(kind: Kind) {
 }
 on_each_database!(a_missing_queue_table_says_how_to_deploy_it);
 
+/// Every duration flag takes units (`250ms`, `4s`) as well as plain seconds. A duration
+/// beyond what the database can add to its clock (a lease or delay over 100 years), a
+/// lease of 0, a poll interval under 1 ms or a lookback over 100 years is refused at
+/// once, naming the flag or the setting, before the server sees it. (Before, `consume
+/// --lease 1e12` failed every claim on MariaDB forever, `publish --delay 1e12` failed on
+/// the server or stored a message for 31,700 years, and `listen --poll-interval
+/// 0.0000001` polled without pause.)
+fn duration_flags_take_units_and_refuse_what_the_database_cannot_hold(kind: Kind) {
+    let db = Db::new(kind, "durations");
+    let q = db.queue("durations");
+    db.deploy(&[&q]);
+    let not_a_duration = "is not a duration";
+    let century = "at most 100 years";
+    for (args, flag, value, why) in [
+        (&["consume", &q, "--lease", "1e12"][..], "--lease", "1e12", not_a_duration),
+        (&["consume", &q, "--lease", "4000000000"], "--lease", "4000000000", century),
+        (&["consume", &q, "--lease", "0"], "--lease", "0", "greater than 0"),
+        (&["consume", &q, "--retry-delay", "1000000h"], "--retry-delay", "1000000h", century),
+        (&["consume", &q, "--shutdown-timeout", "soon"], "--shutdown-timeout", "soon", not_a_duration),
+        (&["publish", &q, "--delay", "1e12", "x"], "--delay", "1e12", not_a_duration),
+        (&["publish", &q, "--delay", "4000000000", "x"], "--delay", "4000000000", century),
+        (&["publish", &q, "--delay=-2s", "x"], "--delay", "-2s", "negative"),
+        (&["publish", &q, "--delay", "5d", "x"], "--delay", "5d", "ms, s, m or h"),
+    ] {
+        let what = format!("{args:?} on {}", db.database.server());
+        let started = Instant::now();
+        let output = run(db.rowbus(args));
+        assert_eq!(output.status.code(), Some(2), "{what}: refused by the flag's parser\n{}", show(&output));
+        let named = format!("invalid value '{value}' for '{flag} <DURATION>'");
+        assert_mentions(&text(&output.stderr), &[&named, why], &what);
+        assert!(started.elapsed() < Duration::from_secs(10), "{what}: took {:?}", started.elapsed());
+    }
+    for (args, needle) in [
+        (&["listen", "ch", "--poll-interval", "0.0000001"][..], "invalid `poll_interval` = 0.0000001"),
+        (&["consume", &q, "--poll-interval", "0.0000001"], "invalid `poll_interval` = 0.0000001"),
+        (&["listen", "ch", "--lookback", "100000000000"], "invalid `lookback` = 100000000000"),
+        (&["listen", "ch", "--lookback", "1e11"], "invalid `lookback` = 1e11: must be a duration"),
+    ] {
+        let what = format!("{args:?}");
+        assert_mentions(&db.fail(args, &what), &[needle], &what);
+    }
+    assert_eq!(db.depth(&q, ""), 0, "nothing was published");
+
+    db.publish(&q, &["--delay", "250ms", "soon"], 1);
+    let args =
+        ["consume", &q, "--json", "--lease", "4s", "--retry-delay", "1.5s", "--poll-interval", "100ms"];
+    let mut consumer = start_consumer(db.rowbus(&args));
+    assert_eq!(delivery(&consumer.next_line("the delayed message"))["payload"], "soon");
+    stop_cleanly(&mut consumer, "INT");
+    assert_eq!(db.depth(&q, ""), 0, "acknowledged");
+}
+on_each_database!(duration_flags_take_units_and_refuse_what_the_database_cannot_hold);
+
 /// Names rowbus refuses, everywhere a table or group is named; a table that is not a
 /// queue; `--listen-notify` without the notify table.
 #[test]

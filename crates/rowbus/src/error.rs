@@ -1,5 +1,9 @@
 //! The library's errors.
 
+use std::time::Duration;
+
+use notify_table::DurationRange;
+
 /// What rowbus refuses or could not do.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -117,6 +121,18 @@ pub enum Error {
         /// The message's id.
         id: i64,
     },
+    /// A duration out of its range, refused before any statement: longer than a database
+    /// can add to its clock ([`MAX_DURATION`](crate::MAX_DURATION)), a lease of zero, or
+    /// a poll interval under [`MIN_POLL_INTERVAL`](crate::MIN_POLL_INTERVAL).
+    #[error("invalid `{setting}` = {value:?}: {rule}")]
+    InvalidDuration {
+        /// The setting or argument (`lease`, `poll_interval`, `delay`...).
+        setting: &'static str,
+        /// The duration as given.
+        value: Duration,
+        /// What it must be.
+        rule: &'static str,
+    },
     /// The broker is shutting down and takes no new work.
     #[error("the broker is shutting down")]
     ShuttingDown,
@@ -207,6 +223,19 @@ fn without_server_line(text: &str) -> &str {
     match text.rsplit_once(" at line ") {
         Some((before, line)) if !line.is_empty() && line.bytes().all(|b| b.is_ascii_digit()) => before,
         _ => text,
+    }
+}
+
+/// Refuses `value` of `setting` with [`Error::InvalidDuration`] unless it is in `range`.
+pub(crate) fn check_duration(
+    setting: &'static str,
+    value: Duration,
+    range: DurationRange,
+) -> Result<(), Error> {
+    if range.contains(value) {
+        Ok(())
+    } else {
+        Err(Error::InvalidDuration { setting, value, rule: range.rule() })
     }
 }
 

@@ -78,7 +78,10 @@ pub use notify::{
     Notifier, PG_MAX_CHANNEL_BYTES, PG_PAYLOAD_LIMIT_BYTES, check_pg_channel, check_pg_payload, notify,
 };
 
-pub use notify_table::{self, Config as NotifyConfig, Notification};
+pub use notify_table::{
+    self, Config as NotifyConfig, DurationError, DurationRange, MAX_DURATION, MIN_POLL_INTERVAL,
+    Notification, parse_duration,
+};
 /// The sqlx this rowbus is built on, for pools and your own statements in the same
 /// version (`rowbus::sqlx::Pool<DB>`).
 pub use sqlx;

@@ -1126,3 +1126,95 @@ async fn a_runner_stops_when_told<DB: Db>(broker: Broker<DB>) {
     q.undeploy().await.unwrap();
 }
 on_each_database!(a_runner_stops_when_told);
+/// Longer than any lease or delay rowbus sends a database: 31,700 years.
+const TOO_LONG: Duration = Duration::from_secs(1_000_000_000_000);
+
+/// Panics unless `error` is the typed refusal of a duration naming `setting`.
+#[track_caller]
+fn assert_refused(error: Option<Error>, setting: &str) {
+    match error {
+        Some(Error::InvalidDuration { setting: named, .. }) if named == setting => {}
+        other => panic!("expected `{setting}` refused as InvalidDuration, got {other:?}"),
+    }
+}
+
+/// A duration longer than a database can add to its clock (over `MAX_DURATION`), a lease
+/// of zero or a poll interval under 1 ms is refused with a typed error naming it, before
+/// any statement: the queue stays empty and a held message stays held. (Without the
+/// check MariaDB fails each such statement with 1441 "datetime field overflow",
+/// PostgreSQL with "interval out of range", and SQLite stores it.)
+async fn durations_out_of_range_are_refused_before_any_statement<DB: Db>(broker: Broker<DB>) {
+    let q = queue(&broker).await;
+    let over = rowbus::MAX_DURATION + Duration::from_secs(1);
+    assert_refused(q.publish(Message::text("never").delay(TOO_LONG)).await.err(), "delay");
+    let batch = [Message::text("fine"), Message::text("never").delay(over)];
+    assert_refused(q.publish_batch(batch).await.err(), "delay");
+    let mut tx = broker.begin().await.unwrap();
+    assert_refused(tx.publish(&q, Message::text("never").delay(TOO_LONG)).await.err(), "delay");
+    tx.rollback().await.unwrap();
+    assert_eq!(q.depth("").await.unwrap(), (0, 0), "nothing reached the table");
+
+    assert_refused(q.subscribe().lease(TOO_LONG).stream().await.err(), "lease");
+    assert_refused(q.subscribe().lease(Duration::ZERO).stream().await.err(), "lease");
+    assert_refused(
+        q.subscribe().poll_interval(Duration::from_nanos(100)).stream().await.err(),
+        "poll_interval",
+    );
+    let run = q.subscribe().lease(over).run(|_d| async { Ok::<_, Error>(Outcome::Ack) });
+    assert_refused(run.await.err(), "lease");
+    let run_tx = q
+        .subscribe()
+        .poll_interval(Duration::ZERO)
+        .run_tx(|_conn, _m| Box::pin(async { Ok::<_, Error>(()) }));
+    assert_refused(run_tx.await.err(), "poll_interval");
+    for (options, setting) in [
+        (BrokerOptions { lease: TOO_LONG, ..options() }, "lease"),
+        (BrokerOptions { lease: Duration::ZERO, ..options() }, "lease"),
+        (BrokerOptions { poll_interval: Duration::from_micros(10), ..options() }, "poll_interval"),
+        (
+            BrokerOptions { retry: RetryPolicy { max_delay: TOO_LONG, ..options().retry }, ..options() },
+            "retry.max_delay",
+        ),
+    ] {
+        assert_refused(Broker::new(broker.pool().clone(), options).await.err(), setting);
+    }
+
+    q.publish(Message::text("held")).await.unwrap();
+    let mut sub = q.subscribe().stream().await.unwrap();
+    let held = sub.next().await.unwrap().unwrap();
+    assert_refused(held.extend_lease(TOO_LONG).await.err(), "lease");
+    assert_refused(held.retry(over, "much later").await.err(), "retry delay");
+    let stats = q.group_stats().await.unwrap();
+    let figures = stats.iter().map(|g| (g.depth, g.in_flight, g.delayed())).collect::<Vec<_>>();
+    assert_eq!(figures, [(1, 1, 0)], "still leased as claimed, not retried: {stats:?}");
+    q.undeploy().await.unwrap();
+}
+on_each_database!(durations_out_of_range_are_refused_before_any_statement);
+
+/// A handler asking for a retry later than `MAX_DURATION` has failed its attempt: the
+/// message comes back after the policy's backoff (rather than the statement failing and
+/// the message waiting out its lease, or never coming back), the reason recorded; in the
+/// leased runner and the transactional one.
+async fn a_handler_retry_beyond_the_maximum_is_a_failure<DB: Db>(broker: Broker<DB>) {
+    let q = queue(&broker).await;
+    q.publish(Message::text("leased")).await.unwrap();
+    let poll = Duration::from_millis(50);
+    let runner = tokio::spawn(q.subscribe().poll_interval(poll).run(|d| async move {
+        Ok::<_, Error>(if d.attempt() == 1 { Outcome::Retry(TOO_LONG) } else { Outcome::Ack })
+    }));
+    stats_until(&broker, Duration::from_secs(20), |s| s.acked == 1).await;
+    q.publish(Message::text("transactional")).await.unwrap();
+    let tx_runner = tokio::spawn(q.subscribe().poll_interval(poll).run_tx(|_conn, m| {
+        Box::pin(async move {
+            Ok::<_, Error>(if m.attempt() == 1 { Outcome::Retry(TOO_LONG) } else { Outcome::Ack })
+        })
+    }));
+    stats_until(&broker, Duration::from_secs(20), |s| s.acked == 2).await;
+    broker.shutdown(Duration::from_secs(5)).await;
+    runner.await.unwrap().unwrap();
+    tx_runner.await.unwrap().unwrap();
+    assert_eq!(broker.stats().retried, 2);
+    assert_eq!(q.depth("").await.unwrap(), (0, 0));
+    q.undeploy().await.unwrap();
+}
+on_each_database!(a_handler_retry_beyond_the_maximum_is_a_failure);

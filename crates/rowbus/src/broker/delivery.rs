@@ -15,7 +15,9 @@ use crate::error::Error;
 pub enum Outcome {
     /// Done: delete it.
     Ack,
-    /// Run it again after this delay (counts as an attempt).
+    /// Run it again after this delay (counts as an attempt). A delay over
+    /// [`MAX_DURATION`](crate::MAX_DURATION) is the attempt's failure instead: retried
+    /// with the broker's backoff, the refusal recorded as its error.
     Retry(Duration),
     /// Discard it without running it again or dead-lettering it.
     Drop,
@@ -134,7 +136,10 @@ impl<DB: Db> Lease<DB> {
         }
         let settled = match result {
             Ok(Outcome::Ack) => self.ack(false).await,
-            Ok(Outcome::Retry(after)) => self.retry(after, "retry requested by the handler").await,
+            Ok(Outcome::Retry(after)) => match lease::handler_retry(after) {
+                (reason, Some(after)) => self.retry(after, &reason).await,
+                (reason, None) => self.fail(&reason).await,
+            },
             Ok(Outcome::Drop) => self.ack(true).await,
             Err(error) => self.fail(&error).await,
         };
@@ -186,7 +191,9 @@ impl<DB: Db> Delivery<DB> {
         self.lease.ack(false).await
     }
 
-    /// Runs it again after `after`, recording `reason` as its last error.
+    /// Runs it again after `after`, recording `reason` as its last error. An `after` over
+    /// [`MAX_DURATION`](crate::MAX_DURATION) is refused with [`Error::InvalidDuration`]
+    /// and the message stays leased.
     pub async fn retry(self, after: Duration, reason: &str) -> Result<(), Error> {
         self.lease.retry(after, reason).await
     }
@@ -213,7 +220,9 @@ impl<DB: Db> Delivery<DB> {
         lease::release(&self.lease.queue, self.lease.id, self.lease.token).await
     }
 
-    /// Keeps it for `lease` more from now, for work that takes longer than the lease.
+    /// Keeps it for `lease` more from now, for work that takes longer than the lease. A
+    /// lease of zero or over [`MAX_DURATION`](crate::MAX_DURATION) is refused with
+    /// [`Error::InvalidDuration`].
     pub async fn extend_lease(&self, lease: Duration) -> Result<(), Error> {
         lease::extend(&self.lease.queue, self.lease.id, self.lease.token, lease).await
     }

@@ -5,13 +5,29 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use notify_table::DurationRange;
 use sqlx::Transaction;
 
 use super::Queue;
 use super::exec::{micros, queue_error, retrying};
 use crate::db::{Arg, ClaimedRow, Db};
-use crate::error::Error;
+use crate::error::{Error, check_duration};
 use crate::sql::TableSql;
+
+/// What [`Error::InvalidDuration`] names a retry's delay.
+const RETRY_DELAY: &str = "retry delay";
+
+/// A handler's [`Outcome::Retry`](super::Outcome::Retry): why the message runs again,
+/// and after how long. A delay over [`MAX_DURATION`](crate::MAX_DURATION) makes it the
+/// attempt's failure, retried after the policy's backoff (`None`) with the refusal as
+/// its reason, rather than a statement the database refuses or a message that never
+/// comes back.
+pub(crate) fn handler_retry(after: Duration) -> (String, Option<Duration>) {
+    match check_duration(RETRY_DELAY, after, DurationRange::Span) {
+        Ok(()) => ("retry requested by the handler".to_owned(), Some(after)),
+        Err(refused) => (refused.to_string(), None),
+    }
+}
 
 /// Most acknowledgements one statement carries.
 pub(crate) const ACK_BATCH: usize = 256;
@@ -97,7 +113,8 @@ pub(crate) async fn ack_pairs<DB: Db>(queue: &Queue<DB>, pairs: &[(i64, i64)]) -
     Ok(acked)
 }
 
-/// Schedules a leased message's next attempt after `after`, recording `error`.
+/// Schedules a leased message's next attempt after `after`, recording `error`; refuses an
+/// `after` over [`MAX_DURATION`](crate::MAX_DURATION) before any statement.
 pub(crate) async fn retry<DB: Db>(
     queue: &Queue<DB>,
     id: i64,
@@ -105,6 +122,7 @@ pub(crate) async fn retry<DB: Db>(
     after: Duration,
     error: &str,
 ) -> Result<(), Error> {
+    check_duration(RETRY_DELAY, after, DurationRange::Span)?;
     let args = [Arg::Int(micros(after)), Arg::Text(error), Arg::Int(id), Arg::Int(token)];
     on_lease(queue, &queue.sql.retry, &args, id).await?;
     queue.inner().counters.retried(1);
@@ -125,13 +143,15 @@ pub(crate) async fn abandon<DB: Db>(queue: &Queue<DB>, id: i64, token: i64) -> R
     Ok(())
 }
 
-/// Keeps a leased message `lease` more from now.
+/// Keeps a leased message `lease` more from now; refuses a lease of zero or over
+/// [`MAX_DURATION`](crate::MAX_DURATION) before any statement.
 pub(crate) async fn extend<DB: Db>(
     queue: &Queue<DB>,
     id: i64,
     token: i64,
     lease: Duration,
 ) -> Result<(), Error> {
+    check_duration("lease", lease, DurationRange::Positive)?;
     on_lease(queue, &queue.sql.extend, &[Arg::Int(micros(lease)), Arg::Int(id), Arg::Int(token)], id).await
 }
 

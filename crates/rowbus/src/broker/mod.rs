@@ -21,13 +21,13 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use notify_table::Config as NotifyConfig;
+use notify_table::{Config as NotifyConfig, DurationRange};
 use sqlx::{ConnectOptions as _, Pool, Transaction};
 use tokio::sync::{Notify, watch};
 use tracing::{debug, info, warn};
 
 use crate::db::Db;
-use crate::error::Error;
+use crate::error::{Error, check_duration};
 use crate::listener::{Event, Listener, ListenerHandle, ListenerOptions};
 use crate::notify::Notifier;
 use crate::sql::TableSql;
@@ -50,11 +50,14 @@ use wake::Wakers;
 #[derive(Debug, Clone)]
 pub struct BrokerOptions {
     /// The longest a subscription waits between two claims when nothing wakes it: the
-    /// floor under every wake-up. A subscription may set its own.
+    /// floor under every wake-up. A subscription may set its own. At least
+    /// [`MIN_POLL_INTERVAL`](crate::MIN_POLL_INTERVAL) (1 ms).
     pub poll_interval: Duration,
-    /// How long a claimed message stays with its worker before it comes back.
+    /// How long a claimed message stays with its worker before it comes back: greater
+    /// than zero, at most [`MAX_DURATION`](crate::MAX_DURATION) (100 years).
     pub lease: Duration,
-    /// Retries and dead letters.
+    /// Retries and dead letters; its `max_delay` at most
+    /// [`MAX_DURATION`](crate::MAX_DURATION).
     pub retry: RetryPolicy,
     /// Wake subscriptions in other processes too: PostgreSQL's LISTEN/NOTIFY, the notify
     /// table on MySQL/MariaDB and SQLite. Costs one connection for the broker's life and
@@ -85,6 +88,18 @@ impl Default for BrokerOptions {
             },
             claim_error_wait: Duration::from_secs(1),
         }
+    }
+}
+
+impl BrokerOptions {
+    /// Refuses a duration out of its range with [`Error::InvalidDuration`] naming it: a
+    /// lease of zero or over [`MAX_DURATION`](crate::MAX_DURATION), a retry
+    /// `max_delay` over it, a poll interval under
+    /// [`MIN_POLL_INTERVAL`](crate::MIN_POLL_INTERVAL). [`Broker::new`] calls it.
+    pub fn validate(&self) -> Result<(), Error> {
+        check_duration("poll_interval", self.poll_interval, DurationRange::PollInterval)?;
+        check_duration("lease", self.lease, DurationRange::Positive)?;
+        check_duration("retry.max_delay", self.retry.max_delay, DurationRange::Span)
     }
 }
 
@@ -126,7 +141,8 @@ impl Message {
         self
     }
 
-    /// Claimable only after this delay.
+    /// Claimable only after this delay: at most [`MAX_DURATION`](crate::MAX_DURATION)
+    /// (100 years), or the publish is refused with [`Error::InvalidDuration`].
     pub fn delay(mut self, delay: Duration) -> Self {
         self.delay = delay;
         self
@@ -214,7 +230,9 @@ impl<DB: Db> Inner<DB> {
 impl<DB: Db> Broker<DB> {
     /// A broker on `pool`. With `listen_notify`, connects the listening connection now
     /// (from the pool's connect options) and keeps it until [`shutdown`](Self::shutdown).
+    /// Options out of range are refused first ([`BrokerOptions::validate`]).
     pub async fn new(pool: Pool<DB>, options: BrokerOptions) -> Result<Self, Error> {
+        options.validate()?;
         let mut notifier = None;
         let mut listener = None;
         if options.listen_notify {

@@ -3,10 +3,12 @@
 
 use std::sync::Arc;
 
+use notify_table::DurationRange;
+
 use super::exec::{micros, queue_error};
 use super::{Message, Queue, check_group};
 use crate::db::{Arg, Db};
-use crate::error::Error;
+use crate::error::{Error, check_duration};
 
 /// Most messages one INSERT carries (three binds each).
 const INSERT_CHUNK: usize = 1000;
@@ -34,11 +36,19 @@ pub(crate) async fn message_limit<DB: Db>(queue: &Queue<DB>) -> Result<u64, Erro
     Ok(limit.saturating_sub(STATEMENT_OVERHEAD + ROW_OVERHEAD))
 }
 
-/// Checks `messages` before anything is sent (groups, sizes); the message limit.
-pub(crate) async fn checked<DB: Db>(queue: &Queue<DB>, messages: &[Message]) -> Result<u64, Error> {
+/// Refuses a batch with a group name rowbus refuses or a delay over
+/// [`MAX_DURATION`](crate::MAX_DURATION), before any of it is sent.
+fn check(messages: &[Message]) -> Result<(), Error> {
     for m in messages {
         check_group(&m.group)?;
+        check_duration("delay", m.delay, DurationRange::Span)?;
     }
+    Ok(())
+}
+
+/// Checks `messages` before anything is sent (groups, delays, sizes); the message limit.
+pub(crate) async fn checked<DB: Db>(queue: &Queue<DB>, messages: &[Message]) -> Result<u64, Error> {
+    check(messages)?;
     let limit = message_limit(queue).await?;
     if let Some(m) = messages.iter().find(|m| size(m) > limit) {
         let bytes = m.payload.len() + m.group.len();

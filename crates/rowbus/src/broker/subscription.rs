@@ -12,6 +12,7 @@ use std::future::Future;
 use futures::future::{BoxFuture, Shared};
 use futures::stream::BoxStream;
 use futures::{FutureExt as _, Stream};
+use notify_table::DurationRange;
 use tokio::sync::watch;
 use tracing::{Instrument as _, debug, debug_span, warn};
 
@@ -20,7 +21,7 @@ use super::claim::{Claim, claim};
 use super::wake::Registration;
 use super::{Delivery, Queue};
 use crate::db::Db;
-use crate::error::Error;
+use crate::error::{Error, check_duration};
 
 /// Configures a subscription to a [`Queue`]; finish with [`stream`](Self::stream) or one
 /// of the runners ([`run`](Self::run), [`run_batch`](Self::run_batch),
@@ -69,13 +70,17 @@ impl<DB: Db> SubscriptionBuilder<DB> {
         self
     }
 
-    /// The longest wait between two claims when nothing wakes the subscription.
+    /// The longest wait between two claims when nothing wakes the subscription: at least
+    /// [`MIN_POLL_INTERVAL`](crate::MIN_POLL_INTERVAL), or the subscription is refused
+    /// when it starts.
     pub fn poll_interval(mut self, poll_interval: Duration) -> Self {
         self.poll_interval = poll_interval;
         self
     }
 
-    /// How long a claimed message stays with this subscription's workers.
+    /// How long a claimed message stays with this subscription's workers: greater than
+    /// zero, at most [`MAX_DURATION`](crate::MAX_DURATION), or the subscription is refused
+    /// when it starts.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = lease;
         self
@@ -214,9 +219,12 @@ pub(crate) struct Claimer<DB: Db> {
 
 impl<DB: Db> Claimer<DB> {
     /// Registers for wake-ups and, with `listen_notify`, listens on the table's channel:
-    /// both before the first claim.
+    /// both before the first claim. Refuses a group name, poll interval or lease out of
+    /// its rule first.
     pub async fn start(builder: &SubscriptionBuilder<DB>) -> Result<Self, Error> {
         super::table::check_group(&builder.group)?;
+        check_duration("poll_interval", builder.poll_interval, DurationRange::PollInterval)?;
+        check_duration("lease", builder.lease, DurationRange::Positive)?;
         let inner = builder.queue.inner();
         if inner.is_shutting_down() {
             return Err(Error::ShuttingDown);

@@ -12,7 +12,7 @@ use tokio::task::JoinSet;
 use tracing::{Instrument as _, debug, info_span, warn};
 
 use super::claim::claim_locked;
-use super::lease::restore_failed;
+use super::lease::{handler_retry, restore_failed};
 use super::runner::{Turn, drain, drive, free_workers, outcome};
 use super::subscription::{Claimer, Pace, SubscriptionBuilder};
 use super::{Outcome, Queue, TxMessage};
@@ -216,7 +216,7 @@ async fn transactional<DB, H>(
                 }
                 return Ok(());
             }
-            Ok(Outcome::Retry(after)) => ("retry requested by the handler".to_owned(), Some(after)),
+            Ok(Outcome::Retry(after)) => handler_retry(after),
             Err(error) => {
                 debug!(table = %queue.table(), error, "transactional handler failed; undoing its writes");
                 (error, None)

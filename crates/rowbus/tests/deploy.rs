@@ -39,9 +39,10 @@ macro_rules! database_test {
     };
 }
 
-/// A broker on a pool of its own, as each replica of an app has.
+/// A broker on a pool of its own, as each replica of an app has (deploying, it may create
+/// the SQLite file).
 async fn broker<DB: Db>(url: &str, options: BrokerOptions) -> Broker<DB> {
-    let pool = rowbus::connect::<DB>(url, 2)
+    let pool = rowbus::connect_creating::<DB>(url, 2)
         .await
         .unwrap_or_else(|e| panic!("{url} must be reachable (run scripts/services.sh): {e}"));
     Broker::new(pool, options).await.unwrap()
@@ -116,7 +117,7 @@ where
     let config = NotifyConfig { table: unique("nt_replicas"), ..NotifyConfig::default() };
     let mut pools = Vec::new();
     for _ in 0..REPLICAS {
-        pools.push(DbPool::connect_with_size(url, 2).await.unwrap());
+        pools.push(DbPool::connect_creating(url, 2).await.unwrap());
     }
     let deploys = pools
         .iter()

@@ -1,7 +1,46 @@
 #!/usr/bin/env bash
 # The test command: starts the database services if they are down, then runs every test
 # of the workspace against them (PostgreSQL and MariaDB on 127.0.0.1, SQLite in temp files).
+# Every test drops the tables and schemas it makes: this fails when the `test` databases
+# hold any table or schema after the run that they did not hold before it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/services.sh
-cargo test --workspace "$@"
+
+# Shared and long-lived, not any test's own: the default notify table, which the broker
+# tests with listen_notify on MariaDB deploy (and the first run on a new server creates).
+shared='MariaDB table rowbus_notify'
+
+# Every table and schema (but `public`) in the `test` databases, one per line, sorted.
+test_tables() {
+  {
+    psql -X -h 127.0.0.1 -U postgres -d test -tA -v ON_ERROR_STOP=1 -c "
+      SELECT 'PostgreSQL table ' || schemaname || '.' || tablename FROM pg_tables
+       WHERE schemaname NOT IN ('pg_catalog', 'information_schema')
+      UNION ALL
+      SELECT 'PostgreSQL schema ' || nspname FROM pg_namespace
+       WHERE nspname NOT LIKE 'pg\_%' AND nspname NOT IN ('information_schema', 'public')"
+    mariadb -h 127.0.0.1 -P 3306 -u root -N -B -e "
+      SELECT CONCAT('MariaDB table ', table_name) FROM information_schema.tables
+       WHERE table_schema = 'test'"
+  } | LC_ALL=C sort
+}
+
+before=$(test_tables)
+status=0
+cargo test --workspace "$@" || status=$?
+after=$(test_tables)
+
+extra=$(LC_ALL=C comm -13 <(printf '%s\n' "$before") <(printf '%s\n' "$after") | grep -vxF "$shared" || true)
+if [ -n "$extra" ]; then
+  {
+    echo "test.sh: the tests left $(wc -l <<<"$extra") tables or schemas behind in the test databases" \
+      "($(grep -c . <<<"$before" || true) before the run, $(grep -c . <<<"$after" || true) after):"
+    sed 's/^/  /' <<<"$extra"
+    echo "test.sh: every test must drop what it makes, also when it fails (the Cleanup guard of"
+    echo "  crates/rowbus/tests/common/cleanup.rs). Other runs against the same servers at the"
+    echo "  same time make tables too: tell them apart by name (each has its process id in it)."
+  } >&2
+  if [ "$status" -eq 0 ]; then status=1; fi
+fi
+exit "$status"

@@ -6,16 +6,21 @@
 //! unexplained redelivery, duplicated effects 0, rolled-back notifications delivered 0.
 //! The servers must be up (`scripts/services.sh`); a test fails, never skips, without them.
 
+#[path = "../../rowbus/tests/common/cleanup.rs"]
+mod cleanup;
+
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use cleanup::{Cleanup, MARIADB_URL, PG_URL};
+use rowbus::Backend;
 use serde_json::Value;
 
-const PG_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
-const MARIADB_URL: &str = "mysql://root@127.0.0.1:3306/test";
+/// The harness names every table it makes with this prefix (and `_`).
+const PREFIX: &str = "chaos_ci";
 
 /// Faults per scenario: enough for several session kills, a SIGKILL and listener kills.
 const DURATION: &str = "7s";
@@ -63,8 +68,11 @@ fn run(mut command: Command, timeout: Duration) -> Output {
     Output { status, stdout: out.join().unwrap_or_default(), stderr: err.join().unwrap_or_default() }
 }
 
-/// `rowbus-chaos --json` on `url`; its JSON, checked for validity count by count.
+/// `rowbus-chaos --json` on `url`; its JSON, checked for validity count by count. The
+/// harness's tables are dropped at the end.
 fn chaos(url: &str) -> Value {
+    let cleanup = Cleanup::new(Backend::from_url(url).expect("a database URL"));
+    cleanup.prefix(&format!("{PREFIX}_"));
     chaos_with(url, DURATION, &[])
 }
 
@@ -72,7 +80,7 @@ fn chaos_with(url: &str, duration: &str, extra: &[&str]) -> Value {
     let server_faults = extra.contains(&"--server-faults");
     let mut command = Command::new(env!("CARGO_BIN_EXE_rowbus-chaos"));
     command
-        .args(["--json", "--scenario", "all", "--duration", duration, "--prefix", "chaos_ci"])
+        .args(["--json", "--scenario", "all", "--duration", duration, "--prefix", PREFIX])
         .args(["--database-url", url])
         .args(extra)
         .env_remove("DATABASE_URL")
@@ -179,10 +187,14 @@ fn sql_as(db: &str, user: &str, statement: &str) -> bool {
 }
 
 /// scripts/roles.sh creates the four roles, idempotently, with what each needs and
-/// nothing more.
+/// nothing more. The roles stay (the script keeps them up to date); the tables are dropped.
 fn roles_script(db: &str) {
-    let admin = if db == "postgres" { "postgres" } else { "root" };
+    let (admin, backend) =
+        if db == "postgres" { ("postgres", Backend::Postgres) } else { ("root", Backend::MySql) };
     let (queue, notify) = ("roles_ci_q", "roles_ci_nt");
+    let cleanup = Cleanup::new(backend);
+    cleanup.queue(queue);
+    cleanup.table(notify);
     for statement in [
         format!("CREATE TABLE IF NOT EXISTS {queue} (id BIGINT, v TEXT)"),
         format!("CREATE TABLE IF NOT EXISTS {queue}_dead (id BIGINT, v TEXT)"),

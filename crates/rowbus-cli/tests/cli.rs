@@ -21,7 +21,7 @@ const LISTEN_TIMEOUT: Duration = Duration::from_secs(20);
 const EXIT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One test's database and its own notify table, dropped (MariaDB) or deleted with the
-/// SQLite file at the end.
+/// SQLite file at the end, also when the test fails.
 struct Db {
     database: Database,
     table: String,
@@ -30,7 +30,9 @@ struct Db {
 impl Db {
     fn new(kind: Kind, test: &str) -> Db {
         let table = unique(&format!("cli_{test}"));
-        Db { database: Database::new(kind, &table), table }
+        let database = Database::new(kind, &table);
+        database.cleanup.notify_table(&table);
+        Db { database, table }
     }
 
     /// The notify-table flags of this test (a fast poll).
@@ -88,15 +90,6 @@ impl Db {
     fn fail(&self, args: &[&str], what: &str) -> String {
         let output = run(self.rowbus(args));
         assert_error(&output, &format!("{what} on {}", self.database.server()))
-    }
-}
-
-impl Drop for Db {
-    fn drop(&mut self) {
-        // PostgreSQL has no notify table; SQLite's goes with its file.
-        if self.database.kind == Kind::MariaDb {
-            self.database.drop_tables(std::slice::from_ref(&self.table));
-        }
     }
 }
 
@@ -257,6 +250,8 @@ fn a_closed_pipe_ends_listen_quietly() {
         grep -v "listening on" listen.err || true
     "#;
     let dir = std::env::temp_dir().join(unique("pipe_dir"));
+    let db = Db::new(Kind::Postgres, "piped");
+    db.database.cleanup.dir(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let mut cmd = bash_around_listen(script, &ch);
     cmd.current_dir(&dir).stdout(Stdio::piped()).stderr(Stdio::piped());
@@ -265,7 +260,6 @@ fn a_closed_pipe_ends_listen_quietly() {
     let stderr = read_all(child.stderr.take().unwrap());
     // Notify until the pipeline is over: the first line satisfies head, a later one finds
     // the pipe closed.
-    let db = Db::new(Kind::Postgres, "piped");
     let deadline = Instant::now() + Duration::from_secs(20);
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {

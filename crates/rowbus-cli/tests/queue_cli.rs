@@ -9,13 +9,12 @@
 mod common;
 
 use std::process::Command;
-use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{
-    Database, Kind, LINE_TIMEOUT, RUN_TIMEOUT, Running, assert_error, assert_mentions, on_each_database,
-    rowbus, run, run_with, show, text, unique,
+    Cleanup, Database, Kind, LINE_TIMEOUT, RUN_TIMEOUT, Running, assert_error, assert_mentions,
+    on_each_database, rowbus, run, run_with, show, text, unique,
 };
 use serde_json::Value;
 
@@ -23,24 +22,23 @@ use serde_json::Value;
 const EXIT_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// One test's database, its own notify table and the queue tables it made, all dropped at
-/// the end (the SQLite file deleted).
+/// the end (the SQLite file deleted), also when the test fails.
 struct Db {
     database: Database,
     notify_table: String,
-    queues: Mutex<Vec<String>>,
 }
 
 impl Db {
     fn new(kind: Kind, test: &str) -> Db {
         let notify_table = unique(&format!("qcli_{test}_notify"));
-        Db { database: Database::new(kind, &notify_table), notify_table, queues: Mutex::default() }
+        let database = Database::new(kind, &notify_table);
+        database.cleanup.notify_table(&notify_table);
+        Db { database, notify_table }
     }
 
     /// A fresh queue table name, dropped with the test.
     fn queue(&self, name: &str) -> String {
-        let name = unique(&format!("qcli_{name}"));
-        self.queues.lock().unwrap().push(name.clone());
-        name
+        self.database.cleanup.queue(&unique(&format!("qcli_{name}")))
     }
 
     /// `rowbus --database-url URL --notify-table T ARGS...`
@@ -131,18 +129,6 @@ impl Db {
             assert!(Instant::now() < deadline, "{what}: stats of `{table}` group {group:?} now: {line}");
             thread::sleep(Duration::from_millis(100));
         }
-    }
-}
-
-impl Drop for Db {
-    fn drop(&mut self) {
-        let queues = self.queues.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let mut tables: Vec<String> = queues.iter().flat_map(|q| [q.clone(), format!("{q}_dead")]).collect();
-        // PostgreSQL has no notify table; SQLite's tables go with its file.
-        if self.database.kind == Kind::MariaDb {
-            tables.push(self.notify_table.clone());
-        }
-        self.database.drop_tables(&tables);
     }
 }
 
@@ -377,6 +363,8 @@ on_each_database!(stats_finds_the_queue_tables_and_counts_each_group);
 #[test]
 fn demo_runs_on_the_default_sqlite_file_and_loses_nothing() {
     let dir = std::env::temp_dir().join(unique("rowbus_demo"));
+    let cleanup = Cleanup::default();
+    cleanup.dir(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let mut cmd = rowbus();
     cmd.current_dir(&dir).args(["demo", "--messages", "400", "--rate", "400"]);
@@ -425,7 +413,12 @@ fn demo_runs_on_the_default_sqlite_file_and_loses_nothing() {
 /// The demo on the servers, briefly.
 fn demo_loses_nothing_and_drops_its_table(kind: Kind) {
     let db = Db::new(kind, "demo");
-    let stdout = db.ok(&["demo", "--messages", "300", "--rate", "600"]);
+    let mut demo = Running::spawn(db.rowbus(&["demo", "--messages", "300", "--rate", "600"]), EXIT_TIMEOUT);
+    // Its table is named after its process: dropped here should the demo not get to it.
+    db.database.cleanup.queue(&format!("demo_{}", demo.id()));
+    let (status, stdout, stderr) = demo.wait(RUN_TIMEOUT);
+    assert!(status.success() && stderr.is_empty(), "`{}`: {status}\n{stderr:#?}", demo.what);
+    let stdout = stdout.join("\n");
     assert_mentions(&stdout, &["nothing lost: every published message was handled exactly once"], "demo");
     assert!(!stdout.contains("NOT VERIFIED"), "{stdout}");
     let table = stdout.split('`').nth(1).expect("the demo names its table");

@@ -8,7 +8,7 @@ mod common;
 
 use std::sync::Mutex;
 
-use common::{MARIADB, PG, env, notification, unique};
+use common::{Cleanup, MARIADB, PG, env, notification, unique};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestRunner};
 use rowbus::{Broker, BrokerOptions, DbPool, Error, Message};
@@ -145,8 +145,13 @@ fn channel_names_on_sqlite() {
 
 /// Queue table names: valid ones work end to end, the rest are refused by name; a table
 /// named in an injection attempt (`victim`, deployed here with one message) is still there
-/// afterwards.
-fn table_names<DB: rowbus::Db>(broker: Broker<DB>, victim: &str, rt: &tokio::runtime::Runtime) -> Tally {
+/// afterwards. What a failed case leaves, `cleanup` drops.
+fn table_names<DB: rowbus::Db>(
+    broker: Broker<DB>,
+    victim: &str,
+    rt: &tokio::runtime::Runtime,
+    cleanup: &Cleanup,
+) -> Tally {
     let q = broker.queue(victim).unwrap();
     rt.block_on(async {
         q.deploy().await.unwrap();
@@ -164,11 +169,13 @@ fn table_names<DB: rowbus::Db>(broker: Broker<DB>, victim: &str, rt: &tokio::run
                     }
                     Err(other) => panic!("{name:?}: {other:?}"),
                     Ok(q) => {
+                        cleanup.queue(&name);
                         q.undeploy().await.unwrap(); // a table left by an interrupted run
                         q.deploy().await.unwrap();
                         q.publish(Message::text(name.clone())).await.unwrap();
                         assert_eq!(q.depth("").await.unwrap(), (1, 0));
                         q.undeploy().await.unwrap();
+                        cleanup.forget(&name);
                         tally.lock().unwrap().delivered += 1;
                     }
                 }
@@ -179,6 +186,7 @@ fn table_names<DB: rowbus::Db>(broker: Broker<DB>, victim: &str, rt: &tokio::run
     let victim = broker.queue(victim).unwrap();
     assert_eq!(rt.block_on(victim.depth("")).unwrap(), (1, 0), "the victim table is untouched");
     rt.block_on(victim.undeploy()).unwrap();
+    cleanup.forget(victim.table().channel());
     tally.into_inner().unwrap()
 }
 
@@ -187,13 +195,16 @@ fn queue_table_names_on_postgres_and_mariadb() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     for url in [PG, MARIADB] {
         let db = rt.block_on(DbPool::connect(url)).unwrap();
-        let victim = unique("victim");
+        let cleanup = Cleanup::new(db.backend());
+        let victim = cleanup.queue(&unique("victim"));
         let tally = match db {
             DbPool::Postgres(pool) => {
-                table_names(rt.block_on(Broker::new(pool, BrokerOptions::default())).unwrap(), &victim, &rt)
+                let broker = rt.block_on(Broker::new(pool, BrokerOptions::default())).unwrap();
+                table_names(broker, &victim, &rt, &cleanup)
             }
             DbPool::MySql(pool) => {
-                table_names(rt.block_on(Broker::new(pool, BrokerOptions::default())).unwrap(), &victim, &rt)
+                let broker = rt.block_on(Broker::new(pool, BrokerOptions::default())).unwrap();
+                table_names(broker, &victim, &rt, &cleanup)
             }
             DbPool::Sqlite(_) => unreachable!(),
         };

@@ -5,13 +5,17 @@
 mod common;
 
 use std::collections::HashSet;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{MARIADB, PG, TempSqlite, on_each_database, unique};
-use futures::StreamExt;
-use rowbus::{Broker, BrokerOptions, Db, DbPool, Delivery, Error, Message, Outcome, RetryPolicy, Stats};
+use common::{Cleanup, MARIADB, PG, TempSqlite, on_each_database, unique};
+use futures::{FutureExt, StreamExt};
+use rowbus::{
+    Backend, Broker, BrokerOptions, Db, DbPool, Delivery, Error, Message, Outcome, Queue, RetryPolicy, Stats,
+    TableState,
+};
 use sqlx::{MySql, Postgres, Sqlite};
 
 /// A broker on a database of the test's own choosing, with a fast retry policy.
@@ -82,11 +86,52 @@ macro_rules! database_test {
     };
 }
 
-async fn queue<DB: Db>(broker: &Broker<DB>) -> rowbus::Queue<DB> {
-    let queue = broker.queue(&unique("q")).unwrap();
-    queue.deploy().await.unwrap();
-    queue
+/// A queue of the test's own: its tables are dropped with it, also when the test fails.
+struct OwnQueue<DB: Db> {
+    queue: Queue<DB>,
+    _cleanup: Cleanup,
 }
+
+impl<DB: Db> std::ops::Deref for OwnQueue<DB> {
+    type Target = Queue<DB>;
+
+    fn deref(&self) -> &Queue<DB> {
+        &self.queue
+    }
+}
+
+/// A new queue named after `prefix` on `broker`'s database, deployed.
+async fn own_queue<DB: Db>(broker: &Broker<DB>, prefix: &str) -> OwnQueue<DB> {
+    let cleanup = Cleanup::new(DB::BACKEND);
+    let queue = broker.queue(&cleanup.queue(&unique(prefix))).unwrap();
+    queue.deploy().await.unwrap();
+    OwnQueue { queue, _cleanup: cleanup }
+}
+
+async fn queue<DB: Db>(broker: &Broker<DB>) -> OwnQueue<DB> {
+    own_queue(broker, "q").await
+}
+
+/// A failing test leaves no tables behind: its queue's guard drops them as the panic
+/// unwinds.
+async fn a_failed_test_drops_its_tables<DB: Db>(broker: Broker<DB>) {
+    let name = Mutex::new(String::new());
+    let failed = AssertUnwindSafe(async {
+        let q = queue(&broker).await;
+        *name.lock().unwrap() = q.table().to_string();
+        assert_eq!(q.state().await.unwrap(), TableState::Deployed);
+        panic!("this test fails on purpose: its tables must go all the same");
+    })
+    .catch_unwind()
+    .await;
+    assert!(failed.is_err());
+    let name = name.into_inner().unwrap();
+    for table in [name.clone(), format!("{name}_dead")] {
+        let state = broker.queue(&table).unwrap().state().await.unwrap();
+        assert_eq!(state, TableState::Missing, "{table} is left behind");
+    }
+}
+on_each_database!(a_failed_test_drops_its_tables on postgres, mariadb);
 
 /// Publish one and many, as bytes, text and JSON; a stream delivers them in order with
 /// their groups, attempts and payloads; an ack deletes.
@@ -235,10 +280,8 @@ on_each_database!(publish_wakes_its_group);
 /// Two brokers (two pools) with 4 workers each on one table: every message handled
 /// exactly once here, and never held by two workers at once.
 async fn two_brokers_share_a_table<DB: Db>(first: Broker<DB>, second: Broker<DB>) {
-    let name = unique("shared");
-    let q1 = first.queue(&name).unwrap();
-    q1.deploy().await.unwrap();
-    let q2 = second.queue(&name).unwrap();
+    let q1 = own_queue(&first, "shared").await;
+    let q2 = second.queue(&q1.table().to_string()).unwrap();
     let total = 400usize;
     q1.publish_batch((0..total).map(|i| Message::text(i.to_string()))).await.unwrap();
 
@@ -444,10 +487,11 @@ on_each_database!(shutdown_releases_unstarted_claims);
 /// A transactional handler's writes and the ack commit together; a failure rolls both
 /// back and counts the attempt; a message's effects happen exactly once.
 async fn transactional_handler_postgres_effects() {
+    let cleanup = Cleanup::new(Backend::Postgres);
     let env = pg(options()).await;
     let broker = env.broker;
     let q = queue(&broker).await;
-    let effects = unique("effects");
+    let effects = cleanup.table(&unique("effects"));
     sqlx::query(sqlx::AssertSqlSafe(format!(
         "CREATE TABLE {effects} (message_id BIGINT PRIMARY KEY, note TEXT)"
     )))
@@ -668,11 +712,12 @@ on_each_database!(delayed_messages_wait);
 
 #[tokio::test]
 async fn names_are_validated_and_qualified_on_postgres() {
+    let cleanup = Cleanup::new(Backend::Postgres);
     let env = pg(options()).await;
     for bad in ["jobs; DROP TABLE x", "a.b.c", "", "1x", "jobs\"", &"x".repeat(58)] {
         assert!(matches!(env.broker.queue(bad), Err(Error::InvalidName { .. })), "{bad}");
     }
-    let schema = unique("app");
+    let schema = cleanup.schema(&unique("app"));
     let q = env.broker.queue(&format!("{schema}.jobs")).unwrap();
     q.deploy().await.unwrap();
     q.publish(Message::text("in a schema")).await.unwrap();
@@ -689,9 +734,8 @@ async fn names_are_validated_and_qualified_on_postgres() {
 async fn listen_notify_on_postgres() {
     let notify = BrokerOptions { listen_notify: true, ..options() };
     let (here, there) = (pg(notify.clone()).await.broker, pg(notify).await.broker);
-    let name = unique("xproc");
-    let q = here.queue(&name).unwrap();
-    q.deploy().await.unwrap();
+    let q = own_queue(&here, "xproc").await;
+    let name = q.table().to_string();
     let mut sub = q.subscribe().poll_interval(Duration::from_secs(10)).stream().await.unwrap();
     assert!(tokio::time::timeout(Duration::from_millis(200), sub.next()).await.is_err());
 
@@ -784,10 +828,9 @@ async fn concurrent_batch_claims_on_mariadb() {
 /// listen_notify on MySQL/MariaDB and SQLite, through the notify table: a publish from a
 /// second broker (a second pool) wakes an idle subscription long before its 10 s poll; a
 /// rolled-back publish wakes nobody.
-async fn listen_notify_across_brokers<DB: Db>(here: Broker<DB>, there: Broker<DB>) -> rowbus::Queue<DB> {
-    let name = unique("xproc");
-    let q = here.queue(&name).unwrap();
-    q.deploy().await.unwrap();
+async fn listen_notify_across_brokers<DB: Db>(here: Broker<DB>, there: Broker<DB>) -> OwnQueue<DB> {
+    let q = own_queue(&here, "xproc").await;
+    let name = q.table().to_string();
     let mut sub = q.subscribe().poll_interval(Duration::from_secs(10)).stream().await.unwrap();
     assert!(tokio::time::timeout(Duration::from_millis(300), sub.next()).await.is_err());
 
@@ -872,8 +915,8 @@ async fn trigger_wakes<DB: Db>(env: Env<DB>, triggers: impl FnOnce(&str) -> Vec<
 where
     for<'c> &'c sqlx::Pool<DB>: sqlx::Executor<'c, Database = DB>,
 {
-    let name = unique("trig");
-    env.broker.queue(&name).unwrap().deploy().await.unwrap();
+    let own = own_queue(&env.broker, "trig").await;
+    let name = own.table().to_string();
     let pool = env.broker.pool().clone();
     for sql in triggers(&name) {
         exec(&pool, sql).await;

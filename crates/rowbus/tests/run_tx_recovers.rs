@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{MARIADB, PG, TempSqlite, unique};
+use common::{Cleanup, MARIADB, PG, TempSqlite, unique};
 use rowbus::{Broker, BrokerOptions, Db, DbPool, Message};
 use sqlx::{AssertSqlSafe, Executor};
 
@@ -26,7 +26,8 @@ async fn recovers_after_a_failed_claim<DB: Db>(broker: Broker<DB>, rename: fn(&s
 where
     for<'c> &'c sqlx::Pool<DB>: Executor<'c, Database = DB>,
 {
-    let name = unique("txrec");
+    let cleanup = Cleanup::new(DB::BACKEND);
+    let name = cleanup.queue(&unique("txrec"));
     let q = broker.queue(&name).unwrap();
     q.deploy().await.unwrap();
     let handled = Arc::new(AtomicU64::new(0));
@@ -45,7 +46,7 @@ where
         ))
     };
     // One claim fails: the table is away for a moment.
-    let away = format!("{name}_away");
+    let away = cleanup.table(&format!("{name}_away"));
     exec(&broker, rename(&name, &away)).await;
     let started = Instant::now();
     while broker.stats().claim_errors == 0 {
@@ -53,6 +54,7 @@ where
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     exec(&broker, rename(&away, &name)).await;
+    cleanup.forget(&away);
 
     // 40 messages, two workers: at once when the runner is back to its pace; 20 s when it
     // still claims one message per worker per second.
@@ -71,9 +73,8 @@ where
     broker.shutdown(Duration::from_secs(5)).await;
     runner.await.unwrap().unwrap();
     assert_eq!(q.depth("").await.unwrap(), (0, 0));
-    if DB::BACKEND == rowbus::Backend::MySql {
-        exec(&broker, format!("DROP TABLE IF EXISTS `{name}`, `{name}_dead`")).await;
-    }
+    q.undeploy().await.unwrap();
+    cleanup.forget(&name);
 }
 
 fn rename_sql(from: &str, to: &str) -> String {

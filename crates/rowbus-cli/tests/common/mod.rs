@@ -1,7 +1,10 @@
-//! Shared by the CLI's end-to-end tests: the servers, unique names, running the `rowbus`
-//! binary with deadlines, reading a running one's output line by line, and checking the
-//! errors it reports.
+//! Shared by the CLI's end-to-end tests: the servers, unique names, the guard that drops
+//! what a test made, running the `rowbus` binary with deadlines, reading a running one's
+//! output line by line, and checking the errors it reports.
 #![allow(dead_code)]
+
+#[path = "../../../rowbus/tests/common/cleanup.rs"]
+mod cleanup;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -11,8 +14,8 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-pub const PG_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
-pub const MARIADB_URL: &str = "mysql://root@127.0.0.1:3306/test";
+pub use cleanup::{Cleanup, MARIADB_URL, PG_URL};
+use rowbus::Backend;
 
 /// How long a one-shot command (`deploy`, `notify`, `publish`...) may run.
 pub const RUN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -187,26 +190,40 @@ pub enum Kind {
     Sqlite,
 }
 
-/// One test's database: its URL, and on SQLite a file of the test's own, deleted when
-/// dropped.
+impl Kind {
+    /// The database rowbus sees.
+    pub fn backend(self) -> Backend {
+        match self {
+            Kind::Postgres => Backend::Postgres,
+            Kind::MariaDb => Backend::MySql,
+            Kind::Sqlite => Backend::Sqlite,
+        }
+    }
+}
+
+/// One test's database: its URL, and the guard that drops the tables the test registers
+/// with it and, on SQLite, deletes the file of the test's own.
 pub struct Database {
     pub kind: Kind,
     pub url: String,
+    pub cleanup: Cleanup,
     sqlite_file: Option<PathBuf>,
 }
 
 impl Database {
     /// `name` names the SQLite file.
     pub fn new(kind: Kind, name: &str) -> Database {
+        let cleanup = Cleanup::new(kind.backend());
         let (url, sqlite_file) = match kind {
             Kind::Postgres => (PG_URL.to_owned(), None),
             Kind::MariaDb => (MARIADB_URL.to_owned(), None),
             Kind::Sqlite => {
                 let file = std::env::temp_dir().join(format!("rowbus_{name}.sqlite"));
+                cleanup.sqlite_file(&file);
                 (format!("sqlite://{}", file.display()), Some(file))
             }
         };
-        Database { kind, url, sqlite_file }
+        Database { kind, url, cleanup, sqlite_file }
     }
 
     /// The SQLite file (`None` off SQLite).
@@ -308,14 +325,6 @@ impl Database {
         };
         if let Err(e) = self.client(&format!("DROP TABLE IF EXISTS {}", quoted.join(", "))) {
             eprintln!("cannot drop {tables:?}: {e}");
-        }
-    }
-}
-
-impl Drop for Database {
-    fn drop(&mut self) {
-        for path in self.sqlite_files() {
-            let _ = std::fs::remove_file(path);
         }
     }
 }
@@ -427,6 +436,11 @@ impl Running {
         (status, self.stderr_seen.clone())
     }
 
+    /// The process id.
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Sends `signal` (`INT`, `TERM`) and waits (at most its exit timeout) for the process
     /// to exit; returns its status, the stdout lines it printed but were not read, and all
     /// of its stderr lines.
@@ -435,10 +449,23 @@ impl Running {
         let killed = Command::new("kill").arg(format!("-{signal}")).arg(&pid).status().expect("running kill");
         assert!(killed.success(), "kill -{signal} {pid} failed");
         let sent = Instant::now();
-        let Some(status) = wait_timeout(&mut self.child, self.exit_timeout) else {
-            self.die(&format!("did not exit within {:?} of SIG{signal}", self.exit_timeout))
-        };
+        let (status, rest, stderr) = self.finish(self.exit_timeout, &format!(" of SIG{signal}"));
         eprintln!("`{}` exited {:?} after SIG{signal}", self.what, sent.elapsed());
+        (status, rest, stderr)
+    }
+
+    /// Waits (at most `timeout`) for the process to exit by itself; returns what
+    /// [`Running::stop`] does.
+    pub fn wait(&mut self, timeout: Duration) -> (ExitStatus, Vec<String>, Vec<String>) {
+        self.finish(timeout, "")
+    }
+
+    /// Waits at most `timeout` (`since` says since what, for the message) for the exit,
+    /// then reads what is left of the pipes.
+    fn finish(&mut self, timeout: Duration, since: &str) -> (ExitStatus, Vec<String>, Vec<String>) {
+        let Some(status) = wait_timeout(&mut self.child, timeout) else {
+            self.die(&format!("did not exit within {timeout:?}{since}"))
+        };
         // The pipes close with the process: the readers then hang up.
         let rest = drain(&self.stdout, self.exit_timeout);
         let more = drain(&self.stderr, self.exit_timeout);

@@ -1,7 +1,9 @@
 //! Shared by the integration tests: the servers, one test per database, unique names,
-//! temporary SQLite files, transactions on any backend, and waiting for events with a
-//! deadline.
+//! temporary SQLite files, the guard that drops what a test made, transactions on any
+//! backend, and waiting for events with a deadline.
 #![allow(dead_code)]
+
+mod cleanup;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,10 +12,12 @@ use std::time::Duration;
 use rowbus::{DbPool, Event, Listener, ListenerOptions, Notification, Notifier, NotifyConfig};
 use sqlx::{Executor, MySql, Postgres, Sqlite, Transaction};
 
+pub use cleanup::Cleanup;
+
 /// The PostgreSQL server every test uses (scripts/services.sh starts it).
-pub const PG: &str = "postgres://postgres@127.0.0.1:5432/test";
+pub const PG: &str = cleanup::PG_URL;
 /// The MariaDB server every test uses.
-pub const MARIADB: &str = "mysql://root@127.0.0.1:3306/test";
+pub const MARIADB: &str = cleanup::MARIADB_URL;
 
 /// Runs `scenario` as one test per database, named after the database in a module named
 /// after the scenario (`scenario::postgres`, `scenario::mariadb`, `scenario::sqlite`);
@@ -63,9 +67,7 @@ impl TempSqlite {
 
 impl Drop for TempSqlite {
     fn drop(&mut self) {
-        for suffix in ["", "-wal", "-shm"] {
-            let _ = std::fs::remove_file(format!("{}{suffix}", self.path.display()));
-        }
+        cleanup::remove_sqlite(&self.path);
     }
 }
 
@@ -78,13 +80,16 @@ pub fn url_for(server: Option<&str>) -> (String, Option<TempSqlite>) {
 }
 
 /// One database to test against: its URL, a pool, and (off PostgreSQL) a notify table
-/// of the test's own, deployed.
+/// of the test's own, deployed, and dropped by [`Env::cleanup`] or, should the test fail
+/// first, by the guard.
 pub struct Env {
     pub url: String,
     pub db: DbPool,
     pub config: NotifyConfig,
     pub notifier: Notifier,
     _sqlite: Option<TempSqlite>,
+    // Last: dropped after the pool.
+    guard: Cleanup,
 }
 
 /// Connects to `url` (`None`: a new temporary SQLite file, made by connecting) and deploys
@@ -106,9 +111,11 @@ pub async fn env_with(url: Option<&str>, adjust: impl FnOnce(&mut NotifyConfig))
         ..NotifyConfig::default()
     };
     adjust(&mut config);
+    let guard = Cleanup::new(db.backend());
+    guard.notify_table(&config.table);
     db.deploy_notify_table(&config).await.expect("deploy the notify table");
     let notifier = Notifier::new(config.clone()).unwrap();
-    Env { url, db, config, notifier, _sqlite: sqlite }
+    Env { url, db, config, notifier, _sqlite: sqlite, guard }
 }
 
 impl Env {
@@ -163,6 +170,7 @@ impl Env {
             let sql = sqlx::AssertSqlSafe(format!("DROP TABLE IF EXISTS `{}`", self.config.table));
             pool.execute(sqlx::query(sql)).await.unwrap();
         }
+        self.guard.forget(&self.config.table);
         self.db.close().await;
     }
 }

@@ -493,3 +493,28 @@ fn invalid_settings_are_refused_naming_the_setting() {
     let line = assert_error(&output, "--retention 10 on PostgreSQL");
     assert_mentions(&line, &["invalid `retention` = 10"], "--retention 10 on PostgreSQL");
 }
+
+/// `--help` lists the commands in the order a user meets them, and the notify table's
+/// global flags under a heading of their own rather than among a command's flags.
+#[test]
+fn help_lists_commands_as_a_user_meets_them() {
+    let mut cmd = rowbus();
+    cmd.arg("--help");
+    let output = run(cmd);
+    assert!(output.status.success(), "{}", show(&output));
+    let help = text(&output.stdout);
+    let order = ["deploy", "publish", "consume", "listen", "notify", "stats", "demo", "bench"];
+    let at: Vec<usize> = order
+        .iter()
+        .map(|c| help.find(&format!("\n  {c} ")).unwrap_or_else(|| panic!("{c} is listed:\n{help}")))
+        .collect();
+    assert!(at.windows(2).all(|w| w[0] < w[1]), "in the order {order:?}:\n{help}");
+
+    let mut cmd = rowbus();
+    cmd.args(["consume", "--help"]);
+    let consume = text(&run(cmd).stdout);
+    let heading = consume.find("Notify table (").expect("the notify table's heading");
+    let own = consume.find("--workers").expect("consume's own flags");
+    let notify_flag = consume.find("--poll-interval").expect("the notify table's flags");
+    assert!(own < heading && heading < notify_flag, "{consume}");
+}

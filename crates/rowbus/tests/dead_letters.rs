@@ -1,7 +1,7 @@
 //! Dead letters for operators, against the real PostgreSQL and MariaDB and a temporary
 //! SQLite file: listing (newest first, paged, by group), fetching one, requeueing (by id
 //! and all, with a delay; once under concurrency; waking subscriptions), purging (by id,
-//! all, older than).
+//! all, older than), and a handler's error kept with its causes.
 
 mod common;
 
@@ -246,3 +246,75 @@ async fn requeue_wakes_subscriptions<DB: Db>(env: Env<DB>) {
     table.drop_tables().await;
 }
 on_each_database!(requeue_wakes_subscriptions);
+
+/// An error with a cause, as a `Box<dyn Error>` carries it.
+#[derive(Debug)]
+struct Outer(std::io::Error);
+
+impl std::fmt::Display for Outer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("cannot resize 42.png")
+    }
+}
+
+impl std::error::Error for Outer {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
+    }
+}
+
+/// An error only `Display`, writing its causes in its alternate form as `anyhow` does.
+struct Chained(&'static str, &'static str);
+
+impl std::fmt::Display for Chained {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match f.alternate() {
+            true => write!(f, "{}: {}", self.0, self.1),
+            false => f.write_str(self.0),
+        }
+    }
+}
+
+/// A library handler's failure is dead-lettered with its causes: a boxed error's source
+/// chain, and a `Display`-only error's alternate form (an `anyhow` error's chain).
+async fn handler_errors_keep_their_causes<DB: Db>(env: Env<DB>) {
+    let table = Table::new(&env.broker).await;
+    let q = &table.0;
+    q.publish(Message::text("boxed").group("boxed")).await.unwrap();
+    q.publish(Message::text("chained").group("chained")).await.unwrap();
+    let boxed = q.subscribe().group("boxed").run(|_| async {
+        let cause = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "connection refused");
+        Err::<(), Box<dyn std::error::Error + Send + Sync>>(Box::new(Outer(cause)))
+    });
+    let chained = q
+        .subscribe()
+        .group("chained")
+        .run(|_| async { Err::<(), Chained>(Chained("upload failed", "disk full")) });
+    let watch = async {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        let letters = loop {
+            let letters = q.dead_letters(&DeadLetterPage::default()).await.unwrap();
+            if letters.len() == 2 || tokio::time::Instant::now() > deadline {
+                break letters;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        env.broker.shutdown(Duration::from_secs(5)).await;
+        letters
+    };
+    let (boxed, chained, letters) = tokio::join!(boxed, chained, watch);
+    boxed.unwrap();
+    chained.unwrap();
+    let mut errors: Vec<(String, Option<String>)> =
+        letters.into_iter().map(|l| (l.group, l.last_error)).collect();
+    errors.sort();
+    assert_eq!(
+        errors,
+        [
+            ("boxed".to_owned(), Some("cannot resize 42.png: connection refused".to_owned())),
+            ("chained".to_owned(), Some("upload failed: disk full".to_owned())),
+        ]
+    );
+    table.drop_tables().await;
+}
+on_each_database!(handler_errors_keep_their_causes);

@@ -55,18 +55,25 @@ pub(crate) struct ListArgs {
     json: bool,
 }
 
-/// Options of `rowbus dead requeue`.
+/// The dead letters a requeue or purge names: `--all` or `--id`s.
 #[derive(Debug, Args)]
-#[command(group(ArgGroup::new("which").required(true).args(["all", "ids"])))]
-pub(crate) struct RequeueArgs {
-    /// The queue table
-    table: String,
+pub(crate) struct Selection {
     /// Every dead letter
     #[arg(long)]
     all: bool,
     /// This dead letter (repeatable)
     #[arg(long = "id", value_name = "ID")]
     ids: Vec<i64>,
+}
+
+/// Options of `rowbus dead requeue`.
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("which").required(true).args(["all", "ids"])))]
+pub(crate) struct RequeueArgs {
+    /// The queue table
+    table: String,
+    #[command(flatten)]
+    which: Selection,
     /// Claimable only after this delay, e.g. 30s, 5m (plain seconds too) [default: at once]
     #[arg(long, value_name = "DURATION", value_parser = duration)]
     delay: Option<Duration>,
@@ -78,23 +85,19 @@ pub(crate) struct RequeueArgs {
 pub(crate) struct PurgeArgs {
     /// The queue table
     table: String,
-    /// Every dead letter
-    #[arg(long)]
-    all: bool,
-    /// This dead letter (repeatable)
-    #[arg(long = "id", value_name = "ID")]
-    ids: Vec<i64>,
-    /// Those dead-lettered longer ago than this, e.g. 7d as 168h, 30m (plain seconds too)
+    #[command(flatten)]
+    which: Selection,
+    /// Those dead-lettered longer ago than this, e.g. 168h, 30m (plain seconds too)
     #[arg(long, value_name = "DURATION", value_parser = duration)]
     older_than: Option<Duration>,
 }
 
 /// Which dead letters `--all`, `--id` and `--older-than` name (clap requires one).
-fn which(all: bool, ids: Vec<i64>, older_than: Option<Duration>) -> DeadLetters {
-    match (all, older_than) {
+fn which(selection: Selection, older_than: Option<Duration>) -> DeadLetters {
+    match (selection.all, older_than) {
         (true, _) => DeadLetters::All,
         (false, Some(age)) => DeadLetters::OlderThan(age),
-        (false, None) => DeadLetters::Ids(ids),
+        (false, None) => DeadLetters::Ids(selection.ids),
     }
 }
 
@@ -131,12 +134,12 @@ async fn run<DB: Db>(broker: &Broker<DB>, url: &str, command: DeadCommand) -> Re
             }
         }
         DeadCommand::Requeue(args) => {
-            let which = which(args.all, args.ids, None);
+            let which = which(args.which, None);
             let n = queue.requeue_dead(&which, args.delay.unwrap_or_default()).await?;
             outln!("requeued {n} dead letter{} to `{table}`", plural(n));
         }
         DeadCommand::Purge(args) => {
-            let n = queue.purge_dead(&which(args.all, args.ids, args.older_than)).await?;
+            let n = queue.purge_dead(&which(args.which, args.older_than)).await?;
             outln!("purged {n} dead letter{} from `{table}_dead`", plural(n));
         }
     }

@@ -12,8 +12,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{
-    Database, Kind, LINE_TIMEOUT, RUN_TIMEOUT, Running, assert_error, on_each_database, rowbus, run,
-    run_with, show, text, unique,
+    Database, Kind, LINE_TIMEOUT, Running, assert_error, on_each_database, rowbus, run, run_quietly, show,
+    unique,
 };
 use serde_json::Value;
 
@@ -40,15 +40,7 @@ impl Db {
 
     /// Runs a command that must succeed without a word on stderr; its stdout.
     fn ok(&self, args: &[&str]) -> String {
-        let (output, _) = run_with(self.rowbus(args), None, RUN_TIMEOUT);
-        assert!(
-            output.status.success() && output.stderr.is_empty(),
-            "`rowbus {}` on {} did not succeed quietly (is the server up? scripts/services.sh starts it)\n{}",
-            args.join(" "),
-            self.database.server(),
-            show(&output)
-        );
-        text(&output.stdout)
+        run_quietly(self.rowbus(args), None, self.database.server())
     }
 
     /// `rowbus dead list QUEUE --json ARGS...`, each line parsed.

@@ -3,6 +3,7 @@
 mod bench;
 mod cli_error;
 mod consume;
+mod dead_cmd;
 mod demo;
 mod publish;
 mod queue_cmd;
@@ -128,6 +129,11 @@ enum Command {
     Stats(stats::StatsArgs),
     /// See a queue at work: publishers, workers, retries, latency; nothing to set up
     Demo(demo::DemoArgs),
+    /// A queue's dead letters: list them, put them back, purge them
+    Dead {
+        #[command(subcommand)]
+        what: dead_cmd::DeadCommand,
+    },
     /// Measure rowbus on the chosen database
     Bench {
         #[command(subcommand)]
@@ -181,6 +187,10 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             on_database(url, 1, &config, QueueCommand::Stats(args)).await?;
         }
         Command::Demo(args) => on_database(url, 16, &config, QueueCommand::Demo(args)).await?,
+        Command::Dead { what } => {
+            queue_cmd::parse_tables(std::slice::from_ref(what.table()))?;
+            on_database(url, 2, &config, QueueCommand::Dead(what)).await?;
+        }
         Command::Notify { channel, payload } => {
             let notifier = Notifier::new(config)?;
             let db = DbPool::connect_with_size(url, 1).await?;
@@ -206,6 +216,7 @@ enum QueueCommand {
     Consume(consume::ConsumeArgs),
     Stats(stats::StatsArgs),
     Demo(demo::DemoArgs),
+    Dead(dead_cmd::DeadCommand),
 }
 
 /// A [`QueueCommand`] with what every one of them needs.
@@ -227,6 +238,7 @@ impl OnPool for OnDatabase<'_> {
             QueueCommand::Consume(args) => consume::consume(pool, url, config, args).await,
             QueueCommand::Stats(args) => stats::stats(pool, url, config, args).await,
             QueueCommand::Demo(args) => demo::demo(pool, url, config, args).await,
+            QueueCommand::Dead(what) => dead_cmd::dead(pool, url, config, what).await,
         }
     }
 }
@@ -242,9 +254,10 @@ async fn on_database(
 ) -> Result<(), CliError> {
     let db = match command {
         QueueCommand::Deploy(_) | QueueCommand::Demo(_) => DbPool::connect_creating(url, max).await?,
-        QueueCommand::Publish(_) | QueueCommand::Consume(_) | QueueCommand::Stats(_) => {
-            DbPool::connect_with_size(url, max).await?
-        }
+        QueueCommand::Publish(_)
+        | QueueCommand::Consume(_)
+        | QueueCommand::Stats(_)
+        | QueueCommand::Dead(_) => DbPool::connect_with_size(url, max).await?,
     };
     let done = db.run(OnDatabase { db: &db, url, config, command }).await;
     db.close().await;

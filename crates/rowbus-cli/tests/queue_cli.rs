@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use common::{
     Cleanup, Database, Kind, LINE_TIMEOUT, RUN_TIMEOUT, Running, assert_error, assert_mentions,
-    on_each_database, rowbus, run, run_with, show, text, unique,
+    on_each_database, rowbus, run, run_quietly, run_with, show, text, unique,
 };
 use serde_json::Value;
 
@@ -55,15 +55,7 @@ impl Db {
 
     /// Like [`Db::ok`], `input` on stdin.
     fn ok_with(&self, args: &[&str], input: Option<&[u8]>) -> String {
-        let (output, _) = run_with(self.rowbus(args), input, RUN_TIMEOUT);
-        assert!(
-            output.status.success() && output.stderr.is_empty(),
-            "`rowbus {}` on {} did not succeed quietly (is the server up? scripts/services.sh starts it)\n{}",
-            args.join(" "),
-            self.database.server(),
-            show(&output)
-        );
-        text(&output.stdout)
+        run_quietly(self.rowbus(args), input, self.database.server())
     }
 
     /// Runs a command that must fail; its error line.

@@ -29,6 +29,20 @@ pub struct ClaimedRow {
     pub created_at: i64,
 }
 
+/// A dead letter's row as [`TableSql::dead_list`](crate::sql::TableSql::dead_list) reads it.
+#[derive(Debug, Clone)]
+pub struct DeadRow {
+    pub id: i64,
+    pub group: String,
+    pub payload: Vec<u8>,
+    pub attempts: i64,
+    /// Microseconds since the Unix epoch: when it was published.
+    pub created_at: i64,
+    /// Microseconds since the Unix epoch: when it was dead-lettered.
+    pub failed_at: i64,
+    pub last_error: Option<String>,
+}
+
 /// The sqlx databases rowbus works on: [`Postgres`](sqlx::Postgres),
 /// [`MySql`](sqlx::MySql) and [`Sqlite`](sqlx::Sqlite), each behind its cargo feature
 /// (`postgres`, `mysql`, `sqlite`; all on by default).
@@ -67,6 +81,12 @@ pub(crate) mod sealed {
             sql: &Arc<str>,
             args: &[Arg<'_>],
         ) -> BoxFuture<'c, Result<Vec<ClaimedRow>, sqlx::Error>>;
+        /// Runs a dead-letter query; its rows.
+        fn fetch_dead<'c>(
+            conn: &'c mut Self::Connection,
+            sql: &Arc<str>,
+            args: &[Arg<'_>],
+        ) -> BoxFuture<'c, Result<Vec<DeadRow>, sqlx::Error>>;
         /// Runs a query; each row's columns as nullable integers after `texts` text columns.
         fn fetch_rows<'c>(
             conn: &'c mut Self::Connection,
@@ -147,6 +167,31 @@ macro_rules! driver {
                                 payload: row.try_get(2)?,
                                 attempts: row.try_get(3)?,
                                 created_at: row.try_get(4)?,
+                            })
+                        })
+                        .collect()
+                })
+            }
+
+            fn fetch_dead<'c>(
+                conn: &'c mut Self::Connection,
+                sql: &std::sync::Arc<str>,
+                args: &[$crate::db::Arg<'_>],
+            ) -> futures::future::BoxFuture<'c, Result<Vec<$crate::db::DeadRow>, sqlx::Error>> {
+                use sqlx::Row as _;
+                let query = $crate::db::query::<$db>(sql, args);
+                Box::pin(async move {
+                    let rows = query.fetch_all(conn).await?;
+                    rows.iter()
+                        .map(|row| {
+                            Ok($crate::db::DeadRow {
+                                id: row.try_get(0)?,
+                                group: row.try_get(1)?,
+                                payload: row.try_get(2)?,
+                                attempts: row.try_get(3)?,
+                                created_at: row.try_get(4)?,
+                                failed_at: row.try_get(5)?,
+                                last_error: row.try_get(6)?,
                             })
                         })
                         .collect()

@@ -203,18 +203,23 @@ impl Error {
 
     /// The error and its causes, on one line.
     pub fn one_line(&self) -> String {
-        let mut line = self.to_string();
-        let mut source = std::error::Error::source(self);
-        while let Some(cause) = source {
-            let cause_text = without_server_line(&cause.to_string()).to_owned();
-            if !line.contains(&cause_text) {
-                line.push_str(": ");
-                line.push_str(&cause_text);
-            }
-            source = cause.source();
-        }
-        line.replace('\n', " ")
+        chain_line(self)
     }
+}
+
+/// `error` and its causes (each one its message does not already hold), on one line.
+pub(crate) fn chain_line(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = without_server_line(&cause.to_string()).to_owned();
+        if !line.contains(&cause_text) {
+            line.push_str(": ");
+            line.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    line.replace('\n', " ")
 }
 
 /// `text` without the " at line N" sqlx appends to a PostgreSQL error: the line of the

@@ -157,6 +157,19 @@ pub fn run_with(mut cmd: Command, input: Option<&[u8]>, timeout: Duration) -> (O
     (output, pid)
 }
 
+/// Runs `cmd` (with `input` on stdin), which must succeed without a word on stderr; its
+/// stdout. `server` names the database in the message.
+pub fn run_quietly(cmd: Command, input: Option<&[u8]>, server: &str) -> String {
+    let what = describe(&cmd);
+    let (output, _) = run_with(cmd, input, RUN_TIMEOUT);
+    assert!(
+        output.status.success() && output.stderr.is_empty(),
+        "`{what}` on {server} did not succeed quietly (is the server up? scripts/services.sh starts it)\n{}",
+        show(&output)
+    );
+    text(&output.stdout)
+}
+
 /// Asserts a failure the way the CLI reports one: exit status 1, nothing on stdout, and
 /// exactly one stderr line `rowbus: error: ...` (no panic, no backtrace). Returns the line.
 pub fn assert_error(output: &Output, what: &str) -> String {

@@ -3,6 +3,7 @@
 mod acks;
 mod admin;
 mod claim;
+mod dead;
 mod delivery;
 mod exec;
 mod lease;
@@ -34,6 +35,7 @@ use crate::sql::TableSql;
 
 pub use admin::{GroupStats, NotifyTableStats, TableState};
 pub(crate) use admin::{find_on, refuse_foreign};
+pub use dead::{DeadLetter, DeadLetterPage, DeadLetters};
 pub use delivery::{Delivery, Outcome, Received, TxMessage};
 #[cfg(feature = "mysql")]
 pub(crate) use lease::ACK_BATCH;

@@ -3,6 +3,7 @@
 //! serves them all; each runner is a [`Turn`]: how it waits for workers and what it
 //! does with the ones it got.
 
+use std::any::Any;
 use std::fmt::Display;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -21,7 +22,7 @@ use super::delivery::Lease;
 use super::subscription::{Claimer, Pace, SubscriptionBuilder};
 use super::{Delivery, Inner, Outcome, Queue, lease};
 use crate::db::Db;
-use crate::error::Error;
+use crate::error::{Error, chain_line};
 
 /// Counts a runner as running until dropped, so that shutdown can wait for it.
 pub(super) struct Running<DB: Db>(Arc<Inner<DB>>);
@@ -45,11 +46,11 @@ pub(super) async fn outcome<F, O, E>(handler: F) -> Result<Outcome, String>
 where
     F: Future<Output = Result<O, E>>,
     O: Into<Outcome>,
-    E: Display,
+    E: Display + 'static,
 {
     match AssertUnwindSafe(handler).catch_unwind().await {
         Ok(Ok(o)) => Ok(o.into()),
-        Ok(Err(e)) => Err(e.to_string()),
+        Ok(Err(e)) => Err(error_text(&e)),
         Err(panic) => {
             let what = panic
                 .downcast_ref::<&str>()
@@ -58,6 +59,33 @@ where
                 .unwrap_or_default();
             Err(format!("the handler panicked: {what}"))
         }
+    }
+}
+
+/// A handler's error as its message keeps it, with its causes: an operator reading the
+/// dead letter must see why (a "request failed" says nothing without its "connection
+/// refused"). The bound is only `Display`, so the error types that carry causes are
+/// recognised by type; any other is written in its alternate form (`{:#}`), which is its
+/// whole chain for `anyhow` and `eyre` errors and its usual message for most others.
+fn error_text<E: Display + 'static>(error: &E) -> String {
+    type Dyn = dyn std::error::Error + 'static;
+    let any: &dyn Any = error;
+    let known: Option<&Dyn> = if let Some(e) = any.downcast_ref::<Error>() {
+        Some(e)
+    } else if let Some(e) = any.downcast_ref::<Box<dyn std::error::Error + Send + Sync>>() {
+        Some(&**e)
+    } else if let Some(e) = any.downcast_ref::<Box<dyn std::error::Error + Send>>() {
+        Some(&**e)
+    } else if let Some(e) = any.downcast_ref::<Box<dyn std::error::Error>>() {
+        Some(&**e)
+    } else if let Some(e) = any.downcast_ref::<std::io::Error>() {
+        Some(e)
+    } else {
+        any.downcast_ref::<sqlx::Error>().map(|e| e as &Dyn)
+    };
+    match known {
+        Some(e) => chain_line(e),
+        None => format!("{error:#}"),
     }
 }
 

@@ -8,6 +8,7 @@
 //! ask which database they run on. [`TableSql`] is one queue table's statements, built
 //! from the dialect.
 
+mod dead;
 #[cfg(feature = "mysql")]
 mod mysql;
 #[cfg(feature = "postgres")]
@@ -66,6 +67,13 @@ pub trait Dialect: Driver + Sized {
     }
     /// The queue table, its claim index and its dead-letter table, if missing.
     fn create_queue(table: &QueueTable) -> Vec<String>;
+    /// `expr` (an integer column) as a signed 64-bit integer, as the driver decodes one.
+    fn bigint(expr: &str) -> String {
+        format!("CAST({expr} AS BIGINT)")
+    }
+    /// What a `SELECT` ends with to lock the rows it returns until its transaction ends
+    /// (`""` where [`WRITE_BEGIN`](Self::WRITE_BEGIN) already holds every row).
+    const FOR_UPDATE: &'static str = " FOR UPDATE";
 
     /// The largest statement (with its binds) the database takes, in bytes, and the
     /// setting that says so; `Some` query when the server decides it at run time.

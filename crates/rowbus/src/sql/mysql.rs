@@ -103,6 +103,10 @@ impl Dialect for MySql {
 
     const COUNT: &'static str = "CAST(COUNT(*) AS SIGNED)";
 
+    fn bigint(expr: &str) -> String {
+        format!("CAST({expr} AS SIGNED)")
+    }
+
     /// The claim order is the clustered primary key itself and the `_id` index holds `id`
     /// alone: InnoDB's locking reads through a secondary index visit every delete-marked
     /// entry the purge has not removed yet, and a busy queue leaves thousands in front of

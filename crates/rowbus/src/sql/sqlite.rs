@@ -159,6 +159,8 @@ impl Dialect for Sqlite {
     const LEASE_CLAIM_BEGIN: &'static str = "BEGIN IMMEDIATE";
     const LOCKED_CLAIM_BEGIN: &'static str = "BEGIN IMMEDIATE";
     const WRITE_BEGIN: &'static str = "BEGIN IMMEDIATE";
+    /// No row locks: `BEGIN IMMEDIATE` holds the database's one write lock.
+    const FOR_UPDATE: &'static str = "";
     /// The claim is one `UPDATE ... RETURNING`, its own transaction.
     const CLAIM_IN_TRANSACTION: bool = false;
     /// One writer: an acknowledgement that rides on the next claim saves a write

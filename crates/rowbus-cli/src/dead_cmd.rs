@@ -1,0 +1,252 @@
+//! `rowbus dead list|requeue|purge QUEUE`: a queue's dead letters, read, put back or
+//! deleted.
+
+use std::time::{Duration, SystemTime};
+
+use clap::{ArgGroup, Args, Subcommand};
+use rowbus::sqlx::Pool;
+use rowbus::{Broker, BrokerOptions, Db, DeadLetter, DeadLetterPage, DeadLetters, NotifyConfig};
+use serde_json::json;
+
+use crate::cli_error::CliError;
+use crate::queue_cmd::{self, duration, outln};
+
+/// What `rowbus dead` does.
+#[derive(Debug, Subcommand)]
+pub(crate) enum DeadCommand {
+    /// Print a queue's dead letters, newest first, one line each
+    List(ListArgs),
+    /// Put dead letters back in their queue: same id, group, payload and publish time,
+    /// attempts counted from 0; prints how many
+    Requeue(RequeueArgs),
+    /// Delete dead letters for good; prints how many
+    Purge(PurgeArgs),
+}
+
+impl DeadCommand {
+    /// The queue table it works on.
+    pub(crate) fn table(&self) -> &String {
+        match self {
+            DeadCommand::List(args) => &args.table,
+            DeadCommand::Requeue(args) => &args.table,
+            DeadCommand::Purge(args) => &args.table,
+        }
+    }
+}
+
+/// Options of `rowbus dead list`.
+#[derive(Debug, Args)]
+pub(crate) struct ListArgs {
+    /// The queue table (its dead letters are in `<TABLE>_dead`)
+    table: String,
+    /// Only this group's dead letters
+    #[arg(long, value_name = "G")]
+    group: Option<String>,
+    /// Print at most this many
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    limit: u32,
+    /// Skip this many newer ones first (the pages before)
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    offset: u64,
+    /// Print JSON lines {"id", "group", "payload", "attempts", "last_error", "published_at",
+    /// "died_at"}: times in RFC 3339 (UTC, microseconds); a payload that is not UTF-8 is
+    /// null, with its bytes in "payload_hex"
+    #[arg(long)]
+    json: bool,
+}
+
+/// The dead letters a requeue or purge names: `--all` or `--id`s.
+#[derive(Debug, Args)]
+pub(crate) struct Selection {
+    /// Every dead letter
+    #[arg(long)]
+    all: bool,
+    /// This dead letter (repeatable)
+    #[arg(long = "id", value_name = "ID")]
+    ids: Vec<i64>,
+}
+
+/// Options of `rowbus dead requeue`.
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("which").required(true).args(["all", "ids"])))]
+pub(crate) struct RequeueArgs {
+    /// The queue table
+    table: String,
+    #[command(flatten)]
+    which: Selection,
+    /// Claimable only after this delay, e.g. 30s, 5m (plain seconds too) [default: at once]
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    delay: Option<Duration>,
+}
+
+/// Options of `rowbus dead purge`.
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("which").required(true).args(["all", "ids", "older_than"])))]
+pub(crate) struct PurgeArgs {
+    /// The queue table
+    table: String,
+    #[command(flatten)]
+    which: Selection,
+    /// Those dead-lettered longer ago than this, e.g. 168h, 30m (plain seconds too)
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    older_than: Option<Duration>,
+}
+
+/// Which dead letters `--all`, `--id` and `--older-than` name (clap requires one).
+fn which(selection: Selection, older_than: Option<Duration>) -> DeadLetters {
+    match (selection.all, older_than) {
+        (true, _) => DeadLetters::All,
+        (false, Some(age)) => DeadLetters::OlderThan(age),
+        (false, None) => DeadLetters::Ids(selection.ids),
+    }
+}
+
+/// Runs `command` on the queue it names. A requeue wakes consumers in other processes
+/// that run with `--listen-notify`, where the notify table is deployed (always on
+/// PostgreSQL).
+pub(crate) async fn dead<DB: Db>(
+    pool: Pool<DB>,
+    url: &str,
+    config: &NotifyConfig,
+    command: DeadCommand,
+) -> Result<(), CliError> {
+    let notify_table = queue_cmd::broker_notify_config(config);
+    let listen_notify = matches!(command, DeadCommand::Requeue(_))
+        && Broker::new(pool.clone(), BrokerOptions::default()).await?.notify_ready(&notify_table).await?;
+    let broker =
+        Broker::new(pool, BrokerOptions { listen_notify, notify_table, ..BrokerOptions::default() }).await?;
+    let result = run(&broker, url, command).await;
+    broker.shutdown(Duration::ZERO).await;
+    result
+}
+
+async fn run<DB: Db>(broker: &Broker<DB>, url: &str, command: DeadCommand) -> Result<(), CliError> {
+    let queue = queue_cmd::existing_queue(broker, command.table(), url).await?;
+    let table = queue.table().clone();
+    match command {
+        DeadCommand::List(args) => {
+            let page = DeadLetterPage { group: args.group, limit: args.limit, offset: args.offset };
+            for letter in queue.dead_letters(&page).await? {
+                match args.json {
+                    true => outln!("{}", json_line(&letter)),
+                    false => outln!("{}", text_line(&letter)),
+                }
+            }
+        }
+        DeadCommand::Requeue(args) => {
+            let which = which(args.which, None);
+            let n = queue.requeue_dead(&which, args.delay.unwrap_or_default()).await?;
+            outln!("requeued {n} dead letter{} to `{table}`", plural(n));
+        }
+        DeadCommand::Purge(args) => {
+            let n = queue.purge_dead(&which(args.which, args.older_than)).await?;
+            outln!("purged {n} dead letter{} from `{table}_dead`", plural(n));
+        }
+    }
+    Ok(())
+}
+
+fn plural(n: u64) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
+/// One dead letter for people: its strings quoted and escaped, so that it stays on one
+/// line whatever its error or payload hold.
+fn text_line(letter: &DeadLetter) -> String {
+    let payload = match std::str::from_utf8(&letter.payload) {
+        Ok(text) => format!("{text:?}"),
+        Err(_) => format!("<{} bytes, not UTF-8>", letter.payload.len()),
+    };
+    format!(
+        "id {}  group {:?}  attempts {}  died {}  published {}  error {}  payload {payload}",
+        letter.id,
+        letter.group,
+        letter.attempts,
+        rfc3339(letter.died_at),
+        rfc3339(letter.published_at),
+        letter.last_error.as_deref().map_or_else(|| "-".to_owned(), |e| format!("{e:?}")),
+    )
+}
+
+/// One dead letter as a JSON line.
+fn json_line(letter: &DeadLetter) -> serde_json::Value {
+    let mut line = json!({
+        "id": letter.id,
+        "group": letter.group,
+        "payload": std::str::from_utf8(&letter.payload).ok(),
+        "attempts": letter.attempts,
+        "last_error": letter.last_error,
+        "published_at": rfc3339(letter.published_at),
+        "died_at": rfc3339(letter.died_at),
+    });
+    if std::str::from_utf8(&letter.payload).is_err() {
+        let hex: String = letter.payload.iter().map(|b| format!("{b:02x}")).collect();
+        line["payload_hex"] = json!(hex);
+    }
+    line
+}
+
+/// `time` in RFC 3339, UTC, to the microsecond: `2024-05-01T12:34:56.123456Z`.
+fn rfc3339(time: SystemTime) -> String {
+    let since = time.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    let secs = since.as_secs();
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    let (year, month, day) = civil_from_days(days);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60,
+        since.subsec_micros()
+    )
+}
+
+/// The proleptic Gregorian date `days` days after 1970-01-01 (Howard Hinnant's
+/// `civil_from_days`, for days on or after the epoch).
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z % 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_in_rfc3339() {
+        let at = |secs: u64, micros: u64| {
+            rfc3339(SystemTime::UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_micros(micros))
+        };
+        assert_eq!(at(0, 0), "1970-01-01T00:00:00.000000Z");
+        assert_eq!(at(951_782_400, 5), "2000-02-29T00:00:00.000005Z");
+        assert_eq!(at(1_709_251_199, 999_999), "2024-02-29T23:59:59.999999Z");
+        assert_eq!(at(4_102_444_800, 0), "2100-01-01T00:00:00.000000Z");
+        assert_eq!(at(1_735_689_599, 0), "2024-12-31T23:59:59.000000Z");
+    }
+
+    #[test]
+    fn lines_stay_one_line() {
+        let letter = DeadLetter {
+            id: 7,
+            group: "g".into(),
+            payload: vec![0xff, 0x00],
+            attempts: 3,
+            last_error: Some("exit status 1\nstderr: no".into()),
+            published_at: SystemTime::UNIX_EPOCH,
+            died_at: SystemTime::UNIX_EPOCH,
+        };
+        let text = text_line(&letter);
+        assert!(!text.contains('\n') && text.contains("<2 bytes, not UTF-8>"), "{text}");
+        let line = json_line(&letter);
+        assert_eq!((line["payload"].clone(), line["payload_hex"].clone()), (json!(null), json!("ff00")));
+        assert_eq!(line["last_error"], "exit status 1\nstderr: no");
+    }
+}

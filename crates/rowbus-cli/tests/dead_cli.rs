@@ -1,0 +1,170 @@
+//! End-to-end tests of `rowbus dead list|requeue|purge`: real processes against real
+//! PostgreSQL, MariaDB and SQLite. The dead letters are made by `rowbus consume --exec`
+//! with a failing command, so what they keep is what an operator would find.
+//!
+//! The servers must be up (`scripts/services.sh` starts them); a test fails, never skips,
+//! when one is unreachable. Every test uses its own tables, dropped at the end.
+
+mod common;
+
+use std::process::Command;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{
+    Database, Kind, LINE_TIMEOUT, Running, assert_error, on_each_database, rowbus, run, run_quietly, show,
+    unique,
+};
+use serde_json::Value;
+
+/// One test's database, notify table and queue table, the tables dropped at the end.
+struct Db {
+    database: Database,
+    notify_table: String,
+    queue: String,
+}
+
+impl Db {
+    fn new(kind: Kind) -> Db {
+        let notify_table = unique("dcli_notify");
+        let queue = unique("dcli");
+        Db { database: Database::new(kind, &notify_table), notify_table, queue }
+    }
+
+    /// `rowbus --database-url URL --notify-table T ARGS...`
+    fn rowbus(&self, args: &[&str]) -> Command {
+        let mut cmd = rowbus();
+        cmd.args(["--database-url", &self.database.url, "--notify-table", &self.notify_table]).args(args);
+        cmd
+    }
+
+    /// Runs a command that must succeed without a word on stderr; its stdout.
+    fn ok(&self, args: &[&str]) -> String {
+        run_quietly(self.rowbus(args), None, self.database.server())
+    }
+
+    /// `rowbus dead list QUEUE --json ARGS...`, each line parsed.
+    fn list(&self, args: &[&str]) -> Vec<Value> {
+        let mut all = vec!["dead", "list", &self.queue, "--json"];
+        all.extend(args);
+        self.ok(&all)
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")))
+            .collect()
+    }
+
+    /// `group`'s line of `stats --json QUEUE`.
+    fn stats(&self, group: &str) -> Value {
+        let stats: Value = serde_json::from_str(&self.ok(&["stats", "--json", &self.queue])).unwrap();
+        let groups = stats["queues"].as_array().expect("a queues array");
+        groups.iter().find(|g| g["group"] == group).cloned().unwrap_or(Value::Null)
+    }
+
+    /// Publishes `payloads` to `group`, and has `consume --exec` fail each once (one
+    /// attempt allowed): they die, keeping the command's exit status and stderr.
+    fn kill(&self, group: &str, payloads: &[&str]) {
+        for payload in payloads {
+            self.ok(&["publish", &self.queue, "--group", group, payload]);
+        }
+        let script = r#"echo "cannot open $(cat)" >&2; exit 3"#;
+        let args = ["consume", &self.queue, "--group", group, "--exec", script, "--max-attempts", "1"];
+        let mut consumer = Running::spawn(self.rowbus(&args), Duration::from_secs(15));
+        consumer.await_stderr("consuming", LINE_TIMEOUT, |line| line.starts_with("rowbus: consuming "));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.list(&["--group", group]).len() < payloads.len() {
+            assert!(Instant::now() < deadline, "{payloads:?} not dead-lettered within 20 s");
+            thread::sleep(Duration::from_millis(100));
+        }
+        let (status, _, stderr) = consumer.stop("INT");
+        assert!(status.success(), "the consumer exited {status}: {stderr:#?}");
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        let mut tables = vec![self.queue.clone(), format!("{}_dead", self.queue)];
+        if self.database.kind == Kind::MariaDb {
+            tables.push(self.notify_table.clone());
+        }
+        self.database.drop_tables(&tables);
+    }
+}
+
+/// `dead list` prints each dead letter, newest first, with its id, group, payload,
+/// attempts, error (the command's exit status and stderr) and times; `--group`, `--limit`
+/// and `--offset` narrow it. `dead requeue --id` puts one back (once: again, it moves
+/// nothing), `--delay` keeps it from being ready; `dead purge --id`, `--older-than` and
+/// `--all`, and `dead requeue --all`, say how many they moved.
+fn dead_commands_list_requeue_and_purge(kind: Kind) {
+    let db = Db::new(kind);
+    let q = db.queue.clone();
+    db.ok(&["deploy", "--queue", &q]);
+    db.kill("a", &["p1", "p2"]);
+    db.kill("b", &["p3"]);
+
+    let all = db.list(&[]);
+    let payloads: Vec<&str> = all.iter().map(|l| l["payload"].as_str().unwrap()).collect();
+    assert_eq!(payloads, ["p3", "p2", "p1"], "newest first: {all:#?}");
+    let p1 = &all[2];
+    for key in ["id", "group", "payload", "attempts", "last_error", "published_at", "died_at"] {
+        assert!(p1.get(key).is_some(), "{key} missing: {p1}");
+    }
+    assert_eq!((p1["group"].as_str(), p1["attempts"].as_i64()), (Some("a"), Some(1)));
+    let error = p1["last_error"].as_str().unwrap();
+    assert!(error.contains("exited with status 3") && error.contains("cannot open p1"), "{error}");
+    let (published, died) = (p1["published_at"].as_str().unwrap(), p1["died_at"].as_str().unwrap());
+    assert!(published.ends_with('Z') && published.len() == 27 && published <= died, "{published} {died}");
+
+    assert_eq!(db.list(&["--group", "a"]).len(), 2);
+    assert_eq!(db.list(&["--limit", "1", "--offset", "1"])[0]["payload"], "p2");
+    let human = db.ok(&["dead", "list", &q, "--group", "b"]);
+    assert_eq!(human.lines().count(), 1, "{human}");
+    assert!(human.contains("group \"b\"") && human.contains("payload \"p3\""), "{human}");
+
+    let id = p1["id"].as_i64().unwrap().to_string();
+    let requeue = ["dead", "requeue", q.as_str(), "--id", id.as_str(), "--delay", "1h"];
+    assert_eq!(db.ok(&requeue), format!("requeued 1 dead letter to `{q}`\n"));
+    assert_eq!(db.ok(&requeue), format!("requeued 0 dead letters to `{q}`\n"));
+    let a = db.stats("a");
+    assert_eq!(
+        (a["depth"].as_i64(), a["ready"].as_i64(), a["dead"].as_i64()),
+        (Some(1), Some(0), Some(1)),
+        "{a}"
+    );
+
+    assert_eq!(
+        db.ok(&["dead", "purge", &q, "--older-than", "1h"]),
+        format!("purged 0 dead letters from `{q}_dead`\n")
+    );
+    let p2 = all[1]["id"].as_i64().unwrap().to_string();
+    assert_eq!(db.ok(&["dead", "purge", &q, "--id", &p2]), format!("purged 1 dead letter from `{q}_dead`\n"));
+    assert_eq!(db.ok(&["dead", "requeue", &q, "--all"]), format!("requeued 1 dead letter to `{q}`\n"));
+    assert_eq!(db.stats("b")["ready"].as_i64(), Some(1), "p3 back and ready");
+    assert_eq!(db.ok(&["dead", "purge", &q, "--all"]), format!("purged 0 dead letters from `{q}_dead`\n"));
+    assert!(db.list(&[]).is_empty());
+}
+on_each_database!(dead_commands_list_requeue_and_purge);
+
+/// What the dead commands refuse: no selection, two selections, a missing queue table;
+/// each a one-line error and a non-zero exit.
+fn dead_commands_refuse_what_they_cannot_do(kind: Kind) {
+    let db = Db::new(kind);
+    let q = db.queue.clone();
+    db.ok(&["deploy", "--queue", &q]);
+    for args in [
+        &["dead", "requeue", q.as_str()][..],
+        &["dead", "purge", q.as_str()],
+        &["dead", "purge", q.as_str(), "--all", "--id", "1"],
+        &["dead", "requeue", q.as_str(), "--all", "--delay", "soon"],
+    ] {
+        let output = run(db.rowbus(args));
+        assert!(!output.status.success() && output.stdout.is_empty(), "{args:?}: {}", show(&output));
+    }
+    let missing = unique("dcli_missing");
+    let line = assert_error(&run(db.rowbus(&["dead", "list", &missing])), "a missing queue table");
+    assert!(
+        line.contains("does not exist") && line.contains(&format!("rowbus deploy --queue {missing}")),
+        "{line}"
+    );
+}
+on_each_database!(dead_commands_refuse_what_they_cannot_do on postgres, sqlite);

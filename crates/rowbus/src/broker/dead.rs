@@ -1,0 +1,239 @@
+//! A queue's dead letters for its operators: reading them, putting them back in the queue,
+//! purging them.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use notify_table::DurationRange;
+
+use super::exec::{micros, retrying};
+use super::{Queue, check_group, publish};
+use crate::db::{Arg, Db, DeadRow};
+use crate::error::{Error, check_duration};
+
+/// Most dead letters one statement (or one requeue's transaction) takes: well under every
+/// database's limit on binds.
+const CHUNK: usize = 500;
+
+/// A message its queue gave up on (it used its attempts, or its handler dead-lettered it),
+/// as the queue's dead-letter table (`<table>_dead`) keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetter {
+    /// Its id, the one it had in the queue (and has again once requeued).
+    pub id: i64,
+    /// Its group.
+    pub group: String,
+    /// Its payload.
+    pub payload: Vec<u8>,
+    /// The attempts it had when it died.
+    pub attempts: i64,
+    /// Why it died: its handler's last error (for a library handler, the error and its
+    /// causes; for `rowbus consume --exec`, the exit status and the end of its stderr).
+    pub last_error: Option<String>,
+    /// When it was published.
+    pub published_at: SystemTime,
+    /// When it was dead-lettered.
+    pub died_at: SystemTime,
+}
+
+impl DeadLetter {
+    fn from_row(row: DeadRow) -> Self {
+        DeadLetter {
+            id: row.id,
+            group: row.group,
+            payload: row.payload,
+            attempts: row.attempts,
+            last_error: row.last_error,
+            published_at: at_micros(row.created_at),
+            died_at: at_micros(row.failed_at),
+        }
+    }
+}
+
+/// The time `us` microseconds after the Unix epoch (before it, the epoch).
+fn at_micros(us: i64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_micros(u64::try_from(us).unwrap_or(0))
+}
+
+/// Which page of a queue's dead letters [`Queue::dead_letters`] returns: newest first
+/// (the latest to die first), `limit` of them after skipping `offset`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetterPage {
+    /// Only this group's; every group's when `None`.
+    pub group: Option<String>,
+    /// The most to return (100 by default).
+    pub limit: u32,
+    /// How many newer ones to skip: the previous pages' dead letters.
+    pub offset: u64,
+}
+
+impl Default for DeadLetterPage {
+    fn default() -> Self {
+        DeadLetterPage { group: None, limit: 100, offset: 0 }
+    }
+}
+
+/// Which dead letters a requeue or a purge takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeadLetters {
+    /// These (ids that are not dead letters are passed over).
+    Ids(Vec<i64>),
+    /// Every one.
+    All,
+    /// Those dead-lettered longer ago than this: at most
+    /// [`MAX_DURATION`](crate::MAX_DURATION).
+    OlderThan(Duration),
+}
+
+impl<DB: Db> Queue<DB> {
+    /// A page of this queue's dead letters, newest first.
+    pub async fn dead_letters(&self, page: &DeadLetterPage) -> Result<Vec<DeadLetter>, Error> {
+        if let Some(group) = &page.group {
+            check_group(group)?;
+        }
+        let sql = Arc::from(self.sql.dead_list(page.group.is_some()));
+        let mut args: Vec<Arg<'_>> = page.group.as_deref().map(Arg::Text).into_iter().collect();
+        args.push(Arg::Int(i64::from(page.limit)));
+        args.push(Arg::Int(i64::try_from(page.offset).unwrap_or(i64::MAX)));
+        self.fetch_dead(&sql, &args).await
+    }
+
+    /// The dead letter `id`, if there is one.
+    pub async fn dead_letter(&self, id: i64) -> Result<Option<DeadLetter>, Error> {
+        let sql = Arc::from(self.sql.dead_get());
+        Ok(self.fetch_dead(&sql, &[Arg::Int(id)]).await?.into_iter().next())
+    }
+
+    async fn fetch_dead(&self, sql: &Arc<str>, args: &[Arg<'_>]) -> Result<Vec<DeadLetter>, Error> {
+        let pool = &self.inner().pool;
+        let rows =
+            retrying(self, || async move { DB::fetch_dead(&mut *pool.acquire().await?, sql, args).await })
+                .await?;
+        Ok(rows.into_iter().map(DeadLetter::from_row).collect())
+    }
+
+    /// Puts dead letters back in the queue, claimable after `delay` (at most
+    /// [`MAX_DURATION`](crate::MAX_DURATION)): same id, group, payload and publish time,
+    /// their attempts counted again from 0. Returns how many it moved. Wakes this broker's
+    /// subscriptions of their groups, and with `listen_notify` those of other processes.
+    ///
+    /// Each one moves once: the move locks the dead letters it takes, and a requeue of
+    /// the same ones at the same time finds them gone and moves nothing.
+    pub async fn requeue_dead(&self, which: &DeadLetters, delay: Duration) -> Result<u64, Error> {
+        check_duration("delay", delay, DurationRange::Span)?;
+        let delay = micros(delay);
+        let (mut moved, mut groups) = (0, Vec::new());
+        match which {
+            DeadLetters::Ids(ids) => {
+                for chunk in ids.chunks(CHUNK) {
+                    let lock = Arc::from(self.sql.dead_lock_ids(chunk.len()));
+                    let args: Vec<Arg<'_>> = chunk.iter().copied().map(Arg::Int).collect();
+                    let (n, _) = self.move_locked(&lock, &args, delay, &mut groups).await?;
+                    moved += n;
+                }
+            }
+            DeadLetters::All | DeadLetters::OlderThan(_) => {
+                let older = self.older_than(which)?;
+                let lock = Arc::from(self.sql.dead_lock_some(older.is_some()));
+                let args: Vec<Arg<'_>> = older.into_iter().chain([CHUNK as i64]).map(Arg::Int).collect();
+                loop {
+                    let (n, locked) = self.move_locked(&lock, &args, delay, &mut groups).await?;
+                    moved += n;
+                    if locked < CHUNK {
+                        break;
+                    }
+                }
+            }
+        }
+        groups.sort_unstable();
+        groups.dedup();
+        self.wake(&groups).await;
+        Ok(moved)
+    }
+
+    /// In one transaction: locks the dead letters `lock` returns, copies them into the
+    /// queue table and deletes them. How many it moved and how many it locked; their
+    /// groups are added to `groups`.
+    async fn move_locked(
+        &self,
+        lock: &Arc<str>,
+        args: &[Arg<'_>],
+        delay: i64,
+        groups: &mut Vec<String>,
+    ) -> Result<(u64, usize), Error> {
+        let (pool, sql) = (&self.inner().pool, &*self.sql);
+        let (moved, rows) = retrying(self, || async move {
+            let mut tx = pool.begin_with(DB::WRITE_BEGIN).await?;
+            let rows = DB::fetch_rows(&mut tx, lock, args, 1).await?;
+            if rows.is_empty() {
+                return Ok((0, rows));
+            }
+            let ids: Vec<Arg<'_>> = rows.iter().map(|row| Arg::Int(row.int(0))).collect();
+            let insert = Arc::from(sql.dead_requeue(ids.len()));
+            let insert_args: Vec<Arg<'_>> =
+                std::iter::once(Arg::Int(delay)).chain(ids.iter().copied()).collect();
+            DB::execute(&mut tx, &insert, &insert_args).await?;
+            let moved = DB::execute(&mut tx, &Arc::from(sql.dead_delete(ids.len())), &ids).await?;
+            tx.commit().await?;
+            Ok((moved, rows))
+        })
+        .await?;
+        let locked = rows.len();
+        groups.extend(rows.into_iter().filter_map(|row| row.texts.into_iter().next()));
+        Ok((moved, locked))
+    }
+
+    /// Wakes the subscriptions of `groups`: this broker's, and with `listen_notify` other
+    /// processes'.
+    async fn wake(&self, groups: &[String]) {
+        if groups.is_empty() {
+            return;
+        }
+        if self.inner().notifier.is_some() {
+            match self.inner().pool.acquire().await {
+                Ok(mut conn) => publish::wake_others(self, &mut conn, groups).await,
+                Err(error) => {
+                    tracing::warn!(%error, "no connection to wake other processes; they wait for their poll interval")
+                }
+            }
+        }
+        for group in groups {
+            self.inner().wakers.wake(self.table().channel(), Some(group));
+        }
+    }
+
+    /// Deletes dead letters for good. Returns how many it deleted.
+    pub async fn purge_dead(&self, which: &DeadLetters) -> Result<u64, Error> {
+        match which {
+            DeadLetters::Ids(ids) => {
+                let mut purged = 0;
+                for chunk in ids.chunks(CHUNK) {
+                    let args: Vec<Arg<'_>> = chunk.iter().copied().map(Arg::Int).collect();
+                    purged += self.execute(&Arc::from(self.sql.dead_delete(chunk.len())), &args).await?;
+                }
+                Ok(purged)
+            }
+            DeadLetters::All | DeadLetters::OlderThan(_) => {
+                let older = self.older_than(which)?;
+                let args: Vec<Arg<'_>> = older.into_iter().map(Arg::Int).collect();
+                self.execute(&Arc::from(self.sql.dead_purge(older.is_some())), &args).await
+            }
+        }
+    }
+
+    /// For [`DeadLetters::OlderThan`], the µs from now to its cut-off (negative), checked.
+    fn older_than(&self, which: &DeadLetters) -> Result<Option<i64>, Error> {
+        match which {
+            DeadLetters::OlderThan(age) => {
+                check_duration("older_than", *age, DurationRange::Span)?;
+                Ok(Some(-micros(*age)))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    async fn execute(&self, sql: &Arc<str>, args: &[Arg<'_>]) -> Result<u64, Error> {
+        let pool = &self.inner().pool;
+        retrying(self, || async move { DB::execute(&mut *pool.acquire().await?, sql, args).await }).await
+    }
+}

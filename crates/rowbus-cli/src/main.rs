@@ -7,6 +7,7 @@ mod demo;
 mod publish;
 mod queue_cmd;
 mod stats;
+mod ui;
 
 use std::process::ExitCode;
 
@@ -133,6 +134,9 @@ enum Command {
         #[command(subcommand)]
         what: BenchCommand,
     },
+    /// Serve a dashboard of the queues (a page, its JSON at /api/queues) and Prometheus
+    /// metrics at /metrics, on loopback unless told otherwise
+    Ui(ui::UiArgs),
 }
 
 #[tokio::main]
@@ -195,6 +199,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             let notify_table = cli.notify_table.applied_to(rowbus::BrokerOptions::default().notify_table)?;
             bench::broker::broker(url, notify_table, args).await?
         }
+        Command::Ui(args) => on_database(url, 4, &config, QueueCommand::Ui(args)).await?,
     }
     Ok(())
 }
@@ -206,6 +211,7 @@ enum QueueCommand {
     Consume(consume::ConsumeArgs),
     Stats(stats::StatsArgs),
     Demo(demo::DemoArgs),
+    Ui(ui::UiArgs),
 }
 
 /// A [`QueueCommand`] with what every one of them needs.
@@ -227,6 +233,7 @@ impl OnPool for OnDatabase<'_> {
             QueueCommand::Consume(args) => consume::consume(pool, url, config, args).await,
             QueueCommand::Stats(args) => stats::stats(pool, url, config, args).await,
             QueueCommand::Demo(args) => demo::demo(pool, url, config, args).await,
+            QueueCommand::Ui(args) => ui::ui(pool, url, config, args).await,
         }
     }
 }
@@ -242,9 +249,10 @@ async fn on_database(
 ) -> Result<(), CliError> {
     let db = match command {
         QueueCommand::Deploy(_) | QueueCommand::Demo(_) => DbPool::connect_creating(url, max).await?,
-        QueueCommand::Publish(_) | QueueCommand::Consume(_) | QueueCommand::Stats(_) => {
-            DbPool::connect_with_size(url, max).await?
-        }
+        QueueCommand::Publish(_)
+        | QueueCommand::Consume(_)
+        | QueueCommand::Stats(_)
+        | QueueCommand::Ui(_) => DbPool::connect_with_size(url, max).await?,
     };
     let done = db.run(OnDatabase { db: &db, url, config, command }).await;
     db.close().await;

@@ -9,6 +9,12 @@ if ! command -v /usr/bin/sqlite3 >/dev/null; then
   apt-get install -y sqlite3 || { apt-get update && apt-get install -y sqlite3; }
 fi
 
+# The dashboard's test renders the page in headless Chromium (Debian's `chromium`).
+if ! command -v chromium >/dev/null; then
+  echo "services: installing chromium" >&2
+  apt-get update && apt-get install -y chromium
+fi
+
 wait_for() { # name, command...
   local name=$1; shift
   for _ in $(seq 1 60); do

@@ -8,6 +8,7 @@ mod demo;
 mod publish;
 mod queue_cmd;
 mod stats;
+mod ui;
 
 use std::process::ExitCode;
 
@@ -139,6 +140,9 @@ enum Command {
         #[command(subcommand)]
         what: BenchCommand,
     },
+    /// Serve a dashboard of the queues (a page, its JSON at /api/queues) and Prometheus
+    /// metrics at /metrics, on loopback unless told otherwise
+    Ui(ui::UiArgs),
 }
 
 #[tokio::main]
@@ -205,6 +209,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             let notify_table = cli.notify_table.applied_to(rowbus::BrokerOptions::default().notify_table)?;
             bench::broker::broker(url, notify_table, args).await?
         }
+        Command::Ui(args) => on_database(url, 4, &config, QueueCommand::Ui(args)).await?,
     }
     Ok(())
 }
@@ -217,6 +222,7 @@ enum QueueCommand {
     Stats(stats::StatsArgs),
     Demo(demo::DemoArgs),
     Dead(dead_cmd::DeadCommand),
+    Ui(ui::UiArgs),
 }
 
 /// A [`QueueCommand`] with what every one of them needs.
@@ -239,6 +245,7 @@ impl OnPool for OnDatabase<'_> {
             QueueCommand::Stats(args) => stats::stats(pool, url, config, args).await,
             QueueCommand::Demo(args) => demo::demo(pool, url, config, args).await,
             QueueCommand::Dead(what) => dead_cmd::dead(pool, url, config, what).await,
+            QueueCommand::Ui(args) => ui::ui(pool, url, config, args).await,
         }
     }
 }
@@ -257,7 +264,8 @@ async fn on_database(
         QueueCommand::Publish(_)
         | QueueCommand::Consume(_)
         | QueueCommand::Stats(_)
-        | QueueCommand::Dead(_) => DbPool::connect_with_size(url, max).await?,
+        | QueueCommand::Dead(_)
+        | QueueCommand::Ui(_) => DbPool::connect_with_size(url, max).await?,
     };
     let done = db.run(OnDatabase { db: &db, url, config, command }).await;
     db.close().await;

@@ -21,11 +21,11 @@ pub(crate) struct StatsArgs {
 }
 
 /// One line of the report: a group of a queue table.
-struct Line {
+pub(crate) struct Line {
     /// The queue table.
-    table: QueueTable,
+    pub(crate) table: QueueTable,
     /// One of its groups.
-    group: GroupStats,
+    pub(crate) group: GroupStats,
 }
 
 /// Prints the figures.
@@ -37,29 +37,8 @@ pub(crate) async fn stats<DB: Db>(
 ) -> Result<(), CliError> {
     parse_tables(&args.tables)?;
     let broker = Broker::new(pool, BrokerOptions::default()).await?;
-    let tables: Vec<QueueTable> = if args.tables.is_empty() {
-        let mut found = Vec::new();
-        for name in broker.queue_tables().await? {
-            // Names come from the catalog: only those rowbus accepts are queried.
-            match broker.queue(&name) {
-                Ok(queue) => found.push(queue.table().clone()),
-                Err(e) => eprintln!("rowbus: skipping table {name:?}: {}", crate::one_line(&e)),
-            }
-        }
-        found
-    } else {
-        let mut checked = Vec::new();
-        for name in &args.tables {
-            checked.push(queue_cmd::existing_queue(&broker, name, url).await?.table().clone());
-        }
-        checked
-    };
-    let mut lines = Vec::new();
-    for table in tables {
-        for group in broker.queue(table.channel())?.group_stats().await? {
-            lines.push(Line { table: table.clone(), group });
-        }
-    }
+    let tables = queue_tables(&broker, url, &args.tables, true).await?;
+    let lines = lines(&broker, &tables).await?;
     let notify = broker.notify_table_stats(config).await?;
     if args.json {
         outln!("{}", to_json(&lines, notify.as_ref()));
@@ -69,8 +48,46 @@ pub(crate) async fn stats<DB: Db>(
     Ok(())
 }
 
+/// The queue tables `names` (each checked to exist), or when none are named every table
+/// with the queue columns; a catalog name rowbus does not accept is skipped, with a word
+/// on stderr when `warn`.
+pub(crate) async fn queue_tables<DB: Db>(
+    broker: &Broker<DB>,
+    url: &str,
+    names: &[String],
+    warn: bool,
+) -> Result<Vec<QueueTable>, CliError> {
+    let mut tables = Vec::new();
+    if names.is_empty() {
+        for name in broker.queue_tables().await? {
+            // Names come from the catalog: only those rowbus accepts are queried.
+            match broker.queue(&name) {
+                Ok(queue) => tables.push(queue.table().clone()),
+                Err(e) if warn => eprintln!("rowbus: skipping table {name:?}: {}", crate::one_line(&e)),
+                Err(_) => {}
+            }
+        }
+    } else {
+        for name in names {
+            tables.push(queue_cmd::existing_queue(broker, name, url).await?.table().clone());
+        }
+    }
+    Ok(tables)
+}
+
+/// Every group of every one of `tables`, as it stands.
+pub(crate) async fn lines<DB: Db>(broker: &Broker<DB>, tables: &[QueueTable]) -> Result<Vec<Line>, CliError> {
+    let mut lines = Vec::new();
+    for table in tables {
+        for group in broker.queue(table.channel())?.group_stats().await? {
+            lines.push(Line { table: table.clone(), group });
+        }
+    }
+    Ok(lines)
+}
+
 /// The report as one JSON object.
-fn to_json(lines: &[Line], notify: Option<&NotifyTableStats>) -> serde_json::Value {
+pub(crate) fn to_json(lines: &[Line], notify: Option<&NotifyTableStats>) -> serde_json::Value {
     let queues: Vec<serde_json::Value> = lines
         .iter()
         .map(|Line { table, group: g }| {

@@ -1,0 +1,253 @@
+//! `GET /metrics`: the queues and the serving process's counters in the Prometheus text
+//! exposition format (version 0.0.4). Every series is listed in docs/operating.md.
+
+use std::fmt::Write as _;
+
+use rowbus::{NotifyTableStats, Stats};
+
+use crate::stats::Line;
+
+/// The `Content-Type` of the text format.
+pub(crate) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// A label value as the format wants it: backslash, double quote and line feed escaped.
+fn label_value(value: &str) -> String {
+    let mut escaped = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => escaped.push_str("\\\\"),
+            '"' => escaped.push_str("\\\""),
+            '\n' => escaped.push_str("\\n"),
+            c => escaped.push(c),
+        }
+    }
+    escaped
+}
+
+/// The exposition being written: one family (HELP, TYPE, its samples) after another, as
+/// the format requires of a family's samples.
+struct Exposition(String);
+
+impl Exposition {
+    /// Starts family `name`. HELP texts are this file's own: none has a backslash or a line
+    /// feed, which HELP would need escaped.
+    fn family(&mut self, name: &str, kind: &str, help: &str) {
+        debug_assert!(!help.contains(['\\', '\n']), "{name}: HELP needs escaping");
+        let _ = writeln!(self.0, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    }
+
+    /// One sample of the current family.
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl std::fmt::Display) {
+        self.0.push_str(name);
+        if !labels.is_empty() {
+            let pairs: Vec<String> =
+                labels.iter().map(|(k, v)| format!("{k}=\"{}\"", label_value(v))).collect();
+            let _ = write!(self.0, "{{{}}}", pairs.join(","));
+        }
+        let _ = writeln!(self.0, " {value}");
+    }
+}
+
+/// A counter of [`Stats`] exported: its series name, its HELP, and how to read it.
+type Counter = (&'static str, &'static str, fn(&Stats) -> u64);
+
+/// The counters of [`Stats`] exported.
+const COUNTERS: [Counter; 6] = [
+    ("rowbus_published_total", "Messages this process published.", |s| s.published),
+    ("rowbus_acknowledged_total", "Messages this process acknowledged (deleted after handling).", |s| {
+        s.acked
+    }),
+    ("rowbus_retried_total", "Failed attempts this process scheduled to run again.", |s| s.retried),
+    ("rowbus_dead_lettered_total", "Messages this process moved to a dead-letter table.", |s| {
+        s.dead_lettered
+    }),
+    ("rowbus_claims_total", "Claims this process ran.", |s| s.claims),
+    ("rowbus_claim_failures_total", "Claims this process ran that failed.", |s| s.claim_errors),
+];
+
+/// The exposition of `lines` (every group of every queue table), the notify table's
+/// figures (`None` on PostgreSQL or when it does not exist) and the serving process's
+/// counters.
+pub(crate) fn render(lines: &[Line], notify: Option<&NotifyTableStats>, stats: &Stats) -> String {
+    let mut out = Exposition(String::new());
+    out.family(
+        "rowbus_messages",
+        "gauge",
+        "Messages of a queue table's group by state: ready (claimable now), delayed (waiting for a retry's backoff or a publish delay), in_flight (claimed under a lease), dead (in the dead-letter table).",
+    );
+    for Line { table, group: g } in lines {
+        let (queue, group) = (table.channel(), g.group.as_str());
+        for (state, n) in [
+            ("ready", Some(g.ready)),
+            ("delayed", Some(g.delayed())),
+            ("in_flight", Some(g.in_flight)),
+            ("dead", g.dead),
+        ] {
+            // No dead-letter table, no dead series: zero would claim one was counted.
+            if let Some(n) = n {
+                out.sample("rowbus_messages", &[("queue", queue), ("group", group), ("state", state)], n);
+            }
+        }
+    }
+    out.family(
+        "rowbus_oldest_message_age_seconds",
+        "gauge",
+        "Age of the oldest message in a queue table's group (absent when the group has none).",
+    );
+    for Line { table, group: g } in lines {
+        if let Some(age) = g.oldest {
+            out.sample(
+                "rowbus_oldest_message_age_seconds",
+                &[("queue", table.channel()), ("group", &g.group)],
+                age.as_secs_f64(),
+            );
+        }
+    }
+    if let Some(n) = notify {
+        out.family(
+            "rowbus_notify_table_rows",
+            "gauge",
+            "Rows in the notify table (MySQL/MariaDB and SQLite).",
+        );
+        out.sample("rowbus_notify_table_rows", &[("table", &n.table)], n.rows);
+        if let Some(age) = n.oldest {
+            out.family(
+                "rowbus_notify_table_oldest_age_seconds",
+                "gauge",
+                "Age of the notify table's oldest row: how far behind its cleanup is.",
+            );
+            out.sample("rowbus_notify_table_oldest_age_seconds", &[("table", &n.table)], age.as_secs_f64());
+        }
+    }
+    for (name, help, get) in COUNTERS {
+        out.family(name, "counter", help);
+        out.sample(name, &[], get(stats));
+    }
+    out.0
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use rowbus::{GroupStats, QueueTable};
+
+    use super::*;
+
+    fn line(table: &str, group: GroupStats) -> Line {
+        Line { table: table.parse::<QueueTable>().unwrap(), group }
+    }
+
+    /// Backslash, double quote and line feed are escaped in label values; nothing else is.
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(label_value(r#"a\b"c"#), r#"a\\b\"c"#);
+        assert_eq!(label_value("two\nlines"), "two\\nlines");
+        assert_eq!(label_value("tab\tü{}=,"), "tab\tü{}=,");
+    }
+
+    /// Each state of each group is a sample of one family, with the group's name escaped,
+    /// and a group without a dead-letter table has no dead sample.
+    #[test]
+    fn messages_by_state() {
+        let lines = [
+            line(
+                "jobs",
+                GroupStats {
+                    group: "we\"ird\\\n".into(),
+                    depth: 10,
+                    ready: 4,
+                    in_flight: 3,
+                    oldest: Some(Duration::from_millis(1500)),
+                    dead: Some(2),
+                },
+            ),
+            line("other", GroupStats { depth: 1, ready: 1, ..GroupStats::default() }),
+        ];
+        let text = render(&lines, None, &Stats::default());
+        let samples: Vec<&str> = text.lines().filter(|l| l.starts_with("rowbus_messages{")).collect();
+        assert_eq!(
+            samples,
+            [
+                r#"rowbus_messages{queue="jobs",group="we\"ird\\\n",state="ready"} 4"#,
+                r#"rowbus_messages{queue="jobs",group="we\"ird\\\n",state="delayed"} 3"#,
+                r#"rowbus_messages{queue="jobs",group="we\"ird\\\n",state="in_flight"} 3"#,
+                r#"rowbus_messages{queue="jobs",group="we\"ird\\\n",state="dead"} 2"#,
+                r#"rowbus_messages{queue="other",group="",state="ready"} 1"#,
+                r#"rowbus_messages{queue="other",group="",state="delayed"} 0"#,
+                r#"rowbus_messages{queue="other",group="",state="in_flight"} 0"#,
+            ]
+        );
+        assert!(text.contains(
+            "\nrowbus_oldest_message_age_seconds{queue=\"jobs\",group=\"we\\\"ird\\\\\\n\"} 1.5\n"
+        ));
+        assert!(!text.contains("rowbus_oldest_message_age_seconds{queue=\"other\""));
+    }
+
+    /// Every family has one HELP then one TYPE line right before its samples, and every
+    /// sample belongs to the family announced last.
+    #[test]
+    fn every_family_has_help_and_type() {
+        let notify =
+            NotifyTableStats { table: "rowbus_notify".into(), rows: 7, oldest: Some(Duration::from_secs(3)) };
+        let stats = Stats {
+            published: 5,
+            acked: 4,
+            retried: 3,
+            dead_lettered: 2,
+            claims: 9,
+            claim_errors: 1,
+            ..Stats::default()
+        };
+        let text = render(&[line("jobs", GroupStats::default())], Some(&notify), &stats);
+        let mut current: Option<(String, String)> = None;
+        let mut families = Vec::new();
+        let mut lines = text.lines().peekable();
+        while let Some(l) = lines.next() {
+            if let Some(rest) = l.strip_prefix("# HELP ") {
+                let name = rest.split(' ').next().unwrap().to_owned();
+                let kind = lines
+                    .next()
+                    .and_then(|t| t.strip_prefix(&format!("# TYPE {name} ")))
+                    .unwrap_or_else(|| panic!("no TYPE after HELP of {name}"));
+                assert!(kind == "gauge" || kind == "counter", "{name}: {kind}");
+                assert!(!families.contains(&name), "{name} announced twice");
+                families.push(name.clone());
+                current = Some((name, kind.to_owned()));
+            } else {
+                let (name, kind) =
+                    current.as_ref().unwrap_or_else(|| panic!("sample before any family: {l}"));
+                let sample = l.split(['{', ' ']).next().unwrap();
+                assert_eq!(sample, name, "{l}");
+                assert_eq!(kind == "counter", name.ends_with("_total"), "{name} is a {kind}");
+            }
+        }
+        assert_eq!(
+            families,
+            [
+                "rowbus_messages",
+                "rowbus_oldest_message_age_seconds",
+                "rowbus_notify_table_rows",
+                "rowbus_notify_table_oldest_age_seconds",
+                "rowbus_published_total",
+                "rowbus_acknowledged_total",
+                "rowbus_retried_total",
+                "rowbus_dead_lettered_total",
+                "rowbus_claims_total",
+                "rowbus_claim_failures_total",
+            ]
+        );
+        for expected in [
+            "rowbus_notify_table_rows{table=\"rowbus_notify\"} 7",
+            "rowbus_notify_table_oldest_age_seconds{table=\"rowbus_notify\"} 3",
+            "rowbus_published_total 5",
+            "rowbus_acknowledged_total 4",
+            "rowbus_retried_total 3",
+            "rowbus_dead_lettered_total 2",
+            "rowbus_claims_total 9",
+            "rowbus_claim_failures_total 1",
+        ] {
+            assert!(text.lines().any(|l| l == expected), "no line {expected:?} in\n{text}");
+        }
+    }
+}

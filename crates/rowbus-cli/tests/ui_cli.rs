@@ -1,0 +1,367 @@
+//! End-to-end tests of `rowbus ui`: the binary serving a queue with known contents, read
+//! over plain HTTP (`/metrics`, `/api/queues`, the token on operations) and in a real
+//! browser (headless Chromium, which `scripts/services.sh` installs; the browser test
+//! fails when it is missing). The browser test keeps its screenshot in docs/dashboard.png.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{
+    Database, Kind, RUN_TIMEOUT, Running, assert_error, on_each_database, read_all, rowbus, run, show, text,
+    unique, wait_timeout,
+};
+use serde_json::{Value, json};
+
+/// How long `rowbus ui` may take to exit after SIGINT/SIGTERM, and to say where it serves.
+const EXIT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// One test's database, notify table and queue tables, dropped at the end.
+struct Db {
+    database: Database,
+    notify_table: String,
+    queues: Vec<String>,
+}
+
+impl Db {
+    /// On SQLite the file is the test's own, so `queues` and the notify table keep their
+    /// names (the browser test shows them); elsewhere they are made unique.
+    fn new(kind: Kind, test: &str, queues: &[&str]) -> Db {
+        let notify_table = if kind == Kind::Sqlite {
+            "rowbus_notify".to_owned()
+        } else {
+            unique(&format!("ui_{test}_notify"))
+        };
+        let queues = queues
+            .iter()
+            .map(|q| if kind == Kind::Sqlite { (*q).to_owned() } else { unique(&format!("ui_{q}")) })
+            .collect();
+        Db { database: Database::new(kind, &unique(&format!("ui_{test}"))), notify_table, queues }
+    }
+
+    fn rowbus(&self, args: &[&str]) -> Command {
+        let mut cmd = rowbus();
+        cmd.args(["--database-url", &self.database.url, "--notify-table", &self.notify_table]).args(args);
+        cmd
+    }
+
+    /// Runs a command that must succeed.
+    fn ok(&self, args: &[&str]) {
+        let output = run(self.rowbus(args));
+        assert!(
+            output.status.success(),
+            "`rowbus {}` on {} failed (is the server up? scripts/services.sh starts it)\n{}",
+            args.join(" "),
+            self.database.server(),
+            show(&output)
+        );
+    }
+
+    /// Deploys the queues and fills the first: in the default group 3 ready messages and 1
+    /// delayed for an hour; in group `g"x` 1 ready; in group `gone` 1 dead letter (moved
+    /// there by SQL, as a consumer would) and nothing else.
+    fn fill(&self) -> &str {
+        let mut deploy = vec!["deploy"];
+        for q in &self.queues {
+            deploy.extend(["--queue", q]);
+        }
+        self.ok(&deploy);
+        let q = self.queues[0].as_str();
+        for payload in ["a", "b", "c"] {
+            self.ok(&["publish", q, payload]);
+        }
+        self.ok(&["publish", q, "--delay", "1h", "later"]);
+        self.ok(&["publish", q, "--group", "g\"x", "quoted"]);
+        self.ok(&["publish", q, "--group", "gone", "doomed"]);
+        self.database.exec(&format!(
+            "INSERT INTO {q}_dead (id, group_name, payload, attempts, created_at, last_error) \
+             SELECT id, group_name, payload, 5, created_at, 'boom' FROM {q} WHERE group_name = 'gone'; \
+             DELETE FROM {q} WHERE group_name = 'gone'"
+        ));
+        q
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        let mut tables = vec![self.notify_table.clone()];
+        for q in &self.queues {
+            tables.extend([q.clone(), format!("{q}_dead")]);
+        }
+        self.database.drop_tables(&tables);
+    }
+}
+
+/// A running `rowbus ui`, where it serves and the token it printed (none when read-only).
+struct Served {
+    running: Running,
+    address: String,
+    token: Option<String>,
+}
+
+impl Served {
+    /// Starts `cmd` (a `rowbus ui --listen 127.0.0.1:0 ...`) and reads its first line.
+    fn start(cmd: Command) -> Served {
+        let mut running = Running::spawn(cmd, EXIT_TIMEOUT);
+        let line = running.await_stderr("dashboard on http://", EXIT_TIMEOUT, |l| {
+            l.starts_with("rowbus: dashboard on http://")
+        });
+        let url = line["rowbus: dashboard on http://".len()..].split(' ').next().unwrap().to_owned();
+        let (address, rest) = url.split_once('/').unwrap_or_else(|| panic!("no path in {line:?}"));
+        let token = rest.strip_prefix("#token=").map(str::to_owned);
+        Served { running, address: address.to_owned(), token }
+    }
+
+    /// `METHOD path` with `headers`; the status, the response's headers (lowercase) and body.
+    fn request(&self, method: &str, path: &str, headers: &[(&str, &str)]) -> (u16, String, String) {
+        let mut stream = TcpStream::connect(&self.address)
+            .unwrap_or_else(|e| panic!("cannot connect to {}: {e}", self.address));
+        stream.set_read_timeout(Some(RUN_TIMEOUT)).unwrap();
+        let mut request =
+            format!("{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n", self.address);
+        for (name, value) in headers {
+            request.push_str(&format!("{name}: {value}\r\n"));
+        }
+        request.push_str("Content-Length: 0\r\n\r\n");
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        let (head, body) =
+            response.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no header end: {response:?}"));
+        let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("{head}"));
+        assert!(!head.to_lowercase().contains("transfer-encoding"), "a chunked response:\n{head}");
+        (status, head.to_lowercase(), body.to_owned())
+    }
+
+    /// Sends SIGTERM: the server must exit cleanly, saying nothing more.
+    fn stop(mut self) {
+        let (status, _, stderr) = self.running.stop("TERM");
+        assert!(status.success(), "`rowbus ui` exited {status} after SIGTERM:\n{}", stderr.join("\n"));
+        assert_eq!(stderr.len(), 1, "more than the address on stderr:\n{}", stderr.join("\n"));
+    }
+
+    /// Waits (at most [`RUN_TIMEOUT`]) until the server has taken `n` samples of `table`.
+    fn await_samples(&self, table: &str, n: usize) {
+        let deadline = std::time::Instant::now() + RUN_TIMEOUT;
+        loop {
+            let data: Value = serde_json::from_str(&self.get("/api/queues").1).unwrap();
+            if data["history"][table].as_array().is_some_and(|s| s.len() >= n) {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "fewer than {n} samples of {table} within {RUN_TIMEOUT:?}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// `GET path`, which must answer 200; its headers and body.
+    fn get(&self, path: &str) -> (String, String) {
+        let (status, head, body) = self.request("GET", path, &[]);
+        assert_eq!(status, 200, "GET {path}:\n{head}\n\n{body}");
+        (head, body)
+    }
+}
+
+/// The dashboard's JSON and the metrics show each group's figures as the database has
+/// them, label values escaped; the metrics have HELP and TYPE for each family. SIGTERM
+/// stops the server cleanly.
+fn figures_and_metrics(kind: Kind) {
+    let db = Db::new(kind, "figures", &["jobs"]);
+    let q = db.fill();
+    let served = Served::start(db.rowbus(&["ui", q, "--listen", "127.0.0.1:0"]));
+
+    let (head, metrics) = served.get("/metrics");
+    assert!(head.contains("content-type: text/plain; version=0.0.4"), "{head}");
+    let ours: Vec<&str> =
+        metrics.lines().filter(|l| l.starts_with(&format!("rowbus_messages{{queue=\"{q}\""))).collect();
+    let expected: Vec<String> = [
+        ("", "ready", 3),
+        ("", "delayed", 1),
+        ("", "in_flight", 0),
+        ("", "dead", 0),
+        ("g\\\"x", "ready", 1),
+        ("g\\\"x", "delayed", 0),
+        ("g\\\"x", "in_flight", 0),
+        ("g\\\"x", "dead", 0),
+        ("gone", "ready", 0),
+        ("gone", "delayed", 0),
+        ("gone", "in_flight", 0),
+        ("gone", "dead", 1),
+    ]
+    .iter()
+    .map(|(group, state, n)| {
+        format!("rowbus_messages{{queue=\"{q}\",group=\"{group}\",state=\"{state}\"}} {n}")
+    })
+    .collect();
+    assert_eq!(ours, expected, "\n{metrics}");
+    for family in
+        ["rowbus_messages gauge", "rowbus_published_total counter", "rowbus_claim_failures_total counter"]
+    {
+        let name = family.split(' ').next().unwrap();
+        assert!(metrics.contains(&format!("# HELP {name} ")), "no HELP of {name}:\n{metrics}");
+        assert!(metrics.contains(&format!("# TYPE {family}\n")), "no TYPE {family}:\n{metrics}");
+    }
+    // The serving process published nothing: its counters say so.
+    assert!(metrics.lines().any(|l| l == "rowbus_published_total 0"), "{metrics}");
+    let notify_rows = metrics.lines().any(|l| l.starts_with("rowbus_notify_table_rows{"));
+    assert_eq!(notify_rows, kind != Kind::Postgres, "a notify table only off PostgreSQL:\n{metrics}");
+
+    let (head, body) = served.get("/api/queues");
+    assert!(head.contains("content-type: application/json"), "{head}");
+    let data: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    let groups: Vec<Value> = data["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            json!([g["table"], g["group"], g["depth"], g["ready"], g["delayed"], g["in_flight"], g["dead"]])
+        })
+        .collect();
+    assert_eq!(
+        groups,
+        [json!([q, "", 4, 3, 1, 0, 0]), json!([q, "g\"x", 1, 1, 0, 0, 0]), json!([q, "gone", 0, 0, 0, 0, 1])],
+        "{body}"
+    );
+    // The sample taken at start is in the chart's history: 5 messages, 1 dead.
+    let samples = data["history"][q].as_array().unwrap_or_else(|| panic!("no history of {q}: {body}"));
+    assert_eq!((&samples[0][1], &samples[0][2]), (&json!(5), &json!(1)), "{body}");
+    assert_eq!(data["read_only"], json!(false));
+    assert_eq!(data["notify_table"].is_null(), kind == Kind::Postgres, "{body}");
+    served.stop();
+}
+on_each_database!(figures_and_metrics);
+
+/// An operation needs a POST carrying the token printed at start: without it, with
+/// another, or by GET it is refused before reaching any operation; with it, the request
+/// gets through (to "no such operation": the operations come later). A token given in
+/// ROWBUS_UI_TOKEN is the one printed and required; --read-only serves no operation.
+#[test]
+fn operations_need_the_token() {
+    let db = Db::new(Kind::Sqlite, "token", &["jobs"]);
+    let q = db.fill();
+    let served = Served::start(db.rowbus(&["ui", q, "--listen", "127.0.0.1:0"]));
+    let token = served.token.clone().expect("a token in the printed URL");
+    assert_eq!(token.len(), 32, "{token}");
+    let op = "/api/ops/anything";
+    assert_eq!(served.request("POST", op, &[]).0, 403);
+    assert_eq!(served.request("POST", op, &[("x-rowbus-token", "0123456789abcdef0123456789abcdef")]).0, 403);
+    assert_eq!(served.request("GET", op, &[("x-rowbus-token", &token)]).0, 405);
+    let (status, _, body) = served.request("POST", op, &[("x-rowbus-token", &token)]);
+    assert_eq!((status, body.as_str()), (404, "no such operation\n"));
+    drop(served);
+
+    let given = "given-token-0123456789";
+    let mut cmd = db.rowbus(&["ui", q, "--listen", "127.0.0.1:0"]);
+    cmd.env("ROWBUS_UI_TOKEN", given);
+    let served = Served::start(cmd);
+    assert_eq!(served.token.as_deref(), Some(given));
+    assert_eq!(served.request("POST", op, &[("x-rowbus-token", &token)]).0, 403);
+    assert_eq!(served.request("POST", op, &[("x-rowbus-token", given)]).0, 404);
+    drop(served);
+
+    let served = Served::start(db.rowbus(&["ui", q, "--listen", "127.0.0.1:0", "--read-only"]));
+    assert_eq!(served.token, None);
+    let (status, _, body) = served.request("POST", op, &[]);
+    assert_eq!((status, body.as_str()), (404, ""), "no operation route when read-only");
+    let data: Value = serde_json::from_str(&served.get("/api/queues").1).unwrap();
+    assert_eq!(data["read_only"], json!(true));
+}
+
+/// Refusals before serving, each one `rowbus: error:` line: a queue table that does not
+/// exist, a token too short to be safe, an address already in use.
+#[test]
+fn refusals() {
+    let db = Db::new(Kind::Sqlite, "refusals", &["jobs"]);
+    let q = db.fill();
+    let line = assert_error(&run(db.rowbus(&["ui", "nosuch", "--listen", "127.0.0.1:0"])), "a missing table");
+    assert!(line.contains("nosuch"), "{line}");
+    let line = assert_error(&run(db.rowbus(&["ui", q, "--token", "short"])), "a short token");
+    assert!(line.contains("at least 16"), "{line}");
+    let served = Served::start(db.rowbus(&["ui", q, "--listen", "127.0.0.1:0"]));
+    let taken = served.address.clone();
+    let line = assert_error(&run(db.rowbus(&["ui", q, "--listen", &taken])), "an address in use");
+    assert!(line.contains(&format!("cannot listen on {taken}")), "{line}");
+}
+
+/// Chromium, from PATH; the test fails loudly without it.
+fn chromium() -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .flat_map(|dir| ["chromium", "chromium-browser"].map(|name| dir.join(name)))
+        .find(|candidate| candidate.is_file())
+        .expect("chromium is not installed: run scripts/services.sh, which installs Debian's `chromium`")
+}
+
+/// Runs headless Chromium on `url` with `args`; its stdout.
+fn browse(url: &str, args: &[&str]) -> String {
+    let mut cmd = Command::new(chromium());
+    cmd.args(["--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000"])
+        .args(args)
+        .arg(url)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start chromium: {e}"));
+    let stdout = read_all(child.stdout.take().unwrap());
+    let stderr = read_all(child.stderr.take().unwrap());
+    let Some(status) = wait_timeout(&mut child, Duration::from_secs(60)) else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("chromium {args:?} did not finish within 60 s");
+    };
+    let (stdout, stderr) = (text(&stdout.join().unwrap()), text(&stderr.join().unwrap()));
+    assert!(status.success(), "chromium {args:?}: {status}\n{stderr}");
+    stdout
+}
+
+/// In a real browser, the page fetches the figures and renders them: the queue's row
+/// with its depth, its groups, and the dead letter's count. The screenshot of this page is
+/// docs/dashboard.png.
+#[test]
+fn browser_shows_the_queue() {
+    let db = Db::new(Kind::Sqlite, "browser", &["jobs", "mail"]);
+    db.fill();
+    db.ok(&["publish", "mail", "hello"]);
+    let served = Served::start(db.rowbus(&["ui", "--listen", "127.0.0.1:0"]));
+    // A few of the server's samples, the queues moving in between, for the chart.
+    for (n, queue) in [(2, "jobs"), (3, "mail"), (4, "mail")] {
+        db.ok(&["publish", queue, "more"]);
+        served.await_samples("jobs", n);
+    }
+    let url = format!("http://{}/#token={}", served.address, served.token.as_deref().unwrap());
+    let dom = browse(&url, &["--dump-dom"]);
+    for (needle, what) in [
+        (
+            r#"<tr data-queue="jobs" data-group=""><td class="queue">jobs</td><td class="group">-</td><td class="depth">5</td><td class="ready">4</td><td class="delayed">1</td>"#,
+            "jobs' default group: depth 5, 4 ready, 1 delayed",
+        ),
+        (r#"<tr data-queue="jobs" data-group="gone">"#, "the group of the dead letter"),
+        (r#"<td class="dead some">1</td>"#, "the dead letter's count"),
+        (r#"<td class="group">g"x</td><td class="depth">1</td>"#, "group g\"x, depth 1"),
+        (
+            r#"<tr data-queue="mail" data-group=""><td class="queue">mail</td><td class="group">-</td><td class="depth">3</td>"#,
+            "mail, depth 3",
+        ),
+        (r#"<div class="chart" data-queue="jobs">"#, "jobs' chart"),
+        ("operations on", "the token taken from the URL"),
+    ] {
+        assert!(dom.contains(needle), "the rendered page lacks {what} ({needle}):\n{dom}");
+    }
+    let screenshot = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/dashboard.png");
+    // The last run's screenshot must not pass for this one's.
+    let _ = std::fs::remove_file(&screenshot);
+    browse(&url, &[&format!("--screenshot={}", screenshot.display()), "--window-size=1200,800"]);
+    let png = std::fs::read(&screenshot)
+        .unwrap_or_else(|e| panic!("no screenshot at {}: {e}", screenshot.display()));
+    assert!(
+        png.starts_with(b"\x89PNG") && png.len() > 10_000,
+        "{} is not a screenshot",
+        screenshot.display()
+    );
+}

@@ -45,6 +45,11 @@ fn select_ready(t: &str) -> String {
 
 /// `url`'s options; the file is made only with `create`, never because the URL says
 /// `mode=rwc`: whether a database appears is the caller's choice, not the URL's.
+/// Whether SQLite said the database is locked (SQLITE_BUSY).
+fn is_locked(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some("5"))
+}
+
 fn options(url: &str, create: bool) -> Result<SqliteConnectOptions, Error> {
     // sqlx leaves the journal mode alone: WAL lets readers run beside the one writer.
     Ok(SqliteConnectOptions::from_str(url)
@@ -203,7 +208,19 @@ impl Dialect for Sqlite {
             let pool =
                 SqlitePoolOptions::new().max_connections(max.min(4)).acquire_timeout(Duration::from_secs(10));
             let options = options(&url, create)?;
-            pool.connect_with(options.clone()).await.map_err(open_error(&url, &options, create))
+            // Two processes opening a new file at once both switch it to WAL; SQLite answers
+            // the loser "database is locked" at once rather than through the busy timeout
+            // (seen with two `rowbus deploy` started together): try again a few times.
+            let mut tries = 0;
+            loop {
+                tries += 1;
+                match pool.clone().connect_with(options.clone()).await {
+                    Err(e) if is_locked(&e) && tries < 20 => {
+                        tokio::time::sleep(Duration::from_millis(25 * tries)).await;
+                    }
+                    done => return done.map_err(open_error(&url, &options, create)),
+                }
+            }
         })
     }
 

@@ -6,6 +6,7 @@ mod claim;
 mod delivery;
 mod exec;
 mod lease;
+mod pause;
 mod publish;
 mod retry;
 mod runner;
@@ -37,6 +38,7 @@ pub(crate) use admin::{find_on, refuse_foreign};
 pub use delivery::{Delivery, Outcome, Received, TxMessage};
 #[cfg(feature = "mysql")]
 pub(crate) use lease::ACK_BATCH;
+pub use pause::Paused;
 pub use retry::RetryPolicy;
 pub use stats::{ClaimFailure, Stats};
 pub use subscription::{Subscription, SubscriptionBuilder};

@@ -4,6 +4,7 @@ mod bench;
 mod cli_error;
 mod consume;
 mod demo;
+mod pause_cmd;
 mod publish;
 mod queue_cmd;
 mod stats;
@@ -123,9 +124,14 @@ enum Command {
         #[arg(default_value = "")]
         payload: String,
     },
-    /// Queue tables as they stand (per group: depth, ready, delayed, in flight, oldest, dead)
+    /// Queue tables as they stand (per group: depth, ready, delayed, in flight, oldest, dead, paused)
     /// and the notify table's size and lag
     Stats(stats::StatsArgs),
+    /// Stop every consumer of a queue (or of one group) from taking messages, in every
+    /// process, until `rowbus resume`; publishing goes on
+    Pause(pause_cmd::PauseArgs),
+    /// Let consumers take a paused queue's (or group's) messages again
+    Resume(pause_cmd::PauseArgs),
     /// See a queue at work: publishers, workers, retries, latency; nothing to set up
     Demo(demo::DemoArgs),
     /// Measure rowbus on the chosen database
@@ -181,6 +187,14 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             on_database(url, 1, &config, QueueCommand::Stats(args)).await?;
         }
         Command::Demo(args) => on_database(url, 16, &config, QueueCommand::Demo(args)).await?,
+        Command::Pause(args) => {
+            queue_cmd::parse_tables(std::slice::from_ref(&args.table))?;
+            on_database(url, 1, &config, QueueCommand::Pause(pause_cmd::Action::Pause, args)).await?;
+        }
+        Command::Resume(args) => {
+            queue_cmd::parse_tables(std::slice::from_ref(&args.table))?;
+            on_database(url, 1, &config, QueueCommand::Pause(pause_cmd::Action::Resume, args)).await?;
+        }
         Command::Notify { channel, payload } => {
             let notifier = Notifier::new(config)?;
             let db = DbPool::connect_with_size(url, 1).await?;
@@ -206,6 +220,7 @@ enum QueueCommand {
     Consume(consume::ConsumeArgs),
     Stats(stats::StatsArgs),
     Demo(demo::DemoArgs),
+    Pause(pause_cmd::Action, pause_cmd::PauseArgs),
 }
 
 /// A [`QueueCommand`] with what every one of them needs.
@@ -227,6 +242,7 @@ impl OnPool for OnDatabase<'_> {
             QueueCommand::Consume(args) => consume::consume(pool, url, config, args).await,
             QueueCommand::Stats(args) => stats::stats(pool, url, config, args).await,
             QueueCommand::Demo(args) => demo::demo(pool, url, config, args).await,
+            QueueCommand::Pause(action, args) => pause_cmd::pause(pool, url, config, action, args).await,
         }
     }
 }
@@ -242,9 +258,10 @@ async fn on_database(
 ) -> Result<(), CliError> {
     let db = match command {
         QueueCommand::Deploy(_) | QueueCommand::Demo(_) => DbPool::connect_creating(url, max).await?,
-        QueueCommand::Publish(_) | QueueCommand::Consume(_) | QueueCommand::Stats(_) => {
-            DbPool::connect_with_size(url, max).await?
-        }
+        QueueCommand::Publish(_)
+        | QueueCommand::Consume(_)
+        | QueueCommand::Stats(_)
+        | QueueCommand::Pause(..) => DbPool::connect_with_size(url, max).await?,
     };
     let done = db.run(OnDatabase { db: &db, url, config, command }).await;
     db.close().await;

@@ -137,7 +137,8 @@ impl Db {
 impl Drop for Db {
     fn drop(&mut self) {
         let queues = self.queues.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let mut tables: Vec<String> = queues.iter().flat_map(|q| [q.clone(), format!("{q}_dead")]).collect();
+        let mut tables: Vec<String> =
+            queues.iter().flat_map(|q| [q.clone(), format!("{q}_dead"), format!("{q}_pause")]).collect();
         // PostgreSQL has no notify table; SQLite's tables go with its file.
         if self.database.kind == Kind::MariaDb {
             tables.push(self.notify_table.clone());

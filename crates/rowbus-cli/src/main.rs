@@ -97,8 +97,9 @@ enum Command {
     /// Create what rowbus needs: the notify table (nothing on PostgreSQL), queue tables, and a
     /// missing SQLite file (no other command makes one)
     Deploy {
-        /// Also create this queue table, its claim index and its dead-letter table
-        /// `<TABLE>_dead` (repeatable)
+        /// Also create this queue table, its claim index, its dead-letter table
+        /// `<TABLE>_dead` and its pause table `<TABLE>_pause` (repeatable; again on a queue
+        /// made by an older rowbus adds what it lacks)
         #[arg(long = "queue", value_name = "TABLE")]
         queues: Vec<String>,
     },

@@ -2,7 +2,7 @@
 -- Applied by scripts/roles.sh and by `rowbus-chaos` (which runs under these users).
 -- Each `-- @section NAME` is applied on its own; placeholders are substituted first:
 --   @PREFIX@ user-name prefix, @PASSWORD@ the users' password, @SCHEMA@ the database of the
---   tables, @NOTIFY@ the notify table, @QUEUE@ a queue table (its dead letters: @QUEUE@_dead).
+--   tables, @NOTIFY@ the notify table, @QUEUE@ a queue table (its dead letters: @QUEUE@_dead, its pauses: @QUEUE@_pause).
 -- Every statement is idempotent: run it again after adding a queue. The tables must exist.
 
 -- @section roles
@@ -27,6 +27,8 @@ GRANT INSERT ON `@SCHEMA@`.`@QUEUE@` TO '@PREFIX@publisher'@'%';
 -- INSERT: a failed transactional handler (run_tx, run_batch_tx) puts its rows back.
 GRANT SELECT, INSERT, UPDATE, DELETE ON `@SCHEMA@`.`@QUEUE@` TO '@PREFIX@consumer'@'%';
 GRANT INSERT ON `@SCHEMA@`.`@QUEUE@_dead` TO '@PREFIX@consumer'@'%';
+-- Every claim reads the pause table (rowbus pause); pausing is an administrator's.
+GRANT SELECT ON `@SCHEMA@`.`@QUEUE@_pause` TO '@PREFIX@consumer'@'%';
 
 -- @section queue-listen-notify
 -- listen_notify: publishers write wake-up rows; the consumers' broker polls and cleans up.

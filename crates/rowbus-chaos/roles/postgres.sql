@@ -2,7 +2,7 @@
 -- Applied by scripts/roles.sh and by `rowbus-chaos` (which runs under these roles).
 -- Each `-- @section NAME` is applied on its own; placeholders are substituted first:
 --   @PREFIX@ role-name prefix, @PASSWORD@ the roles' password, @DATABASE@ the database,
---   @SCHEMA@ the queue table's schema, @QUEUE@ a queue table (its dead letters: @QUEUE@_dead).
+--   @SCHEMA@ the queue table's schema, @QUEUE@ a queue table (its dead letters: @QUEUE@_dead, its pauses: @QUEUE@_pause).
 -- Every statement is idempotent: run it again after adding a queue.
 
 -- @section roles
@@ -35,6 +35,8 @@ GRANT INSERT ON "@SCHEMA@"."@QUEUE@" TO "@PREFIX@publisher";
 -- INSERT: a failed transactional handler (run_tx, run_batch_tx) puts its rows back.
 GRANT SELECT, INSERT, UPDATE, DELETE ON "@SCHEMA@"."@QUEUE@" TO "@PREFIX@consumer";
 GRANT INSERT ON "@SCHEMA@"."@QUEUE@_dead" TO "@PREFIX@consumer";
+-- Every claim reads the pause table (rowbus pause); pausing is an administrator's.
+GRANT SELECT ON "@SCHEMA@"."@QUEUE@_pause" TO "@PREFIX@consumer";
 
 -- @section queue-listen-notify
 -- listen_notify: publishers call pg_notify; the consumers' broker LISTENs (no privilege).

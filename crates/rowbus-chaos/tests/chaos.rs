@@ -198,6 +198,7 @@ fn roles_script(db: &str) {
     for statement in [
         format!("CREATE TABLE IF NOT EXISTS {queue} (id BIGINT, v TEXT)"),
         format!("CREATE TABLE IF NOT EXISTS {queue}_dead (id BIGINT, v TEXT)"),
+        format!("CREATE TABLE IF NOT EXISTS {queue}_pause (id BIGINT, v TEXT)"),
         format!("CREATE TABLE IF NOT EXISTS {notify} (id BIGINT, v TEXT)"),
     ] {
         assert!(sql_as(db, admin, &statement), "{statement}");
@@ -221,6 +222,9 @@ fn roles_script(db: &str) {
         // A failed transactional handler puts its rows back.
         allowed("roles_ci_consumer", format!("INSERT INTO {queue} (id) VALUES (1)")),
         refused("roles_ci_consumer", format!("DELETE FROM {queue}_dead")),
+        // Claims read the pause table; pausing is an administrator's.
+        allowed("roles_ci_consumer", format!("SELECT * FROM {queue}_pause")),
+        refused("roles_ci_consumer", format!("INSERT INTO {queue}_pause (id) VALUES (1)")),
         refused("roles_ci_listener", format!("SELECT * FROM {queue}")),
         refused("roles_ci_notifier", format!("INSERT INTO {queue} (id) VALUES (1)")),
     ];

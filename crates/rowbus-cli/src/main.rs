@@ -5,6 +5,7 @@ mod cli_error;
 mod consume;
 mod dead_cmd;
 mod demo;
+mod pause_cmd;
 mod publish;
 mod queue_cmd;
 mod stats;
@@ -98,8 +99,9 @@ enum Command {
     /// Create what rowbus needs: the notify table (nothing on PostgreSQL), queue tables, and a
     /// missing SQLite file (no other command makes one)
     Deploy {
-        /// Also create this queue table, its claim index and its dead-letter table
-        /// `<TABLE>_dead` (repeatable)
+        /// Also create this queue table, its claim index, its dead-letter table
+        /// `<TABLE>_dead` and its pause table `<TABLE>_pause` (repeatable; again on a queue
+        /// made by an older rowbus adds what it lacks)
         #[arg(long = "queue", value_name = "TABLE")]
         queues: Vec<String>,
     },
@@ -125,9 +127,14 @@ enum Command {
         #[arg(default_value = "")]
         payload: String,
     },
-    /// Queue tables as they stand (per group: depth, ready, delayed, in flight, oldest, dead)
+    /// Queue tables as they stand (per group: depth, ready, delayed, in flight, oldest, dead, paused)
     /// and the notify table's size and lag
     Stats(stats::StatsArgs),
+    /// Stop every consumer of a queue (or of one group) from taking messages, in every
+    /// process, until `rowbus resume`; publishing goes on
+    Pause(pause_cmd::PauseArgs),
+    /// Let consumers take a paused queue's (or group's) messages again
+    Resume(pause_cmd::PauseArgs),
     /// See a queue at work: publishers, workers, retries, latency; nothing to set up
     Demo(demo::DemoArgs),
     /// A queue's dead letters: list them, put them back, purge them
@@ -195,6 +202,14 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             queue_cmd::parse_tables(std::slice::from_ref(what.table()))?;
             on_database(url, 2, &config, QueueCommand::Dead(what)).await?;
         }
+        Command::Pause(args) => {
+            queue_cmd::parse_tables(std::slice::from_ref(&args.table))?;
+            on_database(url, 1, &config, QueueCommand::Pause(pause_cmd::Action::Pause, args)).await?;
+        }
+        Command::Resume(args) => {
+            queue_cmd::parse_tables(std::slice::from_ref(&args.table))?;
+            on_database(url, 1, &config, QueueCommand::Pause(pause_cmd::Action::Resume, args)).await?;
+        }
         Command::Notify { channel, payload } => {
             let notifier = Notifier::new(config)?;
             let db = DbPool::connect_with_size(url, 1).await?;
@@ -223,6 +238,7 @@ enum QueueCommand {
     Demo(demo::DemoArgs),
     Dead(dead_cmd::DeadCommand),
     Ui(ui::UiArgs),
+    Pause(pause_cmd::Action, pause_cmd::PauseArgs),
 }
 
 /// A [`QueueCommand`] with what every one of them needs.
@@ -246,6 +262,7 @@ impl OnPool for OnDatabase<'_> {
             QueueCommand::Demo(args) => demo::demo(pool, url, config, args).await,
             QueueCommand::Dead(what) => dead_cmd::dead(pool, url, config, what).await,
             QueueCommand::Ui(args) => ui::ui(pool, url, config, args).await,
+            QueueCommand::Pause(action, args) => pause_cmd::pause(pool, url, config, action, args).await,
         }
     }
 }
@@ -265,7 +282,8 @@ async fn on_database(
         | QueueCommand::Consume(_)
         | QueueCommand::Stats(_)
         | QueueCommand::Dead(_)
-        | QueueCommand::Ui(_) => DbPool::connect_with_size(url, max).await?,
+        | QueueCommand::Ui(_)
+        | QueueCommand::Pause(..) => DbPool::connect_with_size(url, max).await?,
     };
     let done = db.run(OnDatabase { db: &db, url, config, command }).await;
     db.close().await;

@@ -1,5 +1,5 @@
-//! `rowbus stats [TABLE...]`: each queue table's groups as they stand, and the notify
-//! table's size and lag.
+//! `rowbus stats [TABLE...]`: each queue table's groups as they stand (PAUSED where
+//! `rowbus pause` holds them), and the notify table's size and lag.
 
 use clap::Args;
 use rowbus::sqlx::Pool;
@@ -100,6 +100,7 @@ pub(crate) fn to_json(lines: &[Line], notify: Option<&NotifyTableStats>) -> serd
                 "in_flight": g.in_flight,
                 "oldest_age_s": g.oldest.map(|d| d.as_secs_f64()),
                 "dead": g.dead,
+                "paused": g.paused,
             })
         })
         .collect();
@@ -119,8 +120,8 @@ fn print_table(
     if lines.is_empty() {
         outln!("no queue tables in {}: create one with `rowbus deploy --queue TABLE`", redact(url));
     } else {
-        let header = ["TABLE", "GROUP", "DEPTH", "READY", "DELAYED", "IN FLIGHT", "OLDEST", "DEAD"];
-        let rows: Vec<[String; 8]> = lines
+        let header = ["TABLE", "GROUP", "DEPTH", "READY", "DELAYED", "IN FLIGHT", "OLDEST", "DEAD", ""];
+        let rows: Vec<[String; 9]> = lines
             .iter()
             .map(|Line { table, group: g }| {
                 [
@@ -132,6 +133,7 @@ fn print_table(
                     g.in_flight.to_string(),
                     g.oldest.map_or_else(|| "-".to_owned(), human),
                     g.dead.map_or_else(|| "-".to_owned(), |d| d.to_string()),
+                    if g.paused { "PAUSED".to_owned() } else { String::new() },
                 ]
             })
             .collect();
@@ -145,8 +147,8 @@ fn print_table(
             let mut line = String::new();
             for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
                 let pad = " ".repeat(w - cell.chars().count());
-                // Names left-aligned, figures right-aligned.
-                if i < 2 {
+                // Names and the paused mark left-aligned, figures right-aligned.
+                if i < 2 || i == 8 {
                     line.push_str(&format!("{cell}{pad}  "));
                 } else {
                     line.push_str(&format!("{pad}{cell}  "));

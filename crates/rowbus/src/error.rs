@@ -77,6 +77,15 @@ pub enum Error {
         /// The table's name.
         table: String,
     },
+    /// The queue's pause table is missing: the queue was deployed by a rowbus without
+    /// pause and resume, and claims, pauses and resumes need it.
+    #[error(
+        "the queue `{table}` has no pause table `{table}_pause` (deployed by an older rowbus): add it with `rowbus deploy --queue {table}` (or Queue::deploy), which leaves the messages alone"
+    )]
+    MissingPauseTable {
+        /// The queue table's name.
+        table: String,
+    },
     /// A table of the queue's name exists and is not a queue table: a deploy refuses to
     /// build on it (and creates nothing), and nothing publishes to it or claims from it.
     #[error(
@@ -187,7 +196,9 @@ impl Error {
     /// ```
     pub fn is_permanent(&self) -> bool {
         match self {
-            Error::MissingQueueTable { .. } | Error::MissingNotifyTable { .. } => true,
+            Error::MissingQueueTable { .. }
+            | Error::MissingPauseTable { .. }
+            | Error::MissingNotifyTable { .. } => true,
             Error::Database(sqlx::Error::Database(db)) => {
                 // SQLSTATE class 42 (PostgreSQL and MySQL alike): undefined table or
                 // column, insufficient privilege. SQLite says it in the message only.

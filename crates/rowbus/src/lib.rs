@@ -65,6 +65,7 @@ mod notify;
 mod sql;
 
 pub use backend::{Backend, DbPool, OnPool, connect, connect_creating, redact};
+pub use broker::Paused;
 pub use broker::{
     Broker, BrokerOptions, BrokerTx, DeadLetter, DeadLetterPage, DeadLetters, Delivery, GroupStats,
     MAX_GROUP_CHARS, MAX_TABLE_NAME, Message, NotifyTableStats, Outcome, Queue, QueueTable, Received,

@@ -160,6 +160,7 @@ mod tests {
                     in_flight: 3,
                     oldest: Some(Duration::from_millis(1500)),
                     dead: Some(2),
+                    paused: false,
                 },
             ),
             line("other", GroupStats { depth: 1, ready: 1, ..GroupStats::default() }),

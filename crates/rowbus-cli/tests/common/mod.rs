@@ -439,6 +439,15 @@ impl Running {
         }
     }
 
+    /// Asserts it prints no stdout line for `quiet`; `why` says why it must not.
+    pub fn no_line(&mut self, quiet: Duration, why: &str) {
+        match self.stdout.recv_timeout(quiet) {
+            Ok(line) => self.die(&format!("printed {line:?}, though {why}")),
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => self.die(&format!("stdout closed, though {why}")),
+        }
+    }
+
     /// Waits (at most `timeout`) for it to exit by itself; its status and stderr lines.
     pub fn wait_exit(&mut self, timeout: Duration) -> (ExitStatus, Vec<String>) {
         let Some(status) = wait_timeout(&mut self.child, timeout) else {

@@ -44,6 +44,9 @@ pub struct GroupStats {
     pub oldest: Option<Duration>,
     /// Messages in the dead-letter table (`None` when it does not exist).
     pub dead: Option<i64>,
+    /// Claims of the group are held: it or the whole queue is paused
+    /// ([`Queue::pause`]).
+    pub paused: bool,
 }
 
 impl GroupStats {
@@ -162,8 +165,10 @@ impl<DB: Db> Broker<DB> {
 }
 
 impl<DB: Db> Queue<DB> {
-    /// Creates the queue table, its claim index and its dead-letter table (`<table>_dead`)
-    /// if they do not exist; on PostgreSQL also the schema. With `listen_notify` on
+    /// Creates the queue table, its claim index, its dead-letter table (`<table>_dead`)
+    /// and its pause table (`<table>_pause`, see [`pause`](Self::pause)) if they do not
+    /// exist; on PostgreSQL also the schema. Deploying a queue made by an older rowbus
+    /// adds what it lacks. With `listen_notify` on
     /// MySQL/MariaDB or SQLite, also the notify table.
     ///
     /// Safe to run from every replica of an app at once: deploys take turns under a lock.
@@ -184,10 +189,11 @@ impl<DB: Db> Queue<DB> {
         Ok(())
     }
 
-    /// Drops the queue table and its dead-letter table, with every message in them.
+    /// Drops the queue table, its dead-letter table and its pause table, with every
+    /// message in them.
     pub async fn undeploy(&self) -> Result<(), Error> {
         let mut conn = self.inner().pool.acquire().await?;
-        for table in [&self.sql.quoted, &self.sql.dead] {
+        for table in [&self.sql.quoted, &self.sql.dead, &self.sql.pause.quoted] {
             DB::execute(&mut conn, &Arc::from(format!("DROP TABLE IF EXISTS {table}")), &[]).await?;
         }
         Ok(())
@@ -231,6 +237,7 @@ impl<DB: Db> Queue<DB> {
                 in_flight: row.int(2),
                 oldest: micros(row.ints.get(3).copied().flatten()),
                 dead: None,
+                paused: false,
             })
             .collect();
         let dead_name = format!("{}_dead", self.table().name());
@@ -260,6 +267,7 @@ impl<DB: Db> Queue<DB> {
         if groups.is_empty() {
             groups.push(GroupStats { dead: dead_exists.then_some(0), ..GroupStats::default() });
         }
+        super::pause::mark_paused(&mut groups, &super::pause::paused_for_stats(self).await?);
         Ok(groups)
     }
 }

@@ -35,9 +35,12 @@ where
     }
 }
 
-/// A driver error, named for the queue when it says the table is missing.
+/// A driver error, named for the queue when it says the table (or its pause table) is
+/// missing.
 pub(crate) fn queue_error<DB: Db>(queue: &Queue<DB>, e: sqlx::Error) -> Error {
-    if is_missing_table(&e) {
+    if super::pause::is_missing_pause_table(queue, &e) {
+        Error::MissingPauseTable { table: queue.table().to_string() }
+    } else if is_missing_table(&e) {
         Error::MissingQueueTable { table: queue.table().to_string() }
     } else {
         Error::Database(e)

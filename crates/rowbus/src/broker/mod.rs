@@ -7,6 +7,7 @@ mod dead;
 mod delivery;
 mod exec;
 mod lease;
+mod pause;
 mod publish;
 mod retry;
 mod runner;
@@ -39,6 +40,7 @@ pub use dead::{DeadLetter, DeadLetterPage, DeadLetters};
 pub use delivery::{Delivery, Outcome, Received, TxMessage};
 #[cfg(feature = "mysql")]
 pub(crate) use lease::ACK_BATCH;
+pub use pause::Paused;
 pub use retry::RetryPolicy;
 pub use stats::{ClaimFailure, Stats};
 pub use subscription::{Subscription, SubscriptionBuilder};

@@ -11,6 +11,7 @@
 mod dead;
 #[cfg(feature = "mysql")]
 mod mysql;
+mod pause;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "sqlite")]
@@ -31,6 +32,7 @@ use crate::error::Error;
 use crate::listener::ListenerTask;
 use crate::notify::Notifier;
 
+pub(crate) use pause::{PAUSE_SUFFIX, PauseSql};
 pub(crate) use table::{QUEUE_COLUMNS, TableSql};
 
 /// How long a deploy waits for another deploy's lock before it gives up: a deploy holds
@@ -80,6 +82,25 @@ pub trait Dialect: Driver + Sized {
     const STATEMENT_LIMIT: (u64, &'static str);
     /// A query returning the server's statement size limit, where it is a setting.
     const STATEMENT_LIMIT_SQL: Option<&'static str> = None;
+
+    /// The queue's pause table (see [`PauseSql`]), if missing: `whole_queue` (0 or 1, a
+    /// BIGINT where that is what the driver reads as `i64`), `group_name` as the queue
+    /// table has it, `paused_at`; the key `(whole_queue, group_name)`.
+    fn create_pause(table: &QueueTable) -> String;
+    /// A condition true while neither the queue (in table `table`) nor the group in
+    /// placeholder `group` is paused: one lookup in the pause table, which the claims
+    /// carry.
+    fn not_paused(table: &QueueTable, group: &str) -> String {
+        format!(
+            "NOT EXISTS (SELECT 1 FROM {} WHERE whole_queue = 1 OR group_name = {group})",
+            quoted::<Self>(table, PAUSE_SUFFIX)
+        )
+    }
+    /// `INSERT INTO table (columns) VALUES (values)` that does nothing (and counts no
+    /// row) where the key is taken.
+    fn insert_ignore(table: &str, columns: &str, values: &str) -> String {
+        format!("INSERT INTO {table} ({columns}) VALUES ({values}) ON CONFLICT DO NOTHING")
+    }
 
     // --- Deploying.
 

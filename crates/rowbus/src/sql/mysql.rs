@@ -147,6 +147,23 @@ impl Dialect for MySql {
         ]
     }
 
+    fn create_pause(table: &QueueTable) -> String {
+        format!(
+            "CREATE TABLE IF NOT EXISTS {} (\n\
+             \x20 `whole_queue` BIGINT NOT NULL,\n\
+             \x20 `group_name` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n\
+             \x20 `paused_at` DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),\n\
+             \x20 PRIMARY KEY (`whole_queue`, `group_name`)\n\
+             ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+            super::quoted::<Self>(table, super::PAUSE_SUFFIX)
+        )
+    }
+
+    /// `INSERT IGNORE`: MySQL has no `ON CONFLICT`.
+    fn insert_ignore(table: &str, columns: &str, values: &str) -> String {
+        format!("INSERT IGNORE INTO {table} ({columns}) VALUES ({values})")
+    }
+
     /// `GET_LOCK`, a session's named lock (DDL commits at once here, so no transaction
     /// could hold one): one name per table, server-wide. [`unlock_deploy`](Self::unlock_deploy)
     /// releases it.
@@ -177,14 +194,15 @@ impl Dialect for MySql {
     const LEASE_CLAIM_BEGIN: &'static str = "BEGIN";
     const LOCKED_CLAIM_BEGIN: &'static str = "BEGIN";
 
-    /// The locking read of a claim (binds: group, limit); [`claim`](Self::claim) marks
-    /// the rows it returns.
+    /// The locking read of a claim, unless paused (binds: group, group, limit);
+    /// [`claim`](Self::claim) marks the rows it returns.
     fn claim_sql(table: &QueueTable) -> String {
         format!(
-            "SELECT {CLAIMED} FROM {} WHERE group_name = ? AND visible_at <= UTC_TIMESTAMP(6) \
+            "SELECT {CLAIMED} FROM {} WHERE group_name = ? AND {} AND visible_at <= UTC_TIMESTAMP(6) \
              AND (lease_until IS NULL OR lease_until <= UTC_TIMESTAMP(6)) \
              ORDER BY visible_at, id LIMIT ? FOR UPDATE SKIP LOCKED",
-            super::quoted::<Self>(table, "")
+            super::quoted::<Self>(table, ""),
+            Self::not_paused(table, "?")
         )
     }
 
@@ -206,7 +224,8 @@ impl Dialect for MySql {
     ) -> BoxFuture<'c, Result<Vec<ClaimedRow>, sqlx::Error>> {
         Box::pin(async move {
             let mut rows =
-                Self::fetch_claimed(conn, &sql.claim, &[Arg::Text(group), Arg::Int(limit)]).await?;
+                Self::fetch_claimed(conn, &sql.claim, &[Arg::Text(group), Arg::Text(group), Arg::Int(limit)])
+                    .await?;
             if !rows.is_empty() {
                 let mark = Arc::from(claim_mark(&sql.quoted, rows.len()));
                 let mut args = vec![Arg::Int(lease), Arg::Int(token)];
@@ -228,8 +247,12 @@ impl Dialect for MySql {
         limit: i64,
     ) -> BoxFuture<'c, Result<Vec<ClaimedRow>, sqlx::Error>> {
         Box::pin(async move {
-            let rows =
-                Self::fetch_claimed(conn, &sql.claim_locked, &[Arg::Text(group), Arg::Int(limit)]).await?;
+            let rows = Self::fetch_claimed(
+                conn,
+                &sql.claim_locked,
+                &[Arg::Text(group), Arg::Text(group), Arg::Int(limit)],
+            )
+            .await?;
             for chunk in rows.chunks(ACK_BATCH) {
                 let delete = Arc::from(delete_locked(&sql.quoted, chunk.len()));
                 let args: Vec<Arg<'_>> = chunk.iter().map(|row| Arg::Int(row.id)).collect();

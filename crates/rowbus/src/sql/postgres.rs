@@ -21,11 +21,13 @@ use crate::notify::{Notifier, check_pg_channel, check_pg_payload};
 
 crate::db::driver!(Postgres, Backend::Postgres);
 
-/// Rows ready to claim, oldest first (binds: group, limit).
-fn select_ready(t: &str) -> String {
+/// Rows ready to claim, oldest first, unless paused (binds: group, limit).
+fn select_ready(table: &QueueTable) -> String {
+    let t = super::quoted::<Postgres>(table, "");
     format!(
         "SELECT id FROM {t} WHERE group_name = $1 AND visible_at <= now() \
-         AND (lease_until IS NULL OR lease_until <= now()) ORDER BY visible_at, id LIMIT $2"
+         AND (lease_until IS NULL OR lease_until <= now()) AND {} ORDER BY visible_at, id LIMIT $2",
+        Postgres::not_paused(table, "$1")
     )
 }
 
@@ -102,6 +104,18 @@ impl Dialect for Postgres {
         create
     }
 
+    fn create_pause(table: &QueueTable) -> String {
+        format!(
+            "CREATE TABLE IF NOT EXISTS {} (\n\
+             \x20 whole_queue BIGINT NOT NULL,\n\
+             \x20 group_name TEXT NOT NULL,\n\
+             \x20 paused_at TIMESTAMPTZ NOT NULL DEFAULT now(),\n\
+             \x20 PRIMARY KEY (whole_queue, group_name)\n\
+             )",
+            super::quoted::<Self>(table, super::PAUSE_SUFFIX)
+        )
+    }
+
     /// One advisory key for the whole database rather than one per table: a deploy
     /// creates schemas too, and two deploys of different tables in one new schema race on
     /// it as surely as two of one table do. Taken in the deploy's transaction
@@ -154,7 +168,7 @@ impl Dialect for Postgres {
             "UPDATE {t} SET lease_until = {}, lease = $4, attempts = attempts + 1 \
              WHERE id = ANY(ARRAY({} FOR UPDATE SKIP LOCKED)) RETURNING {CLAIMED}",
             Self::later("$3"),
-            select_ready(&t)
+            select_ready(table)
         )
     }
 
@@ -164,7 +178,7 @@ impl Dialect for Postgres {
         let t = super::quoted::<Self>(table, "");
         format!(
             "DELETE FROM {t} WHERE id = ANY(ARRAY({} FOR UPDATE SKIP LOCKED)) RETURNING {CLAIMED}",
-            select_ready(&t)
+            select_ready(table)
         )
     }
 

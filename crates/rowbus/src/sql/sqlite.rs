@@ -35,11 +35,13 @@ const NOW: &str = epoch_micros!("'now'");
 /// What a claim returns: id, group, payload, attempts, created_at µs.
 const CLAIMED: &str = "id, group_name, payload, attempts, created_at";
 
-/// Rows ready to claim, oldest first (binds: group, limit).
-fn select_ready(t: &str) -> String {
+/// Rows ready to claim, oldest first, unless paused (binds: group, limit).
+fn select_ready(table: &QueueTable) -> String {
+    let t = super::quoted::<Sqlite>(table, "");
     format!(
         "SELECT id FROM {t} WHERE group_name = ?1 AND visible_at <= {NOW} \
-         AND (lease_until IS NULL OR lease_until <= {NOW}) ORDER BY visible_at, id LIMIT ?2"
+         AND (lease_until IS NULL OR lease_until <= {NOW}) AND {} ORDER BY visible_at, id LIMIT ?2",
+        Sqlite::not_paused(table, "?1")
     )
 }
 
@@ -150,6 +152,18 @@ impl Dialect for Sqlite {
         ]
     }
 
+    fn create_pause(table: &QueueTable) -> String {
+        format!(
+            "CREATE TABLE IF NOT EXISTS {} (\n\
+             \x20 `whole_queue` INTEGER NOT NULL,\n\
+             \x20 `group_name` TEXT NOT NULL,\n\
+             \x20 `paused_at` INTEGER NOT NULL DEFAULT ({NOW}),\n\
+             \x20 PRIMARY KEY (`whole_queue`, `group_name`)\n\
+             )",
+            super::quoted::<Self>(table, super::PAUSE_SUFFIX)
+        )
+    }
+
     /// The database's one write lock, taken at the start.
     const DEPLOY_BEGIN: &'static str = "BEGIN IMMEDIATE";
 
@@ -181,13 +195,13 @@ impl Dialect for Sqlite {
             "UPDATE {t} SET lease_until = {}, lease = ?4, attempts = attempts + 1 \
              WHERE id IN ({}) RETURNING {CLAIMED}",
             Self::later("?3"),
-            select_ready(&t)
+            select_ready(table)
         )
     }
 
     fn claim_locked_sql(table: &QueueTable) -> String {
         let t = super::quoted::<Self>(table, "");
-        format!("DELETE FROM {t} WHERE id IN ({}) RETURNING {CLAIMED}", select_ready(&t))
+        format!("DELETE FROM {t} WHERE id IN ({}) RETURNING {CLAIMED}", select_ready(table))
     }
 
     fn check_channel(channel: &str) -> Result<(), Error> {

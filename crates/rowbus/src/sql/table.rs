@@ -4,7 +4,7 @@
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use super::{Dialect, placeholders, quoted};
+use super::{Dialect, PauseSql, placeholders, quoted};
 use crate::broker::QueueTable;
 use crate::error::Error;
 
@@ -38,6 +38,8 @@ pub struct TableSql<DB> {
     pub dead_insert: Arc<str>,
     /// Binds: group, group. Messages in the table, then in the dead-letter table.
     pub depth: Arc<str>,
+    /// The pause table's statements.
+    pub pause: PauseSql<DB>,
     db: PhantomData<fn() -> DB>,
 }
 
@@ -50,7 +52,7 @@ impl<DB: Dialect> TableSql<DB> {
         let dead_cols = "id, group_name, payload, attempts, created_at, last_error";
         Ok(TableSql {
             table: table.clone(),
-            create: DB::create_queue(table),
+            create: [DB::create_queue(table), vec![DB::create_pause(table)]].concat(),
             claim: DB::claim_sql(table).into(),
             claim_locked: DB::claim_locked_sql(table).into(),
             ack: format!("DELETE FROM {t} WHERE id = {} AND lease = {}", p(1), p(2)).into(),
@@ -93,6 +95,7 @@ impl<DB: Dialect> TableSql<DB> {
                 count = DB::COUNT,
             )
             .into(),
+            pause: PauseSql::new(table),
             quoted: t,
             dead,
             db: PhantomData,

@@ -35,7 +35,8 @@ pub struct Cleanup {
 #[derive(Default)]
 struct Made {
     tables: Vec<String>,
-    /// Queue tables: each also has its dead-letter table, `<name>_dead`.
+    /// Queue tables: each also has its dead-letter table, `<name>_dead`, and its pause
+    /// table, `<name>_pause`.
     queues: Vec<String>,
     schemas: Vec<String>,
     /// Every table whose name starts with one of these.
@@ -198,7 +199,8 @@ impl Drop for Cleanup {
         }
         let Some(server) = self.server else { return };
         let mut tables = made.tables;
-        tables.extend(made.queues.iter().flat_map(|q| [q.clone(), format!("{q}_dead")]));
+        tables
+            .extend(made.queues.iter().flat_map(|q| [q.clone(), format!("{q}_dead"), format!("{q}_pause")]));
         for prefix in &made.prefixes {
             match Self::tables_under(server, prefix) {
                 Ok(found) => tables.extend(found),

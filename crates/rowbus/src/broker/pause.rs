@@ -1,0 +1,129 @@
+//! Pausing and resuming a queue or one of its groups. The state is rows of the queue's
+//! pause table (`<table>_pause`, made by [`Queue::deploy`]), so it holds for every process
+//! and outlives them; the claims themselves skip a paused group, so a subscription
+//! anywhere takes nothing from it from its next claim on, and finishes what it holds.
+
+use std::sync::Arc;
+
+use super::exec::queue_error;
+use super::{GroupStats, Queue, check_group, publish};
+use crate::db::{Arg, Db};
+use crate::error::{Error, is_missing_table};
+
+/// What is paused in a queue, as [`Queue::paused`] reads it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Paused {
+    /// The whole queue: every group, whatever `groups` says.
+    pub queue: bool,
+    /// Groups paused one by one (`""` is the default group), by name.
+    pub groups: Vec<String>,
+}
+
+impl Paused {
+    /// Whether claims of `group` are held: the queue or that group is paused.
+    pub fn covers(&self, group: &str) -> bool {
+        self.queue || self.groups.iter().any(|g| g == group)
+    }
+}
+
+impl<DB: Db> Queue<DB> {
+    /// Pauses the whole queue (`None`) or one group: from their next claim on, the
+    /// subscriptions of every process take nothing from it (they finish what they hold
+    /// and wait their poll interval); publishing goes on. Wakes this broker's
+    /// subscriptions, and with `listen_notify` other processes', so that they see it at
+    /// once. Returns whether it was not paused so already (pausing twice is harmless).
+    ///
+    /// Needs the pause table: a queue deployed by an older rowbus gets it from a new
+    /// [`deploy`](Self::deploy) ([`Error::MissingPauseTable`] until then).
+    pub async fn pause(&self, group: Option<&str>) -> Result<bool, Error> {
+        let sql = &self.sql.pause;
+        let changed = match group {
+            None => self.run_pause_sql(&sql.pause_queue, None).await?,
+            Some(group) => self.run_pause_sql(&sql.pause_group, Some(group)).await?,
+        };
+        Ok(changed > 0)
+    }
+
+    /// Lifts a pause: `None` lifts every pause of the queue, the whole queue's and each
+    /// group's; `Some(group)` lifts that group's own pause (while the whole queue is
+    /// paused, the group still waits for it). Wakes the subscriptions as
+    /// [`pause`](Self::pause) does, so that they claim again at once. Returns how many
+    /// pauses it lifted.
+    pub async fn resume(&self, group: Option<&str>) -> Result<u64, Error> {
+        let sql = &self.sql.pause;
+        match group {
+            None => self.run_pause_sql(&sql.resume_queue, None).await,
+            Some(group) => self.run_pause_sql(&sql.resume_group, Some(group)).await,
+        }
+    }
+
+    /// What is paused in this queue now.
+    pub async fn paused(&self) -> Result<Paused, Error> {
+        let mut conn = self.inner().pool.acquire().await?;
+        let rows = DB::fetch_rows(&mut conn, &self.sql.pause.list, &[], 1)
+            .await
+            .map_err(|e| queue_error(self, e))?;
+        let mut paused = Paused::default();
+        for row in rows {
+            if row.int(0) == 1 {
+                paused.queue = true;
+            } else {
+                paused.groups.push(row.text(0).to_owned());
+            }
+        }
+        Ok(paused)
+    }
+
+    /// Whether claims of `group` are held now: the queue or the group is paused.
+    pub async fn is_paused(&self, group: &str) -> Result<bool, Error> {
+        check_group(group)?;
+        Ok(self.paused().await?.covers(group))
+    }
+
+    /// Runs a pause table statement, which binds `group` if it names one; then wakes the
+    /// subscriptions of that group (all of the queue's for none), here and, with
+    /// `listen_notify`, elsewhere. The rows it changed.
+    async fn run_pause_sql(&self, sql: &Arc<str>, group: Option<&str>) -> Result<u64, Error> {
+        if let Some(group) = group {
+            check_group(group)?;
+        }
+        let args: Vec<Arg<'_>> = group.map(Arg::Text).into_iter().collect();
+        let mut conn = self.inner().pool.acquire().await?;
+        let changed = DB::execute(&mut conn, sql, &args).await.map_err(|e| queue_error(self, e))?;
+        // An empty payload wakes every group of the table in the other processes.
+        publish::wake_others(self, &mut conn, &[group.unwrap_or("").to_owned()]).await;
+        drop(conn);
+        self.inner().wakers.wake(self.table().channel(), group);
+        Ok(changed)
+    }
+}
+
+/// Marks the groups of `stats` that `paused` covers, and adds an all-zero line for each
+/// group paused without a message or dead letter (`dead` as the other lines have it).
+pub(super) fn mark_paused(stats: &mut Vec<GroupStats>, paused: &Paused) {
+    for g in stats.iter_mut() {
+        g.paused = paused.covers(&g.group);
+    }
+    let dead = stats.first().and_then(|g| g.dead.map(|_| 0));
+    for group in &paused.groups {
+        if !stats.iter().any(|g| &g.group == group) {
+            stats.push(GroupStats { group: group.clone(), dead, paused: true, ..GroupStats::default() });
+        }
+    }
+    stats.sort_by(|a, b| a.group.cmp(&b.group));
+}
+
+/// [`Queue::paused`] for the figures: a queue deployed before pause tables existed has
+/// nothing paused.
+pub(super) async fn paused_for_stats<DB: Db>(queue: &Queue<DB>) -> Result<Paused, Error> {
+    match queue.paused().await {
+        Err(Error::MissingPauseTable { .. }) => Ok(Paused::default()),
+        other => other,
+    }
+}
+
+/// Whether `e` says `queue`'s pause table is missing.
+pub(super) fn is_missing_pause_table<DB: Db>(queue: &Queue<DB>, e: &sqlx::Error) -> bool {
+    let name = format!("{}{}", queue.table().name(), crate::sql::PAUSE_SUFFIX);
+    is_missing_table(e) && matches!(e, sqlx::Error::Database(db) if db.message().contains(&name))
+}

@@ -102,22 +102,31 @@ fn which(selection: Selection, older_than: Option<Duration>) -> DeadLetters {
 }
 
 /// Runs `command` on the queue it names. A requeue wakes consumers in other processes
-/// that run with `--listen-notify`, where the notify table is deployed (always on
-/// PostgreSQL).
+/// ([`waking_broker`]).
 pub(crate) async fn dead<DB: Db>(
     pool: Pool<DB>,
     url: &str,
     config: &NotifyConfig,
     command: DeadCommand,
 ) -> Result<(), CliError> {
-    let notify_table = queue_cmd::broker_notify_config(config);
-    let listen_notify = matches!(command, DeadCommand::Requeue(_))
-        && Broker::new(pool.clone(), BrokerOptions::default()).await?.notify_ready(&notify_table).await?;
-    let broker =
-        Broker::new(pool, BrokerOptions { listen_notify, notify_table, ..BrokerOptions::default() }).await?;
+    let broker = waking_broker(pool, config, matches!(command, DeadCommand::Requeue(_))).await?;
     let result = run(&broker, url, command).await;
     broker.shutdown(Duration::ZERO).await;
     result
+}
+
+/// A broker on `pool` that, when `requeues` and the notify table `config` names is there
+/// (always on PostgreSQL), wakes consumers in other processes running with
+/// `--listen-notify` when it puts dead letters back; call its `shutdown` when done.
+pub(crate) async fn waking_broker<DB: Db>(
+    pool: Pool<DB>,
+    config: &NotifyConfig,
+    requeues: bool,
+) -> Result<Broker<DB>, CliError> {
+    let notify_table = queue_cmd::broker_notify_config(config);
+    let listen_notify = requeues
+        && Broker::new(pool.clone(), BrokerOptions::default()).await?.notify_ready(&notify_table).await?;
+    Ok(Broker::new(pool, BrokerOptions { listen_notify, notify_table, ..BrokerOptions::default() }).await?)
 }
 
 async fn run<DB: Db>(broker: &Broker<DB>, url: &str, command: DeadCommand) -> Result<(), CliError> {
@@ -169,7 +178,7 @@ fn text_line(letter: &DeadLetter) -> String {
 }
 
 /// One dead letter as a JSON line.
-fn json_line(letter: &DeadLetter) -> serde_json::Value {
+pub(crate) fn json_line(letter: &DeadLetter) -> serde_json::Value {
     let mut line = json!({
         "id": letter.id,
         "group": letter.group,

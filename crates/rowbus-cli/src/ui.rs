@@ -2,8 +2,10 @@
 //! figures as JSON (`GET /api/queues`) and as Prometheus metrics (`GET /metrics`).
 //!
 //! Operations that change state live under `/api/ops/`, behind [`token::require`]: a POST
-//! carrying the token printed at start. With --read-only there are none.
+//! carrying the token printed at start. With --read-only there are none. The dead letters
+//! of a queue, and their operations, are in [`dead`].
 
+mod dead;
 mod metrics;
 mod token;
 
@@ -16,10 +18,10 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{any, get};
+use axum::routing::{any, get, post};
 use clap::Args;
 use rowbus::sqlx::Pool;
-use rowbus::{Broker, BrokerOptions, Db, NotifyConfig, NotifyTableStats};
+use rowbus::{Broker, Db, NotifyConfig, NotifyTableStats};
 use serde_json::json;
 
 use crate::cli_error::CliError;
@@ -137,7 +139,8 @@ pub(crate) async fn ui<DB: Db>(
         (None, false) => Some(Token::generate()?),
     };
     let app = App {
-        broker: Broker::new(pool, BrokerOptions::default()).await?,
+        // Only a dashboard with operations requeues, and wakes other processes' consumers.
+        broker: crate::dead_cmd::waking_broker(pool, config, !args.read_only).await?,
         url: url.into(),
         config: Arc::new(config.clone()),
         tables: args.tables.into(),
@@ -155,6 +158,7 @@ pub(crate) async fn ui<DB: Db>(
         .local_addr()
         .map_err(|e| CliError::Message(format!("cannot tell the address listened on: {e}")))?;
     let sampler = tokio::spawn(sample(app.clone()));
+    let broker = app.broker.clone();
     let router = routes(app, token.clone());
     if !address.ip().is_loopback() {
         eprintln!(
@@ -170,6 +174,7 @@ pub(crate) async fn ui<DB: Db>(
     }
     let served = axum::serve(listener, router).with_graceful_shutdown(crate::interrupted()).await;
     sampler.abort();
+    broker.shutdown(Duration::ZERO).await;
     served.map_err(|e| CliError::Message(format!("the dashboard's server failed: {e}")))
 }
 
@@ -179,12 +184,14 @@ fn routes<DB: Db>(app: App<DB>, token: Option<Token>) -> Router {
     let router = Router::new()
         .route("/", get(page))
         .route("/api/queues", get(queues::<DB>))
+        .route("/api/queues/{queue}/dead", get(dead::list::<DB>))
         .route("/metrics", get(metrics_text::<DB>));
     let router = match token {
         Some(token) => router.merge(
-            // The dead-letter and pause operations are added here as routes; until then
-            // every path is an unknown operation, still behind the token check.
+            // Any other path is an unknown operation, still behind the token check.
             Router::new()
+                .route("/api/ops/queues/{queue}/dead/requeue", post(dead::requeue::<DB>))
+                .route("/api/ops/queues/{queue}/dead/purge", post(dead::purge::<DB>))
                 .route("/api/ops/{*operation}", any(no_such_operation))
                 .layer(axum::middleware::from_fn_with_state(token, token::require)),
         ),

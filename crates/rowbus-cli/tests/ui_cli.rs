@@ -17,6 +17,9 @@ use common::{
 };
 use serde_json::{Value, json};
 
+/// The error of the dead letter [`Db::fill`] makes.
+const ERROR: &str = "exit status 3; stderr: cannot open invoice 42";
+
 /// How long `rowbus ui` may take to exit after SIGINT/SIGTERM, and to say where it serves.
 const EXIT_TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -62,8 +65,8 @@ impl Db {
     }
 
     /// Deploys the queues and fills the first: in the default group 3 ready messages and 1
-    /// delayed for an hour; in group `g"x` 1 ready; in group `gone` 1 dead letter (moved
-    /// there by SQL, as a consumer would) and nothing else.
+    /// delayed for an hour; in group `g"x` 1 ready; in group `gone` 1 dead letter (payload
+    /// `doomed`, 5 attempts, error [`ERROR`]) and nothing else.
     fn fill(&self) -> &str {
         let mut deploy = vec!["deploy"];
         for q in &self.queues {
@@ -77,12 +80,19 @@ impl Db {
         self.ok(&["publish", q, "--delay", "1h", "later"]);
         self.ok(&["publish", q, "--group", "g\"x", "quoted"]);
         self.ok(&["publish", q, "--group", "gone", "doomed"]);
+        self.kill("gone", ERROR);
+        q
+    }
+
+    /// Moves group `group`'s messages in the first queue to its dead-letter table, with 5
+    /// attempts and `error`, by SQL as a consumer giving up would.
+    fn kill(&self, group: &str, error: &str) {
+        let q = &self.queues[0];
         self.database.exec(&format!(
             "INSERT INTO {q}_dead (id, group_name, payload, attempts, created_at, last_error) \
-             SELECT id, group_name, payload, 5, created_at, 'boom' FROM {q} WHERE group_name = 'gone'; \
-             DELETE FROM {q} WHERE group_name = 'gone'"
+             SELECT id, group_name, payload, 5, created_at, '{error}' FROM {q} WHERE group_name = '{group}'; \
+             DELETE FROM {q} WHERE group_name = '{group}'"
         ));
-        q
     }
 }
 
@@ -118,6 +128,21 @@ impl Served {
 
     /// `METHOD path` with `headers`; the status, the response's headers (lowercase) and body.
     fn request(&self, method: &str, path: &str, headers: &[(&str, &str)]) -> (u16, String, String) {
+        self.send(method, path, headers, "")
+    }
+
+    /// `POST path` with `body` as the page's `operation()` sends it: JSON, with the token
+    /// `token` (none: no header); the status and the body.
+    fn operation(&self, path: &str, token: Option<&str>, body: &str) -> (u16, String) {
+        let mut headers = vec![("content-type", "application/json")];
+        headers.extend(token.map(|t| ("x-rowbus-token", t)));
+        let (status, _, body) = self.send("POST", path, &headers, body);
+        (status, body)
+    }
+
+    /// `METHOD path` with `headers` and `body`; the status, the response's headers
+    /// (lowercase) and body.
+    fn send(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, String, String) {
         let mut stream = TcpStream::connect(&self.address)
             .unwrap_or_else(|e| panic!("cannot connect to {}: {e}", self.address));
         stream.set_read_timeout(Some(RUN_TIMEOUT)).unwrap();
@@ -126,7 +151,7 @@ impl Served {
         for (name, value) in headers {
             request.push_str(&format!("{name}: {value}\r\n"));
         }
-        request.push_str("Content-Length: 0\r\n\r\n");
+        request.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
         stream.write_all(request.as_bytes()).unwrap();
         let mut response = String::new();
         stream.read_to_string(&mut response).unwrap();
@@ -158,6 +183,22 @@ impl Served {
             );
             std::thread::sleep(Duration::from_millis(200));
         }
+    }
+
+    /// The dashboard's dead letters of `queue` (`GET /api/queues/{queue}/dead`).
+    fn dead(&self, queue: &str) -> Vec<Value> {
+        let body = self.get(&format!("/api/queues/{queue}/dead")).1;
+        let list: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+        list["dead_letters"].as_array().unwrap_or_else(|| panic!("no dead_letters: {body}")).clone()
+    }
+
+    /// `[depth, dead]` of `group` in `queue` as `/api/queues` has them; null when the
+    /// group has neither messages nor dead letters.
+    fn figures(&self, queue: &str, group: &str) -> Value {
+        let data: Value = serde_json::from_str(&self.get("/api/queues").1).unwrap();
+        let line =
+            data["queues"].as_array().unwrap().iter().find(|g| g["table"] == queue && g["group"] == group);
+        line.map_or(Value::Null, |g| json!([g["depth"], g["dead"]]))
     }
 
     /// `GET path`, which must answer 200; its headers and body.
@@ -239,8 +280,8 @@ on_each_database!(figures_and_metrics);
 
 /// An operation needs a POST carrying the token printed at start: without it, with
 /// another, or by GET it is refused before reaching any operation; with it, the request
-/// gets through (to "no such operation": the operations come later). A token given in
-/// ROWBUS_UI_TOKEN is the one printed and required; --read-only serves no operation.
+/// gets through (here to "no such operation"). A token given in ROWBUS_UI_TOKEN is the one
+/// printed and required; --read-only serves no operation, the dead letters' neither.
 #[test]
 fn operations_need_the_token() {
     let db = Db::new(Kind::Sqlite, "token", &["jobs"]);
@@ -269,9 +310,83 @@ fn operations_need_the_token() {
     assert_eq!(served.token, None);
     let (status, _, body) = served.request("POST", op, &[]);
     assert_eq!((status, body.as_str()), (404, ""), "no operation route when read-only");
+    let (status, body) =
+        served.operation(&format!("/api/ops/queues/{q}/dead/requeue"), None, r#"{"all":true}"#);
+    assert_eq!((status, body.as_str()), (404, ""), "no requeue when read-only");
+    assert_eq!(served.dead(q).len(), 1, "the dead letters are still listed");
     let data: Value = serde_json::from_str(&served.get("/api/queues").1).unwrap();
     assert_eq!(data["read_only"], json!(true));
 }
+
+/// The dashboard lists a queue's dead letters with their errors, and its operations put
+/// them back and purge them: only a POST carrying the token moves anything (without it,
+/// or with another, 403 and nothing changes); with it a requeue moves the dead letter
+/// back into its group (the depth up, the dead count down) once, a purge deletes it.
+/// Bodies that do not name dead letters by integer ids or `all`, queue names the library
+/// refuses, and queues the dashboard does not show are refused, changing nothing.
+fn dead_letter_operations(kind: Kind) {
+    let db = Db::new(kind, "deadops", &["jobs", "other"]);
+    let q = db.fill();
+    let other = db.queues[1].clone();
+    let served = Served::start(db.rowbus(&["ui", q, "--listen", "127.0.0.1:0"]));
+    let token = served.token.clone().expect("a token");
+
+    let list = served.dead(q);
+    assert_eq!(list.len(), 1, "{list:?}");
+    let letter = &list[0];
+    assert_eq!(
+        [&letter["group"], &letter["attempts"], &letter["last_error"], &letter["payload"]],
+        [&json!("gone"), &json!(5), &json!(ERROR), &json!("doomed")],
+        "{letter}"
+    );
+    assert!(letter["published_at"].is_string() && letter["died_at"].is_string(), "{letter}");
+    let id = letter["id"].as_i64().expect("an integer id");
+
+    let requeue = format!("/api/ops/queues/{q}/dead/requeue");
+    let purge = format!("/api/ops/queues/{q}/dead/purge");
+    let one = format!(r#"{{"ids":[{id}]}}"#);
+    for (path, body) in [(&requeue, one.as_str()), (&purge, r#"{"all":true}"#)] {
+        assert_eq!(served.operation(path, None, body).0, 403, "POST {path} without the token");
+        let wrong = Some("0123456789abcdef0123456789abcdef");
+        assert_eq!(served.operation(path, wrong, body).0, 403, "POST {path} with another token");
+    }
+    let token = Some(token.as_str());
+    for (path, body, status) in [
+        (requeue.clone(), r#"{"ids":["1"]}"#.to_owned(), 400),
+        (requeue.clone(), format!(r#"{{"ids":[{id}.5]}}"#), 400),
+        (requeue.clone(), r#"{"ids":[]}"#.to_owned(), 400),
+        (purge.clone(), format!(r#"{{"all":true,"ids":[{id}]}}"#), 400),
+        (purge.clone(), "not json".to_owned(), 400),
+        ("/api/ops/queues/jobs%3B%20drop/dead/purge".to_owned(), r#"{"all":true}"#.to_owned(), 400),
+        (format!("/api/ops/queues/{other}/dead/purge"), r#"{"all":true}"#.to_owned(), 404),
+    ] {
+        let (got, text) = served.operation(&path, token, &body);
+        assert_eq!(got, status, "POST {path} {body}: {text}");
+    }
+    assert_eq!(served.figures(q, "gone"), json!([0, 1]), "a refused operation changed something");
+    assert_eq!(served.dead(q).len(), 1);
+
+    let (status, body) = served.operation(&requeue, token, &one);
+    assert_eq!(
+        (status, serde_json::from_str::<Value>(&body).ok()),
+        (200, Some(json!({ "requeued": 1 }))),
+        "{body}"
+    );
+    assert_eq!(served.figures(q, "gone"), json!([1, 0]), "the dead letter is back in its group");
+    assert!(served.dead(q).is_empty());
+    let (status, body) = served.operation(&requeue, token, &one);
+    assert_eq!((status, body.as_str()), (200, r#"{"requeued":0}"#), "requeued twice");
+    assert_eq!(served.figures(q, "gone"), json!([1, 0]));
+
+    db.kill("gone", "again");
+    assert_eq!(served.figures(q, "gone"), json!([0, 1]));
+    let (status, body) = served.operation(&purge, token, r#"{"all":true}"#);
+    assert_eq!((status, body.as_str()), (200, r#"{"purged":1}"#));
+    assert_eq!(served.figures(q, "gone"), Value::Null, "purged: group `gone` has nothing left");
+    assert!(served.dead(q).is_empty());
+    served.stop();
+}
+on_each_database!(dead_letter_operations);
 
 /// Refusals before serving, each one `rowbus: error:` line: a queue table that does not
 /// exist, a token too short to be safe, an address already in use.
@@ -320,9 +435,20 @@ fn browse(url: &str, args: &[&str]) -> String {
     stdout
 }
 
+/// The value of attribute `name` in the dumped DOM's tag `tag`, its entities undone.
+fn attribute(tag: &str, name: &str) -> String {
+    let start =
+        tag.find(&format!(" {name}=\"")).unwrap_or_else(|| panic!("no {name} in {tag}")) + name.len() + 3;
+    let value = &tag[start..start + tag[start..].find('"').unwrap()];
+    value.replace("&quot;", "\"").replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+}
+
 /// In a real browser, the page fetches the figures and renders them: the queue's row
-/// with its depth, its groups, and the dead letter's count. The screenshot of this page is
-/// docs/dashboard.png.
+/// with its depth, its groups, the dead letter's count, and the dead letter itself with
+/// its error and its requeue button. The screenshot of this page is docs/dashboard.png.
+/// The request the button sends (its operation and body, as the page's `operation()`
+/// sends them) puts the dead letter back: the page, loaded again, shows its group's depth
+/// up by one and no dead letter.
 #[test]
 fn browser_shows_the_queue() {
     let db = Db::new(Kind::Sqlite, "browser", &["jobs", "mail"]);
@@ -334,14 +460,21 @@ fn browser_shows_the_queue() {
         db.ok(&["publish", queue, "more"]);
         served.await_samples("jobs", n);
     }
+    let id = served.dead("jobs")[0]["id"].as_i64().unwrap();
     let url = format!("http://{}/#token={}", served.address, served.token.as_deref().unwrap());
     let dom = browse(&url, &["--dump-dom"]);
+    let letter = format!(
+        r#"<tr data-id="{id}"><td class="id">{id}</td><td class="group">gone</td><td class="attempts">5</td>"#
+    );
     for (needle, what) in [
         (
             r#"<tr data-queue="jobs" data-group=""><td class="queue">jobs</td><td class="group">-</td><td class="depth">5</td><td class="ready">4</td><td class="delayed">1</td>"#,
             "jobs' default group: depth 5, 4 ready, 1 delayed",
         ),
-        (r#"<tr data-queue="jobs" data-group="gone">"#, "the group of the dead letter"),
+        (
+            r#"<tr data-queue="jobs" data-group="gone"><td class="queue">jobs</td><td class="group">gone</td><td class="depth">0</td>"#,
+            "the group of the dead letter, empty",
+        ),
         (r#"<td class="dead some">1</td>"#, "the dead letter's count"),
         (r#"<td class="group">g"x</td><td class="depth">1</td>"#, "group g\"x, depth 1"),
         (
@@ -350,13 +483,17 @@ fn browser_shows_the_queue() {
         ),
         (r#"<div class="chart" data-queue="jobs">"#, "jobs' chart"),
         ("operations on", "the token taken from the URL"),
+        (r#"<section id="dead-section">"#, "the dead letters shown"),
+        (&letter, "the dead letter's row: id, group, attempts"),
+        (&format!(r#"<pre class="error">{ERROR}</pre>"#), "the dead letter's error"),
+        (r#"<code>doomed</code>"#, "the dead letter's payload"),
     ] {
         assert!(dom.contains(needle), "the rendered page lacks {what} ({needle}):\n{dom}");
     }
     let screenshot = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/dashboard.png");
     // The last run's screenshot must not pass for this one's.
     let _ = std::fs::remove_file(&screenshot);
-    browse(&url, &[&format!("--screenshot={}", screenshot.display()), "--window-size=1200,800"]);
+    browse(&url, &[&format!("--screenshot={}", screenshot.display()), "--window-size=1200,900"]);
     let png = std::fs::read(&screenshot)
         .unwrap_or_else(|e| panic!("no screenshot at {}: {e}", screenshot.display()));
     assert!(
@@ -364,4 +501,31 @@ fn browser_shows_the_queue() {
         "{} is not a screenshot",
         screenshot.display()
     );
+
+    // The dead letter's requeue button, as rendered: what a click sends.
+    let row = &dom[dom.find(&letter).unwrap()..];
+    let row = &row[..row.find("</tr>").unwrap()];
+    let button = row
+        .split("<button ")
+        .find(|tag| tag.contains(">Requeue</button>"))
+        .unwrap_or_else(|| panic!("no requeue button in the dead letter's row: {row}"));
+    let (op, body) = (attribute(button, "data-op"), attribute(button, "data-body"));
+    assert_eq!(
+        (op.as_str(), body.as_str()),
+        ("queues/jobs/dead/requeue", format!(r#"{{"ids":[{id}]}}"#).as_str())
+    );
+    let (status, answer) = served.operation(&format!("/api/ops/{op}"), served.token.as_deref(), &body);
+    assert_eq!((status, answer.as_str()), (200, r#"{"requeued":1}"#));
+
+    let dom = browse(&url, &["--dump-dom"]);
+    for (needle, what) in [
+        (
+            r#"<tr data-queue="jobs" data-group="gone"><td class="queue">jobs</td><td class="group">gone</td><td class="depth">1</td><td class="ready">1</td>"#,
+            "the requeued message in its group: depth 1, ready",
+        ),
+        (r#"<section id="dead-section" hidden="">"#, "no dead letter left to show"),
+    ] {
+        assert!(dom.contains(needle), "after the requeue, the page lacks {what} ({needle}):\n{dom}");
+    }
+    assert!(!dom.contains(&letter) && !dom.contains(ERROR), "the dead letter still shown:\n{dom}");
 }

@@ -81,12 +81,13 @@ impl Db {
 }
 
 impl Drop for Db {
+    /// Hands the queue (with its dead-letter and pause tables) and the notify table to
+    /// the database's cleanup guard, which drops them right after.
     fn drop(&mut self) {
-        let mut tables = vec![self.queue.clone(), format!("{}_dead", self.queue)];
+        self.database.cleanup.queue(&self.queue);
         if self.database.kind == Kind::MariaDb {
-            tables.push(self.notify_table.clone());
+            self.database.cleanup.notify_table(&self.notify_table);
         }
-        self.database.drop_tables(&tables);
     }
 }
 

@@ -97,12 +97,13 @@ impl Db {
 }
 
 impl Drop for Db {
+    /// Hands the queues (with their dead-letter and pause tables) and the notify table to
+    /// the database's cleanup guard, which drops them right after.
     fn drop(&mut self) {
-        let mut tables = vec![self.notify_table.clone()];
         for q in &self.queues {
-            tables.extend([q.clone(), format!("{q}_dead")]);
+            self.database.cleanup.queue(q);
         }
-        self.database.drop_tables(&tables);
+        self.database.cleanup.notify_table(&self.notify_table);
     }
 }
 

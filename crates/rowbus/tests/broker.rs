@@ -126,7 +126,7 @@ async fn a_failed_test_drops_its_tables<DB: Db>(broker: Broker<DB>) {
     .await;
     assert!(failed.is_err());
     let name = name.into_inner().unwrap();
-    for table in [name.clone(), format!("{name}_dead")] {
+    for table in [name.clone(), format!("{name}_dead"), format!("{name}_pause")] {
         let state = broker.queue(&table).unwrap().state().await.unwrap();
         assert_eq!(state, TableState::Missing, "{table} is left behind");
     }

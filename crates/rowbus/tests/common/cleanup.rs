@@ -63,7 +63,8 @@ impl Cleanup {
         name.to_owned()
     }
 
-    /// Drops the queue table `name` and its dead-letter table at the end; returns the name.
+    /// Drops the queue table `name`, its dead-letter and its pause table at the end; returns
+    /// the name.
     pub fn queue(&self, name: &str) -> String {
         self.made().queues.push(name.to_owned());
         name.to_owned()

@@ -4,11 +4,9 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Cleanup, MARIADB, PG, TempSqlite, on_each_database, unique};
-use futures::StreamExt;
+use common::{Cleanup, MARIADB, PG, next_delivery as next, on_each_database, unique, url_for};
 use rowbus::{Broker, BrokerOptions, Db, DbPool, Error, Message};
 
 /// One test of `scenario` on `database`, for [`on_each_database!`].
@@ -16,14 +14,12 @@ macro_rules! database_test {
     ($database:ident, $scenario:ident) => {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn $database() {
-            let (url, file) = match stringify!($database) {
-                "postgres" => (PG.to_owned(), None),
-                "mariadb" => (MARIADB.to_owned(), None),
-                _ => {
-                    let file = Arc::new(TempSqlite::new());
-                    (file.url.clone(), Some(file))
-                }
+            let server = match stringify!($database) {
+                "postgres" => Some(PG),
+                "mariadb" => Some(MARIADB),
+                _ => None,
             };
+            let (url, file) = url_for(server);
             let db = DbPool::connect_creating(&url, 4)
                 .await
                 .unwrap_or_else(|e| panic!("{url} must be reachable (run scripts/services.sh): {e}"));
@@ -71,11 +67,3 @@ async fn counts_what_was_published<DB: Db>(cleanup: &Cleanup, pool: sqlx::Pool<D
     broker.shutdown(Duration::ZERO).await;
 }
 on_each_database!(counts_what_was_published);
-
-async fn next<DB: Db>(sub: &mut rowbus::Subscription<DB>) -> rowbus::Delivery<DB> {
-    tokio::time::timeout(Duration::from_secs(20), sub.next())
-        .await
-        .expect("a message within 20 s")
-        .expect("the stream goes on")
-        .expect("a claim")
-}

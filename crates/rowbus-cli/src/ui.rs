@@ -7,6 +7,7 @@
 
 mod dead;
 mod metrics;
+mod throughput;
 mod token;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -58,9 +59,7 @@ pub(crate) struct UiArgs {
     token: Option<String>,
 }
 
-/// One sample of a queue table for the chart: when (ms since the Unix epoch), its depth
-/// and its dead letters (all groups together; `None` without a dead-letter table).
-type Sample = (u64, i64, Option<i64>);
+use throughput::Sample;
 
 /// What the server shares between its handlers and its sampler.
 struct App<DB: Db> {
@@ -95,8 +94,9 @@ impl<DB: Db> App<DB> {
         Ok((lines, self.broker.notify_table_stats(&self.config).await?))
     }
 
-    /// Adds a sample of `lines` taken at `now` and forgets those older than [`WINDOW`].
-    fn record(&self, lines: &[Line], now: u64) {
+    /// Adds a sample of `lines` and the tables' `published` totals taken at `now`, and
+    /// forgets those older than [`WINDOW`].
+    fn record(&self, lines: &[Line], published: &BTreeMap<String, u64>, now: u64) {
         let mut per_table: BTreeMap<&str, (i64, Option<i64>)> = BTreeMap::new();
         for Line { table, group } in lines {
             let (depth, dead) = per_table.entry(table.channel()).or_default();
@@ -108,7 +108,8 @@ impl<DB: Db> App<DB> {
         }
         let mut history = self.history.lock().unwrap_or_else(|e| e.into_inner());
         for (table, (depth, dead)) in per_table {
-            history.entry(table.to_owned()).or_default().push_back((now, depth, dead));
+            let sample = (now, depth, dead, published.get(table).copied());
+            history.entry(table.to_owned()).or_default().push_back(sample);
         }
         let oldest = now.saturating_sub(WINDOW.as_millis() as u64);
         history.retain(|_, samples| {
@@ -150,7 +151,7 @@ pub(crate) async fn ui<DB: Db>(
     // A table named on the command line that does not exist is an error now, not a
     // page of errors later.
     let (lines, _) = app.gather().await?;
-    app.record(&lines, now_ms());
+    app.record(&lines, &app.published_totals(&lines).await, now_ms());
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| CliError::Message(format!("cannot listen on {}: {e}", args.listen)))?;
@@ -210,7 +211,8 @@ async fn sample<DB: Db>(app: App<DB>) {
     loop {
         every.tick().await;
         if let Ok((lines, _)) = app.gather().await {
-            app.record(&lines, now_ms());
+            let published = app.published_totals(&lines).await;
+            app.record(&lines, &published, now_ms());
         }
     }
 }
@@ -250,12 +252,22 @@ async fn queues<DB: Db>(State(app): State<App<DB>>) -> Response {
         Err(e) => return unavailable(&e, true),
     };
     let mut body = stats::to_json(&lines, notify.as_ref());
-    let history: serde_json::Map<String, serde_json::Value> = {
+    let (history, throughput): (serde_json::Map<_, _>, serde_json::Map<_, _>) = {
         let history = app.history.lock().unwrap_or_else(|e| e.into_inner());
-        history.iter().map(|(table, samples)| (table.clone(), json!(samples))).collect()
+        history
+            .iter()
+            .map(|(table, samples)| {
+                let samples: Vec<Sample> = samples.iter().copied().collect();
+                let rates = throughput::rates(&samples, throughput::RATE_STEP);
+                let rates: Vec<serde_json::Value> = rates.iter().map(throughput::Rates::to_json).collect();
+                ((table.clone(), json!(samples)), (table.clone(), json!(rates)))
+            })
+            .unzip()
     };
     let counters = app.broker.stats();
     body["history"] = history.into();
+    body["throughput"] = throughput.into();
+    body["rate_step_s"] = throughput::RATE_STEP.as_secs_f64().into();
     body["sample_every_s"] = SAMPLE_EVERY.as_secs_f64().into();
     body["window_s"] = WINDOW.as_secs_f64().into();
     body["now_ms"] = now_ms().into();

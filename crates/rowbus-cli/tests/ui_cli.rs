@@ -186,6 +186,20 @@ impl Served {
         }
     }
 
+    /// Waits (at most [`RUN_TIMEOUT`]) until `/api/queues` has a throughput interval of
+    /// `table`.
+    fn await_throughput(&self, table: &str) {
+        let deadline = std::time::Instant::now() + RUN_TIMEOUT;
+        loop {
+            let data: Value = serde_json::from_str(&self.get("/api/queues").1).unwrap();
+            if data["throughput"][table].as_array().is_some_and(|r| !r.is_empty()) {
+                return;
+            }
+            assert!(std::time::Instant::now() < deadline, "no throughput of {table} within {RUN_TIMEOUT:?}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
     /// The dashboard's dead letters of `queue` (`GET /api/queues/{queue}/dead`).
     fn dead(&self, queue: &str) -> Vec<Value> {
         let body = self.get(&format!("/api/queues/{queue}/dead")).1;
@@ -270,9 +284,20 @@ fn figures_and_metrics(kind: Kind) {
         [json!([q, "", 4, 3, 1, 0, 0]), json!([q, "g\"x", 1, 1, 0, 0, 0]), json!([q, "gone", 0, 0, 0, 0, 1])],
         "{body}"
     );
-    // The sample taken at start is in the chart's history: 5 messages, 1 dead.
+    // The sample taken at start is in the chart's history: 5 messages, 1 dead, 6 ever
+    // published (the dead letter's included).
     let samples = data["history"][q].as_array().unwrap_or_else(|| panic!("no history of {q}: {body}"));
-    assert_eq!((&samples[0][1], &samples[0][2]), (&json!(5), &json!(1)), "{body}");
+    assert_eq!(samples[0].as_array().unwrap()[1..], [json!(5), json!(1), json!(6)], "{body}");
+    // A sample begun after this publish has finished counts it: the one after the next.
+    let taken = samples.len();
+    db.ok(&["publish", q, "one more"]);
+    served.await_samples(q, taken + 2);
+    let data: Value = serde_json::from_str(&served.get("/api/queues").1).unwrap();
+    let samples = data["history"][q].as_array().unwrap();
+    let published: Vec<&Value> = samples.iter().map(|s| &s[3]).collect();
+    assert_eq!(published.last(), Some(&&json!(7)), "{data}");
+    assert!(published.windows(2).all(|w| w[0].as_u64() <= w[1].as_u64()), "{data}");
+    assert!(data["throughput"][q].is_array() && data["rate_step_s"] == json!(10.0), "{data}");
     assert_eq!(data["read_only"], json!(false));
     assert_eq!(data["notify_table"].is_null(), kind == Kind::Postgres, "{body}");
     served.stop();
@@ -461,6 +486,7 @@ fn browser_shows_the_queue() {
         db.ok(&["publish", queue, "more"]);
         served.await_samples("jobs", n);
     }
+    served.await_throughput("jobs");
     let id = served.dead("jobs")[0]["id"].as_i64().unwrap();
     let url = format!("http://{}/#token={}", served.address, served.token.as_deref().unwrap());
     let dom = browse(&url, &["--dump-dom"]);
@@ -483,6 +509,7 @@ fn browser_shows_the_queue() {
             "mail, depth 3",
         ),
         (r#"<div class="chart" data-queue="jobs">"#, "jobs' chart"),
+        (r#"class="published_per_min""#, "a published rate drawn"),
         ("operations on", "the token taken from the URL"),
         (r#"<section id="dead-section">"#, "the dead letters shown"),
         (&letter, "the dead letter's row: id, group, attempts"),

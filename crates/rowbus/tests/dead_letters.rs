@@ -8,8 +8,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{MARIADB, PG, TempSqlite, on_each_database, unique};
-use futures::StreamExt;
+use common::{MARIADB, PG, TempSqlite, next_delivery as next, on_each_database, unique};
 use rowbus::{
     Broker, BrokerOptions, Db, DbPool, DeadLetter, DeadLetterPage, DeadLetters, Message, Queue, RetryPolicy,
 };
@@ -90,14 +89,6 @@ async fn kill<DB: Db>(q: &Queue<DB>, group: &str, payloads: &[&str]) -> Vec<i64>
         d.dead_letter(&format!("boom {payload}")).await.unwrap();
     }
     ids
-}
-
-async fn next<DB: Db>(sub: &mut rowbus::Subscription<DB>) -> rowbus::Delivery<DB> {
-    tokio::time::timeout(Duration::from_secs(20), sub.next())
-        .await
-        .expect("a message within 20 s")
-        .expect("the stream goes on")
-        .expect("a claim")
 }
 
 fn ids(letters: &[DeadLetter]) -> Vec<i64> {

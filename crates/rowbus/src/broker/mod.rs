@@ -9,6 +9,7 @@ mod exec;
 mod lease;
 mod pause;
 mod publish;
+mod published;
 mod retry;
 mod runner;
 mod stats;

@@ -258,6 +258,14 @@ pub trait Dialect: Driver + Sized {
     fn notify_age(expr: &str) -> String {
         Self::age_of(expr)
     }
+    /// How many ids queue table `table` has handed out: the last value of the sequence its
+    /// ids come from, 0 before the first. A statement returning it as one integer, in one
+    /// row when the table exists and none when it does not, and its binds (text).
+    fn published_total_sql(table: &QueueTable) -> (String, Vec<String>);
+    /// A statement run before [`published_total_sql`](Self::published_total_sql) on the
+    /// same connection, its failure ignored: what makes the figure current where the server
+    /// serves it from a cache.
+    const PUBLISHED_TOTAL_FRESH: Option<&'static str> = None;
 }
 
 /// `n` placeholders, numbered from `first`.

@@ -334,6 +334,27 @@ impl Dialect for MySql {
     fn age_of(expr: &str) -> String {
         format!("CAST(TIMESTAMPDIFF(MICROSECOND, {expr}, UTC_TIMESTAMP(6)) AS SIGNED)")
     }
+
+    /// The table's `AUTO_INCREMENT` (the next id) less one. MariaDB reads it from InnoDB
+    /// each time; MySQL 8 caches it for `information_schema_stats_expiry` seconds (a day by
+    /// default), hence [`PUBLISHED_TOTAL_FRESH`](Self::PUBLISHED_TOTAL_FRESH).
+    fn published_total_sql(table: &QueueTable) -> (String, Vec<String>) {
+        let (in_schema, mut binds) = match table.schema() {
+            Some(schema) => ("?", vec![schema.to_owned()]),
+            None => ("DATABASE()", vec![]),
+        };
+        binds.push(table.name().to_owned());
+        let sql = format!(
+            "SELECT CAST(COALESCE(auto_increment, 1) - 1 AS SIGNED) FROM information_schema.tables \
+             WHERE table_schema = {in_schema} AND table_name = ? AND table_type = 'BASE TABLE'"
+        );
+        (sql, binds)
+    }
+
+    /// MySQL 8 reads the statistics from the storage engine with this; MariaDB has no such
+    /// variable (and needs none), and refuses it.
+    const PUBLISHED_TOTAL_FRESH: Option<&'static str> =
+        Some("SET SESSION information_schema_stats_expiry = 0");
 }
 
 impl TableConn for MySqlConnection {

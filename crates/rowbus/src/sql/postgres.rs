@@ -300,6 +300,15 @@ impl Dialect for Postgres {
     fn age_of(expr: &str) -> String {
         format!("(EXTRACT(EPOCH FROM now() - {expr}) * 1000000)::BIGINT")
     }
+
+    /// The identity sequence's last value: `pg_sequence_last_value` is NULL until the
+    /// sequence is first used (`is_called` false), and refuses a role with neither SELECT
+    /// nor USAGE on it (the `pg_sequences` view would say NULL, read as 0).
+    fn published_total_sql(table: &QueueTable) -> (String, Vec<String>) {
+        let sql = "SELECT COALESCE(pg_sequence_last_value(pg_get_serial_sequence(c.oid::regclass::text, 'id')::regclass), 0) \
+                   FROM pg_class c WHERE c.oid = to_regclass($1)";
+        (sql.to_owned(), vec![super::quoted::<Self>(table, "")])
+    }
 }
 
 #[cfg(test)]

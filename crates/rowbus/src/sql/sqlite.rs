@@ -279,6 +279,14 @@ impl Dialect for Sqlite {
     fn notify_age(expr: &str) -> String {
         format!("CAST((julianday('now') - julianday({expr})) * 86400000000.0 AS INTEGER)")
     }
+
+    /// `AUTOINCREMENT` keeps the largest id ever used in `sqlite_sequence`, which has no
+    /// row for the table before its first insert.
+    fn published_total_sql(table: &QueueTable) -> (String, Vec<String>) {
+        let sql = "SELECT COALESCE((SELECT seq FROM sqlite_sequence s WHERE s.name = m.name), 0) \
+                   FROM sqlite_master m WHERE m.type = 'table' AND m.name = ?1 COLLATE NOCASE";
+        (sql.to_owned(), vec![table.name().to_owned()])
+    }
 }
 
 impl TableConn for SqliteConnection {

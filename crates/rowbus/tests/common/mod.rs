@@ -235,3 +235,13 @@ pub async fn silence(listener: &mut Listener, quiet: Duration) {
 pub fn cp(n: &Notification) -> (&str, &str) {
     (n.channel.as_str(), n.payload.as_str())
 }
+
+/// The next message `sub` delivers: within 20 s, or the test fails.
+pub async fn next_delivery<DB: rowbus::Db>(sub: &mut rowbus::Subscription<DB>) -> rowbus::Delivery<DB> {
+    use futures::StreamExt as _;
+    tokio::time::timeout(Duration::from_secs(20), sub.next())
+        .await
+        .expect("a message within 20 s")
+        .expect("the stream goes on")
+        .expect("a claim")
+}

@@ -565,6 +565,18 @@ fn attribute(tag: &str, name: &str) -> String {
     value.replace("&quot;", "\"").replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
 }
 
+/// The operation and body (`data-op`, `data-body`) of the button labelled `label` in the
+/// dumped DOM's row that starts with `row`: what a click on it sends.
+fn button(dom: &str, row: &str, label: &str) -> (String, String) {
+    let tr = &dom[dom.find(row).unwrap_or_else(|| panic!("no row {row} in\n{dom}"))..];
+    let tr = &tr[..tr.find("</tr>").unwrap()];
+    let tag = tr
+        .split("<button ")
+        .find(|tag| tag.contains(&format!(">{label}</button>")))
+        .unwrap_or_else(|| panic!("no {label} button in the row: {tr}"));
+    (attribute(tag, "data-op"), attribute(tag, "data-body"))
+}
+
 /// In a real browser, the page fetches the figures and renders them: the queue's row
 /// with its depth, its groups, the dead letter's count, and the dead letter itself with
 /// its error and its requeue button; queue `mail`, paused by the dashboard, PAUSED with a
@@ -638,13 +650,7 @@ fn browser_shows_the_queue() {
     );
 
     // The dead letter's requeue button, as rendered: what a click sends.
-    let row = &dom[dom.find(&letter).unwrap()..];
-    let row = &row[..row.find("</tr>").unwrap()];
-    let button = row
-        .split("<button ")
-        .find(|tag| tag.contains(">Requeue</button>"))
-        .unwrap_or_else(|| panic!("no requeue button in the dead letter's row: {row}"));
-    let (op, body) = (attribute(button, "data-op"), attribute(button, "data-body"));
+    let (op, body) = button(&dom, &letter, "Requeue");
     assert_eq!(
         (op.as_str(), body.as_str()),
         ("queues/jobs/dead/requeue", format!(r#"{{"ids":[{id}]}}"#).as_str())
@@ -652,13 +658,7 @@ fn browser_shows_the_queue() {
     let (status, answer) = served.operation(&format!("/api/ops/{op}"), token, &body);
     assert_eq!((status, answer.as_str()), (200, r#"{"requeued":1}"#));
     // mail's resume button, as rendered.
-    let head = &dom[dom.find(r#"<tr class="queue-head" data-queue="mail""#).unwrap()..];
-    let head = &head[..head.find("</tr>").unwrap()];
-    let button = head
-        .split("<button ")
-        .find(|tag| tag.contains(">Resume queue</button>"))
-        .unwrap_or_else(|| panic!("no resume button in mail's line: {head}"));
-    let (op, body) = (attribute(button, "data-op"), attribute(button, "data-body"));
+    let (op, body) = button(&dom, r#"<tr class="queue-head" data-queue="mail""#, "Resume queue");
     assert_eq!((op.as_str(), body.as_str()), ("queues/mail/resume", "{}"));
     let (status, answer) = served.operation(&format!("/api/ops/{op}"), token, &body);
     assert_eq!((status, answer.as_str()), (200, r#"{"resumed":1}"#));

@@ -3,10 +3,11 @@
 //!
 //! Operations that change state live under `/api/ops/`, behind [`token::require`]: a POST
 //! carrying the token printed at start. With --read-only there are none. The dead letters
-//! of a queue, and their operations, are in [`dead`].
+//! of a queue, and their operations, are in [`dead`]; pauses and theirs in [`pause`].
 
 mod dead;
 mod metrics;
+mod pause;
 mod throughput;
 mod token;
 
@@ -22,7 +23,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 use clap::Args;
 use rowbus::sqlx::Pool;
-use rowbus::{Broker, Db, NotifyConfig, NotifyTableStats};
+use rowbus::{Broker, Db, NotifyConfig, NotifyTableStats, Paused, QueueTable};
 use serde_json::json;
 
 use crate::cli_error::CliError;
@@ -86,12 +87,24 @@ impl<DB: Db> Clone for App<DB> {
     }
 }
 
+/// The figures of the tables shown, as they stand.
+struct Figures {
+    /// Every group of every table.
+    lines: Vec<Line>,
+    /// The notify table's figures (`None` on PostgreSQL or when it does not exist).
+    notify: Option<NotifyTableStats>,
+    /// What is paused in each table, in their order (empty unless asked for).
+    pauses: Vec<(QueueTable, Paused)>,
+}
+
 impl<DB: Db> App<DB> {
-    /// Every group of the tables shown, and the notify table's figures, as they stand.
-    async fn gather(&self) -> Result<(Vec<Line>, Option<NotifyTableStats>), CliError> {
+    /// The figures of the tables shown, what is paused in each when `pauses`.
+    async fn gather(&self, pauses: bool) -> Result<Figures, CliError> {
         let tables = stats::queue_tables(&self.broker, &self.url, &self.tables, false).await?;
         let lines = stats::lines(&self.broker, &tables).await?;
-        Ok((lines, self.broker.notify_table_stats(&self.config).await?))
+        let notify = self.broker.notify_table_stats(&self.config).await?;
+        let pauses = if pauses { pause::states(&self.broker, &tables).await? } else { Vec::new() };
+        Ok(Figures { lines, notify, pauses })
     }
 
     /// Adds a sample of `lines` and the tables' `published` totals taken at `now`, and
@@ -140,7 +153,8 @@ pub(crate) async fn ui<DB: Db>(
         (None, false) => Some(Token::generate()?),
     };
     let app = App {
-        // Only a dashboard with operations requeues, and wakes other processes' consumers.
+        // Only a dashboard with operations requeues, pauses and resumes, and wakes other
+        // processes' consumers when it does.
         broker: crate::dead_cmd::waking_broker(pool, config, !args.read_only).await?,
         url: url.into(),
         config: Arc::new(config.clone()),
@@ -150,8 +164,8 @@ pub(crate) async fn ui<DB: Db>(
     };
     // A table named on the command line that does not exist is an error now, not a
     // page of errors later.
-    let (lines, _) = app.gather().await?;
-    app.record(&lines, &app.published_totals(&lines).await, now_ms());
+    let figures = app.gather(false).await?;
+    app.record(&figures.lines, &app.published_totals(&figures.lines).await, now_ms());
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| CliError::Message(format!("cannot listen on {}: {e}", args.listen)))?;
@@ -193,6 +207,8 @@ fn routes<DB: Db>(app: App<DB>, token: Option<Token>) -> Router {
             Router::new()
                 .route("/api/ops/queues/{queue}/dead/requeue", post(dead::requeue::<DB>))
                 .route("/api/ops/queues/{queue}/dead/purge", post(dead::purge::<DB>))
+                .route("/api/ops/queues/{queue}/pause", post(pause::pause::<DB>))
+                .route("/api/ops/queues/{queue}/resume", post(pause::resume::<DB>))
                 .route("/api/ops/{*operation}", any(no_such_operation))
                 .layer(axum::middleware::from_fn_with_state(token, token::require)),
         ),
@@ -210,9 +226,9 @@ async fn sample<DB: Db>(app: App<DB>) {
     every.tick().await;
     loop {
         every.tick().await;
-        if let Ok((lines, _)) = app.gather().await {
-            let published = app.published_totals(&lines).await;
-            app.record(&lines, &published, now_ms());
+        if let Ok(figures) = app.gather(false).await {
+            let published = app.published_totals(&figures.lines).await;
+            app.record(&figures.lines, &published, now_ms());
         }
     }
 }
@@ -245,13 +261,14 @@ fn unavailable(error: &CliError, json: bool) -> Response {
 }
 
 /// `GET /api/queues`: the figures as `rowbus stats --json` has them, with the samples for
-/// the chart, this process's counters and whether operations are on.
+/// the chart, what is paused in each queue, this process's counters and whether operations
+/// are on.
 async fn queues<DB: Db>(State(app): State<App<DB>>) -> Response {
-    let (lines, notify) = match app.gather().await {
+    let figures = match app.gather(true).await {
         Ok(figures) => figures,
         Err(e) => return unavailable(&e, true),
     };
-    let mut body = stats::to_json(&lines, notify.as_ref());
+    let mut body = stats::to_json(&figures.lines, figures.notify.as_ref());
     let (history, throughput): (serde_json::Map<_, _>, serde_json::Map<_, _>) = {
         let history = app.history.lock().unwrap_or_else(|e| e.into_inner());
         history
@@ -268,6 +285,7 @@ async fn queues<DB: Db>(State(app): State<App<DB>>) -> Response {
     body["history"] = history.into();
     body["throughput"] = throughput.into();
     body["rate_step_s"] = throughput::RATE_STEP.as_secs_f64().into();
+    body["pauses"] = pause::to_json(&figures.pauses);
     body["sample_every_s"] = SAMPLE_EVERY.as_secs_f64().into();
     body["window_s"] = WINDOW.as_secs_f64().into();
     body["now_ms"] = now_ms().into();
@@ -285,10 +303,10 @@ async fn queues<DB: Db>(State(app): State<App<DB>>) -> Response {
 
 /// `GET /metrics`: the Prometheus text format.
 async fn metrics_text<DB: Db>(State(app): State<App<DB>>) -> Response {
-    match app.gather().await {
-        Ok((lines, notify)) => (
+    match app.gather(true).await {
+        Ok(f) => (
             [(header::CONTENT_TYPE, metrics::CONTENT_TYPE)],
-            metrics::render(&lines, notify.as_ref(), &app.broker.stats()),
+            metrics::render(&f.lines, f.notify.as_ref(), &f.pauses, &app.broker.stats()),
         )
             .into_response(),
         Err(e) => unavailable(&e, false),

@@ -12,8 +12,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use common::{
-    Database, Kind, RUN_TIMEOUT, Running, assert_error, on_each_database, read_all, rowbus, run, show, text,
-    unique, wait_timeout,
+    Database, Kind, LINE_TIMEOUT, RUN_TIMEOUT, Running, assert_error, on_each_database, read_all, rowbus,
+    run, show, text, unique, wait_timeout,
 };
 use serde_json::{Value, json};
 
@@ -52,8 +52,8 @@ impl Db {
         cmd
     }
 
-    /// Runs a command that must succeed.
-    fn ok(&self, args: &[&str]) {
+    /// Runs a command that must succeed; its stdout.
+    fn ok(&self, args: &[&str]) -> String {
         let output = run(self.rowbus(args));
         assert!(
             output.status.success(),
@@ -62,6 +62,18 @@ impl Db {
             self.database.server(),
             show(&output)
         );
+        text(&output.stdout)
+    }
+
+    /// The groups of `queue` that `rowbus stats --json` says are paused.
+    fn paused_groups(&self, queue: &str) -> Vec<String> {
+        let stats: Value = serde_json::from_str(&self.ok(&["stats", "--json", queue])).unwrap();
+        let groups = stats["queues"].as_array().unwrap_or_else(|| panic!("no queues: {stats}"));
+        groups
+            .iter()
+            .filter(|g| g["paused"] == true)
+            .map(|g| g["group"].as_str().unwrap().to_owned())
+            .collect()
     }
 
     /// Deploys the queues and fills the first: in the default group 3 ready messages and 1
@@ -216,6 +228,26 @@ impl Served {
         line.map_or(Value::Null, |g| json!([g["depth"], g["dead"]]))
     }
 
+    /// What `/api/queues` says is paused in `queue`: `{"queue": bool, "groups": [...]}`.
+    fn pauses(&self, queue: &str) -> Value {
+        let data: Value = serde_json::from_str(&self.get("/api/queues").1).unwrap();
+        data["pauses"][queue].clone()
+    }
+
+    /// The `/metrics` lines of `queue`'s pauses: `rowbus_paused` and `rowbus_queue_paused`.
+    fn paused_metrics(&self, queue: &str) -> Vec<String> {
+        let metrics = self.get("/metrics").1;
+        let ours = [
+            format!("rowbus_paused{{queue=\"{queue}\","),
+            format!("rowbus_queue_paused{{queue=\"{queue}\"}}"),
+        ];
+        metrics
+            .lines()
+            .filter(|l| ours.iter().any(|o| l.starts_with(o.as_str())))
+            .map(str::to_owned)
+            .collect()
+    }
+
     /// `GET path`, which must answer 200; its headers and body.
     fn get(&self, path: &str) -> (String, String) {
         let (status, head, body) = self.request("GET", path, &[]);
@@ -339,6 +371,8 @@ fn operations_need_the_token() {
     let (status, body) =
         served.operation(&format!("/api/ops/queues/{q}/dead/requeue"), None, r#"{"all":true}"#);
     assert_eq!((status, body.as_str()), (404, ""), "no requeue when read-only");
+    let (status, body) = served.operation(&format!("/api/ops/queues/{q}/pause"), None, "{}");
+    assert_eq!((status, body.as_str()), (404, ""), "no pause when read-only");
     assert_eq!(served.dead(q).len(), 1, "the dead letters are still listed");
     let data: Value = serde_json::from_str(&served.get("/api/queues").1).unwrap();
     assert_eq!(data["read_only"], json!(true));
@@ -414,6 +448,94 @@ fn dead_letter_operations(kind: Kind) {
 }
 on_each_database!(dead_letter_operations);
 
+/// The dashboard pauses and resumes a group or the whole queue, as `rowbus pause` and
+/// `rowbus resume` do: only a POST carrying the token does anything (without it, or with
+/// another, 403 and nothing is paused); bodies other than `{}` or a string `group` the
+/// library accepts are refused, as is a queue the dashboard does not show. With the token,
+/// `rowbus stats --json`, `/api/queues` and `/metrics` show the group, then the whole
+/// queue, paused, and a resume clears it. A running consumer elsewhere, listening and
+/// polling every ten minutes, takes nothing published while its queue is paused and gets
+/// it at once when the dashboard resumes the queue: the resume woke it.
+fn pause_operations(kind: Kind) {
+    let db = Db::new(kind, "pauseops", &["jobs", "mail", "hidden"]);
+    let q = db.fill().to_owned();
+    let (mail, hidden) = (db.queues[1].clone(), db.queues[2].clone());
+    let served = Served::start(db.rowbus(&["ui", &q, &mail, "--listen", "127.0.0.1:0"]));
+    let token = served.token.clone().expect("a token");
+    let nothing = json!({ "queue": false, "groups": [] });
+    let (pause, resume) = (format!("/api/ops/queues/{q}/pause"), format!("/api/ops/queues/{q}/resume"));
+    let group = r#"{"group":"g\"x"}"#;
+
+    for (path, body) in [(&pause, group), (&pause, "{}"), (&resume, "{}")] {
+        assert_eq!(served.operation(path, None, body).0, 403, "POST {path} without the token");
+        let wrong = Some("0123456789abcdef0123456789abcdef");
+        assert_eq!(served.operation(path, wrong, body).0, 403, "POST {path} with another token");
+    }
+    let token = Some(token.as_str());
+    for (path, body, status) in [
+        (pause.clone(), r#"{"group":1}"#, 400),
+        (pause.clone(), r#"{"group":null}"#, 400),
+        (pause.clone(), r#"{"all":true}"#, 400),
+        (pause.clone(), r#"{"group":"trailing "}"#, 400),
+        (pause.clone(), "[]", 400),
+        (pause.clone(), "not json", 400),
+        ("/api/ops/queues/jobs%3B%20drop/pause".to_owned(), "{}", 400),
+        (format!("/api/ops/queues/{hidden}/pause"), "{}", 404),
+    ] {
+        let (got, text) = served.operation(&path, token, body);
+        assert_eq!(got, status, "POST {path} {body}: {text}");
+    }
+    assert!(db.paused_groups(&q).is_empty(), "a refused operation paused something");
+    assert!(db.paused_groups(&hidden).is_empty(), "a queue not shown was paused");
+    assert_eq!(served.pauses(&q), nothing);
+
+    assert_eq!(served.operation(&pause, token, group), (200, r#"{"paused":true}"#.to_owned()));
+    assert_eq!(served.operation(&pause, token, group), (200, r#"{"paused":false}"#.to_owned()), "twice");
+    assert_eq!(db.paused_groups(&q), ["g\"x"]);
+    assert_eq!(served.pauses(&q), json!({ "queue": false, "groups": ["g\"x"] }));
+    assert_eq!(
+        served.paused_metrics(&q),
+        [
+            format!(r#"rowbus_paused{{queue="{q}",group=""}} 0"#),
+            format!(r#"rowbus_paused{{queue="{q}",group="g\"x"}} 1"#),
+            format!(r#"rowbus_paused{{queue="{q}",group="gone"}} 0"#),
+            format!(r#"rowbus_queue_paused{{queue="{q}"}} 0"#),
+        ]
+    );
+    assert_eq!(served.operation(&resume, token, group), (200, r#"{"resumed":1}"#.to_owned()));
+    assert!(db.paused_groups(&q).is_empty(), "the group's resume left it paused");
+    assert_eq!(served.pauses(&q), nothing);
+
+    assert_eq!(served.operation(&pause, token, "{}"), (200, r#"{"paused":true}"#.to_owned()));
+    assert_eq!(db.paused_groups(&q), ["", "g\"x", "gone"], "the whole queue holds every group");
+    assert_eq!(served.pauses(&q), json!({ "queue": true, "groups": [] }));
+    assert!(served.paused_metrics(&q).iter().all(|l| l.ends_with(" 1")), "{:?}", served.paused_metrics(&q));
+    assert_eq!(served.operation(&resume, token, "{}"), (200, r#"{"resumed":1}"#.to_owned()));
+    assert!(db.paused_groups(&q).is_empty(), "the queue's resume left something paused");
+    assert_eq!(served.operation(&resume, token, "{}"), (200, r#"{"resumed":0}"#.to_owned()), "twice");
+
+    // A consumer in another process, listening: a publish while paused wakes it and it
+    // takes nothing; only the dashboard's resume can bring the message before its poll.
+    let cmd = db.rowbus(&["consume", &mail, "--json", "--listen-notify", "--poll-interval", "10m"]);
+    let mut consumer = Running::spawn(cmd, EXIT_TIMEOUT);
+    consumer.await_stderr("consuming", LINE_TIMEOUT, |l| l.starts_with("rowbus: consuming "));
+    let mail_pause = format!("/api/ops/queues/{mail}/pause");
+    assert_eq!(served.operation(&mail_pause, token, "{}"), (200, r#"{"paused":true}"#.to_owned()));
+    db.ok(&["publish", &mail, "during"]);
+    consumer.no_line(Duration::from_secs(2), "the queue is paused");
+    let stats = db.ok(&["stats", "--json", &mail]);
+    assert_eq!(db.paused_groups(&mail), [""], "the message held, paused: {stats}");
+    let mail_resume = format!("/api/ops/queues/{mail}/resume");
+    assert_eq!(served.operation(&mail_resume, token, "{}"), (200, r#"{"resumed":1}"#.to_owned()));
+    let line: Value =
+        serde_json::from_str(&consumer.next_line("the message published while paused")).unwrap();
+    assert_eq!(line["payload"], "during", "{line}");
+    let (status, rest, stderr) = consumer.stop("INT");
+    assert!(status.success() && rest.is_empty(), "{status} {rest:?} {stderr:?}");
+    served.stop();
+}
+on_each_database!(pause_operations);
+
 /// Refusals before serving, each one `rowbus: error:` line: a queue table that does not
 /// exist, a token too short to be safe, an address already in use.
 #[test]
@@ -469,12 +591,25 @@ fn attribute(tag: &str, name: &str) -> String {
     value.replace("&quot;", "\"").replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
 }
 
+/// The operation and body (`data-op`, `data-body`) of the button labelled `label` in the
+/// dumped DOM's row that starts with `row`: what a click on it sends.
+fn button(dom: &str, row: &str, label: &str) -> (String, String) {
+    let tr = &dom[dom.find(row).unwrap_or_else(|| panic!("no row {row} in\n{dom}"))..];
+    let tr = &tr[..tr.find("</tr>").unwrap()];
+    let tag = tr
+        .split("<button ")
+        .find(|tag| tag.contains(&format!(">{label}</button>")))
+        .unwrap_or_else(|| panic!("no {label} button in the row: {tr}"));
+    (attribute(tag, "data-op"), attribute(tag, "data-body"))
+}
+
 /// In a real browser, the page fetches the figures and renders them: the queue's row
 /// with its depth, its groups, the dead letter's count, and the dead letter itself with
-/// its error and its requeue button. The screenshot of this page is docs/dashboard.png.
-/// The request the button sends (its operation and body, as the page's `operation()`
-/// sends them) puts the dead letter back: the page, loaded again, shows its group's depth
-/// up by one and no dead letter.
+/// its error and its requeue button; queue `mail`, paused by the dashboard, PAUSED with a
+/// button to resume it. The screenshot of this page is docs/dashboard.png. The requests
+/// the buttons send (their operation and body, as the page's `operation()` sends them)
+/// put the dead letter back and resume `mail`: the page, loaded again, shows the dead
+/// letter's group's depth up by one, no dead letter and nothing paused.
 #[test]
 fn browser_shows_the_queue() {
     let db = Db::new(Kind::Sqlite, "browser", &["jobs", "mail"]);
@@ -488,6 +623,9 @@ fn browser_shows_the_queue() {
     }
     served.await_throughput("jobs");
     let id = served.dead("jobs")[0]["id"].as_i64().unwrap();
+    let token = served.token.as_deref();
+    let (status, answer) = served.operation("/api/ops/queues/mail/pause", token, "{}");
+    assert_eq!((status, answer.as_str()), (200, r#"{"paused":true}"#));
     let url = format!("http://{}/#token={}", served.address, served.token.as_deref().unwrap());
     let dom = browse(&url, &["--dump-dom"]);
     let letter = format!(
@@ -508,6 +646,15 @@ fn browser_shows_the_queue() {
             r#"<tr data-queue="mail" data-group=""><td class="queue">mail</td><td class="group">-</td><td class="depth">3</td>"#,
             "mail, depth 3",
         ),
+        (
+            r#"<tr class="queue-head" data-queue="mail" data-paused="true"><td colspan="9"><strong>mail</strong><span class="badge paused">PAUSED</span>"#,
+            "mail paused as a whole",
+        ),
+        (
+            r#"<td class="state" title="the whole queue is paused"><span class="badge paused">PAUSED</span></td>"#,
+            "mail's group held by the queue's pause",
+        ),
+        (r#"<tr class="queue-head" data-queue="jobs" data-paused="false">"#, "jobs not paused"),
         (r#"<div class="chart" data-queue="jobs">"#, "jobs' chart"),
         (r#"class="published_per_min""#, "a published rate drawn"),
         ("operations on", "the token taken from the URL"),
@@ -531,19 +678,18 @@ fn browser_shows_the_queue() {
     );
 
     // The dead letter's requeue button, as rendered: what a click sends.
-    let row = &dom[dom.find(&letter).unwrap()..];
-    let row = &row[..row.find("</tr>").unwrap()];
-    let button = row
-        .split("<button ")
-        .find(|tag| tag.contains(">Requeue</button>"))
-        .unwrap_or_else(|| panic!("no requeue button in the dead letter's row: {row}"));
-    let (op, body) = (attribute(button, "data-op"), attribute(button, "data-body"));
+    let (op, body) = button(&dom, &letter, "Requeue");
     assert_eq!(
         (op.as_str(), body.as_str()),
         ("queues/jobs/dead/requeue", format!(r#"{{"ids":[{id}]}}"#).as_str())
     );
-    let (status, answer) = served.operation(&format!("/api/ops/{op}"), served.token.as_deref(), &body);
+    let (status, answer) = served.operation(&format!("/api/ops/{op}"), token, &body);
     assert_eq!((status, answer.as_str()), (200, r#"{"requeued":1}"#));
+    // mail's resume button, as rendered.
+    let (op, body) = button(&dom, r#"<tr class="queue-head" data-queue="mail""#, "Resume queue");
+    assert_eq!((op.as_str(), body.as_str()), ("queues/mail/resume", "{}"));
+    let (status, answer) = served.operation(&format!("/api/ops/{op}"), token, &body);
+    assert_eq!((status, answer.as_str()), (200, r#"{"resumed":1}"#));
 
     let dom = browse(&url, &["--dump-dom"]);
     for (needle, what) in [
@@ -552,8 +698,10 @@ fn browser_shows_the_queue() {
             "the requeued message in its group: depth 1, ready",
         ),
         (r#"<section id="dead-section" hidden="">"#, "no dead letter left to show"),
+        (r#"<tr class="queue-head" data-queue="mail" data-paused="false">"#, "mail resumed"),
     ] {
         assert!(dom.contains(needle), "after the requeue, the page lacks {what} ({needle}):\n{dom}");
     }
     assert!(!dom.contains(&letter) && !dom.contains(ERROR), "the dead letter still shown:\n{dom}");
+    assert!(!dom.contains(r#"<span class="badge paused">"#), "something still shown paused:\n{dom}");
 }

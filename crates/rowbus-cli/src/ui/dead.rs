@@ -19,14 +19,14 @@ use crate::dead_cmd::json_line;
 pub(super) const SHOWN: u32 = 100;
 
 /// A refusal: its status and a line saying why, as JSON `{"error": ...}`.
-fn refuse(status: StatusCode, line: String) -> Response {
+pub(super) fn refuse(status: StatusCode, line: String) -> Response {
     (status, Json(json!({ "error": line }))).into_response()
 }
 
 impl<DB: Db> App<DB> {
     /// The queue `name`, if this dashboard shows it: a name the library accepts
     /// (`QueueTable`), among those named on the command line if any were, deployed.
-    async fn shown_queue(&self, name: &str) -> Result<Queue<DB>, Response> {
+    pub(super) async fn shown_queue(&self, name: &str) -> Result<Queue<DB>, Response> {
         let queue =
             self.broker.queue(name).map_err(|e| refuse(StatusCode::BAD_REQUEST, CliError::from(e).line()))?;
         let named = |given: &String| self.broker.queue(given).is_ok_and(|q| q.table() == queue.table());

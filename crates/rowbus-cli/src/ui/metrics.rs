@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use rowbus::{NotifyTableStats, Stats};
+use rowbus::{NotifyTableStats, Paused, QueueTable, Stats};
 
 use crate::stats::Line;
 
@@ -66,9 +66,14 @@ const COUNTERS: [Counter; 6] = [
 ];
 
 /// The exposition of `lines` (every group of every queue table), the notify table's
-/// figures (`None` on PostgreSQL or when it does not exist) and the serving process's
-/// counters.
-pub(crate) fn render(lines: &[Line], notify: Option<&NotifyTableStats>, stats: &Stats) -> String {
+/// figures (`None` on PostgreSQL or when it does not exist), what is paused in each queue
+/// table and the serving process's counters.
+pub(crate) fn render(
+    lines: &[Line],
+    notify: Option<&NotifyTableStats>,
+    pauses: &[(QueueTable, Paused)],
+    stats: &Stats,
+) -> String {
     let mut out = Exposition(String::new());
     out.family(
         "rowbus_messages",
@@ -102,6 +107,22 @@ pub(crate) fn render(lines: &[Line], notify: Option<&NotifyTableStats>, stats: &
                 age.as_secs_f64(),
             );
         }
+    }
+    out.family(
+        "rowbus_paused",
+        "gauge",
+        "Whether a queue table's group is held by a pause, its own or the whole queue's: 1 paused, 0 not (group \"\" is the default group).",
+    );
+    for Line { table, group: g } in lines {
+        out.sample("rowbus_paused", &[("queue", table.channel()), ("group", &g.group)], u8::from(g.paused));
+    }
+    out.family(
+        "rowbus_queue_paused",
+        "gauge",
+        "Whether a queue table is paused as a whole (every group held): 1 paused, 0 not.",
+    );
+    for (table, paused) in pauses {
+        out.sample("rowbus_queue_paused", &[("queue", table.channel())], u8::from(paused.queue));
     }
     if let Some(n) = notify {
         out.family(
@@ -165,7 +186,7 @@ mod tests {
             ),
             line("other", GroupStats { depth: 1, ready: 1, ..GroupStats::default() }),
         ];
-        let text = render(&lines, None, &Stats::default());
+        let text = render(&lines, None, &[], &Stats::default());
         let samples: Vec<&str> = text.lines().filter(|l| l.starts_with("rowbus_messages{")).collect();
         assert_eq!(
             samples,
@@ -200,7 +221,8 @@ mod tests {
             claim_errors: 1,
             ..Stats::default()
         };
-        let text = render(&[line("jobs", GroupStats::default())], Some(&notify), &stats);
+        let pauses = [("jobs".parse().unwrap(), Paused::default())];
+        let text = render(&[line("jobs", GroupStats::default())], Some(&notify), &pauses, &stats);
         let mut current: Option<(String, String)> = None;
         let mut families = Vec::new();
         let mut lines = text.lines().peekable();
@@ -228,6 +250,8 @@ mod tests {
             [
                 "rowbus_messages",
                 "rowbus_oldest_message_age_seconds",
+                "rowbus_paused",
+                "rowbus_queue_paused",
                 "rowbus_notify_table_rows",
                 "rowbus_notify_table_oldest_age_seconds",
                 "rowbus_published_total",
@@ -239,6 +263,8 @@ mod tests {
             ]
         );
         for expected in [
+            "rowbus_paused{queue=\"jobs\",group=\"\"} 0",
+            "rowbus_queue_paused{queue=\"jobs\"} 0",
             "rowbus_notify_table_rows{table=\"rowbus_notify\"} 7",
             "rowbus_notify_table_oldest_age_seconds{table=\"rowbus_notify\"} 3",
             "rowbus_published_total 5",
@@ -250,5 +276,42 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == expected), "no line {expected:?} in\n{text}");
         }
+    }
+
+    /// Each group has a `rowbus_paused` sample, 1 when a pause holds it (its own or the
+    /// whole queue's, as `GroupStats::paused` says), its name escaped; each queue table a
+    /// `rowbus_queue_paused` sample, 1 when paused as a whole, those without a group too.
+    #[test]
+    fn paused_groups_and_queues() {
+        let held = |group: &str, paused| GroupStats { group: group.into(), paused, ..GroupStats::default() };
+        let lines = [
+            line("jobs", held("", false)),
+            line("jobs", held("a\"b", true)),
+            line("mail", held("", true)),
+            line("mail", held("x", true)),
+        ];
+        let pauses = [
+            ("jobs".parse().unwrap(), Paused { queue: false, groups: vec!["a\"b".into()] }),
+            ("mail".parse().unwrap(), Paused { queue: true, groups: Vec::new() }),
+            ("empty".parse().unwrap(), Paused { queue: true, groups: Vec::new() }),
+        ];
+        let text = render(&lines, None, &pauses, &Stats::default());
+        let samples: Vec<&str> = text.lines().filter(|l| l.contains("paused")).collect();
+        assert_eq!(
+            samples,
+            [
+                "# HELP rowbus_paused Whether a queue table's group is held by a pause, its own or the whole queue's: 1 paused, 0 not (group \"\" is the default group).",
+                "# TYPE rowbus_paused gauge",
+                r#"rowbus_paused{queue="jobs",group=""} 0"#,
+                r#"rowbus_paused{queue="jobs",group="a\"b"} 1"#,
+                r#"rowbus_paused{queue="mail",group=""} 1"#,
+                r#"rowbus_paused{queue="mail",group="x"} 1"#,
+                "# HELP rowbus_queue_paused Whether a queue table is paused as a whole (every group held): 1 paused, 0 not.",
+                "# TYPE rowbus_queue_paused gauge",
+                r#"rowbus_queue_paused{queue="jobs"} 0"#,
+                r#"rowbus_queue_paused{queue="mail"} 1"#,
+                r#"rowbus_queue_paused{queue="empty"} 1"#,
+            ]
+        );
     }
 }

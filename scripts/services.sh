@@ -2,6 +2,8 @@
 # Starts PostgreSQL and MariaDB when they are down and makes sure the `test` databases
 # exist, so the tests run on a fresh machine. Safe to run again.
 set -euo pipefail
+# CI has no terminal: packages install without asking.
+export DEBIAN_FRONTEND=noninteractive
 
 # A test writes to a queue through the system's own sqlite3 (older than the bundled SQLite).
 if ! command -v /usr/bin/sqlite3 >/dev/null; then

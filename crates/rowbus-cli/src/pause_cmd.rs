@@ -41,8 +41,16 @@ pub(crate) async fn pause<DB: Db>(
     let notify_table = queue_cmd::broker_notify_config(config);
     let listen_notify =
         Broker::new(pool.clone(), BrokerOptions::default()).await?.notify_ready(&notify_table).await?;
-    let broker =
-        Broker::new(pool, BrokerOptions { listen_notify, notify_table, ..BrokerOptions::default() }).await?;
+    let broker = Broker::new(
+        pool,
+        BrokerOptions {
+            listen_notify,
+            notify_table,
+            listen_url: Some(url.to_owned()),
+            ..BrokerOptions::default()
+        },
+    )
+    .await?;
     let result = async {
         let queue = queue_cmd::existing_queue(&broker, &args.table, url).await?;
         let line = match action {

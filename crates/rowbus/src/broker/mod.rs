@@ -73,6 +73,12 @@ pub struct BrokerOptions {
     /// publishing transaction stayed open longer may be missed, and the subscription then
     /// finds the message at its poll interval.
     pub notify_table: NotifyConfig,
+    /// The URL `listen_notify`'s connection is made from; by default the pool's connect
+    /// options. Set it to the URL the pool was made from when that URL lists several
+    /// hosts (`postgres://h1,h2/db?target_session_attrs=read-write`): the pool's options
+    /// name only the host it settled on, and with the list the listening connection goes
+    /// through the hosts again on every reconnect.
+    pub listen_url: Option<String>,
     /// How long a failed claim waits before the next.
     pub claim_error_wait: Duration,
 }
@@ -91,6 +97,7 @@ impl Default for BrokerOptions {
                 lookback: Duration::from_secs(2),
                 ..NotifyConfig::default()
             },
+            listen_url: None,
             claim_error_wait: Duration::from_secs(1),
         }
     }
@@ -234,14 +241,17 @@ impl<DB: Db> Inner<DB> {
 
 impl<DB: Db> Broker<DB> {
     /// A broker on `pool`. With `listen_notify`, connects the listening connection now
-    /// (from the pool's connect options) and keeps it until [`shutdown`](Self::shutdown).
+    /// (from [`BrokerOptions::listen_url`], else the pool's connect options) and keeps it until [`shutdown`](Self::shutdown).
     /// Options out of range are refused first ([`BrokerOptions::validate`]).
     pub async fn new(pool: Pool<DB>, options: BrokerOptions) -> Result<Self, Error> {
         options.validate()?;
         let mut notifier = None;
         let mut listener = None;
         if options.listen_notify {
-            let url = pool.connect_options().to_url_lossy().to_string();
+            let url = match &options.listen_url {
+                Some(url) => url.clone(),
+                None => pool.connect_options().to_url_lossy().to_string(),
+            };
             notifier = Some(Notifier::new(options.notify_table.clone())?);
             let listener_options =
                 ListenerOptions { notify_table: options.notify_table.clone(), ..Default::default() };

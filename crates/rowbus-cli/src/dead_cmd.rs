@@ -117,7 +117,8 @@ pub(crate) async fn dead<DB: Db>(
 
 /// A broker on `pool` that, when `requeues` and the notify table `config` names is there
 /// (always on PostgreSQL), wakes consumers in other processes running with
-/// `--listen-notify` when it puts dead letters back; call its `shutdown` when done.
+/// `--listen-notify` when it puts messages back or resumes a queue, listening on `url`
+/// (every host it lists); call its `shutdown` when done.
 pub(crate) async fn waking_broker<DB: Db>(
     pool: Pool<DB>,
     url: &str,

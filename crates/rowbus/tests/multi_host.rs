@@ -126,3 +126,12 @@ async fn postgres_read_write_refuses_read_only_hosts() {
         DbPool::connect(&format!("{read_only}&target_session_attrs=any")).await.expect("any server will do");
     db.close().await;
 }
+
+/// The broker's options, printed for a log, keep the listening URL's password out.
+#[test]
+fn broker_options_debug_hides_the_listen_url_password() {
+    let options =
+        BrokerOptions { listen_url: Some("postgres://u:secret@h1,h2/db".into()), ..BrokerOptions::default() };
+    let printed = format!("{options:?}");
+    assert!(printed.contains("postgres://u:***@h1,h2/db") && !printed.contains("secret"), "{printed}");
+}

@@ -52,7 +52,7 @@ use stats::Counters;
 use wake::Wakers;
 
 /// How a [`Broker`] claims, leases, retries and wakes.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct BrokerOptions {
     /// The longest a subscription waits between two claims when nothing wakes it: the
     /// floor under every wake-up. A subscription may set its own. At least
@@ -81,6 +81,21 @@ pub struct BrokerOptions {
     pub listen_url: Option<String>,
     /// How long a failed claim waits before the next.
     pub claim_error_wait: Duration,
+}
+
+// By hand: `listen_url` may hold a password, which a debug print must not show.
+impl std::fmt::Debug for BrokerOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BrokerOptions")
+            .field("poll_interval", &self.poll_interval)
+            .field("lease", &self.lease)
+            .field("retry", &self.retry)
+            .field("listen_notify", &self.listen_notify)
+            .field("notify_table", &self.notify_table)
+            .field("listen_url", &self.listen_url.as_deref().map(crate::backend::redact))
+            .field("claim_error_wait", &self.claim_error_wait)
+            .finish()
+    }
 }
 
 impl Default for BrokerOptions {

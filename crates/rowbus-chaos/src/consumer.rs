@@ -74,6 +74,7 @@ pub(crate) fn broker_options(tables: &Tables, lease: Duration) -> BrokerOptions 
             lookback: Duration::from_secs(2),
             ..NotifyConfig::default()
         },
+        listen_url: None,
         claim_error_wait: Duration::from_secs(1),
     }
 }

@@ -183,6 +183,7 @@ pub(crate) async fn consume<DB: Db>(
         retry: retry.clone(),
         listen_notify: args.listen_notify,
         notify_table,
+        listen_url: Some(url.to_owned()),
         ..BrokerOptions::default()
     };
     let broker = Broker::new(pool, options).await?;

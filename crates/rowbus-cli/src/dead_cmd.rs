@@ -109,7 +109,7 @@ pub(crate) async fn dead<DB: Db>(
     config: &NotifyConfig,
     command: DeadCommand,
 ) -> Result<(), CliError> {
-    let broker = waking_broker(pool, config, matches!(command, DeadCommand::Requeue(_))).await?;
+    let broker = waking_broker(pool, url, config, matches!(command, DeadCommand::Requeue(_))).await?;
     let result = run(&broker, url, command).await;
     broker.shutdown(Duration::ZERO).await;
     result
@@ -117,16 +117,27 @@ pub(crate) async fn dead<DB: Db>(
 
 /// A broker on `pool` that, when `requeues` and the notify table `config` names is there
 /// (always on PostgreSQL), wakes consumers in other processes running with
-/// `--listen-notify` when it puts dead letters back; call its `shutdown` when done.
+/// `--listen-notify` when it puts messages back or resumes a queue, listening on `url`
+/// (every host it lists); call its `shutdown` when done.
 pub(crate) async fn waking_broker<DB: Db>(
     pool: Pool<DB>,
+    url: &str,
     config: &NotifyConfig,
     requeues: bool,
 ) -> Result<Broker<DB>, CliError> {
     let notify_table = queue_cmd::broker_notify_config(config);
     let listen_notify = requeues
         && Broker::new(pool.clone(), BrokerOptions::default()).await?.notify_ready(&notify_table).await?;
-    Ok(Broker::new(pool, BrokerOptions { listen_notify, notify_table, ..BrokerOptions::default() }).await?)
+    Ok(Broker::new(
+        pool,
+        BrokerOptions {
+            listen_notify,
+            notify_table,
+            listen_url: Some(url.to_owned()),
+            ..BrokerOptions::default()
+        },
+    )
+    .await?)
 }
 
 async fn run<DB: Db>(broker: &Broker<DB>, url: &str, command: DeadCommand) -> Result<(), CliError> {

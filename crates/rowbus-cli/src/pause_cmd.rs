@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::Args;
 use rowbus::sqlx::Pool;
-use rowbus::{Broker, BrokerOptions, Db, NotifyConfig, Queue};
+use rowbus::{Db, NotifyConfig, Queue};
 
 use crate::cli_error::CliError;
 use crate::queue_cmd::{self, outln};
@@ -38,11 +38,7 @@ pub(crate) async fn pause<DB: Db>(
     args: PauseArgs,
 ) -> Result<(), CliError> {
     // Wakes consumers elsewhere where it can: through the notify table when it exists.
-    let notify_table = queue_cmd::broker_notify_config(config);
-    let listen_notify =
-        Broker::new(pool.clone(), BrokerOptions::default()).await?.notify_ready(&notify_table).await?;
-    let broker =
-        Broker::new(pool, BrokerOptions { listen_notify, notify_table, ..BrokerOptions::default() }).await?;
+    let broker = crate::dead_cmd::waking_broker(pool, url, config, true).await?;
     let result = async {
         let queue = queue_cmd::existing_queue(&broker, &args.table, url).await?;
         let line = match action {

@@ -51,7 +51,12 @@ pub(crate) async fn publish<DB: Db>(
             notify_table.table
         );
     }
-    let options = BrokerOptions { listen_notify, notify_table, ..BrokerOptions::default() };
+    let options = BrokerOptions {
+        listen_notify,
+        notify_table,
+        listen_url: Some(url.to_owned()),
+        ..BrokerOptions::default()
+    };
     let broker = Broker::new(pool, options).await?;
     let result = publish_with(&broker, url, args).await;
     broker.shutdown(Duration::ZERO).await;

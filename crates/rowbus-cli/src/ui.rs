@@ -155,7 +155,7 @@ pub(crate) async fn ui<DB: Db>(
     let app = App {
         // Only a dashboard with operations requeues, pauses and resumes, and wakes other
         // processes' consumers when it does.
-        broker: crate::dead_cmd::waking_broker(pool, config, !args.read_only).await?,
+        broker: crate::dead_cmd::waking_broker(pool, url, config, !args.read_only).await?,
         url: url.into(),
         config: Arc::new(config.clone()),
         tables: args.tables.into(),

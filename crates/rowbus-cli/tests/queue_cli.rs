@@ -629,6 +629,38 @@ fn unreachable_servers_and_bad_urls_fail_at_once_in_one_line() {
     }
 }
 
+/// A URL listing a refusing host (127.0.0.1:1) before the server, with
+/// `target_session_attrs=read-write` on PostgreSQL: deploy, publish, and a
+/// `consume --listen-notify` woken (long before its 600 s poll) by a publish from another
+/// process; with every host down, one line naming each.
+fn commands_take_a_url_listing_several_hosts(kind: Kind) {
+    let mut db = Db::new(kind, "hosts");
+    let url = db.database.url.clone();
+    let (user, server) = url.split_once('@').expect("user@host");
+    let extra = if kind == Kind::Postgres { "?target_session_attrs=read-write" } else { "" };
+    db.database.url = format!("{user}@127.0.0.1:1,{server}{extra}");
+    let q = db.queue("hosts");
+    db.deploy(&[&q]);
+    db.publish(&q, &["hello"], 1);
+    let mut consumer =
+        start_consumer(db.rowbus(&["consume", &q, "--json", "--listen-notify", "--poll-interval", "600"]));
+    assert_eq!(delivery(&consumer.next_line("hello"))["payload"], "hello");
+    db.publish(&q, &["woken"], 1);
+    assert_eq!(delivery(&consumer.next_line("woken by the notification"))["payload"], "woken");
+    stop_cleanly(&mut consumer, "INT");
+
+    let (scheme, _) = user.split_once("://").expect("a scheme");
+    let mut cmd = rowbus();
+    cmd.args(["--database-url", &format!("{scheme}://u@127.0.0.1:1,127.0.0.1:2/test"), "stats"]);
+    let line = assert_error(&run(cmd), "every host down");
+    assert_mentions(
+        &line,
+        &["cannot connect to any host", "127.0.0.1:1: ", "127.0.0.1:2: "],
+        "every host down",
+    );
+}
+on_each_database!(commands_take_a_url_listing_several_hosts on postgres, mariadb);
+
 /// A consumer whose queue table is dropped under it says why its claims fail and stops
 /// with a non-zero status, rather than retrying forever with a bare count of failures.
 fn a_consumer_whose_table_goes_stops_and_says_why(kind: Kind) {

@@ -25,6 +25,25 @@ pub enum Error {
         #[source]
         source: sqlx::Error,
     },
+    /// None of the hosts of a several-host URL could be connected to (or, with
+    /// `target_session_attrs=read-write`, none took writes).
+    #[error("cannot connect to any host of {url}: {tried}; check that one of them is up (and a primary)")]
+    NoHost {
+        /// The URL (password removed).
+        url: String,
+        /// Each host tried, in order, and why it failed.
+        tried: String,
+    },
+    /// The server is read-only (a standby, or `default_transaction_read_only` is on) and the
+    /// URL asks for `target_session_attrs=read-write`.
+    #[error(
+        "{target} is read-only (a standby?) and the URL asks for target_session_attrs=read-write: \
+         list the primary among its hosts"
+    )]
+    ReadOnlyHost {
+        /// The host's URL (password removed).
+        target: String,
+    },
     /// The SQLite database file does not exist, and the connection was not one that
     /// creates it.
     #[error(
@@ -179,7 +198,7 @@ impl Error {
     /// rather than that the statement was refused.
     pub fn is_connection_error(&self) -> bool {
         match self {
-            Error::Connect { .. } => true,
+            Error::Connect { .. } | Error::NoHost { .. } | Error::ReadOnlyHost { .. } => true,
             Error::Database(e) => is_connection_lost(e),
             _ => false,
         }

@@ -60,6 +60,7 @@ mod broker;
 mod db;
 mod deploy;
 mod error;
+mod hosts;
 mod listener;
 mod notify;
 mod sql;

@@ -52,7 +52,7 @@ use stats::Counters;
 use wake::Wakers;
 
 /// How a [`Broker`] claims, leases, retries and wakes.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct BrokerOptions {
     /// The longest a subscription waits between two claims when nothing wakes it: the
     /// floor under every wake-up. A subscription may set its own. At least
@@ -73,8 +73,29 @@ pub struct BrokerOptions {
     /// publishing transaction stayed open longer may be missed, and the subscription then
     /// finds the message at its poll interval.
     pub notify_table: NotifyConfig,
+    /// The URL `listen_notify`'s connection is made from; by default the pool's connect
+    /// options. Set it to the URL the pool was made from when that URL lists several
+    /// hosts (`postgres://h1,h2/db?target_session_attrs=read-write`): the pool's options
+    /// name only the host it settled on, and with the list the listening connection goes
+    /// through the hosts again on every reconnect.
+    pub listen_url: Option<String>,
     /// How long a failed claim waits before the next.
     pub claim_error_wait: Duration,
+}
+
+// By hand: `listen_url` may hold a password, which a debug print must not show.
+impl std::fmt::Debug for BrokerOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BrokerOptions")
+            .field("poll_interval", &self.poll_interval)
+            .field("lease", &self.lease)
+            .field("retry", &self.retry)
+            .field("listen_notify", &self.listen_notify)
+            .field("notify_table", &self.notify_table)
+            .field("listen_url", &self.listen_url.as_deref().map(crate::backend::redact))
+            .field("claim_error_wait", &self.claim_error_wait)
+            .finish()
+    }
 }
 
 impl Default for BrokerOptions {
@@ -91,6 +112,7 @@ impl Default for BrokerOptions {
                 lookback: Duration::from_secs(2),
                 ..NotifyConfig::default()
             },
+            listen_url: None,
             claim_error_wait: Duration::from_secs(1),
         }
     }
@@ -234,14 +256,17 @@ impl<DB: Db> Inner<DB> {
 
 impl<DB: Db> Broker<DB> {
     /// A broker on `pool`. With `listen_notify`, connects the listening connection now
-    /// (from the pool's connect options) and keeps it until [`shutdown`](Self::shutdown).
+    /// (from [`BrokerOptions::listen_url`], else the pool's connect options) and keeps it until [`shutdown`](Self::shutdown).
     /// Options out of range are refused first ([`BrokerOptions::validate`]).
     pub async fn new(pool: Pool<DB>, options: BrokerOptions) -> Result<Self, Error> {
         options.validate()?;
         let mut notifier = None;
         let mut listener = None;
         if options.listen_notify {
-            let url = pool.connect_options().to_url_lossy().to_string();
+            let url = match &options.listen_url {
+                Some(url) => url.clone(),
+                None => pool.connect_options().to_url_lossy().to_string(),
+            };
             notifier = Some(Notifier::new(options.notify_table.clone())?);
             let listener_options =
                 ListenerOptions { notify_table: options.notify_table.clone(), ..Default::default() };

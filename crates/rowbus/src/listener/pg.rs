@@ -1,14 +1,14 @@
 //! PostgreSQL: native LISTEN/NOTIFY on sqlx's `PgListener`.
 
 use notify_table::Notification;
-use sqlx::Connection as _;
-use sqlx::postgres::{PgConnection, PgListener, PgNotification};
+use sqlx::postgres::{PgListener, PgNotification};
 
 use super::ListenerOptions;
 use super::driver::{Control, Session, Wake};
 use crate::backend::redact;
 use crate::error::Error;
 use crate::notify::check_pg_channel;
+use crate::sql::postgres::first_host;
 
 pub(crate) struct PgSession {
     listener: PgListener,
@@ -24,12 +24,14 @@ fn notification(n: PgNotification) -> Notification {
 
 impl Session for PgSession {
     async fn connect(url: &str, _: &ListenerOptions) -> Result<Self, Error> {
-        let failed = |source| Error::Connect { target: redact(url), source };
         // PgListener connects through a pool, which retries a refused connection until its
-        // acquire timeout and then reports only the timeout: a direct connection first
-        // fails fast, with the real cause.
-        PgConnection::connect(url).await.map_err(failed)?.close().await.map_err(failed)?;
-        let mut listener = PgListener::connect(url).await.map_err(failed)?;
+        // acquire timeout and then reports only the timeout: a direct connection to each
+        // host first fails fast, with the real cause, and picks the host. Every reconnect
+        // comes here, so it goes through the host list again.
+        let host = first_host(url).await?;
+        let mut listener = PgListener::connect(&host)
+            .await
+            .map_err(|source| Error::Connect { target: redact(&host), source })?;
         // A lost connection ends this session; the driver reconnects and reports it.
         listener.eager_reconnect(false);
         Ok(PgSession { listener })

@@ -13,7 +13,7 @@ mod dead;
 mod mysql;
 mod pause;
 #[cfg(feature = "postgres")]
-mod postgres;
+pub(crate) mod postgres;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 mod table;

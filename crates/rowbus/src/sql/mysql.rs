@@ -11,11 +11,12 @@ use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPoolOptions};
 use sqlx::{ConnectOptions as _, Connection as _, MySql, Pool, Row as _};
 
 use super::{DEPLOY_LOCK_WAIT, Dialect, placeholders};
-use crate::backend::{Backend, DbPool, connect_error, invalid_url};
+use crate::backend::{Backend, DbPool, connect_error, invalid_url, redact};
 use crate::broker::{ACK_BATCH, QueueTable};
 use crate::db::sealed::Driver as _;
 use crate::db::{Arg, ClaimedRow};
 use crate::error::Error;
+use crate::hosts::connect_first;
 use crate::listener::{ListenerTask, TableConn, TableSession};
 use crate::notify::Notifier;
 
@@ -47,11 +48,22 @@ fn options(url: &str) -> Result<MySqlConnectOptions, Error> {
     MySqlConnectOptions::from_str(&url).map_err(|e| invalid_url(&url, e))
 }
 
-/// One connection in rowbus's session settings.
-async fn connect(url: &str) -> Result<MySqlConnection, Error> {
-    let mut conn = options(url)?.connect().await.map_err(connect_error(url))?;
-    session(&mut conn).await.map_err(connect_error(url))?;
-    Ok(conn)
+/// One connection in rowbus's session settings, to the first host of `url` that accepts
+/// it, and that host's URL.
+async fn connect(url: &str) -> Result<(MySqlConnection, String), Error> {
+    connect_first(url, |host, read_write| async move {
+        if read_write {
+            return Err(Error::InvalidUrl {
+                url: redact(url),
+                reason: "target_session_attrs is PostgreSQL's: on MySQL/MariaDB list hosts that take writes"
+                    .into(),
+            });
+        }
+        let mut conn = options(&host)?.connect().await.map_err(connect_error(&host))?;
+        session(&mut conn).await.map_err(connect_error(&host))?;
+        Ok((conn, host))
+    })
+    .await
 }
 
 /// Marks the rows a claim locked. Binds: lease µs, token, then the ids.
@@ -279,12 +291,15 @@ impl Dialect for MySql {
         Box::pin(async move {
             // A direct connection first fails fast with the real cause (a pool would
             // report only its acquire timeout).
-            connect(&url).await?.close().await.map_err(connect_error(&url))?;
+            // It also picks the host: sqlx pools take one set of connect options, so the
+            // pool stays on that host.
+            let (conn, host) = connect(&url).await?;
+            conn.close().await.map_err(connect_error(&host))?;
             let pool = MySqlPoolOptions::new()
                 .max_connections(max)
                 .acquire_timeout(Duration::from_secs(10))
                 .after_connect(|conn, _| Box::pin(session(conn)));
-            pool.connect_with(options(&url)?).await.map_err(connect_error(&url))
+            pool.connect_with(options(&host)?).await.map_err(connect_error(&host))
         })
     }
 
@@ -363,7 +378,7 @@ impl TableConn for MySqlConnection {
     }
 
     async fn open(url: &str) -> Result<Self, Error> {
-        connect(url).await
+        Ok(connect(url).await?.0)
     }
 
     async fn session_id(&mut self) -> Result<Option<u64>, Error> {

@@ -6,20 +6,47 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use notify_table::{NotifyTable, Statement, Value};
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
 use sqlx::{ConnectOptions as _, Connection as _, Pool, Postgres};
 use tracing::warn;
 
 use super::{DEPLOY_LOCK_WAIT, Dialect};
-use crate::backend::{Backend, DbPool, connect_error, invalid_url};
+use crate::backend::{Backend, DbPool, connect_error, invalid_url, redact};
 use crate::broker::QueueTable;
 use crate::db::Arg;
 use crate::db::sealed::Driver as _;
 use crate::error::Error;
+use crate::hosts::connect_first;
 use crate::listener::{ListenerTask, PgSession};
 use crate::notify::{Notifier, check_pg_channel, check_pg_payload};
 
 crate::db::driver!(Postgres, Backend::Postgres);
+
+/// The URL of the first host of `url` that accepts a connection and, when the URL asks
+/// for `target_session_attrs=read-write`, takes writes. A connection made from it stays
+/// on that host: a new call goes through the list again.
+pub(crate) async fn first_host(url: &str) -> Result<String, Error> {
+    connect_first(url, |host, read_write| async move {
+        let options = PgConnectOptions::from_str(&host).map_err(|e| invalid_url(&host, e))?;
+        let mut conn = options.connect().await.map_err(connect_error(&host))?;
+        if read_write {
+            check_writable(&mut conn, &host).await?;
+        }
+        conn.close().await.map_err(connect_error(&host))?;
+        Ok(host)
+    })
+    .await
+}
+
+/// Refuses a server that does not take writes, as libpq's `read-write` does: a standby
+/// answers `on`, and so does a session whose `default_transaction_read_only` is on.
+async fn check_writable(conn: &mut PgConnection, host: &str) -> Result<(), Error> {
+    let read_only: String = sqlx::query_scalar("SHOW transaction_read_only")
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(connect_error(host))?;
+    if read_only == "off" { Ok(()) } else { Err(Error::ReadOnlyHost { target: redact(host) }) }
+}
 
 /// Rows ready to claim, oldest first, unless paused (binds: group, limit).
 fn select_ready(table: &QueueTable) -> String {
@@ -236,19 +263,14 @@ impl Dialect for Postgres {
     fn connect_pool(url: &str, max: u32, _create: bool) -> BoxFuture<'static, Result<Pool<Self>, Error>> {
         let url = url.to_owned();
         Box::pin(async move {
-            let options = PgConnectOptions::from_str(&url).map_err(|e| invalid_url(&url, e))?;
             // A pool retries a refused connection until its acquire timeout and then
-            // reports only the timeout: one direct connection first fails fast, with the
-            // real cause.
-            options
-                .connect()
-                .await
-                .map_err(connect_error(&url))?
-                .close()
-                .await
-                .map_err(connect_error(&url))?;
+            // reports only the timeout: one direct connection per host first fails fast,
+            // with the real cause, and picks the host. sqlx pools take one set of connect
+            // options, so the pool stays on that host.
+            let host = first_host(&url).await?;
+            let options = PgConnectOptions::from_str(&host).map_err(|e| invalid_url(&host, e))?;
             let pool = PgPoolOptions::new().max_connections(max).acquire_timeout(Duration::from_secs(10));
-            pool.connect_with(options).await.map_err(connect_error(&url))
+            pool.connect_with(options).await.map_err(connect_error(&host))
         })
     }
 

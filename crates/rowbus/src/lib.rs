@@ -60,6 +60,7 @@ mod broker;
 mod db;
 mod deploy;
 mod error;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 mod hosts;
 mod listener;
 mod notify;

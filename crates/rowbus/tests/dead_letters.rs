@@ -8,7 +8,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{MARIADB, PG, TempSqlite, next_delivery as next, on_each_database, unique};
+use common::{Cleanup, MARIADB, PG, TempSqlite, next_delivery as next, on_each_database, unique};
 use rowbus::{
     Broker, BrokerOptions, Db, DbPool, DeadLetter, DeadLetterPage, DeadLetters, Message, Queue, RetryPolicy,
 };
@@ -61,18 +61,21 @@ async fn env<DB: Db>(pool: sqlx::Pool<DB>, db: DbPool, file: Option<Arc<TempSqli
     Env { broker: Broker::new(pool, options()).await.unwrap(), db, _file: file }
 }
 
-/// A new queue table, dropped with its dead-letter table when the guard goes.
-struct Table<DB: Db>(Queue<DB>);
+/// A new queue table, dropped with its dead-letter and pause tables when the test ends,
+/// also when it fails (the guard).
+struct Table<DB: Db>(Queue<DB>, Cleanup);
 
 impl<DB: Db> Table<DB> {
     async fn new(broker: &Broker<DB>) -> Self {
-        let queue = broker.queue(&unique("dl")).unwrap();
+        let cleanup = Cleanup::new(DB::BACKEND);
+        let queue = broker.queue(&cleanup.queue(&unique("dl"))).unwrap();
         queue.deploy().await.unwrap();
-        Table(queue)
+        Table(queue, cleanup)
     }
 
     async fn drop_tables(self) {
         self.0.undeploy().await.unwrap();
+        self.1.forget(self.0.table().channel());
     }
 }
 

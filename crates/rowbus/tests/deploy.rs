@@ -7,7 +7,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{MARIADB, PG, TempSqlite, on_each_database, unique};
+use common::{Cleanup, MARIADB, PG, TempSqlite, on_each_database, unique};
 use futures::StreamExt;
 use rowbus::{Broker, BrokerOptions, Db, DbPool, Error, Message, NotifyConfig, NotifyDeploy, TableState};
 use tokio::sync::Barrier;
@@ -84,7 +84,8 @@ where
 /// Four replicas, each with its own pool and broker, deploy one new queue at once: all
 /// succeed, and the queue works across them.
 async fn replicas_deploy_one_queue_at_once<DB: Db>(url: &str) {
-    let name = unique("replicas");
+    let cleanup = Cleanup::new(DB::BACKEND);
+    let name = cleanup.queue(&unique("replicas"));
     let mut brokers = Vec::new();
     for _ in 0..REPLICAS {
         brokers.push(broker::<DB>(url, BrokerOptions::default()).await);
@@ -105,6 +106,7 @@ async fn replicas_deploy_one_queue_at_once<DB: Db>(url: &str) {
     // The depth reads the dead-letter table too: it exists.
     assert_eq!(last.depth("").await.unwrap(), (0, 0));
     first.undeploy().await.unwrap();
+    cleanup.forget(&name);
 }
 on_each_database!(replicas_deploy_one_queue_at_once);
 
@@ -114,7 +116,8 @@ async fn replicas_deploy_the_notify_table_at_once<DB: Db>(url: &str)
 where
     for<'c> &'c sqlx::Pool<DB>: sqlx::Executor<'c, Database = DB>,
 {
-    let config = NotifyConfig { table: unique("nt_replicas"), ..NotifyConfig::default() };
+    let cleanup = Cleanup::new(DB::BACKEND);
+    let config = NotifyConfig { table: cleanup.table(&unique("nt_replicas")), ..NotifyConfig::default() };
     let mut pools = Vec::new();
     for _ in 0..REPLICAS {
         pools.push(DbPool::connect_creating(url, 2).await.unwrap());
@@ -137,6 +140,7 @@ where
     let b = broker::<DB>(url, BrokerOptions::default()).await;
     assert_eq!(b.notify_table_stats(&config).await.unwrap().map(|s| s.rows), Some(1));
     exec(&b, format!("DROP TABLE {}", config.table)).await;
+    cleanup.forget(&config.table);
 }
 on_each_database!(replicas_deploy_the_notify_table_at_once on mariadb, sqlite);
 
@@ -147,11 +151,13 @@ async fn deploy_over_a_foreign_table_creates_nothing<DB: Db>(url: &str)
 where
     for<'c> &'c sqlx::Pool<DB>: sqlx::Executor<'c, Database = DB>,
 {
-    let notify = NotifyConfig { table: unique("nt_foreign"), ..NotifyConfig::default() };
+    let cleanup = Cleanup::new(DB::BACKEND);
+    let notify =
+        NotifyConfig { table: cleanup.notify_table(&unique("nt_foreign")), ..NotifyConfig::default() };
     let options =
         BrokerOptions { listen_notify: true, notify_table: notify.clone(), ..BrokerOptions::default() };
     let b = broker::<DB>(url, options).await;
-    let name = unique("foreign");
+    let name = cleanup.queue(&unique("foreign"));
     exec(&b, format!("CREATE TABLE {name} (id INTEGER, name TEXT)")).await;
     let q = b.queue(&name).unwrap();
 
@@ -178,6 +184,7 @@ where
     assert_eq!(b.notify_table_stats(&notify).await.unwrap(), None, "the notify table was created");
 
     exec(&b, format!("DROP TABLE {name}")).await;
+    cleanup.forget(&name);
     b.shutdown(Duration::from_secs(1)).await;
 }
 on_each_database!(deploy_over_a_foreign_table_creates_nothing);
@@ -189,11 +196,12 @@ async fn deploy_waits_for_the_lock<DB: Db>(url: &str, lock: fn(&str) -> String, 
 where
     for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
 {
+    let cleanup = Cleanup::new(DB::BACKEND);
     let (b, other) = (
         broker::<DB>(url, BrokerOptions::default()).await,
         broker::<DB>(url, BrokerOptions::default()).await,
     );
-    let name = unique("held");
+    let name = cleanup.queue(&unique("held"));
     let mut holder = other.pool().acquire().await.unwrap();
     sqlx::Executor::execute(&mut *holder, sqlx::AssertSqlSafe(lock(&name))).await.unwrap();
     let q = b.queue(&name).unwrap();
@@ -208,6 +216,7 @@ where
     tokio::time::timeout(Duration::from_secs(10), deploy).await.unwrap().unwrap().unwrap();
     assert_eq!(q.state().await.unwrap(), TableState::Deployed);
     q.undeploy().await.unwrap();
+    cleanup.forget(&name);
 }
 
 /// PostgreSQL: one advisory key for every deploy in the database.

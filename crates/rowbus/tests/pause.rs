@@ -8,7 +8,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{MARIADB, PG, TempSqlite, on_each_database, unique};
+use common::{Cleanup, MARIADB, PG, TempSqlite, on_each_database, unique};
 use rowbus::{Broker, BrokerOptions, Db, DbPool, Error, Message, Paused, Queue};
 use sqlx::{MySql, Postgres, Sqlite};
 use tokio::sync::{Notify, mpsc};
@@ -193,7 +193,8 @@ fn start<DB: Db>(
 /// wakes it at once and it takes what was published meanwhile.
 async fn pause_and_resume<DB: Brokers>(place: Place, runner: Runner) {
     let (consumer, operator) = (DB::broker(&place, notifying()).await, DB::broker(&place, notifying()).await);
-    let name = unique("pause");
+    let cleanup = Cleanup::new(DB::BACKEND);
+    let name = cleanup.queue(&unique("pause"));
     let (mine, theirs) = (queue(&consumer, &name).await, operator.queue(&name).unwrap());
     let (mut handled, task) = start(&mine, "", FOREVER, runner);
 
@@ -230,6 +231,7 @@ async fn pause_and_resume<DB: Brokers>(place: Place, runner: Runner) {
     consumer.shutdown(Duration::from_secs(5)).await;
     task.await.unwrap();
     mine.undeploy().await.unwrap();
+    cleanup.forget(&name);
     operator.shutdown(Duration::from_secs(1)).await;
 }
 
@@ -249,7 +251,8 @@ on_each_database!(pause_and_resume_run_tx);
 async fn groups_and_polls<DB: Brokers>(place: Place) {
     let options = BrokerOptions { poll_interval: Duration::from_millis(100), ..BrokerOptions::default() };
     let (consumer, operator) = (DB::broker(&place, options.clone()).await, DB::broker(&place, options).await);
-    let name = unique("pause_groups");
+    let cleanup = Cleanup::new(DB::BACKEND);
+    let name = cleanup.queue(&unique("pause_groups"));
     let (mine, theirs) = (queue(&consumer, &name).await, operator.queue(&name).unwrap());
     let (mut a, a_task) = start(&mine, "a", Duration::from_millis(100), Runner::Run);
     let (mut b, b_task) = start(&mine, "b", Duration::from_millis(100), Runner::RunTx);
@@ -290,6 +293,7 @@ async fn groups_and_polls<DB: Brokers>(place: Place) {
     a_task.await.unwrap();
     b_task.await.unwrap();
     mine.undeploy().await.unwrap();
+    cleanup.forget(&name);
 }
 on_each_database!(groups_and_polls);
 
@@ -306,7 +310,8 @@ async fn settled<DB: Db>(queue: &Queue<DB>, group: &str) {
 /// A pause is in the database: a broker made after it (a restarted process) finds the
 /// queue paused and takes nothing until it is resumed.
 async fn pause_outlives_the_broker<DB: Brokers>(place: Place) {
-    let name = unique("pause_kept");
+    let cleanup = Cleanup::new(DB::BACKEND);
+    let name = cleanup.queue(&unique("pause_kept"));
     let first = DB::broker(&place, BrokerOptions::default()).await;
     let q = queue(&first, &name).await;
     q.publish(Message::text("kept")).await.unwrap();
@@ -324,6 +329,7 @@ async fn pause_outlives_the_broker<DB: Brokers>(place: Place) {
     second.shutdown(Duration::from_secs(5)).await;
     task.await.unwrap();
     q.undeploy().await.unwrap();
+    cleanup.forget(&name);
 }
 on_each_database!(pause_outlives_the_broker);
 
@@ -332,7 +338,8 @@ on_each_database!(pause_outlives_the_broker);
 /// again adds the pause table and keeps its messages.
 async fn deploy_adds_the_pause_table<DB: Brokers>(place: Place) {
     let broker = DB::broker(&place, BrokerOptions::default()).await;
-    let name = unique("pause_old");
+    let cleanup = Cleanup::new(DB::BACKEND);
+    let name = cleanup.queue(&unique("pause_old"));
     let q = queue(&broker, &name).await;
     q.publish(Message::text("old")).await.unwrap();
     drop_pause_table(&place, &name).await;
@@ -354,6 +361,7 @@ async fn deploy_adds_the_pause_table<DB: Brokers>(place: Place) {
     assert_eq!(q.depth("").await.unwrap().0, 1);
     q.resume(None).await.unwrap();
     q.undeploy().await.unwrap();
+    cleanup.forget(&name);
     broker.shutdown(Duration::from_secs(1)).await;
 }
 on_each_database!(deploy_adds_the_pause_table);

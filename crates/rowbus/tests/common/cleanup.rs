@@ -70,11 +70,13 @@ impl Cleanup {
         name.to_owned()
     }
 
-    /// Drops the notify table `name` at the end (PostgreSQL has none: nothing to drop).
-    pub fn notify_table(&self, name: &str) {
+    /// Drops the notify table `name` at the end (PostgreSQL has none: nothing to drop);
+    /// returns the name.
+    pub fn notify_table(&self, name: &str) -> String {
         if self.server != Some(Backend::Postgres) {
             self.table(name);
         }
+        name.to_owned()
     }
 
     /// Drops the PostgreSQL schema `name` with everything in it at the end; returns the name.

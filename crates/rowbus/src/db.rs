@@ -62,7 +62,6 @@ pub(crate) mod sealed {
     use super::*;
 
     pub trait Driver: Database {
-        fn rows_affected(result: &Self::QueryResult) -> u64;
         fn statement(stmt: &Statement) -> Query<'static, Self, Self::Arguments>;
         /// Runs a statement; the rows it affected.
         fn execute<'c>(
@@ -124,10 +123,6 @@ macro_rules! driver {
         }
 
         impl $crate::db::sealed::Driver for $db {
-            fn rows_affected(result: &Self::QueryResult) -> u64 {
-                result.rows_affected()
-            }
-
             fn statement(
                 stmt: &notify_table::Statement,
             ) -> sqlx::query::Query<'static, Self, Self::Arguments> {

@@ -335,7 +335,7 @@ async fn publisher<DB: Exec>(
             match broker.begin().await {
                 Err(_) => Publish::RolledBack,
                 Ok(mut tx) => match tx.publish(&queue, message).await {
-                    Ok(()) if roll >= 0.10 => match tx.commit().await {
+                    Ok(_) if roll >= 0.10 => match tx.commit().await {
                         Ok(()) => Publish::Acked,
                         Err(_) => Publish::Indeterminate,
                     },
@@ -347,7 +347,7 @@ async fn publisher<DB: Exec>(
             }
         } else {
             match queue.publish(message).await {
-                Ok(()) => Publish::Acked,
+                Ok(_) => Publish::Acked,
                 Err(_) => Publish::Indeterminate,
             }
         };

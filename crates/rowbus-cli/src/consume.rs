@@ -45,8 +45,9 @@ pub(crate) struct ConsumeArgs {
     /// output is rowbus's; messages are not printed
     #[arg(long, value_name = "CMD", conflicts_with = "json")]
     exec: Option<String>,
-    /// Print JSON lines {"id", "group", "payload", "attempt"} (and "payload_hex" when the
-    /// payload is not UTF-8) instead of `ID GROUP PAYLOAD` (the default group shows as -)
+    /// Print JSON lines {"id", "group", "payload", "attempt", "priority", "key", "headers"}
+    /// (and "payload_hex" when the payload is not UTF-8) instead of `ID GROUP PAYLOAD` (the
+    /// default group shows as -)
     #[arg(long)]
     json: bool,
     /// Be woken by publishers in other processes at once rather than at the next poll
@@ -137,6 +138,9 @@ fn render<DB: Db>(d: &Delivery<DB>, json: bool) -> String {
             "group": d.group(),
             "payload": text.map_or_else(|| String::from_utf8_lossy(d.payload()).into_owned(), str::to_owned),
             "attempt": d.attempt(),
+            "priority": d.priority(),
+            "key": d.key(),
+            "headers": d.headers(),
         });
         if text.is_none() {
             let hex: String = d.payload().iter().map(|b| format!("{b:02x}")).collect();

@@ -198,6 +198,9 @@ pub(crate) fn json_line(letter: &DeadLetter) -> serde_json::Value {
         "last_error": letter.last_error,
         "published_at": rfc3339(letter.published_at),
         "died_at": rfc3339(letter.died_at),
+        "priority": letter.priority,
+        "key": letter.key,
+        "headers": letter.headers,
     });
     if std::str::from_utf8(&letter.payload).is_err() {
         let hex: String = letter.payload.iter().map(|b| format!("{b:02x}")).collect();
@@ -262,11 +265,16 @@ mod tests {
             last_error: Some("exit status 1\nstderr: no".into()),
             published_at: SystemTime::UNIX_EPOCH,
             died_at: SystemTime::UNIX_EPOCH,
+            priority: -2,
+            key: Some("k".into()),
+            headers: [("h".to_owned(), "v".to_owned())].into(),
         };
         let text = text_line(&letter);
         assert!(!text.contains('\n') && text.contains("<2 bytes, not UTF-8>"), "{text}");
         let line = json_line(&letter);
         assert_eq!((line["payload"].clone(), line["payload_hex"].clone()), (json!(null), json!("ff00")));
         assert_eq!(line["last_error"], "exit status 1\nstderr: no");
+        assert_eq!((line["priority"].clone(), line["key"].clone()), (json!(-2), json!("k")));
+        assert_eq!(line["headers"], json!({"h": "v"}));
     }
 }

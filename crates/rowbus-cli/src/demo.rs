@@ -150,7 +150,7 @@ async fn publisher<DB: Db>(
             Message::text(json!({"seq": seq, "publisher": p, "sent_at_us": at}).to_string())
         });
         let published = queue.publish_batch(batch).await?;
-        state.published.fetch_add(published, Ordering::Relaxed);
+        state.published.fetch_add(published.stored, Ordering::Relaxed);
         sent += count;
     }
     Ok(())

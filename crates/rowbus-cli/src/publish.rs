@@ -1,4 +1,5 @@
-//! `rowbus publish TABLE [--group G] [--delay DURATION] PAYLOAD|-`.
+//! `rowbus publish TABLE [--group G] [--delay D] [--priority N] [--key K] [--dedup ID]
+//! [--header k=v]... PAYLOAD|-`.
 
 use std::io::BufRead;
 use std::time::Duration;
@@ -25,6 +26,18 @@ pub(crate) struct PublishArgs {
     /// Wait before the message can be claimed, e.g. 250ms, 2s, 1m (plain seconds too)
     #[arg(long, value_name = "DURATION", value_parser = duration)]
     delay: Option<Duration>,
+    /// Priority: lower is handled sooner, negative allowed
+    #[arg(long, value_name = "N", default_value_t = 0, allow_negative_numbers = true)]
+    priority: i16,
+    /// Ordering key: messages of one key are handled one at a time, in publish order
+    #[arg(long, value_name = "K")]
+    key: Option<String>,
+    /// Deduplication id: nothing is published while a message with this id is in the queue
+    #[arg(long, value_name = "ID")]
+    dedup: Option<String>,
+    /// A header, `name=value` (repeatable)
+    #[arg(long = "header", value_name = "NAME=VALUE", value_parser = header)]
+    headers: Vec<(String, String)>,
     /// The payload; `-` publishes each line of stdin as one message, in batches
     payload: String,
     /// With `-`: publish empty lines too (skipped by default)
@@ -63,19 +76,49 @@ pub(crate) async fn publish<DB: Db>(
     result
 }
 
+/// `name=value`.
+fn header(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((name, value)) if !name.is_empty() => Ok((name.to_owned(), value.to_owned())),
+        _ => Err(format!("{text:?} is not NAME=VALUE (e.g. --header trace=abc)")),
+    }
+}
+
 /// Publishes on `broker`'s queue `args.table`.
 async fn publish_with<DB: Db>(broker: &Broker<DB>, url: &str, args: PublishArgs) -> Result<(), CliError> {
+    if args.payload == "-" && args.dedup.is_some() {
+        return Err(CliError::Message(
+            "--dedup names one message: with `-` every line would carry the same id (publish lines one by one to \
+             give each its own)"
+                .into(),
+        ));
+    }
     let queue = queue_cmd::existing_queue(broker, &args.table, url).await?;
     let message = |payload: Vec<u8>| {
-        let m = Message::new(payload).group(args.group.clone());
-        match args.delay {
-            Some(delay) => m.delay(delay),
-            None => m,
+        let mut m = Message::new(payload).group(args.group.clone()).priority(args.priority);
+        if let Some(delay) = args.delay {
+            m = m.delay(delay);
         }
+        if let Some(key) = &args.key {
+            m = m.key(key.clone());
+        }
+        if let Some(id) = &args.dedup {
+            m = m.dedup_id(id.clone());
+        }
+        for (name, value) in &args.headers {
+            m = m.header(name.clone(), value.clone());
+        }
+        m
     };
     if args.payload != "-" {
-        queue.publish(message(args.payload.clone().into_bytes())).await?;
-        outln!("published 1 message to `{}`", queue.table());
+        let done = queue.publish(message(args.payload.clone().into_bytes())).await?;
+        match done.duplicates.first() {
+            Some(id) => outln!(
+                "duplicate: a message with dedup id {id:?} is in `{}`; nothing published",
+                queue.table()
+            ),
+            None => outln!("published 1 message to `{}`", queue.table()),
+        }
         return Ok(());
     }
 
@@ -111,7 +154,7 @@ async fn publish_with<DB: Db>(broker: &Broker<DB>, url: &str, args: PublishArgs)
             }
         }
         let n = queue.publish_batch(batch).await.map_err(|e| published.failed(e.into()))?;
-        published.messages += n;
+        published.messages += n.stored;
         published.lines += read;
         if let Some((line, bytes)) = refused {
             return Err(published.failed(CliError::Message(format!(

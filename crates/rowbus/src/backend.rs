@@ -113,7 +113,7 @@ impl Backend {
 /// struct PublishHello;
 ///
 /// impl OnPool for PublishHello {
-///     type Output = Result<(), rowbus::Error>;
+///     type Output = Result<rowbus::Published, rowbus::Error>;
 ///
 ///     async fn run<DB: Db>(self, pool: rowbus::sqlx::Pool<DB>) -> Self::Output {
 ///         let broker = Broker::new(pool, BrokerOptions::default()).await?;

@@ -16,6 +16,8 @@ pub enum Arg<'a> {
     Text(&'a str),
     Int(i64),
     Bytes(&'a [u8]),
+    /// A NULL text.
+    Null,
 }
 
 /// A message row as a claim returns it.
@@ -27,6 +29,11 @@ pub struct ClaimedRow {
     pub attempts: i64,
     /// Microseconds since the Unix epoch.
     pub created_at: i64,
+    pub priority: i64,
+    pub key: Option<String>,
+    pub dedup_id: Option<String>,
+    /// A JSON object of strings, or NULL for none.
+    pub headers: Option<String>,
 }
 
 /// A dead letter's row as [`TableSql::dead_list`](crate::sql::TableSql::dead_list) reads it.
@@ -41,6 +48,10 @@ pub struct DeadRow {
     /// Microseconds since the Unix epoch: when it was dead-lettered.
     pub failed_at: i64,
     pub last_error: Option<String>,
+    pub priority: i64,
+    pub key: Option<String>,
+    /// A JSON object of strings, or NULL for none.
+    pub headers: Option<String>,
 }
 
 /// The sqlx databases rowbus works on: [`Postgres`](sqlx::Postgres),
@@ -162,6 +173,10 @@ macro_rules! driver {
                                 payload: row.try_get(2)?,
                                 attempts: row.try_get(3)?,
                                 created_at: row.try_get(4)?,
+                                priority: row.try_get(5)?,
+                                key: row.try_get(6)?,
+                                dedup_id: row.try_get(7)?,
+                                headers: row.try_get(8)?,
                             })
                         })
                         .collect()
@@ -187,6 +202,9 @@ macro_rules! driver {
                                 created_at: row.try_get(4)?,
                                 failed_at: row.try_get(5)?,
                                 last_error: row.try_get(6)?,
+                                priority: row.try_get(7)?,
+                                key: row.try_get(8)?,
+                                headers: row.try_get(9)?,
                             })
                         })
                         .collect()
@@ -239,6 +257,7 @@ where
     for<'a> &'a str: Encode<'a, DB> + Type<DB>,
     for<'a> &'a [u8]: Encode<'a, DB> + Type<DB>,
     for<'a> i64: Encode<'a, DB> + Type<DB>,
+    for<'a> Option<&'a str>: Encode<'a, DB>,
 {
     let mut query = sqlx::query(AssertSqlSafe(sql.clone()));
     for arg in args {
@@ -246,6 +265,7 @@ where
             Arg::Text(text) => query.bind(text),
             Arg::Int(int) => query.bind(int),
             Arg::Bytes(bytes) => query.bind(bytes),
+            Arg::Null => query.bind(None::<&str>),
         };
     }
     query

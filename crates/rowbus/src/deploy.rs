@@ -7,10 +7,11 @@ use sqlx::pool::PoolConnection;
 use sqlx::{Connection as _, Pool};
 
 use crate::backend::{DbPool, OnPool};
-use crate::broker::{QueueTable, find_on, refuse_foreign};
+use crate::broker::{QueueTable, columns_on, find_on, lacking, refuse_foreign};
 use crate::db::{Db, args_of};
 use crate::error::Error;
 use crate::notify::Notifier;
+use crate::sql::{DEAD_FEATURE_COLUMNS, FEATURE_COLUMNS};
 
 /// What [`DbPool::deploy_notify_table`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,7 +81,8 @@ impl<DB: Db> Drop for Deploying<DB> {
 
 /// Runs `statements` (which create `table`) on one connection of `pool`, in a
 /// transaction, under the dialect's deploy lock for `table`. With `queue`, first refuses
-/// a table of that name that is not a queue table, before anything is created.
+/// a table of that name that is not a queue table, before anything is created, and
+/// brings one made by an older rowbus up to date (the columns it lacks, first).
 pub(crate) async fn locked<DB: Db>(
     pool: &Pool<DB>,
     table: &str,
@@ -97,7 +99,11 @@ pub(crate) async fn locked<DB: Db>(
     DB::lock_deploy(&mut tx, table).await?;
     let created = async {
         if let Some(queue) = queue {
-            refuse_foreign(queue, find_on::<DB>(&mut tx, queue.schema(), queue.name()).await?)?;
+            if refuse_foreign(queue, find_on::<DB>(&mut tx, queue.schema(), queue.name()).await?)? {
+                for sql in migration::<DB>(&mut tx, queue).await? {
+                    DB::execute(&mut tx, &sql.into(), &[]).await?;
+                }
+            }
         }
         for stmt in statements {
             DB::execute(&mut tx, &stmt.sql, &args_of(stmt)).await?;
@@ -113,4 +119,16 @@ pub(crate) async fn locked<DB: Db>(
     }
     deploying.holds_lock = false;
     created
+}
+
+/// What an existing queue table (and its dead-letter table) needs to have every column
+/// this version uses.
+async fn migration<DB: Db>(conn: &mut DB::Connection, queue: &QueueTable) -> Result<Vec<String>, Error> {
+    let present = columns_on::<DB>(conn, queue.schema(), queue.name()).await?.unwrap_or_default();
+    let dead = format!("{}_dead", queue.name());
+    let dead_missing = match columns_on::<DB>(conn, queue.schema(), &dead).await? {
+        Some(present) => lacking(&present, &DEAD_FEATURE_COLUMNS),
+        None => Vec::new(),
+    };
+    Ok(DB::migrate_queue(queue, &lacking(&present, &FEATURE_COLUMNS), &dead_missing))
 }

@@ -138,6 +138,16 @@ pub enum Error {
         /// The rule it breaks.
         reason: String,
     },
+    /// A message's ordering key or deduplication id that rowbus refuses.
+    #[error("invalid message {field} {value:?}: it {reason}")]
+    InvalidMessage {
+        /// `key` or `dedup_id`.
+        field: &'static str,
+        /// The value as given.
+        value: String,
+        /// The rule it breaks.
+        reason: String,
+    },
     /// An ack, retry or lease extension came after the message's lease ran out: someone
     /// else may hold the message now, so nothing was changed.
     #[error(
@@ -170,7 +180,7 @@ pub enum Error {
          (publish smaller messages, or raise the limit where it is a setting)"
     )]
     MessageTooLarge {
-        /// The message's payload and group, in bytes.
+        /// The message's payload, group, key, deduplication id and headers, in bytes.
         bytes: usize,
         /// What the database takes, less what a statement needs besides.
         limit: u64,

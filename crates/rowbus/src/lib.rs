@@ -69,9 +69,10 @@ mod sql;
 pub use backend::{Backend, DbPool, OnPool, connect, connect_creating, redact};
 pub use broker::Paused;
 pub use broker::{
-    Broker, BrokerOptions, BrokerTx, DeadLetter, DeadLetterPage, DeadLetters, Delivery, GroupStats,
-    MAX_GROUP_CHARS, MAX_TABLE_NAME, Message, NotifyTableStats, Outcome, Queue, QueueTable, Received,
-    RetryPolicy, Stats, Subscription, SubscriptionBuilder, TableState, TxMessage, check_group,
+    Broker, BrokerOptions, BrokerTx, DeadLetter, DeadLetterPage, DeadLetters, Delivery, GroupStats, Headers,
+    MAX_GROUP_CHARS, MAX_KEY_CHARS, MAX_TABLE_NAME, Message, NotifyTableStats, Outcome, Published, Queue,
+    QueueTable, Received, RetryPolicy, Stats, Subscription, SubscriptionBuilder, TableState, TxMessage,
+    check_group,
 };
 pub use db::Db;
 pub use deploy::NotifyDeploy;

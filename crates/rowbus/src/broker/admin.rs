@@ -103,19 +103,33 @@ pub(crate) async fn find_on<DB: Db>(
     schema: Option<&str>,
     name: &str,
 ) -> Result<TableState, Error> {
+    Ok(match columns_on::<DB>(conn, schema, name).await? {
+        None => TableState::Missing,
+        Some(present) => {
+            let missing = lacking(&present, &QUEUE_COLUMNS);
+            if missing.is_empty() { TableState::Deployed } else { TableState::NotAQueue { missing } }
+        }
+    })
+}
+
+/// Which of the columns rowbus knows table `name` has (`None`: no such table).
+pub(crate) async fn columns_on<DB: Db>(
+    conn: &mut DB::Connection,
+    schema: Option<&str>,
+    name: &str,
+) -> Result<Option<Vec<String>>, Error> {
     let (sql, binds) = DB::find_table_sql(schema, name);
     let row = fetch_on::<DB>(conn, sql, &binds, 1).await?.into_iter().next().unwrap_or_default();
     if row.int(0) == 0 {
-        return Ok(TableState::Missing);
+        return Ok(None);
     }
-    // Column names are matched as the catalog matched them: without regard to case on
-    // MySQL/MariaDB and SQLite.
-    let present: Vec<&str> = row.text(0).split(',').collect();
-    let missing: Vec<&'static str> = QUEUE_COLUMNS
-        .into_iter()
-        .filter(|column| !present.iter().any(|p| p.eq_ignore_ascii_case(column)))
-        .collect();
-    Ok(if missing.is_empty() { TableState::Deployed } else { TableState::NotAQueue { missing } })
+    Ok(Some(row.text(0).split(',').filter(|c| !c.is_empty()).map(str::to_owned).collect()))
+}
+
+/// The `wanted` columns missing from `present`, matched as the catalog matched them:
+/// without regard to case on MySQL/MariaDB and SQLite.
+pub(crate) fn lacking(present: &[String], wanted: &[&'static str]) -> Vec<&'static str> {
+    wanted.iter().copied().filter(|column| !present.iter().any(|p| p.eq_ignore_ascii_case(column))).collect()
 }
 
 /// Whether `state` is a deployed queue table: `false` when missing, and

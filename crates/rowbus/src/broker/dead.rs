@@ -34,6 +34,12 @@ pub struct DeadLetter {
     pub published_at: SystemTime,
     /// When it was dead-lettered.
     pub died_at: SystemTime,
+    /// Its priority.
+    pub priority: i16,
+    /// Its ordering key, if it had one.
+    pub key: Option<String>,
+    /// Its headers.
+    pub headers: super::Headers,
 }
 
 impl DeadLetter {
@@ -46,6 +52,9 @@ impl DeadLetter {
             last_error: row.last_error,
             published_at: at_micros(row.created_at),
             died_at: at_micros(row.failed_at),
+            priority: i16::try_from(row.priority).unwrap_or_default(),
+            key: row.key,
+            headers: super::message::decode_headers(row.headers.as_deref()),
         }
     }
 }

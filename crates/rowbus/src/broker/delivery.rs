@@ -6,7 +6,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tracing::{debug, warn};
 
-use super::{Queue, lease};
+use super::message::decode_headers;
+use super::{Headers, Queue, lease};
 use crate::db::{ClaimedRow, Db};
 use crate::error::Error;
 
@@ -48,6 +49,9 @@ pub(crate) struct Lease<DB: Db> {
     id: i64,
     token: i64,
     attempt: u32,
+    /// The message's group when it has an ordering key: settling it frees the key's next
+    /// message, whose subscriptions are then woken.
+    keyed: Option<Arc<str>>,
     /// Shared by a delivery and its runner's ticket: set once either settled it.
     settled: Arc<AtomicBool>,
 }
@@ -59,6 +63,7 @@ impl<DB: Db> Clone for Lease<DB> {
             id: self.id,
             token: self.token,
             attempt: self.attempt,
+            keyed: self.keyed.clone(),
             settled: self.settled.clone(),
         }
     }
@@ -86,9 +91,24 @@ impl<DB: Db> Lease<DB> {
         self.token
     }
 
+    /// Whether the message has an ordering key.
+    pub fn is_keyed(&self) -> bool {
+        self.keyed.is_some()
+    }
+
+    /// After the message left the queue: wakes the subscriptions that can take the next
+    /// message of its key, if it has one.
+    pub async fn free_key(&self) {
+        if let Some(group) = &self.keyed {
+            super::publish::wake_group(&self.queue, group).await;
+        }
+    }
+
     async fn ack(&self, dropped: bool) -> Result<(), Error> {
         self.settling();
-        lease::ack(&self.queue, self.id, self.token, dropped).await
+        lease::ack(&self.queue, self.id, self.token, dropped).await?;
+        self.free_key().await;
+        Ok(())
     }
 
     async fn retry(&self, after: Duration, reason: &str) -> Result<(), Error> {
@@ -98,7 +118,9 @@ impl<DB: Db> Lease<DB> {
 
     async fn dead_letter(&self, reason: &str) -> Result<(), Error> {
         self.settling();
-        lease::dead_letter(&self.queue, self.id, self.token, reason).await
+        lease::dead_letter(&self.queue, self.id, self.token, reason).await?;
+        self.free_key().await;
+        Ok(())
     }
 
     async fn fail(&self, error: &str) -> Result<(), Error> {
@@ -172,8 +194,9 @@ impl<DB: Db> std::ops::Deref for Delivery<DB> {
 impl<DB: Db> Delivery<DB> {
     pub(crate) fn new(queue: Queue<DB>, row: ClaimedRow, token: i64) -> Self {
         let attempt = u32::try_from(row.attempts).unwrap_or(u32::MAX);
-        let lease = Lease { queue, id: row.id, token, attempt, settled: Arc::default() };
-        Delivery { lease, message: Received { row, attempt } }
+        let keyed = row.key.is_some().then(|| Arc::from(row.group.as_str()));
+        let lease = Lease { queue, id: row.id, token, attempt, keyed, settled: Arc::default() };
+        Delivery { lease, message: Received::new(row, attempt) }
     }
 
     /// The lease, for a runner to settle the message after its handler.
@@ -228,12 +251,14 @@ impl<DB: Db> Delivery<DB> {
     }
 }
 
-/// What a received message holds: its id, group, payload and attempt. A [`Delivery`]
-/// dereferences to it; a transactional handler gets it with the claim's transaction.
+/// What a received message holds: its id, group, payload, attempt, priority, key and
+/// headers. A [`Delivery`] dereferences to it; a transactional handler gets it with the
+/// claim's transaction.
 #[derive(Debug)]
 pub struct Received {
     row: ClaimedRow,
     attempt: u32,
+    headers: Headers,
 }
 
 /// The message a transactional handler gets, with the claim's transaction: it is deleted
@@ -245,7 +270,12 @@ impl Received {
     /// count this attempt yet.
     pub(crate) fn locked(row: ClaimedRow) -> Self {
         let attempt = u32::try_from(row.attempts + 1).unwrap_or(u32::MAX);
-        Received { row, attempt }
+        Received::new(row, attempt)
+    }
+
+    fn new(row: ClaimedRow, attempt: u32) -> Self {
+        let headers = decode_headers(row.headers.as_deref());
+        Received { row, attempt, headers }
     }
 
     /// The message's id in its table.
@@ -281,5 +311,30 @@ impl Received {
     /// When it was published (the database's clock).
     pub fn published_at(&self) -> SystemTime {
         published_at(&self.row)
+    }
+
+    /// Its priority (lower is claimed sooner).
+    pub fn priority(&self) -> i16 {
+        i16::try_from(self.row.priority).unwrap_or_default()
+    }
+
+    /// Its ordering key, if it has one.
+    pub fn key(&self) -> Option<&str> {
+        self.row.key.as_deref()
+    }
+
+    /// Its deduplication id, if it has one.
+    pub fn dedup_id(&self) -> Option<&str> {
+        self.row.dedup_id.as_deref()
+    }
+
+    /// Its headers.
+    pub fn headers(&self) -> &Headers {
+        &self.headers
+    }
+
+    /// One header's value.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(String::as_str)
     }
 }

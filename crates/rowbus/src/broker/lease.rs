@@ -32,7 +32,7 @@ pub(crate) fn handler_retry(after: Duration) -> (String, Option<Duration>) {
 /// Most acknowledgements one statement carries.
 pub(crate) const ACK_BATCH: usize = 256;
 
-/// Rows a statement puts back after a failed transactional handler (7 binds each, well
+/// Rows a statement puts back after a failed transactional handler (11 binds each, well
 /// under every database's limit on binds).
 const RESTORE_BATCH: usize = 256;
 
@@ -221,11 +221,14 @@ pub(crate) async fn restore_failed<DB: Db>(
 }
 
 /// The binds of a row [`restore_failed`] writes, in the order of both of its statements:
-/// the delay only where the row goes back to the queue.
+/// the delay and the deduplication id only where the row goes back to the queue.
 fn restore_args<'a>(row: &'a ClaimedRow, delay: Option<i64>, error: &'a str) -> Vec<Arg<'a>> {
+    let text = |t: &'a Option<String>| t.as_deref().map_or(Arg::Null, Arg::Text);
     let mut args = vec![Arg::Int(row.id), Arg::Text(&row.group), Arg::Bytes(&row.payload)];
     args.push(Arg::Int(row.attempts + 1));
     args.extend(delay.map(Arg::Int));
-    args.extend([Arg::Int(row.created_at), Arg::Text(error)]);
+    args.extend([Arg::Int(row.created_at), Arg::Text(error), Arg::Int(row.priority)]);
+    args.extend([text(&row.key), text(&row.headers)]);
+    args.extend(delay.map(|_| text(&row.dedup_id)));
     args
 }

@@ -7,6 +7,7 @@ mod dead;
 mod delivery;
 mod exec;
 mod lease;
+mod message;
 mod pause;
 mod publish;
 mod published;
@@ -36,11 +37,12 @@ use crate::notify::Notifier;
 use crate::sql::TableSql;
 
 pub use admin::{GroupStats, NotifyTableStats, TableState};
-pub(crate) use admin::{find_on, refuse_foreign};
+pub(crate) use admin::{columns_on, find_on, lacking, refuse_foreign};
 pub use dead::{DeadLetter, DeadLetterPage, DeadLetters};
 pub use delivery::{Delivery, Outcome, Received, TxMessage};
 #[cfg(feature = "mysql")]
 pub(crate) use lease::ACK_BATCH;
+pub use message::{Headers, MAX_KEY_CHARS, Message, Published};
 pub use pause::Paused;
 pub use retry::RetryPolicy;
 pub use stats::{ClaimFailure, Stats};
@@ -127,57 +129,6 @@ impl BrokerOptions {
         check_duration("poll_interval", self.poll_interval, DurationRange::PollInterval)?;
         check_duration("lease", self.lease, DurationRange::Positive)?;
         check_duration("retry.max_delay", self.retry.max_delay, DurationRange::Span)
-    }
-}
-
-/// A message to publish: a payload (bytes, text or JSON), a group, an optional delay.
-///
-/// ```
-/// use std::time::Duration;
-/// use rowbus::Message;
-/// let m = Message::text("resize 42.png").group("images").delay(Duration::from_secs(5));
-/// assert_eq!(m.payload(), b"resize 42.png");
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Message {
-    payload: Vec<u8>,
-    group: String,
-    delay: Duration,
-}
-
-impl Message {
-    /// A message with these bytes.
-    pub fn new(payload: impl Into<Vec<u8>>) -> Self {
-        Message { payload: payload.into(), ..Message::default() }
-    }
-
-    /// A message with this text.
-    pub fn text(payload: impl Into<String>) -> Self {
-        Message::new(payload.into().into_bytes())
-    }
-
-    /// A message with this value as JSON.
-    pub fn json<T: serde::Serialize + ?Sized>(value: &T) -> Result<Self, serde_json::Error> {
-        Ok(Message::new(serde_json::to_vec(value)?))
-    }
-
-    /// In this group of the table (`""`, the default, is the table's only group when it
-    /// has none).
-    pub fn group(mut self, group: impl Into<String>) -> Self {
-        self.group = group.into();
-        self
-    }
-
-    /// Claimable only after this delay: at most [`MAX_DURATION`](crate::MAX_DURATION)
-    /// (100 years), or the publish is refused with [`Error::InvalidDuration`].
-    pub fn delay(mut self, delay: Duration) -> Self {
-        self.delay = delay;
-        self
-    }
-
-    /// The payload.
-    pub fn payload(&self) -> &[u8] {
-        &self.payload
     }
 }
 
@@ -422,13 +373,19 @@ impl<DB: Db> Queue<DB> {
     }
 
     /// Publishes one message; wakes this broker's subscriptions of its table and group.
-    pub async fn publish(&self, message: Message) -> Result<(), Error> {
-        self.publish_batch(std::iter::once(message)).await.map(drop)
+    /// Stores nothing when it carries a [`dedup_id`](Message::dedup_id) a message in the
+    /// queue has: [`Published::duplicates`] then names it.
+    pub async fn publish(&self, message: Message) -> Result<Published, Error> {
+        self.publish_batch(std::iter::once(message)).await
     }
 
-    /// Publishes many messages in one statement (per 1,000); returns how many. Wakes each
-    /// group's subscriptions once.
-    pub async fn publish_batch(&self, messages: impl IntoIterator<Item = Message>) -> Result<u64, Error> {
+    /// Publishes many messages in one statement (per 1,000; a message with a
+    /// deduplication id in one of its own); says how many were stored and which ids were
+    /// duplicates. Wakes each group's subscriptions once.
+    pub async fn publish_batch(
+        &self,
+        messages: impl IntoIterator<Item = Message>,
+    ) -> Result<Published, Error> {
         let messages: Vec<Message> = messages.into_iter().collect();
         let limit = publish::checked(self, &messages).await?;
         let mut conn = self.inner().pool.acquire().await?;
@@ -476,17 +433,19 @@ impl<DB: Db> BrokerTx<DB> {
         self.tx.as_mut().expect("a BrokerTx is usable until commit or rollback consumes it")
     }
 
-    /// Publishes one message in this transaction.
-    pub async fn publish(&mut self, queue: &Queue<DB>, message: Message) -> Result<(), Error> {
-        self.publish_batch(queue, std::iter::once(message)).await.map(drop)
+    /// Publishes one message in this transaction (see [`Queue::publish`]).
+    pub async fn publish(&mut self, queue: &Queue<DB>, message: Message) -> Result<Published, Error> {
+        self.publish_batch(queue, std::iter::once(message)).await
     }
 
-    /// Publishes many messages in this transaction.
+    /// Publishes many messages in this transaction (see [`Queue::publish_batch`]). A
+    /// deduplication id is taken when the transaction commits: another transaction
+    /// publishing the same id meanwhile waits for this one to end.
     pub async fn publish_batch(
         &mut self,
         queue: &Queue<DB>,
         messages: impl IntoIterator<Item = Message>,
-    ) -> Result<u64, Error> {
+    ) -> Result<Published, Error> {
         let messages: Vec<Message> = messages.into_iter().collect();
         let limit = publish::checked(queue, &messages).await?;
         let n = publish::insert(queue, &mut **self.tx(), &messages, limit).await?;

@@ -6,18 +6,18 @@ use std::sync::Arc;
 use notify_table::DurationRange;
 
 use super::exec::{micros, queue_error};
-use super::{Message, Queue, check_group};
+use super::{Message, Published, Queue, check_group};
 use crate::db::{Arg, Db};
 use crate::error::{Error, check_duration};
 
-/// Most messages one INSERT carries (three binds each).
+/// Most messages one INSERT carries (six binds each).
 const INSERT_CHUNK: usize = 1000;
 
-/// What a statement carries besides its messages' payloads and groups: its SQL and the
-/// binds' headers.
+/// What a statement carries besides its messages' contents: its SQL and the binds'
+/// headers.
 const STATEMENT_OVERHEAD: u64 = 64 * 1024;
-/// What one row of an INSERT adds besides its payload and group.
-const ROW_OVERHEAD: u64 = 32;
+/// What one row of an INSERT adds besides its contents.
+const ROW_OVERHEAD: u64 = 48;
 
 /// The largest message (payload and group) one statement can carry on this database.
 pub(crate) async fn message_limit<DB: Db>(queue: &Queue<DB>) -> Result<u64, Error> {
@@ -36,11 +36,12 @@ pub(crate) async fn message_limit<DB: Db>(queue: &Queue<DB>) -> Result<u64, Erro
     Ok(limit.saturating_sub(STATEMENT_OVERHEAD + ROW_OVERHEAD))
 }
 
-/// Refuses a batch with a group name rowbus refuses or a delay over
-/// [`MAX_DURATION`](crate::MAX_DURATION), before any of it is sent.
+/// Refuses a batch with a group name, key or deduplication id rowbus refuses or a delay
+/// over [`MAX_DURATION`](crate::MAX_DURATION), before any of it is sent.
 fn check(messages: &[Message]) -> Result<(), Error> {
     for m in messages {
         check_group(&m.group)?;
+        m.check()?;
         check_duration("delay", m.delay, DurationRange::Span)?;
     }
     Ok(())
@@ -50,15 +51,11 @@ fn check(messages: &[Message]) -> Result<(), Error> {
 pub(crate) async fn checked<DB: Db>(queue: &Queue<DB>, messages: &[Message]) -> Result<u64, Error> {
     check(messages)?;
     let limit = message_limit(queue).await?;
-    if let Some(m) = messages.iter().find(|m| size(m) > limit) {
-        let bytes = m.payload.len() + m.group.len();
+    if let Some(m) = messages.iter().find(|m| m.size() > limit) {
+        let bytes = usize::try_from(m.size()).unwrap_or(usize::MAX);
         return Err(Error::MessageTooLarge { bytes, limit, setting: DB::STATEMENT_LIMIT.1 });
     }
     Ok(limit)
-}
-
-fn size(m: &Message) -> u64 {
-    (m.payload.len() + m.group.len()) as u64
 }
 
 /// `messages` in runs that one INSERT each carries: at most [`INSERT_CHUNK`] rows whose
@@ -71,7 +68,7 @@ fn statements(messages: &[Message], limit: u64) -> impl Iterator<Item = &[Messag
         }
         let (mut rows, mut bytes) = (0, 0);
         while rows < rest.len().min(INSERT_CHUNK) {
-            let next = size(&rest[rows]) + ROW_OVERHEAD;
+            let next = rest[rows].size() + ROW_OVERHEAD;
             if rows > 0 && bytes + next > limit {
                 break;
             }
@@ -85,25 +82,66 @@ fn statements(messages: &[Message], limit: u64) -> impl Iterator<Item = &[Messag
 }
 
 /// Inserts `messages` (checked, see [`checked`]) on `conn`, as few statements as
-/// `limit` allows; how many.
+/// `limit` allows: those without a deduplication id together, each with one in a
+/// statement of its own (whether it was a duplicate is the rows it stored).
 pub(crate) async fn insert<DB: Db>(
     queue: &Queue<DB>,
     conn: &mut DB::Connection,
     messages: &[Message],
     limit: u64,
-) -> Result<u64, Error> {
-    let mut inserted = 0;
-    for chunk in statements(messages, limit) {
+) -> Result<Published, Error> {
+    let mut published = Published::default();
+    let unique: Vec<&Message> = messages.iter().filter(|m| m.dedup_id.is_some()).collect();
+    // Copies only when a batch mixes the two kinds.
+    let plain: std::borrow::Cow<'_, [Message]> = match unique.len() {
+        0 => messages.into(),
+        _ => messages.iter().filter(|m| m.dedup_id.is_none()).cloned().collect::<Vec<_>>().into(),
+    };
+    for chunk in statements(&plain, limit) {
         let sql = Arc::from(queue.sql.insert(chunk.len()));
-        let delays: Vec<i64> = chunk.iter().map(|m| micros(m.delay)).collect();
-        let mut args = Vec::with_capacity(chunk.len() * 3);
-        for (m, delay) in chunk.iter().zip(&delays) {
-            args.extend([Arg::Text(&m.group), Arg::Bytes(&m.payload), Arg::Int(*delay)]);
-        }
-        inserted += DB::execute(conn, &sql, &args).await.map_err(|e| queue_error(queue, e))?;
+        let rows: Vec<Row<'_>> = chunk.iter().map(Row::of).collect();
+        let args: Vec<Arg<'_>> = rows.iter().flat_map(Row::args).collect();
+        published.stored += DB::execute(conn, &sql, &args).await.map_err(|e| queue_error(queue, e))?;
     }
-    queue.inner().counters.published(inserted);
-    Ok(inserted)
+    if !unique.is_empty() {
+        let sql = Arc::from(queue.sql.insert_dedup());
+        for m in unique {
+            let row = Row::of(m);
+            let id = m.dedup_id.as_deref().unwrap_or_default();
+            let args: Vec<Arg<'_>> = row.args().chain([Arg::Text(id)]).collect();
+            match DB::execute(conn, &sql, &args).await.map_err(|e| queue_error(queue, e))? {
+                0 => published.duplicates.push(id.to_owned()),
+                n => published.stored += n,
+            }
+        }
+    }
+    queue.inner().counters.published(published.stored);
+    Ok(published)
+}
+
+/// One message's binds in an INSERT, in [`TableSql::insert`](crate::sql::TableSql::insert)'s order.
+struct Row<'a> {
+    m: &'a Message,
+    delay: i64,
+    headers: Option<String>,
+}
+
+impl<'a> Row<'a> {
+    fn of(m: &'a Message) -> Self {
+        Row { m, delay: micros(m.delay), headers: m.headers_json() }
+    }
+
+    fn args(&self) -> impl Iterator<Item = Arg<'_>> {
+        [
+            Arg::Text(&self.m.group),
+            Arg::Bytes(&self.m.payload),
+            Arg::Int(self.delay),
+            Arg::Int(i64::from(self.m.priority)),
+            self.m.key.as_deref().map_or(Arg::Null, Arg::Text),
+            self.headers.as_deref().map_or(Arg::Null, Arg::Text),
+        ]
+        .into_iter()
+    }
 }
 
 /// With `listen_notify`, wakes the subscriptions of `groups` in other processes: a
@@ -113,6 +151,22 @@ pub(crate) async fn wake_others<DB: Db>(queue: &Queue<DB>, conn: &mut DB::Connec
     if let Some(notifier) = &queue.inner().notifier {
         DB::wake(conn, notifier, queue.table().channel(), groups).await;
     }
+}
+
+/// Wakes the subscriptions of `group`, here and (with `listen_notify`) in other
+/// processes, as a publish does: a message became claimable without one, because the
+/// message before it of its ordering key was acknowledged or dead-lettered.
+pub(crate) async fn wake_group<DB: Db>(queue: &Queue<DB>, group: &str) {
+    let groups = [group.to_owned()];
+    if queue.inner().notifier.is_some() {
+        match queue.inner().pool.acquire().await {
+            Ok(mut conn) => wake_others(queue, &mut conn, &groups).await,
+            Err(error) => {
+                tracing::warn!(%error, table = %queue.table(), group, "waking other processes failed; they find the message at their poll interval");
+            }
+        }
+    }
+    queue.inner().wakers.wake(queue.table().channel(), Some(group));
 }
 
 /// [`wake_others`] inside a transaction: delivered when it commits (or sent at its commit

@@ -166,7 +166,9 @@ async fn handle<DB, F, Fut, O, E>(
         let lease = delivery.lease();
         let result = outcome(handler(delivery)).await;
         match result {
-            Ok(Outcome::Ack) if lease.take() => {
+            // A keyed message's acknowledgement goes at once: it frees the key's next
+            // message, which other subscriptions wait for.
+            Ok(Outcome::Ack) if !lease.is_keyed() && lease.take() => {
                 // Pending before the worker is free, so that the claim for that worker
                 // carries it: one commit for the acknowledgement and the next claim.
                 acks.push([(lease.id(), lease.token())]);
@@ -526,12 +528,23 @@ async fn settle_batch<DB: Db>(
 ) {
     let open: Vec<Lease<DB>> = leases.into_iter().filter(|l| !l.is_settled()).collect();
     match result {
-        Ok(Outcome::Ack) => acks.push(open.iter().filter(|l| l.take()).map(|l| (l.id(), l.token()))),
+        Ok(Outcome::Ack) => {
+            // Keyed messages go at once (see `work`): they free their keys' next messages.
+            let (keyed, plain): (Vec<_>, Vec<_>) = open.into_iter().partition(Lease::is_keyed);
+            acks.push(plain.iter().filter(|l| l.take()).map(|l| (l.id(), l.token())));
+            for lease in keyed {
+                lease.settle(Ok(Outcome::Ack)).await;
+            }
+        }
         Ok(Outcome::Drop) => {
             let Some(first) = open.first() else { return };
             let ids: Vec<i64> = open.iter().filter(|l| l.take()).map(Lease::id).collect();
             if let Err(error) = lease::drop_many(queue, first.token(), &ids).await {
                 warn!(%error, table = %queue.table(), "dropping a batch failed; it comes back when its lease runs out");
+                return;
+            }
+            for lease in open.iter().filter(|l| l.is_keyed()) {
+                lease.free_key().await;
             }
         }
         other => {

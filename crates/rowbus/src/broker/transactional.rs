@@ -204,6 +204,10 @@ async fn transactional<DB, H>(
     // A failure puts the rows back as they were, its attempt counted: the handler gets
     // the rows and this keeps a copy (the claim already deleted them).
     let claimed = rows.clone();
+    // The groups of keyed messages: their keys' next messages wait for this commit.
+    let mut keyed: Vec<&str> = claimed.iter().filter(|r| r.key.is_some()).map(|r| r.group.as_str()).collect();
+    keyed.sort_unstable();
+    keyed.dedup();
     let settled = async {
         DB::simple(&mut tx, DB::HANDLER_SAVEPOINT).await?;
         let (error, after) = match handler(&mut tx, rows).await {
@@ -214,7 +218,7 @@ async fn transactional<DB, H>(
                 } else {
                     counters.acknowledged(n as usize, n)
                 }
-                return Ok(());
+                return Ok(true);
             }
             Ok(Outcome::Retry(after)) => handler_retry(after),
             Err(error) => {
@@ -226,10 +230,19 @@ async fn transactional<DB, H>(
         let dead = restore_failed(queue, &mut tx, &claimed, &error, after).await?;
         tx.commit().await?;
         counters.failed_batch(n, dead);
-        Ok::<_, Error>(())
+        Ok::<_, Error>(dead > 0)
     }
     .await;
-    if let Err(error) = settled {
-        warn!(%error, table = %queue.table(), "settling transactional messages failed; they are claimable again");
+    match settled {
+        // Some left the queue: wake who can take their keys' next messages.
+        Ok(true) => {
+            for group in keyed {
+                super::publish::wake_group(queue, group).await;
+            }
+        }
+        Ok(false) => {}
+        Err(error) => {
+            warn!(%error, table = %queue.table(), "settling transactional messages failed; they are claimable again");
+        }
     }
 }

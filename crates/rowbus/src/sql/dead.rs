@@ -5,14 +5,15 @@ use super::{Dialect, TableSql, placeholders};
 
 impl<DB: Dialect> TableSql<DB> {
     /// A dead letter's columns as [`DeadRow`](crate::db::DeadRow) reads them: id, group,
-    /// payload, attempts, created_at µs, failed_at µs, last_error.
+    /// payload, attempts, created_at µs, failed_at µs, last_error, priority, key, headers.
     fn dead_columns() -> String {
         format!(
-            "{}, group_name, payload, {}, {}, {}, last_error",
+            "{}, group_name, payload, {}, {}, {}, last_error, {}, msg_key, headers",
             DB::bigint("id"),
             DB::bigint("attempts"),
             DB::micros_of("created_at"),
-            DB::micros_of("failed_at")
+            DB::micros_of("failed_at"),
+            DB::bigint("priority"),
         )
     }
 
@@ -64,12 +65,15 @@ impl<DB: Dialect> TableSql<DB> {
     }
 
     /// Copies the dead letters `ids` back into the queue table: same id, group, payload,
-    /// publish time and last error, no attempt counted, claimable after a delay. Binds:
-    /// delay µs, then the ids.
+    /// priority, key, headers, publish time and last error, no attempt counted, claimable
+    /// after a delay (a keyed one keeps its place before later messages of its key).
+    /// Binds: delay µs, then the ids.
     pub fn dead_requeue(&self, ids: usize) -> String {
         format!(
-            "INSERT INTO {} (id, group_name, payload, attempts, visible_at, created_at, last_error) \
-             SELECT id, group_name, payload, 0, {}, created_at, last_error FROM {} WHERE id IN ({})",
+            "INSERT INTO {} (id, group_name, payload, attempts, visible_at, created_at, last_error, \
+             priority, msg_key, headers) \
+             SELECT id, group_name, payload, 0, {}, created_at, last_error, priority, msg_key, headers \
+             FROM {} WHERE id IN ({})",
             self.quoted,
             DB::later(&DB::param(1)),
             self.dead,

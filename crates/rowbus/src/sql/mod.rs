@@ -33,7 +33,17 @@ use crate::listener::ListenerTask;
 use crate::notify::Notifier;
 
 pub(crate) use pause::{PAUSE_SUFFIX, PauseSql};
-pub(crate) use table::{QUEUE_COLUMNS, TableSql};
+pub(crate) use table::{DEAD_FEATURE_COLUMNS, FEATURE_COLUMNS, QUEUE_COLUMNS, TableSql};
+
+/// The name suffix of a queue table's claim index: (group, priority, visible_at, id).
+pub(crate) const READY: &str = "_ready";
+/// The name suffix of the claim index of a queue table made before priorities, which a
+/// deploy replaces with [`READY`].
+pub(crate) const OLD_CLAIM: &str = "_claim";
+/// The name suffix of a queue table's ordering-key index: (key, id).
+pub(crate) const KEYS: &str = "_key";
+/// The name suffix of a queue table's unique index on deduplication ids.
+pub(crate) const DEDUP: &str = "_dedup";
 
 /// How long a deploy waits for another deploy's lock before it gives up: a deploy holds
 /// it for a few statements of DDL, so a longer wait means one is stuck. (SQLite's deploys
@@ -95,6 +105,36 @@ pub trait Dialect: Driver + Sized {
             "NOT EXISTS (SELECT 1 FROM {} WHERE whole_queue = 1 OR group_name = {group})",
             quoted::<Self>(table, PAUSE_SUFFIX)
         )
+    }
+    /// A condition true for a row of the queue table (aliased `q` in the claim) that has
+    /// no ordering key, or whose key has no earlier message in the table: ready, delayed,
+    /// waiting for a retry or in flight, an earlier message holds its key's later ones.
+    /// One probe of the key index per keyed candidate. A plain read, never a locking one
+    /// (a claim's `SKIP LOCKED` must not skip the earlier row and so free its key).
+    fn key_free(table: &QueueTable) -> String {
+        format!(
+            "(q.msg_key IS NULL OR NOT EXISTS (SELECT 1 FROM {} AS e WHERE e.msg_key = q.msg_key AND e.id < q.id))",
+            quoted::<Self>(table, "")
+        )
+    }
+    /// The type and constraints of a column a deploy adds to an older queue or
+    /// dead-letter table (one of [`FEATURE_COLUMNS`]).
+    fn column_def(column: &str) -> &'static str;
+    /// The statements that bring a queue table made by an older rowbus up to date, run
+    /// before [`create_queue`](Self::create_queue)'s (which then add the indexes):
+    /// `missing` are the [`FEATURE_COLUMNS`] the queue table lacks, `dead_missing` the
+    /// [`DEAD_FEATURE_COLUMNS`] its dead-letter table lacks (both empty for a new table).
+    fn migrate_queue(table: &QueueTable, missing: &[&str], dead_missing: &[&str]) -> Vec<String> {
+        let (t, dead) = (quoted::<Self>(table, ""), quoted::<Self>(table, "_dead"));
+        let add = |table: &str, column: &str| {
+            format!("ALTER TABLE {table} ADD COLUMN {} {}", Self::quote(column), Self::column_def(column))
+        };
+        let mut statements: Vec<String> = missing.iter().map(|c| add(&t, c)).collect();
+        statements.extend(dead_missing.iter().map(|c| add(&dead, c)));
+        if missing.contains(&"priority") {
+            statements.push(format!("DROP INDEX IF EXISTS {}", quoted::<Self>(table, OLD_CLAIM)));
+        }
+        statements
     }
     /// `INSERT INTO table (columns) VALUES (values)` that does nothing (and counts no
     /// row) where the key is taken.

@@ -10,7 +10,7 @@ use notify_table::{Dialect as NotifyDialect, NotifyTable, Row, Statement};
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPoolOptions};
 use sqlx::{ConnectOptions as _, Connection as _, MySql, Pool, Row as _};
 
-use super::{DEPLOY_LOCK_WAIT, Dialect, placeholders};
+use super::{DEDUP, DEPLOY_LOCK_WAIT, Dialect, KEYS, placeholders};
 use crate::backend::{Backend, DbPool, connect_error, invalid_url, redact};
 use crate::broker::{ACK_BATCH, QueueTable};
 use crate::db::sealed::Driver as _;
@@ -22,9 +22,20 @@ use crate::notify::Notifier;
 
 crate::db::driver!(MySql, Backend::MySql);
 
-/// What a claim returns: id, group, payload, attempts, created_at µs.
+/// What a claim returns: id, group, payload, attempts, created_at µs, priority, key,
+/// dedup id, headers.
 const CLAIMED: &str = "CAST(id AS SIGNED), group_name, payload, CAST(attempts AS SIGNED), \
-     CAST(TIMESTAMPDIFF(MICROSECOND, '1970-01-01', created_at) AS SIGNED)";
+     CAST(TIMESTAMPDIFF(MICROSECOND, '1970-01-01', created_at) AS SIGNED), CAST(priority AS SIGNED), \
+     msg_key, dedup_id, headers";
+
+/// A group name, an ordering key or a deduplication id: compared byte for byte.
+const SHORT_TEXT: &str = "VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin";
+/// The headers, a JSON object.
+const HEADERS: &str = "LONGTEXT CHARACTER SET utf8mb4 NULL";
+/// The priority: lower is claimed sooner.
+const PRIORITY: &str = "SMALLINT NOT NULL DEFAULT 0";
+/// The clustered key, which is the claim order (see [`MySql::create_queue`]).
+const CLAIM_ORDER: &str = "PRIMARY KEY (`group_name`, `priority`, `visible_at`, `id`)";
 
 /// Strict mode, so the server refuses an over-long value rather than truncating it, and
 /// READ COMMITTED, which claims with `SKIP LOCKED` want.
@@ -126,13 +137,17 @@ impl Dialect for MySql {
     /// rows; walking the clustered index it stays flat).
     fn create_queue(table: &QueueTable) -> Vec<String> {
         let (t, dead) = (super::quoted::<Self>(table, ""), super::quoted::<Self>(table, "_dead"));
-        let index = Self::quote(&format!("{}_id", table.name()));
-        let group = "VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL";
+        let index = |suffix: &str| Self::quote(&format!("{}{suffix}", table.name()));
+        let group = format!("{SHORT_TEXT} NOT NULL");
         vec![
             format!(
                 "CREATE TABLE IF NOT EXISTS {t} (\n\
                  \x20 `id` BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,\n\
                  \x20 `group_name` {group} DEFAULT '',\n\
+                 \x20 `priority` {PRIORITY},\n\
+                 \x20 `msg_key` {SHORT_TEXT} NULL,\n\
+                 \x20 `dedup_id` {SHORT_TEXT} NULL,\n\
+                 \x20 `headers` {HEADERS},\n\
                  \x20 `payload` LONGBLOB NOT NULL,\n\
                  \x20 `attempts` INT NOT NULL DEFAULT 0,\n\
                  \x20 `visible_at` DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),\n\
@@ -140,14 +155,22 @@ impl Dialect for MySql {
                  \x20 `lease_until` DATETIME(6) NULL,\n\
                  \x20 `created_at` DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),\n\
                  \x20 `last_error` TEXT NULL,\n\
-                 \x20 PRIMARY KEY (`group_name`, `visible_at`, `id`),\n\
-                 \x20 UNIQUE KEY {index} (`id`)\n\
-                 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
+                 \x20 {CLAIM_ORDER},\n\
+                 \x20 UNIQUE KEY {} (`id`),\n\
+                 \x20 KEY {} (`msg_key`, `id`),\n\
+                 \x20 UNIQUE KEY {} (`dedup_id`)\n\
+                 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+                index("_id"),
+                index(KEYS),
+                index(DEDUP)
             ),
             format!(
                 "CREATE TABLE IF NOT EXISTS {dead} (\n\
                  \x20 `id` BIGINT UNSIGNED NOT NULL,\n\
                  \x20 `group_name` {group},\n\
+                 \x20 `priority` {PRIORITY},\n\
+                 \x20 `msg_key` {SHORT_TEXT} NULL,\n\
+                 \x20 `headers` {HEADERS},\n\
                  \x20 `payload` LONGBLOB NOT NULL,\n\
                  \x20 `attempts` INT NOT NULL,\n\
                  \x20 `created_at` DATETIME(6) NOT NULL,\n\
@@ -157,6 +180,48 @@ impl Dialect for MySql {
                  ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
             ),
         ]
+    }
+
+    fn column_def(column: &str) -> &'static str {
+        match column {
+            "priority" => PRIORITY,
+            "headers" => HEADERS,
+            _ => "VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL",
+        }
+    }
+
+    /// One `ALTER TABLE` per table (each rebuilds it): the columns, and with the priority
+    /// the clustered key that orders claims by it; the key and deduplication indexes with
+    /// their columns.
+    fn migrate_queue(table: &QueueTable, missing: &[&str], dead_missing: &[&str]) -> Vec<String> {
+        let index = |suffix: &str| Self::quote(&format!("{}{suffix}", table.name()));
+        let add = |c: &&str| format!("ADD COLUMN {} {}", Self::quote(c), Self::column_def(c));
+        let mut statements = Vec::new();
+        if !missing.is_empty() {
+            let mut changes: Vec<String> = missing.iter().map(add).collect();
+            for column in missing {
+                match *column {
+                    "priority" => changes.push(format!("DROP PRIMARY KEY, ADD {CLAIM_ORDER}")),
+                    "msg_key" => changes.push(format!("ADD KEY {} (`msg_key`, `id`)", index(KEYS))),
+                    "dedup_id" => changes.push(format!("ADD UNIQUE KEY {} (`dedup_id`)", index(DEDUP))),
+                    _ => {}
+                }
+            }
+            statements.push(format!(
+                "ALTER TABLE {} {}",
+                super::quoted::<Self>(table, ""),
+                changes.join(", ")
+            ));
+        }
+        if !dead_missing.is_empty() {
+            let changes: Vec<String> = dead_missing.iter().map(add).collect();
+            statements.push(format!(
+                "ALTER TABLE {} {}",
+                super::quoted::<Self>(table, "_dead"),
+                changes.join(", ")
+            ));
+        }
+        statements
     }
 
     fn create_pause(table: &QueueTable) -> String {
@@ -206,15 +271,18 @@ impl Dialect for MySql {
     const LEASE_CLAIM_BEGIN: &'static str = "BEGIN";
     const LOCKED_CLAIM_BEGIN: &'static str = "BEGIN";
 
-    /// The locking read of a claim, unless paused (binds: group, group, limit);
-    /// [`claim`](Self::claim) marks the rows it returns.
+    /// The locking read of a claim, unless paused or held behind an earlier message of
+    /// its key (binds: group, group, limit); [`claim`](Self::claim) marks the rows it
+    /// returns. InnoDB reads the key check's subquery without locking it (checked: a
+    /// locked earlier row still holds its key), so `SKIP LOCKED` skips only candidates.
     fn claim_sql(table: &QueueTable) -> String {
         format!(
-            "SELECT {CLAIMED} FROM {} WHERE group_name = ? AND {} AND visible_at <= UTC_TIMESTAMP(6) \
-             AND (lease_until IS NULL OR lease_until <= UTC_TIMESTAMP(6)) \
-             ORDER BY visible_at, id LIMIT ? FOR UPDATE SKIP LOCKED",
+            "SELECT {CLAIMED} FROM {} AS q WHERE group_name = ? AND {} AND visible_at <= UTC_TIMESTAMP(6) \
+             AND (lease_until IS NULL OR lease_until <= UTC_TIMESTAMP(6)) AND {} \
+             ORDER BY priority, visible_at, id LIMIT ? FOR UPDATE SKIP LOCKED",
             super::quoted::<Self>(table, ""),
-            Self::not_paused(table, "?")
+            Self::not_paused(table, "?"),
+            Self::key_free(table)
         )
     }
 
@@ -323,7 +391,7 @@ impl Dialect for MySql {
              WHERE table_schema = {in_schema} AND table_name = ? AND column_name IN ({})), '') AS CHAR), \
              (SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.tables \
              WHERE table_schema = {in_schema} AND table_name = ? AND table_type = 'BASE TABLE')",
-            super::table::column_list()
+            super::table::known_columns()
         );
         (sql, binds)
     }
@@ -337,7 +405,7 @@ impl Dialect for MySql {
              GROUP BY c.table_name \
              HAVING COUNT(DISTINCT c.column_name) = {} \
              ORDER BY 1",
-            super::table::column_list(),
+            super::table::column_list(&super::QUEUE_COLUMNS),
             super::QUEUE_COLUMNS.len()
         )
     }
@@ -421,9 +489,10 @@ mod tests {
     #[test]
     fn claims_walk_the_clustered_key() {
         let t = sql("jobs");
-        assert!(t.create[0].contains("PRIMARY KEY (`group_name`, `visible_at`, `id`)"));
+        assert!(t.create[0].contains("PRIMARY KEY (`group_name`, `priority`, `visible_at`, `id`)"));
         assert!(t.create[0].contains("UNIQUE KEY `jobs_id` (`id`)"));
-        assert!(t.claim.contains("ORDER BY visible_at, id LIMIT ? FOR UPDATE SKIP LOCKED"));
+        assert!(t.create[0].contains("UNIQUE KEY `jobs_dedup` (`dedup_id`)"));
+        assert!(t.claim.contains("ORDER BY priority, visible_at, id LIMIT ? FOR UPDATE SKIP LOCKED"));
         assert!(t.claim_locked.starts_with("SELECT CAST(id AS SIGNED)"));
         assert_eq!(claim_mark("`jobs`", 2).matches('?').count(), 4);
         assert_eq!(delete_locked("`jobs`", 2), "DELETE FROM `jobs` WHERE id IN (?, ?)");
@@ -434,11 +503,12 @@ mod tests {
         let t = sql("app.jobs");
         assert_eq!(t.quoted, "`app`.`jobs`");
         assert_eq!(t.ack_pairs(1), "DELETE FROM `app`.`jobs` WHERE id IN (?) AND (id, lease) IN ((?, ?))");
-        assert_eq!(t.dead_restore(3).matches('?').count(), 18);
+        assert_eq!(t.dead_restore(3).matches('?').count(), 27);
         assert!(
             t.dead_restore(1)
                 .starts_with("INSERT INTO `app`.`jobs_dead` (id, group_name, payload, attempts, created_at")
         );
-        assert_eq!(t.insert(3).matches('?').count(), 9);
+        assert_eq!(t.insert(3).matches('?').count(), 18);
+        assert!(t.insert_dedup().starts_with("INSERT IGNORE INTO `app`.`jobs` ("));
     }
 }

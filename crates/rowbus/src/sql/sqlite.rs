@@ -9,7 +9,7 @@ use notify_table::{Dialect as NotifyDialect, NotifyTable, Row, Statement};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePoolOptions};
 use sqlx::{Connection as _, Pool, Row as _, Sqlite};
 
-use super::Dialect;
+use super::{DEDUP, Dialect, KEYS, READY};
 use crate::backend::{Backend, DbPool, connect_error, invalid_url};
 use crate::broker::QueueTable;
 use crate::db::sealed::Driver as _;
@@ -33,15 +33,18 @@ macro_rules! epoch_micros {
 const NOW: &str = epoch_micros!("'now'");
 
 /// What a claim returns: id, group, payload, attempts, created_at µs.
-const CLAIMED: &str = "id, group_name, payload, attempts, created_at";
+const CLAIMED: &str = "id, group_name, payload, attempts, created_at, priority, msg_key, dedup_id, headers";
 
-/// Rows ready to claim, oldest first, unless paused (binds: group, limit).
+/// Rows ready to claim, by priority then oldest first, unless paused or held behind an
+/// earlier message of their key (binds: group, limit).
 fn select_ready(table: &QueueTable) -> String {
     let t = super::quoted::<Sqlite>(table, "");
     format!(
-        "SELECT id FROM {t} WHERE group_name = ?1 AND visible_at <= {NOW} \
-         AND (lease_until IS NULL OR lease_until <= {NOW}) AND {} ORDER BY visible_at, id LIMIT ?2",
-        Sqlite::not_paused(table, "?1")
+        "SELECT id FROM {t} AS q WHERE group_name = ?1 AND visible_at <= {NOW} \
+         AND (lease_until IS NULL OR lease_until <= {NOW}) AND {} AND {} \
+         ORDER BY priority, visible_at, id LIMIT ?2",
+        Sqlite::not_paused(table, "?1"),
+        Sqlite::key_free(table)
     )
 }
 
@@ -122,12 +125,16 @@ impl Dialect for Sqlite {
 
     fn create_queue(table: &QueueTable) -> Vec<String> {
         let (t, dead) = (super::quoted::<Self>(table, ""), super::quoted::<Self>(table, "_dead"));
-        let index = Self::quote(&format!("{}_claim", table.name()));
+        let index = |suffix: &str| Self::quote(&format!("{}{suffix}", table.name()));
         vec![
             format!(
                 "CREATE TABLE IF NOT EXISTS {t} (\n\
                  \x20 `id` INTEGER PRIMARY KEY AUTOINCREMENT,\n\
                  \x20 `group_name` TEXT NOT NULL DEFAULT '',\n\
+                 \x20 `priority` INTEGER NOT NULL DEFAULT 0,\n\
+                 \x20 `msg_key` TEXT,\n\
+                 \x20 `dedup_id` TEXT,\n\
+                 \x20 `headers` TEXT,\n\
                  \x20 `payload` BLOB NOT NULL,\n\
                  \x20 `attempts` INTEGER NOT NULL DEFAULT 0,\n\
                  \x20 `visible_at` INTEGER NOT NULL DEFAULT ({NOW}),\n\
@@ -137,11 +144,22 @@ impl Dialect for Sqlite {
                  \x20 `last_error` TEXT\n\
                  )"
             ),
-            format!("CREATE INDEX IF NOT EXISTS {index} ON {t} (`group_name`, `visible_at`, `id`)"),
+            format!(
+                "CREATE INDEX IF NOT EXISTS {} ON {t} (`group_name`, `priority`, `visible_at`, `id`)",
+                index(READY)
+            ),
+            format!(
+                "CREATE INDEX IF NOT EXISTS {} ON {t} (`msg_key`, `id`) WHERE `msg_key` IS NOT NULL",
+                index(KEYS)
+            ),
+            format!("CREATE UNIQUE INDEX IF NOT EXISTS {} ON {t} (`dedup_id`)", index(DEDUP)),
             format!(
                 "CREATE TABLE IF NOT EXISTS {dead} (\n\
                  \x20 `id` INTEGER PRIMARY KEY,\n\
                  \x20 `group_name` TEXT NOT NULL,\n\
+                 \x20 `priority` INTEGER NOT NULL DEFAULT 0,\n\
+                 \x20 `msg_key` TEXT,\n\
+                 \x20 `headers` TEXT,\n\
                  \x20 `payload` BLOB NOT NULL,\n\
                  \x20 `attempts` INTEGER NOT NULL,\n\
                  \x20 `created_at` INTEGER NOT NULL,\n\
@@ -150,6 +168,13 @@ impl Dialect for Sqlite {
                  )"
             ),
         ]
+    }
+
+    fn column_def(column: &str) -> &'static str {
+        match column {
+            "priority" => "INTEGER NOT NULL DEFAULT 0",
+            _ => "TEXT",
+        }
     }
 
     fn create_pause(table: &QueueTable) -> String {
@@ -250,7 +275,7 @@ impl Dialect for Sqlite {
         let sql = format!(
             "SELECT COALESCE((SELECT group_concat(name, ',') FROM pragma_table_info(?1) WHERE name IN ({})), ''), \
              (SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?1 COLLATE NOCASE)",
-            super::table::column_list()
+            super::table::known_columns()
         );
         (sql, vec![name.to_owned()])
     }
@@ -262,7 +287,7 @@ impl Dialect for Sqlite {
              GROUP BY m.name \
              HAVING COUNT(DISTINCT p.name) = {} \
              ORDER BY m.name",
-            super::table::column_list(),
+            super::table::column_list(&super::QUEUE_COLUMNS),
             super::QUEUE_COLUMNS.len()
         )
     }
@@ -400,7 +425,7 @@ mod tests {
         );
         assert!(t.claim_locked.starts_with("DELETE FROM `jobs` WHERE id IN (SELECT id FROM `jobs`"));
         assert!(t.claim_locked.contains("LIMIT ?2) RETURNING id, group_name"));
-        assert_eq!(t.restore(1).matches('?').count(), 7);
+        assert_eq!(t.restore(1).matches('?').count(), 11);
         assert_eq!(t.ack_pairs(1), "DELETE FROM `jobs` WHERE id IN (?) AND (id, lease) IN ((?, ?))");
     }
 }

@@ -13,6 +13,14 @@ use crate::error::Error;
 pub(crate) const QUEUE_COLUMNS: [&str; 7] =
     ["id", "group_name", "payload", "attempts", "visible_at", "lease", "lease_until"];
 
+/// The columns a queue table gained after its first version (priorities, ordering keys,
+/// deduplication ids, headers): a deploy adds those an older table lacks.
+pub(crate) const FEATURE_COLUMNS: [&str; 4] = ["priority", "msg_key", "dedup_id", "headers"];
+
+/// The same for the dead-letter table (a dead letter holds no deduplication id: once a
+/// message is dead-lettered its id publishes again).
+pub(crate) const DEAD_FEATURE_COLUMNS: [&str; 3] = ["priority", "msg_key", "headers"];
+
 /// The statements of one queue table.
 #[derive(Debug)]
 pub struct TableSql<DB> {
@@ -49,7 +57,8 @@ impl<DB: Dialect> TableSql<DB> {
         let t = quoted::<DB>(table, "");
         let dead = quoted::<DB>(table, "_dead");
         let p = DB::param;
-        let dead_cols = "id, group_name, payload, attempts, created_at, last_error";
+        let dead_cols =
+            "id, group_name, payload, attempts, created_at, priority, msg_key, headers, last_error";
         Ok(TableSql {
             table: table.clone(),
             create: [DB::create_queue(table), vec![DB::create_pause(table)]].concat(),
@@ -80,8 +89,8 @@ impl<DB: Dialect> TableSql<DB> {
             )
             .into(),
             dead_insert: format!(
-                "INSERT INTO {dead} ({dead_cols}) SELECT id, group_name, payload, attempts, created_at, {} \
-                 FROM {t} WHERE id = {} AND lease = {}",
+                "INSERT INTO {dead} ({dead_cols}) SELECT id, group_name, payload, attempts, created_at, \
+                 priority, msg_key, headers, {} FROM {t} WHERE id = {} AND lease = {}",
                 p(1),
                 p(2),
                 p(3)
@@ -102,10 +111,28 @@ impl<DB: Dialect> TableSql<DB> {
         })
     }
 
-    /// `INSERT` of `rows` messages. Binds per row: group, payload, delay µs.
+    /// `INSERT` of `rows` messages. Binds per row: group, payload, delay µs, priority,
+    /// key, headers (NULL for none).
     pub fn insert(&self, rows: usize) -> String {
-        let values = self.values(rows, 3, |p| format!("({}, {}, {})", p(1), p(2), DB::later(&p(3))));
-        format!("INSERT INTO {} (group_name, payload, visible_at) VALUES {values}", self.quoted)
+        let values = self.values(rows, INSERT_BINDS, |p| {
+            format!("({}, {}, {}, {}, {}, {})", p(1), p(2), DB::later(&p(3)), p(4), p(5), p(6))
+        });
+        format!(
+            "INSERT INTO {} (group_name, payload, visible_at, priority, msg_key, headers) VALUES {values}",
+            self.quoted
+        )
+    }
+
+    /// `INSERT` of one message with a deduplication id that stores nothing (and counts no
+    /// row) while a message with that id is in the table. Binds: those of
+    /// [`insert`](Self::insert), then the id.
+    pub fn insert_dedup(&self) -> String {
+        let p = DB::param;
+        DB::insert_ignore(
+            &self.quoted,
+            "group_name, payload, visible_at, priority, msg_key, headers, dedup_id",
+            &format!("{}, {}, {}, {}, {}, {}, {}", p(1), p(2), DB::later(&p(3)), p(4), p(5), p(6), p(7)),
+        )
     }
 
     /// Deletes acknowledged rows, each under its own lease. Binds: the ids, then (id, token) pairs.
@@ -136,27 +163,32 @@ impl<DB: Dialect> TableSql<DB> {
 
     /// After a failed transactional handler, in its transaction: puts `rows` rows a claim
     /// took back, their attempt counted, in one statement (one "now" for all). Binds per
-    /// row: id, group, payload, attempts, delay µs, created_at µs, error.
+    /// row: id, group, payload, attempts, delay µs, created_at µs, error, priority, key,
+    /// headers, dedup id.
     pub fn restore(&self, rows: usize) -> String {
-        let values = self.values(rows, 7, |p| {
+        let values = self.values(rows, 11, |p| {
             let (later, created) = (DB::later(&p(5)), DB::from_micros(&p(6)));
-            format!("({}, {}, {}, {}, {later}, {created}, {})", p(1), p(2), p(3), p(4), p(7))
+            let rest = format!("{}, {}, {}, {}, {}", p(7), p(8), p(9), p(10), p(11));
+            format!("({}, {}, {}, {}, {later}, {created}, {rest})", p(1), p(2), p(3), p(4))
         });
         format!(
-            "INSERT INTO {} (id, group_name, payload, attempts, visible_at, created_at, last_error) VALUES {values}",
+            "INSERT INTO {} (id, group_name, payload, attempts, visible_at, created_at, last_error, \
+             priority, msg_key, headers, dedup_id) VALUES {values}",
             self.quoted
         )
     }
 
     /// Dead-letters `rows` rows a transactional claim took. Binds per row: id, group,
-    /// payload, attempts, created_at µs, error.
+    /// payload, attempts, created_at µs, error, priority, key, headers.
     pub fn dead_restore(&self, rows: usize) -> String {
-        let values = self.values(rows, 6, |p| {
+        let values = self.values(rows, 9, |p| {
             let created = DB::from_micros(&p(5));
-            format!("({}, {}, {}, {}, {created}, {})", p(1), p(2), p(3), p(4), p(6))
+            let rest = format!("{}, {}, {}, {}", p(6), p(7), p(8), p(9));
+            format!("({}, {}, {}, {}, {created}, {rest})", p(1), p(2), p(3), p(4))
         });
         format!(
-            "INSERT INTO {} (id, group_name, payload, attempts, created_at, last_error) VALUES {values}",
+            "INSERT INTO {} (id, group_name, payload, attempts, created_at, last_error, priority, msg_key, headers) \
+             VALUES {values}",
             self.dead
         )
     }
@@ -168,7 +200,16 @@ impl<DB: Dialect> TableSql<DB> {
     }
 }
 
+/// Binds per row of [`TableSql::insert`].
+pub(crate) const INSERT_BINDS: usize = 6;
+
 /// `'id', 'group_name', ...`: constants, not input.
-pub(crate) fn column_list() -> String {
-    QUEUE_COLUMNS.map(|c| format!("'{c}'")).join(", ")
+pub(crate) fn column_list(columns: &[&str]) -> String {
+    columns.iter().map(|c| format!("'{c}'")).collect::<Vec<_>>().join(", ")
+}
+
+/// Every column the catalog is asked about: the queue table's, and those a deploy adds
+/// to older tables.
+pub(crate) fn known_columns() -> String {
+    column_list(&[&QUEUE_COLUMNS[..], &FEATURE_COLUMNS[..]].concat())
 }

@@ -46,7 +46,8 @@ pub(crate) async fn claim<DB: Db>(
     .await?;
     inner.counters.acknowledged(acks.len(), acked);
     inner.counters.claimed(rows.len());
-    rows.sort_unstable_by_key(|r| r.id);
+    // In claim order (a statement's RETURNING has none): by priority, then publish order.
+    rows.sort_unstable_by_key(|r| (r.priority, r.id));
     Ok(Claim { rows, token })
 }
 
@@ -59,7 +60,7 @@ pub(crate) async fn claim_locked<DB: Db>(
 ) -> Result<(Transaction<'static, DB>, Vec<ClaimedRow>), Error> {
     let (pool, sql) = (&queue.inner().pool, &*queue.sql);
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let (tx, rows) = retrying(queue, || async move {
+    let (tx, mut rows) = retrying(queue, || async move {
         let mut tx = pool.begin_with(DB::LOCKED_CLAIM_BEGIN).await?;
         let rows = DB::take_locked(&mut tx, sql, group, limit).await?;
         Ok((tx, rows))
@@ -68,5 +69,6 @@ pub(crate) async fn claim_locked<DB: Db>(
     if !rows.is_empty() {
         queue.inner().counters.claimed(rows.len());
     }
+    rows.sort_unstable_by_key(|r| (r.priority, r.id));
     Ok((tx, rows))
 }

@@ -12,7 +12,7 @@ use crate::error::{Error, is_missing_table, is_retryable};
 /// InnoDB detects a deadlock at once, so a try costs a round trip; with 4, eight
 /// subscriptions taking 16- and 100-row transactional batches from one table still saw
 /// a claim in a few hundred fail (and wait the failed-claim second).
-const DEADLOCK_TRIES: usize = 10;
+pub(crate) const DEADLOCK_TRIES: usize = 10;
 
 /// Runs `attempt` again while it fails by a deadlock or a serialization failure, up to
 /// [`DEADLOCK_TRIES`] times; any other error, or the last, is named for the queue. Each

@@ -389,7 +389,7 @@ impl<DB: Db> Queue<DB> {
         let messages: Vec<Message> = messages.into_iter().collect();
         let limit = publish::checked(self, &messages).await?;
         let mut conn = self.inner().pool.acquire().await?;
-        let n = publish::insert(self, &mut conn, &messages, limit).await?;
+        let n = publish::insert(self, &mut conn, &messages, limit, true).await?;
         let groups = groups_of(&messages);
         publish::wake_others(self, &mut conn, &groups).await;
         drop(conn);
@@ -448,7 +448,7 @@ impl<DB: Db> BrokerTx<DB> {
     ) -> Result<Published, Error> {
         let messages: Vec<Message> = messages.into_iter().collect();
         let limit = publish::checked(queue, &messages).await?;
-        let n = publish::insert(queue, &mut **self.tx(), &messages, limit).await?;
+        let n = publish::insert(queue, &mut **self.tx(), &messages, limit, false).await?;
         let channel = queue.table().channel_arc();
         let mut fresh = Vec::new();
         for group in groups_of(&messages) {

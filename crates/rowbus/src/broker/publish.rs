@@ -5,10 +5,10 @@ use std::sync::Arc;
 
 use notify_table::DurationRange;
 
-use super::exec::{micros, queue_error};
+use super::exec::{DEADLOCK_TRIES, micros, queue_error};
 use super::{Message, Published, Queue, check_group};
 use crate::db::{Arg, Db};
-use crate::error::{Error, check_duration};
+use crate::error::{Error, check_duration, is_retryable};
 
 /// Most messages one INSERT carries (six binds each).
 const INSERT_CHUNK: usize = 1000;
@@ -83,12 +83,15 @@ fn statements(messages: &[Message], limit: u64) -> impl Iterator<Item = &[Messag
 
 /// Inserts `messages` (checked, see [`checked`]) on `conn`, as few statements as
 /// `limit` allows: those without a deduplication id together, each with one in a
-/// statement of its own (whether it was a duplicate is the rows it stored).
+/// statement of its own (whether it was a duplicate is the rows it stored). `alone`: no
+/// transaction is open on `conn`, so a statement that deadlocked is tried again (an
+/// insert of an id waits for the transaction that holds it, which may put it back).
 pub(crate) async fn insert<DB: Db>(
     queue: &Queue<DB>,
     conn: &mut DB::Connection,
     messages: &[Message],
     limit: u64,
+    alone: bool,
 ) -> Result<Published, Error> {
     let mut published = Published::default();
     let unique: Vec<&Message> = messages.iter().filter(|m| m.dedup_id.is_some()).collect();
@@ -109,7 +112,15 @@ pub(crate) async fn insert<DB: Db>(
             let row = Row::of(m);
             let id = m.dedup_id.as_deref().unwrap_or_default();
             let args: Vec<Arg<'_>> = row.args().chain([Arg::Text(id)]).collect();
-            match DB::execute(conn, &sql, &args).await.map_err(|e| queue_error(queue, e))? {
+            let mut tries = 0;
+            let stored = loop {
+                tries += 1;
+                match DB::execute(conn, &sql, &args).await {
+                    Err(e) if alone && is_retryable(&e) && tries < DEADLOCK_TRIES => continue,
+                    done => break done.map_err(|e| queue_error(queue, e))?,
+                }
+            };
+            match stored {
                 0 => published.duplicates.push(id.to_owned()),
                 n => published.stored += n,
             }

@@ -379,7 +379,9 @@ mod tests {
         assert_eq!(t.create[0], "CREATE SCHEMA IF NOT EXISTS \"app\"");
         assert!(t.create[2].starts_with("CREATE INDEX IF NOT EXISTS \"jobs_ready\" ON \"app\".\"jobs\""));
         assert!(t.create[2].ends_with("(group_name, priority, visible_at, id)"));
-        assert!(t.create[4].starts_with("CREATE UNIQUE INDEX IF NOT EXISTS \"jobs_dedup\" ON \"app\".\"jobs\""));
+        assert!(
+            t.create[4].starts_with("CREATE UNIQUE INDEX IF NOT EXISTS \"jobs_dedup\" ON \"app\".\"jobs\"")
+        );
     }
 
     #[test]

@@ -1,0 +1,536 @@
+//! Priorities, ordering keys, deduplication ids and headers, against the real PostgreSQL
+//! and MariaDB and a temporary SQLite file: the same meaning on all three; and a queue
+//! table made by the previous version brought up to date by a deploy.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{Cleanup, MARIADB, PG, TempSqlite, on_each_database, unique};
+use futures::StreamExt;
+use rowbus::{Broker, BrokerOptions, Db, DbPool, Delivery, Error, Message, Outcome, Queue, Subscription};
+use sqlx::{MySql, Postgres, Sqlite};
+use tokio::sync::mpsc;
+
+/// Longer than any test: a subscription that sees a message at all was woken.
+const FOREVER: Duration = Duration::from_secs(3600);
+/// How long a message a subscription should take may take to arrive.
+const ARRIVES: Duration = Duration::from_secs(20);
+/// How long a subscription is watched for a message it must not take: many of its poll
+/// intervals.
+const QUIET: Duration = Duration::from_millis(1000);
+
+/// Makes brokers on one database: on SQLite, on one file.
+#[derive(Clone)]
+enum Place {
+    Postgres,
+    MariaDb,
+    Sqlite(Arc<TempSqlite>),
+}
+
+impl Place {
+    async fn pool(&self) -> DbPool {
+        let url = match self {
+            Place::Postgres => PG.to_owned(),
+            Place::MariaDb => MARIADB.to_owned(),
+            Place::Sqlite(file) => file.url.clone(),
+        };
+        DbPool::connect_creating(&url, 8)
+            .await
+            .unwrap_or_else(|e| panic!("{url} must be reachable (run scripts/services.sh): {e}"))
+    }
+}
+
+/// A broker on `place` with `options`.
+trait Brokers: Db {
+    fn broker(place: &Place, options: BrokerOptions) -> impl Future<Output = Broker<Self>> + Send;
+}
+
+macro_rules! brokers {
+    ($db:ty, $variant:ident) => {
+        impl Brokers for $db {
+            async fn broker(place: &Place, options: BrokerOptions) -> Broker<Self> {
+                let DbPool::$variant(pool) = place.pool().await else { unreachable!() };
+                Broker::new(pool, options).await.unwrap()
+            }
+        }
+    };
+}
+brokers!(Postgres, Postgres);
+brokers!(MySql, MySql);
+brokers!(Sqlite, Sqlite);
+
+macro_rules! database_test {
+    (postgres, $scenario:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn postgres() {
+            super::$scenario::<sqlx::Postgres>(super::Place::Postgres).await;
+        }
+    };
+    (mariadb, $scenario:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn mariadb() {
+            super::$scenario::<sqlx::MySql>(super::Place::MariaDb).await;
+        }
+    };
+    (sqlite, $scenario:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn sqlite() {
+            let file = std::sync::Arc::new(common::TempSqlite::new());
+            super::$scenario::<sqlx::Sqlite>(super::Place::Sqlite(file)).await;
+        }
+    };
+}
+
+fn quick() -> BrokerOptions {
+    BrokerOptions { poll_interval: Duration::from_millis(100), ..BrokerOptions::default() }
+}
+
+/// A deployed queue of the test's own, dropped by `cleanup` should the test fail.
+async fn queue<DB: Db>(broker: &Broker<DB>, cleanup: &Cleanup, prefix: &str) -> Queue<DB> {
+    let queue = broker.queue(&cleanup.queue(&unique(prefix))).unwrap();
+    queue.deploy().await.unwrap();
+    queue
+}
+
+/// A stream claiming up to ten at a time, polling every 100 ms.
+async fn stream<DB: Db>(queue: &Queue<DB>) -> Subscription<DB> {
+    queue.subscribe().batch(10).poll_interval(Duration::from_millis(100)).stream().await.unwrap()
+}
+
+/// The next delivery, which must come within [`ARRIVES`].
+async fn next<DB: Db>(sub: &mut Subscription<DB>, what: &str) -> Delivery<DB> {
+    tokio::time::timeout(ARRIVES, sub.next())
+        .await
+        .unwrap_or_else(|_| panic!("{what}: nothing within {ARRIVES:?}"))
+        .expect("the stream runs")
+        .unwrap()
+}
+
+/// The payloads of the next `n` deliveries, which are kept.
+async fn take<DB: Db>(sub: &mut Subscription<DB>, n: usize, what: &str) -> Vec<Delivery<DB>> {
+    let mut got = Vec::new();
+    for _ in 0..n {
+        got.push(next(sub, what).await);
+    }
+    got
+}
+
+fn texts<DB: Db>(deliveries: &[Delivery<DB>]) -> Vec<String> {
+    deliveries.iter().map(|d| d.text().unwrap().to_owned()).collect()
+}
+
+/// Asserts the stream yields nothing for [`QUIET`].
+async fn nothing<DB: Db>(sub: &mut Subscription<DB>, what: &str) {
+    if let Ok(got) = tokio::time::timeout(QUIET, sub.next()).await {
+        panic!("{what}: got {:?}", got.map(|d| d.map(|d| d.text().unwrap().to_owned())));
+    }
+}
+
+/// Lower priorities are claimed first, publish order within a priority, delayed ones
+/// only when due; a claim of two takes the two most urgent.
+async fn priorities_order_claims<DB: Brokers>(place: Place) {
+    let broker = DB::broker(&place, quick()).await;
+    let cleanup = Cleanup::new(DB::BACKEND);
+    let q = queue(&broker, &cleanup, "prio").await;
+    let m = |text: &str, priority: i16| Message::text(text).priority(priority);
+    q.publish_batch([m("a0", 0), m("b5", 5), m("c-1", -1), m("d0", 0), m("e-1", -1)]).await.unwrap();
+    q.publish(m("late", -100).delay(FOREVER)).await.unwrap();
+    q.publish(m("f-1", -1)).await.unwrap();
+
+    let mut sub = q.subscribe().batch(2).poll_interval(Duration::from_millis(100)).stream().await.unwrap();
+    let got = take(&mut sub, 6, "the ready messages").await;
+    assert_eq!(texts(&got), ["c-1", "e-1", "f-1", "a0", "d0", "b5"]);
+    assert_eq!(got[0].priority(), -1);
+    for d in got {
+        d.ack().await.unwrap();
+    }
+    nothing(&mut sub, "a delayed message, however urgent").await;
+    drop(sub);
+    broker.shutdown(Duration::from_secs(1)).await;
+    q.undeploy().await.unwrap();
+}
+on_each_database!(priorities_order_claims);
+
+/// A key's messages go one at a time in publish order; other keys and unkeyed messages
+/// beside them. The next goes once the one before is acknowledged or dead-lettered, not
+/// while it waits for a retry.
+async fn keys_go_one_at_a_time<DB: Brokers>(place: Place) {
+    let broker = DB::broker(&place, quick()).await;
+    let cleanup = Cleanup::new(DB::BACKEND);
+    let q = queue(&broker, &cleanup, "keys").await;
+    let k = |text: &str, key: &str| Message::text(text).key(key);
+    q.publish_batch([k("a1", "A"), k("a2", "A"), k("b1", "B"), Message::text("n"), k("a3", "A")])
+        .await
+        .unwrap();
+    // A more urgent message of a key still waits for the earlier one.
+    q.publish(k("a4", "A").priority(-5)).await.unwrap();
+
+    let mut sub = stream(&q).await;
+    let first = take(&mut sub, 3, "the head of each key and the unkeyed one").await;
+    let mut heads = texts(&first);
+    heads.sort();
+    assert_eq!(heads, ["a1", "b1", "n"]);
+    nothing(&mut sub, "A's second while its first is in flight").await;
+    let [a1, b1, n] = <[Delivery<DB>; 3]>::try_from(sort(first)).ok().unwrap();
+    assert_eq!(a1.key(), Some("A"));
+    assert_eq!(n.key(), None);
+
+    a1.ack().await.unwrap();
+    let a2 = next(&mut sub, "A's second once the first is acknowledged").await;
+    assert_eq!(a2.text().unwrap(), "a2");
+    a2.retry(Duration::from_millis(300), "again").await.unwrap();
+    let a2 = next(&mut sub, "A's second again, after its retry delay").await;
+    assert_eq!((a2.text().unwrap(), a2.attempt()), ("a2", 2), "the retried message comes before a3");
+    nothing(&mut sub, "A's third while its second is in flight again").await;
+    a2.dead_letter("poison").await.unwrap();
+    let a3 = next(&mut sub, "A's third once the second is dead-lettered").await;
+    assert_eq!(a3.text().unwrap(), "a3");
+    a3.ack().await.unwrap();
+    let a4 = next(&mut sub, "A's fourth").await;
+    assert_eq!(a4.text().unwrap(), "a4");
+    for d in [a4, b1, n] {
+        d.ack().await.unwrap();
+    }
+    drop(sub);
+    broker.shutdown(Duration::from_secs(1)).await;
+    q.undeploy().await.unwrap();
+}
+on_each_database!(keys_go_one_at_a_time);
+
+fn sort<DB: Db>(mut deliveries: Vec<Delivery<DB>>) -> Vec<Delivery<DB>> {
+    deliveries.sort_by(|a, b| a.text().unwrap().cmp(b.text().unwrap()));
+    deliveries
+}
+
+/// The acknowledgement that frees a key wakes the subscription that can take its next
+/// message, in another broker too (as another process would be): with a poll interval of
+/// an hour, only that wake-up can bring it. Workers of `run` and of `run_tx` alike.
+async fn freeing_a_key_wakes_others<DB: Brokers>(place: Place) {
+    let options = BrokerOptions { poll_interval: FOREVER, listen_notify: true, ..BrokerOptions::default() };
+    let (theirs, mine) = (DB::broker(&place, options.clone()).await, DB::broker(&place, options).await);
+    let cleanup = Cleanup::new(DB::BACKEND);
+    let name = cleanup.queue(&unique("keywake"));
+    let (their_q, my_q) = (theirs.queue(&name).unwrap(), mine.queue(&name).unwrap());
+    my_q.deploy().await.unwrap();
+    for transactional in [false, true] {
+        let tag = if transactional { "tx" } else { "lease" };
+        my_q.publish_batch([
+            Message::text(format!("{tag}1")).key(tag),
+            Message::text(format!("{tag}2")).key(tag),
+        ])
+        .await
+        .unwrap();
+        // They take the first; a runner here starts, finds the second held, and waits.
+        let mut their_sub = stream(&their_q).await;
+        let first = next(&mut their_sub, "the key's first").await;
+        assert_eq!(first.text().unwrap(), format!("{tag}1"));
+        let (tx, mut handled) = mpsc::unbounded_channel();
+        let sub = my_q.subscribe().workers(2);
+        let runner = tokio::spawn(async move {
+            if transactional {
+                sub.run_tx(move |_conn, message| {
+                    let tx = tx.clone();
+                    Box::pin(async move {
+                        let _ = tx.send(message.text()?.to_owned());
+                        Ok::<_, Error>(Outcome::Ack)
+                    })
+                })
+                .await
+            } else {
+                sub.run(move |d| {
+                    let tx = tx.clone();
+                    async move {
+                        let _ = tx.send(d.text()?.to_owned());
+                        Ok::<_, Error>(())
+                    }
+                })
+                .await
+            }
+        });
+        assert!(
+            tokio::time::timeout(QUIET, handled.recv()).await.is_err(),
+            "nothing for the runner while the key's first is in flight"
+        );
+        first.ack().await.unwrap();
+        let got = tokio::time::timeout(ARRIVES, handled.recv())
+            .await
+            .unwrap_or_else(|_| panic!("{tag}: the freed key's next message woke nobody"));
+        assert_eq!(got.as_deref(), Some(&*format!("{tag}2")));
+        runner.abort();
+        drop(their_sub);
+    }
+    theirs.shutdown(Duration::from_secs(1)).await;
+    mine.shutdown(Duration::from_secs(1)).await;
+    my_q.undeploy().await.unwrap();
+}
+on_each_database!(freeing_a_key_wakes_others);
+
+/// A deduplication id stores one message while it is in the queue (ready, delayed or in
+/// flight), reports the others, and publishes again once that one is acknowledged or
+/// dead-lettered; concurrent publishers of one id store it once.
+async fn dedup_ids_store_one<DB: Brokers>(place: Place) {
+    let broker = DB::broker(&place, quick()).await;
+    let cleanup = Cleanup::new(DB::BACKEND);
+    let q = queue(&broker, &cleanup, "dedup").await;
+    let d = |text: &str, id: &str| Message::text(text).dedup_id(id);
+
+    let first = q.publish(d("x1", "x")).await.unwrap();
+    assert_eq!((first.stored, first.all_stored()), (1, true));
+    let again = q.publish(d("x2", "x")).await.unwrap();
+    assert_eq!((again.stored, again.duplicates), (0, vec!["x".to_owned()]));
+    let batch =
+        q.publish_batch([d("x3", "x"), d("y1", "y"), Message::text("plain"), d("y2", "y")]).await.unwrap();
+    assert_eq!((batch.stored, batch.duplicates), (2, vec!["x".to_owned(), "y".to_owned()]));
+    q.publish(d("later", "z").delay(FOREVER)).await.unwrap();
+    assert_eq!(q.publish(d("z again", "z")).await.unwrap().duplicates, ["z"], "a delayed one holds its id");
+
+    let mut sub = stream(&q).await;
+    let mut got = sort(take(&mut sub, 3, "x1, y1 and plain").await);
+    assert_eq!(texts(&got), ["plain", "x1", "y1"]);
+    assert_eq!(got[1].dedup_id(), Some("x"));
+    assert_eq!(q.publish(d("x4", "x")).await.unwrap().stored, 0, "in flight, it holds its id");
+    let y1 = got.pop().unwrap();
+    let x1 = got.pop().unwrap();
+    x1.ack().await.unwrap();
+    y1.dead_letter("dead").await.unwrap();
+    let after = q.publish_batch([d("x5", "x"), d("y3", "y")]).await.unwrap();
+    assert_eq!((after.stored, after.duplicates.len()), (2, 0), "acknowledged and dead-lettered ids are free");
+
+    // Eight publishers of one id at once: one stores it.
+    let racing: Vec<_> = (0..8)
+        .map(|i| {
+            let q = q.clone();
+            tokio::spawn(
+                async move { q.publish(Message::text(format!("r{i}")).dedup_id("race")).await.unwrap() },
+            )
+        })
+        .collect();
+    let mut stored = 0;
+    for publish in racing {
+        stored += publish.await.unwrap().stored;
+    }
+    assert_eq!(stored, 1);
+    drop((sub, got));
+    broker.shutdown(Duration::from_secs(1)).await;
+    q.undeploy().await.unwrap();
+}
+on_each_database!(dedup_ids_store_one);
+
+/// Headers, priority and key travel with the message: to its delivery, through a failed
+/// transactional attempt (the rows go back with all they had, the id still held), and to
+/// its dead letter.
+async fn headers_travel_with_the_message<DB: Brokers>(place: Place) {
+    let broker = DB::broker(&place, quick()).await;
+    let cleanup = Cleanup::new(DB::BACKEND);
+    let q = queue(&broker, &cleanup, "headers").await;
+    let m =
+        Message::text("h").header("trace", "abc").header("lang", "é\"ü").priority(3).key("k").dedup_id("d");
+    q.publish(m.clone()).await.unwrap();
+
+    let (tx, mut handled) = mpsc::unbounded_channel();
+    let sub = q.subscribe().workers(1).poll_interval(Duration::from_millis(100));
+    let runner = tokio::spawn(async move {
+        sub.run_tx(move |_conn, message| {
+            let tx = tx.clone();
+            Box::pin(async move {
+                let seen = (
+                    message.attempt(),
+                    message.headers().clone(),
+                    message.priority(),
+                    message.key().map(str::to_owned),
+                );
+                let _ = tx.send(seen);
+                match message.attempt() {
+                    1 => Ok(Outcome::Retry(Duration::from_millis(300))),
+                    _ => Err(Error::ShuttingDown),
+                }
+            })
+        })
+        .await
+    });
+    for attempt in 1..=2 {
+        let (seen, headers, priority, key) =
+            tokio::time::timeout(ARRIVES, handled.recv()).await.expect("handled").unwrap();
+        assert_eq!((seen, &headers, priority, key.as_deref()), (attempt, m.headers(), 3, Some("k")));
+        if attempt == 1 {
+            assert_eq!(
+                q.publish(Message::text("dup").dedup_id("d")).await.unwrap().stored,
+                0,
+                "restored with its id"
+            );
+        }
+    }
+    runner.abort();
+    // The second attempt failed: retried with the policy's backoff, or dead-lettered when
+    // it used its attempts. Dead-letter it through a lease to see the letter.
+    let mut sub = stream(&q).await;
+    let letter = loop {
+        if let Some(letter) = q.dead_letters(&Default::default()).await.unwrap().pop() {
+            break letter;
+        }
+        if let Ok(Some(Ok(d))) = tokio::time::timeout(Duration::from_millis(200), sub.next()).await {
+            d.dead_letter("enough").await.unwrap();
+        }
+    };
+    assert_eq!((&letter.headers, letter.priority, letter.key.as_deref()), (m.headers(), 3, Some("k")));
+    drop(sub);
+    broker.shutdown(Duration::from_secs(1)).await;
+    q.undeploy().await.unwrap();
+}
+on_each_database!(headers_travel_with_the_message);
+
+/// Keys and deduplication ids rowbus cannot keep the same on every database are refused
+/// before anything is sent.
+async fn bad_keys_are_refused<DB: Brokers>(place: Place) {
+    let broker = DB::broker(&place, quick()).await;
+    let cleanup = Cleanup::new(DB::BACKEND);
+    let q = queue(&broker, &cleanup, "badkeys").await;
+    for bad in [Message::text("x").key("trailing "), Message::text("x").dedup_id("d".repeat(256))] {
+        match q.publish_batch([Message::text("fine"), bad]).await {
+            Err(Error::InvalidMessage { .. }) => {}
+            other => panic!("expected InvalidMessage, got {other:?}"),
+        }
+    }
+    assert_eq!(q.depth("").await.unwrap().0, 0, "nothing of a refused batch was published");
+    broker.shutdown(Duration::from_secs(1)).await;
+    q.undeploy().await.unwrap();
+}
+on_each_database!(bad_keys_are_refused);
+
+/// The queue and dead-letter tables the previous version made (without priority, key,
+/// dedup id and headers), and a message in each.
+fn previous_version(backend: rowbus::Backend, t: &str) -> Vec<String> {
+    match backend {
+        rowbus::Backend::Postgres => vec![
+            format!(
+                "CREATE TABLE \"{t}\" (id BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY, \
+                 group_name TEXT NOT NULL DEFAULT '', payload BYTEA NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, \
+                 visible_at TIMESTAMPTZ NOT NULL DEFAULT now(), lease BIGINT, lease_until TIMESTAMPTZ, \
+                 created_at TIMESTAMPTZ NOT NULL DEFAULT now(), last_error TEXT)"
+            ),
+            format!("CREATE INDEX \"{t}_claim\" ON \"{t}\" (group_name, visible_at, id)"),
+            format!(
+                "CREATE TABLE \"{t}_dead\" (id BIGINT PRIMARY KEY, group_name TEXT NOT NULL, payload BYTEA NOT NULL, \
+                 attempts INTEGER NOT NULL, created_at TIMESTAMPTZ NOT NULL, \
+                 failed_at TIMESTAMPTZ NOT NULL DEFAULT now(), last_error TEXT)"
+            ),
+            format!("INSERT INTO \"{t}\" (payload) VALUES ('old')"),
+            format!(
+                "INSERT INTO \"{t}_dead\" (id, group_name, payload, attempts, created_at) VALUES (100, '', 'dead', 3, now())"
+            ),
+        ],
+        rowbus::Backend::MySql => vec![
+            format!(
+                "CREATE TABLE `{t}` (`id` BIGINT UNSIGNED NOT NULL AUTO_INCREMENT, \
+                 `group_name` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL DEFAULT '', \
+                 `payload` LONGBLOB NOT NULL, `attempts` INT NOT NULL DEFAULT 0, \
+                 `visible_at` DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)), `lease` BIGINT NULL, \
+                 `lease_until` DATETIME(6) NULL, `created_at` DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)), \
+                 `last_error` TEXT NULL, PRIMARY KEY (`group_name`, `visible_at`, `id`), UNIQUE KEY `{t}_id` (`id`)\
+                 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
+            ),
+            format!(
+                "CREATE TABLE `{t}_dead` (`id` BIGINT UNSIGNED NOT NULL, \
+                 `group_name` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, \
+                 `payload` LONGBLOB NOT NULL, `attempts` INT NOT NULL, `created_at` DATETIME(6) NOT NULL, \
+                 `failed_at` DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)), `last_error` TEXT NULL, \
+                 PRIMARY KEY (`id`)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
+            ),
+            format!("INSERT INTO `{t}` (payload) VALUES ('old')"),
+            format!(
+                "INSERT INTO `{t}_dead` (id, group_name, payload, attempts, created_at) \
+                 VALUES (100, '', 'dead', 3, UTC_TIMESTAMP(6))"
+            ),
+        ],
+        rowbus::Backend::Sqlite => {
+            let now = "(CAST((julianday('now') - 2440587.5) * 86400000000 AS INTEGER))";
+            vec![
+                format!(
+                    "CREATE TABLE `{t}` (`id` INTEGER PRIMARY KEY AUTOINCREMENT, `group_name` TEXT NOT NULL DEFAULT '', \
+                     `payload` BLOB NOT NULL, `attempts` INTEGER NOT NULL DEFAULT 0, \
+                     `visible_at` INTEGER NOT NULL DEFAULT ({now}), `lease` INTEGER, `lease_until` INTEGER, \
+                     `created_at` INTEGER NOT NULL DEFAULT ({now}), `last_error` TEXT)"
+                ),
+                format!("CREATE INDEX `{t}_claim` ON `{t}` (`group_name`, `visible_at`, `id`)"),
+                format!(
+                    "CREATE TABLE `{t}_dead` (`id` INTEGER PRIMARY KEY, `group_name` TEXT NOT NULL, \
+                     `payload` BLOB NOT NULL, `attempts` INTEGER NOT NULL, `created_at` INTEGER NOT NULL, \
+                     `failed_at` INTEGER NOT NULL DEFAULT ({now}), `last_error` TEXT)"
+                ),
+                format!("INSERT INTO `{t}` (payload) VALUES (X'6F6C64')"),
+                format!(
+                    "INSERT INTO `{t}_dead` (id, group_name, payload, attempts, created_at) \
+                     VALUES (100, '', X'64656164', 3, {now})"
+                ),
+            ]
+        }
+    }
+}
+
+/// Runs `statements` on `place` (test set-up: constant SQL of the test's own).
+async fn run_sql(place: &Place, statements: &[String]) {
+    use sqlx::Executor as _;
+    let pool = place.pool().await;
+    for sql in statements {
+        let sql = sqlx::AssertSqlSafe(sql.clone());
+        match &pool {
+            DbPool::Postgres(p) => drop(p.execute(sql).await.unwrap()),
+            DbPool::MySql(p) => drop(p.execute(sql).await.unwrap()),
+            DbPool::Sqlite(p) => drop(p.execute(sql).await.unwrap()),
+        }
+    }
+}
+
+/// A deploy brings a queue table of the previous version up to date: its messages and
+/// dead letters stay, and priorities, keys, deduplication ids and headers work on it.
+/// Deploying again changes nothing.
+async fn deploy_upgrades_an_older_table<DB: Brokers>(place: Place) {
+    let broker = DB::broker(&place, quick()).await;
+    let cleanup = Cleanup::new(DB::BACKEND);
+    let name = cleanup.queue(&unique("upgrade"));
+    run_sql(&place, &previous_version(DB::BACKEND, &name)).await;
+    let q = broker.queue(&name).unwrap();
+    q.deploy().await.unwrap();
+    q.deploy().await.unwrap();
+
+    q.publish(Message::text("urgent").priority(-1).header("h", "v")).await.unwrap();
+    assert_eq!(q.publish(Message::text("a").dedup_id("d")).await.unwrap().stored, 1);
+    assert_eq!(q.publish(Message::text("b").dedup_id("d")).await.unwrap().stored, 0);
+    let mut sub = stream(&q).await;
+    let got = take(&mut sub, 3, "the old message and the new ones").await;
+    assert_eq!(texts(&got), ["urgent", "old", "a"]);
+    assert_eq!(got[0].header("h"), Some("v"));
+    assert!(got[1].headers().is_empty() && got[1].key().is_none());
+    let letters = q.dead_letters(&Default::default()).await.unwrap();
+    assert_eq!((letters.len(), letters[0].payload.as_slice(), letters[0].priority), (1, &b"dead"[..], 0));
+    drop((sub, got));
+    broker.shutdown(Duration::from_secs(1)).await;
+    q.undeploy().await.unwrap();
+}
+on_each_database!(deploy_upgrades_an_older_table);
+
+/// A full claim of many ready messages reads them in claim order: the stream takes them
+/// all, each exactly once, most urgent first.
+async fn many_priorities_drain_in_order<DB: Brokers>(place: Place) {
+    let broker = DB::broker(&place, quick()).await;
+    let cleanup = Cleanup::new(DB::BACKEND);
+    let q = queue(&broker, &cleanup, "prio_many").await;
+    let messages: Vec<Message> =
+        (0..200).map(|i| Message::text(format!("{i}")).priority((i * 7 % 5) as i16 - 2)).collect();
+    q.publish_batch(messages).await.unwrap();
+    let mut sub = stream(&q).await;
+    let got = take(&mut sub, 200, "all of them").await;
+    let keys: Vec<(i16, i64)> = got.iter().map(|d| (d.priority(), d.id())).collect();
+    let mut sorted = keys.clone();
+    sorted.sort();
+    assert_eq!(keys, sorted, "claimed by priority, then publish order");
+    for d in got {
+        d.ack().await.unwrap();
+    }
+    drop(sub);
+    broker.shutdown(Duration::from_secs(1)).await;
+    q.undeploy().await.unwrap();
+}
+on_each_database!(many_priorities_drain_in_order);

@@ -151,7 +151,7 @@ fn delivery(line: &str) -> Value {
         serde_json::from_str(line).unwrap_or_else(|e| panic!("not a JSON line ({e}): {line:?}"));
     let mut keys: Vec<&str> = value.as_object().expect("an object").keys().map(String::as_str).collect();
     keys.sort_unstable();
-    assert_eq!(keys, ["attempt", "group", "id", "payload"], "{line}");
+    assert_eq!(keys, ["attempt", "group", "headers", "id", "key", "payload", "priority"], "{line}");
     assert!(value["id"].as_u64().is_some_and(|id| id > 0), "{line}");
     value
 }
@@ -207,6 +207,52 @@ fn consume_gets_its_groups_messages_and_wakes_on_publish(kind: Kind) {
     assert_eq!(db.depth(&q, "g2"), 0);
 }
 on_each_database!(consume_gets_its_groups_messages_and_wakes_on_publish);
+
+/// `publish --priority --key --header --dedup`: the consumer gets the most urgent first,
+/// with its headers and key (`consume --json`); a second publish of a dedup id says it
+/// is a duplicate and stores nothing; bad flags are one clear error line.
+fn publish_flags_reach_the_consumer(kind: Kind) {
+    let db = Db::new(kind, "flags");
+    let q = db.queue("flags");
+    db.deploy(&[&q]);
+    db.publish(&q, &["low", "--priority", "5"], 1);
+    db.publish(
+        &q,
+        &["high", "--priority", "-2", "--key", "K", "--header", "trace=a=b", "--header", "lang=fr"],
+        1,
+    );
+    db.publish(&q, &["first", "--dedup", "D"], 1);
+    assert_eq!(
+        db.ok(&["publish", &q, "second", "--dedup", "D"]),
+        format!("duplicate: a message with dedup id \"D\" is in `{q}`; nothing published\n")
+    );
+    assert_eq!(db.depth(&q, ""), 3);
+    for (args, what) in [
+        (vec!["publish", &q, "x", "--header", "novalue"], "a header without ="),
+        (vec!["publish", &q, "-", "--dedup", "D"], "one dedup id for every stdin line"),
+        (vec!["publish", &q, "x", "--key", "trailing "], "a key ending with a space"),
+        (vec!["publish", &q, "x", "--priority", "40000"], "a priority out of range"),
+    ] {
+        db.fail(&args, what);
+    }
+
+    let mut consumer = start_consumer(db.rowbus(&["consume", &q, "--json"]));
+    let high = delivery(&consumer.next_line("high"));
+    assert_eq!(
+        (high["payload"].as_str(), high["priority"].as_i64(), high["key"].as_str()),
+        (Some("high"), Some(-2), Some("K"))
+    );
+    assert_eq!(high["headers"], serde_json::json!({"lang": "fr", "trace": "a=b"}));
+    let first = delivery(&consumer.next_line("first"));
+    assert_eq!(
+        (first["payload"].as_str(), first["key"].clone(), first["headers"].clone()),
+        (Some("first"), Value::Null, serde_json::json!({}))
+    );
+    assert_eq!(delivery(&consumer.next_line("low"))["priority"], 5);
+    stop_cleanly(&mut consumer, "INT");
+    assert_eq!(db.depth(&q, ""), 0);
+}
+on_each_database!(publish_flags_reach_the_consumer);
 
 /// `publish TABLE - --keep-empty`: each stdin line a message (empty lines, CRLF, UTF-8
 /// and not), in batches; `consume --batch` gets them all, in order.

@@ -45,10 +45,18 @@ pub struct BrokerBench {
     /// latency-remote
     #[arg(long, value_delimiter = ',', value_name = "SCENARIOS")]
     only: Vec<Scenario>,
+    /// Give the messages ordering keys, message i the key `i % N` (0: none). With N at
+    /// least the messages, no key waits for another message: the figure is the cost of
+    /// the claim's key check
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    keys: u64,
     /// Print the results as one JSON object
     #[arg(long)]
     json: bool,
 }
+
+/// `--keys`, read by [`payload`] (set once, before any scenario runs).
+static KEYS: AtomicU64 = AtomicU64::new(0);
 
 /// One measurement of the benchmark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -291,6 +299,7 @@ impl Results {
             "concurrency": args.concurrency,
             "batch_workers": args.batch_workers,
             "batch_subscriptions": args.batch_subscriptions,
+            "keys": args.keys,
             "throughput": throughput,
             "latency": latency,
             "elapsed_s": self.elapsed.as_secs_f64(),
@@ -421,6 +430,7 @@ impl OnPool for OnDatabase<'_> {
         for<'q> i64: Encode<'q, DB> + Decode<'q, DB> + Type<DB>,
         usize: ColumnIndex<DB::Row>,
     {
+        KEYS.store(self.args.keys, Ordering::Relaxed);
         run_on(&pool, self.url, self.notify_table, self.args, self.throughput, self.latency).await
     }
 }
@@ -437,9 +447,13 @@ async fn drop_queue<DB: rowbus::Db>(pool: &Pool<DB>, table: &str) {
     }
 }
 
-/// A ~30-byte payload.
+/// A ~30-byte payload, keyed when `--keys` says so.
 fn payload(i: u64) -> Message {
-    Message::text(format!("bench message {i:>16}"))
+    let message = Message::text(format!("bench message {i:>16}"));
+    match KEYS.load(Ordering::Relaxed) {
+        0 => message,
+        keys => message.key(format!("k{}", i % keys)),
+    }
 }
 
 /// A fresh broker with its queue deployed.

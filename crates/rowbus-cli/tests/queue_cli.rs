@@ -227,15 +227,19 @@ fn publish_flags_reach_the_consumer(kind: Kind) {
         format!("duplicate: a message with dedup id \"D\" is in `{q}`; nothing published\n")
     );
     assert_eq!(db.depth(&q, ""), 3);
-    for (args, what) in [
-        (vec!["publish", &q, "x", "--header", "novalue"], "a header without ="),
-        (vec!["publish", &q, "-", "--dedup", "D"], "one dedup id for every stdin line"),
-        (vec!["publish", &q, "x", "--key", "trailing "], "a key ending with a space"),
-        (vec!["publish", &q, "x", "--priority", "40000"], "a priority out of range"),
+    // Refused by the flags' parser (exit status 2), and by the command (1), in one line.
+    for (args, needle) in [
+        (vec!["publish", &q, "x", "--header", "novalue"], "is not NAME=VALUE"),
+        (vec!["publish", &q, "x", "--priority", "40000"], "40000"),
     ] {
-        db.fail(&args, what);
+        let output = run(db.rowbus(&args));
+        assert_eq!(output.status.code(), Some(2), "{args:?}\n{}", show(&output));
+        assert_mentions(&text(&output.stderr), &[needle], &format!("{args:?}"));
     }
-
+    let line = db.fail(&["publish", &q, "-", "--dedup", "D"], "one dedup id for every stdin line");
+    assert_mentions(&line, &["--dedup names one message"], "publish - --dedup");
+    let line = db.fail(&["publish", &q, "x", "--key", "trailing "], "a key ending with a space");
+    assert_mentions(&line, &["invalid message key", "must not end with a space"], "publish --key");
     let mut consumer = start_consumer(db.rowbus(&["consume", &q, "--json"]));
     let high = delivery(&consumer.next_line("high"));
     assert_eq!(

@@ -96,6 +96,11 @@ impl<DB: Db> Lease<DB> {
         self.keyed.is_some()
     }
 
+    /// The message's group, when it has an ordering key.
+    pub fn keyed_group(&self) -> Option<&str> {
+        self.keyed.as_deref()
+    }
+
     /// After the message left the queue: wakes the subscriptions that can take the next
     /// message of its key, if it has one.
     pub async fn free_key(&self) {

@@ -518,6 +518,20 @@ impl<DB: Db> SubscriptionBuilder<DB> {
     }
 }
 
+/// Wakes, once per group, the subscriptions that can take the next messages of the keys
+/// the keyed ones of `leases` held.
+async fn free_keys<DB: Db>(leases: &[Lease<DB>]) {
+    let mut seen: Vec<&str> = Vec::new();
+    for lease in leases {
+        if let Some(group) = lease.keyed_group()
+            && !seen.contains(&group)
+        {
+            seen.push(group);
+            lease.free_key().await;
+        }
+    }
+}
+
 /// Settles a batch: an acknowledgement joins the pending ones (the next claim carries
 /// it), a drop is one statement for the whole claim.
 async fn settle_batch<DB: Db>(
@@ -532,9 +546,13 @@ async fn settle_batch<DB: Db>(
             // Keyed messages go at once (see `work`): they free their keys' next messages.
             let (keyed, plain): (Vec<_>, Vec<_>) = open.into_iter().partition(Lease::is_keyed);
             acks.push(plain.iter().filter(|l| l.take()).map(|l| (l.id(), l.token())));
-            for lease in keyed {
-                lease.settle(Ok(Outcome::Ack)).await;
+            let pairs: Vec<(i64, i64)> =
+                keyed.iter().filter(|l| l.take()).map(|l| (l.id(), l.token())).collect();
+            if let Err(error) = lease::ack_pairs(queue, &pairs).await {
+                warn!(%error, table = %queue.table(), "acknowledging a batch failed; it comes back when its lease runs out");
+                return;
             }
+            free_keys(&keyed).await;
         }
         Ok(Outcome::Drop) => {
             let Some(first) = open.first() else { return };
@@ -543,9 +561,7 @@ async fn settle_batch<DB: Db>(
                 warn!(%error, table = %queue.table(), "dropping a batch failed; it comes back when its lease runs out");
                 return;
             }
-            for lease in open.iter().filter(|l| l.is_keyed()) {
-                lease.free_key().await;
-            }
+            free_keys(&open).await;
         }
         other => {
             for lease in open {

@@ -152,7 +152,10 @@ impl Dialect for Sqlite {
                 "CREATE INDEX IF NOT EXISTS {} ON {t} (`msg_key`, `id`) WHERE `msg_key` IS NOT NULL",
                 index(KEYS)
             ),
-            format!("CREATE UNIQUE INDEX IF NOT EXISTS {} ON {t} (`dedup_id`)", index(DEDUP)),
+            format!(
+                "CREATE UNIQUE INDEX IF NOT EXISTS {} ON {t} (`dedup_id`) WHERE `dedup_id` IS NOT NULL",
+                index(DEDUP)
+            ),
             format!(
                 "CREATE TABLE IF NOT EXISTS {dead} (\n\
                  \x20 `id` INTEGER PRIMARY KEY,\n\

@@ -73,6 +73,9 @@ pub use broker::{
     MAX_GROUP_CHARS, MAX_TABLE_NAME, Message, NotifyTableStats, Outcome, Queue, QueueTable, Received,
     RetryPolicy, Stats, Subscription, SubscriptionBuilder, TableState, TxMessage, check_group,
 };
+pub use broker::{
+    MAX_SCHEDULE_NAME, MAX_SCHEDULE_PAYLOAD, MIN_EVERY, Schedule, ScheduleChange, ScheduleInfo, When,
+};
 pub use db::Db;
 pub use deploy::NotifyDeploy;
 pub use error::Error;

@@ -370,3 +370,42 @@ async fn deploy_adds_the_schedule_tables<DB: Brokers>(place: Place) {
     broker.shutdown(Duration::from_secs(1)).await;
 }
 on_each_database!(deploy_adds_the_schedule_tables);
+
+/// Old tick rows go in batches of 1,000 (each pass that follows a published tick deletes
+/// one batch), and the recent ones stay.
+async fn old_ticks_are_cleaned_up_in_batches<DB: Brokers>(place: Place) {
+    let cleanup = Cleanup::new(place.backend());
+    let (admin, q) = queue::<DB>(&place, &cleanup, "sch_clean").await;
+    let name = q.table().channel().to_owned();
+    q.schedule("tick", Schedule::every(Duration::from_millis(200)).group("ticks")).await.unwrap();
+    // 2,500 ticks of a day ago, as if recorded then.
+    let day_ago = place.ints(format!("SELECT since_us FROM {name}_sched")).await[0] - 24 * HOUR_US;
+    let rows: Vec<String> = (0..2500).map(|i| format!("('tick', {})", day_ago + i * 200_000)).collect();
+    place.exec(format!("INSERT INTO {name}_ticks (schedule_name, tick_us) VALUES {}", rows.join(", "))).await;
+    let old = format!("SELECT COUNT(*) FROM {name}_ticks WHERE tick_us < {}", day_ago + HOUR_US);
+
+    // Passes at least 300 ms apart: each batch is seen on its own.
+    let broker =
+        DB::broker(&place, BrokerOptions { schedule_reread: Duration::from_millis(300), ..options() }).await;
+    let queue = broker.queue(&name).unwrap();
+    tokio::spawn(async move {
+        queue.subscribe().group("idle").run(|_| async { Ok::<_, Error>(()) }).await.unwrap();
+    });
+    let mut seen = vec![2500];
+    let deadline = tokio::time::Instant::now() + ARRIVES;
+    while *seen.last().unwrap() > 0 {
+        assert!(tokio::time::Instant::now() < deadline, "old ticks left: {seen:?}");
+        let count = place.ints(old.clone()).await[0];
+        if count != *seen.last().unwrap() {
+            seen.push(count);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    broker.shutdown(Duration::from_secs(1)).await;
+    assert!(seen.iter().all(|n| [2500, 1500, 500, 0].contains(n)), "not in batches of 1,000: {seen:?}");
+    assert!(seen.contains(&1500) || seen.contains(&500), "all at once: {seen:?}");
+    let ticks = place.ticks(&name, "tick").await;
+    assert!(!ticks.is_empty() && ticks[0] > day_ago + HOUR_US, "the recent ticks stay: {ticks:?}");
+    admin.shutdown(Duration::from_secs(1)).await;
+}
+on_each_database!(old_ticks_are_cleaned_up_in_batches);

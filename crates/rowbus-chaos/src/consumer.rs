@@ -76,6 +76,10 @@ pub(crate) fn broker_options(tables: &Tables, lease: Duration) -> BrokerOptions 
         },
         listen_url: None,
         claim_error_wait: Duration::from_secs(1),
+        // The scenarios publish their own messages and count them: no schedule of theirs
+        // to run, nor a re-read of the schedule table to add to what the faults hit.
+        run_schedules: false,
+        schedule_reread: BrokerOptions::default().schedule_reread,
     }
 }
 

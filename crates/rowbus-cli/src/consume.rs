@@ -69,6 +69,10 @@ pub(crate) struct ConsumeArgs {
     /// How long handlers in flight get to finish after Ctrl-C, e.g. 250ms, 2s, 1m
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration)]
     shutdown_timeout: Duration,
+    /// Do not publish the queue's scheduled ticks (`rowbus schedule`) from this consumer;
+    /// by default every consumer does, and each tick goes out once whatever their number
+    #[arg(long)]
+    no_schedules: bool,
 }
 
 impl ConsumeArgs {
@@ -188,6 +192,7 @@ pub(crate) async fn consume<DB: Db>(
         listen_notify: args.listen_notify,
         notify_table,
         listen_url: Some(url.to_owned()),
+        run_schedules: !args.no_schedules,
         ..BrokerOptions::default()
     };
     let broker = Broker::new(pool, options).await?;

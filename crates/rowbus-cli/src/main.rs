@@ -8,6 +8,7 @@ mod demo;
 mod pause_cmd;
 mod publish;
 mod queue_cmd;
+mod schedule_cmd;
 mod stats;
 mod ui;
 
@@ -137,6 +138,9 @@ enum Command {
     Resume(pause_cmd::PauseArgs),
     /// See a queue at work: publishers, workers, retries, latency; nothing to set up
     Demo(demo::DemoArgs),
+    /// Publish a message to a queue on a timetable (--every, --cron), from every running
+    /// consumer of it, each tick once; --remove one, --list them
+    Schedule(schedule_cmd::ScheduleArgs),
     /// A queue's dead letters: list them, put them back, purge them
     Dead {
         #[command(subcommand)]
@@ -225,6 +229,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             bench::broker::broker(url, notify_table, args).await?
         }
         Command::Ui(args) => on_database(url, 4, &config, QueueCommand::Ui(args)).await?,
+        Command::Schedule(args) => schedule_cmd::schedule(url, args).await?,
     }
     Ok(())
 }

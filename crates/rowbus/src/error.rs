@@ -105,6 +105,34 @@ pub enum Error {
         /// The queue table's name.
         table: String,
     },
+    /// The queue's schedule tables are missing: the queue was deployed by a rowbus
+    /// without schedules.
+    #[error(
+        "the queue `{table}` has no schedule tables `{table}_sched` and `{table}_ticks` (deployed by an older rowbus): add them with `rowbus deploy --queue {table}` (or Queue::deploy), which leaves the messages alone"
+    )]
+    MissingScheduleTable {
+        /// The queue table's name.
+        table: String,
+    },
+    /// A schedule rowbus refuses: its name, interval, group or payload.
+    #[error("invalid schedule {name:?}: {reason}")]
+    InvalidSchedule {
+        /// The schedule's name.
+        name: String,
+        /// The rule it breaks.
+        reason: String,
+    },
+    /// A cron expression that does not parse, or that no date matches.
+    #[error(
+        "invalid cron expression {expr:?}: {reason}; write five fields (minute hour day-of-month month \
+         day-of-week, in UTC, e.g. \"0 3 * * *\") or six with seconds first"
+    )]
+    InvalidCron {
+        /// The expression as given.
+        expr: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A table of the queue's name exists and is not a queue table: a deploy refuses to
     /// build on it (and creates nothing), and nothing publishes to it or claims from it.
     #[error(
@@ -227,6 +255,7 @@ impl Error {
         match self {
             Error::MissingQueueTable { .. }
             | Error::MissingPauseTable { .. }
+            | Error::MissingScheduleTable { .. }
             | Error::MissingNotifyTable { .. } => true,
             Error::Database(sqlx::Error::Database(db)) => {
                 // SQLSTATE class 42 (PostgreSQL and MySQL alike): undefined table or

@@ -74,6 +74,9 @@ pub use broker::{
     QueueTable, Received, RetryPolicy, Stats, Subscription, SubscriptionBuilder, TableState, TxMessage,
     check_group,
 };
+pub use broker::{
+    MAX_SCHEDULE_NAME, MAX_SCHEDULE_PAYLOAD, MIN_EVERY, Schedule, ScheduleChange, ScheduleInfo, When,
+};
 pub use db::Db;
 pub use deploy::NotifyDeploy;
 pub use error::Error;

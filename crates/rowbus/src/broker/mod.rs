@@ -13,9 +13,12 @@ mod publish;
 mod published;
 mod retry;
 mod runner;
+mod schedule;
+mod scheduler;
 mod stats;
 mod subscription;
 mod table;
+mod ticks;
 mod transactional;
 mod wake;
 
@@ -45,6 +48,9 @@ pub(crate) use lease::ACK_BATCH;
 pub use message::{Headers, MAX_KEY_CHARS, Message, Published};
 pub use pause::Paused;
 pub use retry::RetryPolicy;
+pub use schedule::{
+    MAX_SCHEDULE_NAME, MAX_SCHEDULE_PAYLOAD, MIN_EVERY, Schedule, ScheduleChange, ScheduleInfo, When,
+};
 pub use stats::{ClaimFailure, Stats};
 pub use subscription::{Subscription, SubscriptionBuilder};
 pub use table::{MAX_GROUP_CHARS, MAX_TABLE_NAME, QueueTable, check_group};
@@ -83,6 +89,15 @@ pub struct BrokerOptions {
     pub listen_url: Option<String>,
     /// How long a failed claim waits before the next.
     pub claim_error_wait: Duration,
+    /// Publish the due ticks of the schedules ([`Queue::schedule`]) of every queue this
+    /// broker consumes (on by default; a subscription may turn it off for itself with
+    /// [`SubscriptionBuilder::schedules`]). However many brokers do, each tick is
+    /// published once.
+    pub run_schedules: bool,
+    /// How often a broker running schedules reads their definitions again: a schedule
+    /// added, changed or removed by another process is seen within it (changes made
+    /// through this broker at once). At least 1 ms.
+    pub schedule_reread: Duration,
 }
 
 // By hand: `listen_url` may hold a password, which a debug print must not show.
@@ -96,6 +111,8 @@ impl std::fmt::Debug for BrokerOptions {
             .field("notify_table", &self.notify_table)
             .field("listen_url", &self.listen_url.as_deref().map(crate::backend::redact))
             .field("claim_error_wait", &self.claim_error_wait)
+            .field("run_schedules", &self.run_schedules)
+            .field("schedule_reread", &self.schedule_reread)
             .finish()
     }
 }
@@ -116,6 +133,8 @@ impl Default for BrokerOptions {
             },
             listen_url: None,
             claim_error_wait: Duration::from_secs(1),
+            run_schedules: true,
+            schedule_reread: Duration::from_secs(5),
         }
     }
 }
@@ -128,7 +147,8 @@ impl BrokerOptions {
     pub fn validate(&self) -> Result<(), Error> {
         check_duration("poll_interval", self.poll_interval, DurationRange::PollInterval)?;
         check_duration("lease", self.lease, DurationRange::Positive)?;
-        check_duration("retry.max_delay", self.retry.max_delay, DurationRange::Span)
+        check_duration("retry.max_delay", self.retry.max_delay, DurationRange::Span)?;
+        check_duration("schedule_reread", self.schedule_reread, DurationRange::PollInterval)
     }
 }
 
@@ -165,6 +185,8 @@ pub(crate) struct Inner<DB: Db> {
     pub options: BrokerOptions,
     pub wakers: Arc<Wakers>,
     pub counters: Counters,
+    /// The schedulers running in this broker, by queue.
+    pub schedulers: scheduler::Schedulers,
     tables: Mutex<HashMap<QueueTable, Arc<TableSql<DB>>>>,
     /// Wakes other processes: set when `listen_notify` is on.
     pub notifier: Option<Notifier>,
@@ -228,6 +250,7 @@ impl<DB: Db> Broker<DB> {
             options,
             wakers: Arc::default(),
             counters: Counters::default(),
+            schedulers: scheduler::Schedulers::default(),
             tables: Mutex::default(),
             notifier,
             listen: listener.as_ref().map(Listener::handle),

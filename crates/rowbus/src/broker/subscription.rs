@@ -18,6 +18,7 @@ use tracing::{Instrument as _, debug, debug_span, warn};
 
 use super::acks::PendingAcks;
 use super::claim::{Claim, claim};
+use super::scheduler::{self, SchedulerGuard};
 use super::wake::Registration;
 use super::{Delivery, Queue};
 use crate::db::Db;
@@ -36,6 +37,7 @@ pub struct SubscriptionBuilder<DB: Db> {
     pub(crate) workers: usize,
     pub(crate) shutdown_timeout: Duration,
     pub(crate) until: Option<Until>,
+    pub(crate) schedules: bool,
 }
 
 /// A future that stops a runner when it resolves (see [`SubscriptionBuilder::until`]).
@@ -51,6 +53,7 @@ impl std::fmt::Debug for Until {
 impl<DB: Db> SubscriptionBuilder<DB> {
     pub(crate) fn new(queue: Queue<DB>) -> Self {
         let options = &queue.inner().options;
+        let schedules = options.run_schedules;
         SubscriptionBuilder {
             poll_interval: options.poll_interval,
             lease: options.lease,
@@ -60,7 +63,16 @@ impl<DB: Db> SubscriptionBuilder<DB> {
             workers: 1,
             shutdown_timeout: Duration::from_secs(30),
             until: None,
+            schedules,
         }
+    }
+
+    /// Whether this subscription runs its queue's schedules in its broker (publishes
+    /// their due ticks, see [`Queue::schedule`](super::Queue::schedule)) while it runs:
+    /// [`BrokerOptions::run_schedules`](super::BrokerOptions::run_schedules) by default.
+    pub fn schedules(mut self, on: bool) -> Self {
+        self.schedules = on;
+        self
     }
 
     /// Claim this group's messages only (`""`, the default, is a table's only group when
@@ -215,6 +227,8 @@ pub(crate) struct Claimer<DB: Db> {
     pub acks: Option<Arc<PendingAcks>>,
     /// What stops a runner early.
     pub until: Option<Until>,
+    /// Keeps the queue's schedules running in this broker while the subscription lives.
+    pub _schedules: Option<SchedulerGuard<DB>>,
 }
 
 impl<DB: Db> Claimer<DB> {
@@ -244,6 +258,7 @@ impl<DB: Db> Claimer<DB> {
             pace: Pace::Now,
             acks: None,
             until: builder.until.clone(),
+            _schedules: builder.schedules.then(|| scheduler::attach(&builder.queue)),
         })
     }
 

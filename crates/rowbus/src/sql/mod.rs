@@ -14,6 +14,7 @@ mod mysql;
 mod pause;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
+mod schedule;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 mod table;
@@ -33,6 +34,7 @@ use crate::listener::ListenerTask;
 use crate::notify::Notifier;
 
 pub(crate) use pause::{PAUSE_SUFFIX, PauseSql};
+pub(crate) use schedule::{SCHED_SUFFIX, ScheduleSql, TICKS_SUFFIX};
 pub(crate) use table::{DEAD_FEATURE_COLUMNS, FEATURE_COLUMNS, QUEUE_COLUMNS, TableSql};
 
 /// The name suffix of a queue table's claim index: (group, priority, visible_at, id).
@@ -141,6 +143,25 @@ pub trait Dialect: Driver + Sized {
     fn insert_ignore(table: &str, columns: &str, values: &str) -> String {
         format!("INSERT INTO {table} ({columns}) VALUES ({values}) ON CONFLICT DO NOTHING")
     }
+    /// `INSERT INTO table (columns) select` that skips (and counts no row for) a row
+    /// whose key is taken. `select` has a `WHERE` (SQLite needs one before `ON CONFLICT`).
+    fn insert_select_ignore(table: &str, columns: &str, select: &str) -> String {
+        format!("INSERT INTO {table} ({columns}) {select} ON CONFLICT DO NOTHING")
+    }
+    /// `INSERT INTO table (columns) VALUES (values)` that, where `key` is taken, sets
+    /// `updates` to the values given instead.
+    fn upsert(table: &str, columns: &str, values: &str, key: &str, updates: &[&str]) -> String {
+        let set: Vec<String> = updates.iter().map(|c| format!("{c} = excluded.{c}")).collect();
+        format!(
+            "INSERT INTO {table} ({columns}) VALUES ({values}) ON CONFLICT ({key}) DO UPDATE SET {}",
+            set.join(", ")
+        )
+    }
+    /// The queue's schedule table and tick table (see [`ScheduleSql`]), if missing:
+    /// `<table>_sched` (`name` the key, `cron`, `payload`, `group_name`, `every_us`,
+    /// `since_us`, `version`) and `<table>_ticks` (`schedule_name`, `tick_us`,
+    /// `published_at`; the key `(schedule_name, tick_us)`).
+    fn create_schedules(table: &QueueTable) -> Vec<String>;
 
     // --- Deploying.
 

@@ -241,6 +241,47 @@ impl Dialect for MySql {
         format!("INSERT IGNORE INTO {table} ({columns}) VALUES ({values})")
     }
 
+    fn insert_select_ignore(table: &str, columns: &str, select: &str) -> String {
+        format!("INSERT IGNORE INTO {table} ({columns}) {select}")
+    }
+
+    /// `ON DUPLICATE KEY UPDATE`: MySQL has no `ON CONFLICT` (MariaDB has no `AS new`
+    /// row alias either, so the values are named with `VALUES()`).
+    fn upsert(table: &str, columns: &str, values: &str, _key: &str, updates: &[&str]) -> String {
+        let set: Vec<String> = updates.iter().map(|c| format!("{c} = VALUES({c})")).collect();
+        format!(
+            "INSERT INTO {table} ({columns}) VALUES ({values}) ON DUPLICATE KEY UPDATE {}",
+            set.join(", ")
+        )
+    }
+
+    fn create_schedules(table: &QueueTable) -> Vec<String> {
+        vec![
+            format!(
+                "CREATE TABLE IF NOT EXISTS {} (\n\
+                 \x20 `name` VARCHAR(100) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n\
+                 \x20 `cron` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n\
+                 \x20 `payload` MEDIUMTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n\
+                 \x20 `group_name` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n\
+                 \x20 `every_us` BIGINT NOT NULL,\n\
+                 \x20 `since_us` BIGINT NOT NULL,\n\
+                 \x20 `version` BIGINT NOT NULL,\n\
+                 \x20 PRIMARY KEY (`name`)\n\
+                 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+                super::quoted::<Self>(table, super::SCHED_SUFFIX)
+            ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {} (\n\
+                 \x20 `schedule_name` VARCHAR(100) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n\
+                 \x20 `tick_us` BIGINT NOT NULL,\n\
+                 \x20 `published_at` DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),\n\
+                 \x20 PRIMARY KEY (`schedule_name`, `tick_us`)\n\
+                 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+                super::quoted::<Self>(table, super::TICKS_SUFFIX)
+            ),
+        ]
+    }
+
     /// `GET_LOCK`, a session's named lock (DDL commits at once here, so no transaction
     /// could hold one): one name per table, server-wide. [`unlock_deploy`](Self::unlock_deploy)
     /// releases it.

@@ -175,6 +175,32 @@ impl Dialect for Postgres {
         )
     }
 
+    fn create_schedules(table: &QueueTable) -> Vec<String> {
+        vec![
+            format!(
+                "CREATE TABLE IF NOT EXISTS {} (\n\
+                 \x20 name TEXT PRIMARY KEY,\n\
+                 \x20 cron TEXT NOT NULL,\n\
+                 \x20 payload TEXT NOT NULL,\n\
+                 \x20 group_name TEXT NOT NULL,\n\
+                 \x20 every_us BIGINT NOT NULL,\n\
+                 \x20 since_us BIGINT NOT NULL,\n\
+                 \x20 version BIGINT NOT NULL\n\
+                 )",
+                super::quoted::<Self>(table, super::SCHED_SUFFIX)
+            ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {} (\n\
+                 \x20 schedule_name TEXT NOT NULL,\n\
+                 \x20 tick_us BIGINT NOT NULL,\n\
+                 \x20 published_at TIMESTAMPTZ NOT NULL DEFAULT now(),\n\
+                 \x20 PRIMARY KEY (schedule_name, tick_us)\n\
+                 )",
+                super::quoted::<Self>(table, super::TICKS_SUFFIX)
+            ),
+        ]
+    }
+
     /// One advisory key for the whole database rather than one per table: a deploy
     /// creates schemas too, and two deploys of different tables in one new schema race on
     /// it as surely as two of one table do. Taken in the deploy's transaction

@@ -192,6 +192,32 @@ impl Dialect for Sqlite {
         )
     }
 
+    fn create_schedules(table: &QueueTable) -> Vec<String> {
+        vec![
+            format!(
+                "CREATE TABLE IF NOT EXISTS {} (\n\
+                 \x20 `name` TEXT PRIMARY KEY,\n\
+                 \x20 `cron` TEXT NOT NULL,\n\
+                 \x20 `payload` TEXT NOT NULL,\n\
+                 \x20 `group_name` TEXT NOT NULL,\n\
+                 \x20 `every_us` INTEGER NOT NULL,\n\
+                 \x20 `since_us` INTEGER NOT NULL,\n\
+                 \x20 `version` INTEGER NOT NULL\n\
+                 )",
+                super::quoted::<Self>(table, super::SCHED_SUFFIX)
+            ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {} (\n\
+                 \x20 `schedule_name` TEXT NOT NULL,\n\
+                 \x20 `tick_us` INTEGER NOT NULL,\n\
+                 \x20 `published_at` INTEGER NOT NULL DEFAULT ({NOW}),\n\
+                 \x20 PRIMARY KEY (`schedule_name`, `tick_us`)\n\
+                 )",
+                super::quoted::<Self>(table, super::TICKS_SUFFIX)
+            ),
+        ]
+    }
+
     /// The database's one write lock, taken at the start.
     const DEPLOY_BEGIN: &'static str = "BEGIN IMMEDIATE";
 

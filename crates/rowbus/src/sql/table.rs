@@ -4,7 +4,7 @@
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use super::{Dialect, PauseSql, placeholders, quoted};
+use super::{Dialect, PauseSql, ScheduleSql, placeholders, quoted};
 use crate::broker::QueueTable;
 use crate::error::Error;
 
@@ -48,6 +48,8 @@ pub struct TableSql<DB> {
     pub depth: Arc<str>,
     /// The pause table's statements.
     pub pause: PauseSql<DB>,
+    /// The schedule and tick tables' statements.
+    pub schedule: ScheduleSql<DB>,
     db: PhantomData<fn() -> DB>,
 }
 
@@ -61,7 +63,8 @@ impl<DB: Dialect> TableSql<DB> {
             "id, group_name, payload, attempts, created_at, priority, msg_key, headers, last_error";
         Ok(TableSql {
             table: table.clone(),
-            create: [DB::create_queue(table), vec![DB::create_pause(table)]].concat(),
+            create: [DB::create_queue(table), vec![DB::create_pause(table)], DB::create_schedules(table)]
+                .concat(),
             claim: DB::claim_sql(table).into(),
             claim_locked: DB::claim_locked_sql(table).into(),
             ack: format!("DELETE FROM {t} WHERE id = {} AND lease = {}", p(1), p(2)).into(),
@@ -105,6 +108,7 @@ impl<DB: Dialect> TableSql<DB> {
             )
             .into(),
             pause: PauseSql::new(table),
+            schedule: ScheduleSql::new(table),
             quoted: t,
             dead,
             db: PhantomData,

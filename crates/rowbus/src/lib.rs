@@ -75,7 +75,8 @@ pub use broker::{
     check_group,
 };
 pub use broker::{
-    MAX_SCHEDULE_NAME, MAX_SCHEDULE_PAYLOAD, MIN_EVERY, Schedule, ScheduleChange, ScheduleInfo, When,
+    MAX_SCHEDULE_NAME, MAX_SCHEDULE_PAYLOAD, MIN_EVERY, SCHEDULE_HEADER, Schedule, ScheduleChange,
+    ScheduleInfo, TICK_HEADER, When,
 };
 pub use db::Db;
 pub use deploy::NotifyDeploy;

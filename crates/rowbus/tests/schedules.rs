@@ -176,8 +176,19 @@ async fn every_and_cron_schedules_publish<DB: Brokers>(place: Place) {
             .expect("the stream goes on")
             .expect("a claim");
         assert_eq!(delivery.group(), "g");
+        let tick: i64 = delivery.header(rowbus::TICK_HEADER).expect("the tick's time").parse().unwrap();
+        assert!(
+            tick > 0
+                && tick
+                    <= delivery.published_at().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros()
+                        as i64
+                        + 1_000_000
+        );
         match delivery.text().unwrap() {
-            "fast" => fast += 1,
+            "fast" => {
+                assert_eq!(delivery.header(rowbus::SCHEDULE_HEADER), Some("fast"));
+                fast += 1
+            }
             "second" => second += 1,
             other => panic!("unexpected payload {other:?}"),
         }

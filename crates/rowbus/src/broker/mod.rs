@@ -51,6 +51,7 @@ pub use retry::RetryPolicy;
 pub use schedule::{
     MAX_SCHEDULE_NAME, MAX_SCHEDULE_PAYLOAD, MIN_EVERY, Schedule, ScheduleChange, ScheduleInfo, When,
 };
+pub use scheduler::{SCHEDULE_HEADER, TICK_HEADER};
 pub use stats::{ClaimFailure, Stats};
 pub use subscription::{Subscription, SubscriptionBuilder};
 pub use table::{MAX_GROUP_CHARS, MAX_TABLE_NAME, QueueTable, check_group};

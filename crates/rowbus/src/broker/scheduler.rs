@@ -256,6 +256,11 @@ async fn publish_tick<DB: Db>(
     }
 }
 
+/// The header naming the schedule a tick's message comes from.
+pub const SCHEDULE_HEADER: &str = "rowbus-schedule";
+/// The header holding a tick's time, in microseconds since the Unix epoch.
+pub const TICK_HEADER: &str = "rowbus-tick-us";
+
 /// One transaction: record the tick (nothing when its key is taken or the definition
 /// changed), then publish its message through the library's publish, then commit.
 async fn try_tick<DB: Db>(queue: &Queue<DB>, name: &str, stored: &Stored, tick: i64) -> Result<bool, Error> {
@@ -268,7 +273,13 @@ async fn try_tick<DB: Db>(queue: &Queue<DB>, name: &str, stored: &Stored, tick: 
         return Ok(false);
     }
     let schedule = &stored.schedule;
-    tx.publish(queue, Message::text(schedule.payload.clone()).group(schedule.group.clone())).await?;
+    // The handler learns which schedule and which tick (µs since the epoch, the database's
+    // clock) it runs for: a tick published late, after a stop, still says its time.
+    let message = Message::text(schedule.payload.clone())
+        .group(schedule.group.clone())
+        .header(SCHEDULE_HEADER, name)
+        .header(TICK_HEADER, tick.to_string());
+    tx.publish(queue, message).await?;
     tx.commit().await?;
     Ok(true)
 }

@@ -67,6 +67,6 @@ pub use config::{Config, MAX_CLEANUP_LIMIT, MAX_TABLE_LEN};
 pub use dialect::Dialect;
 pub use duration::{DurationError, DurationRange, MAX_DURATION, MIN_POLL_INTERVAL, parse_duration};
 pub use error::{ConfigError, Error};
-pub use position::{FirstWindow, Gap, MAX_GAPS, Position};
+pub use position::{Ahead, FirstWindow, Gap, MAX_GAPS, Position};
 pub use statement::{Notification, Row, Statement, Value};
 pub use table::{MAX_CHANNELS, NotifyTable, PollToken};

@@ -21,8 +21,10 @@ pub const MAX_GAPS: usize = 1024;
 ///   minus `lookback`) passes the time it was noticed, any row still missing in it was
 ///   inserted more than `lookback` before, and the contract lets it go.
 /// - `ahead`: ids above `mark` already read and delivered; non-empty only while the gaps
-///   are at their bound ([`MAX_GAPS`]), when the mark stays below the first gap that did
-///   not fit and the rows above it are read again each poll, as the old window did.
+///   are at their bound ([`MAX_GAPS`]), when the mark stays below the first run of
+///   missing ids that did not fit and the rows above it are read again each poll, as the
+///   old window did, until the run fits or a lookback has passed since the id above it was
+///   first read (its ids were handed out before that, so the contract lets them go).
 /// - `first_window`: the subscription's first `lookback`, read as a window (see
 ///   [`FirstWindow`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,9 +36,19 @@ pub struct Position {
     /// The open gaps below `mark`, in id order.
     pub gaps: Vec<Gap>,
     /// Ids above `mark` already delivered, in order.
-    pub ahead: Vec<u64>,
+    pub ahead: Vec<Ahead>,
     /// The first window, while it lasts.
     pub first_window: Option<FirstWindow>,
+}
+
+/// An id above a subscription's mark, already read and delivered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ahead {
+    /// The id.
+    pub id: u64,
+    /// The server time of the poll that first read it; `None` when that poll's head
+    /// carried no time.
+    pub read_at: Option<String>,
 }
 
 /// Ids `first..=last` below a subscription's mark that no poll has read yet.

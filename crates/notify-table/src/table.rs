@@ -1,13 +1,13 @@
 //! The listener's state machine: marks, gaps, first windows and the cleanup cadence.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::channel::{check_channel, check_payload};
 use crate::config::Config;
 use crate::dialect::{Dialect, Sql, id_to_int};
 use crate::error::{ConfigError, Error};
-use crate::position::{Gaps, MAX_GAPS, Position, Window, probes};
+use crate::position::{Ahead, Gaps, MAX_GAPS, Position, Window, probes};
 use crate::statement::{Notification, Row, Statement, Value};
 
 /// Most channels one [`NotifyTable`] subscribes, so that a poll statement's bind
@@ -38,8 +38,9 @@ struct Subscription {
     /// Server time minus lookback, as of the channel's previous statement; rises only.
     cutoff: Arc<str>,
     gaps: Gaps,
-    /// Ids above `mark` already delivered (only while the gaps are at their bound).
-    ahead: BTreeSet<u64>,
+    /// Ids above `mark` already delivered, with the time each was first read (only while
+    /// the gaps are at their bound).
+    ahead: BTreeMap<u64, Option<Arc<str>>>,
     window: Option<Window>,
 }
 
@@ -49,7 +50,11 @@ impl Subscription {
             mark: self.mark,
             cutoff: self.cutoff.to_string(),
             gaps: self.gaps.snapshot(),
-            ahead: self.ahead.iter().copied().collect(),
+            ahead: self
+                .ahead
+                .iter()
+                .map(|(&id, read_at)| Ahead { id, read_at: read_at.as_deref().map(str::to_owned) })
+                .collect(),
             first_window: self.window.as_ref().map(Window::snapshot),
         }
     }
@@ -231,7 +236,7 @@ impl NotifyTable {
                 mark,
                 cutoff: Arc::from(cutoff),
                 gaps: Gaps::default(),
-                ahead: BTreeSet::new(),
+                ahead: BTreeMap::new(),
                 window,
             },
         );
@@ -377,7 +382,7 @@ impl NotifyTable {
             }
             let new = if row.id > sub.mark {
                 above.entry(sub.channel.clone()).or_default().push(row.id);
-                !sub.ahead.contains(&row.id)
+                !sub.ahead.contains_key(&row.id)
             } else if sub.gaps.take(row.id) {
                 true
             } else {
@@ -415,13 +420,16 @@ impl NotifyTable {
                     sub.window = None;
                 }
             }
-            let Some(ids) = above.remove(&sub.channel) else { continue };
+            let ids = above.remove(&sub.channel).unwrap_or_default();
+            if ids.is_empty() && sub.ahead.is_empty() {
+                continue;
+            }
             if ordered {
                 // Ids visible in commit order: nothing below the highest can come later.
                 sub.mark = sub.mark.max(ids.iter().copied().max().unwrap_or(0));
                 continue;
             }
-            room = advance(sub, ids, &read, at.as_ref(), room);
+            room = advance(sub, ids, &read, at.as_ref(), &cutoff, room);
         }
         fresh.sort_unstable_by_key(|(id, _)| *id);
         Ok(fresh.into_iter().map(|(_, n)| n).collect())
@@ -474,24 +482,29 @@ impl NotifyTable {
 
 /// Moves `sub`'s mark up over the ids `ids` read above it (and those read before, in
 /// `ahead`), opening a gap for each run of ids between them that this poll did not read
-/// (`read`, sorted, holds every id it did, of any channel). `room` is how many more gaps
-/// may open; when it runs out the mark stops below the first gap that did not fit and the
-/// ids above it wait in `ahead`. Returns the room left.
+/// (`read`, sorted, holds every id it did, of any channel). A run's ids were handed out
+/// before the id above it was first read, so it ages from that poll's time `at`; one whose
+/// time the `cutoff` has passed needs no gap. `room` is how many more gaps may open; when
+/// it runs out the mark stops below the first run that did not fit and the ids above it
+/// wait in `ahead`, each with the time it was first read, until the run fits or ages out.
+/// Returns the room left.
 fn advance(
     sub: &mut Subscription,
     ids: Vec<u64>,
     read: &[u64],
     at: Option<&Arc<str>>,
+    cutoff: &str,
     mut room: usize,
 ) -> usize {
     let mut known = std::mem::take(&mut sub.ahead);
-    known.extend(ids);
-    let mut ahead = BTreeSet::new();
+    for id in ids {
+        known.entry(id).or_insert_with(|| at.cloned());
+    }
+    let mut ahead = BTreeMap::new();
     let mut cur = sub.mark;
-    let mut blocked = false;
-    for id in known {
-        if blocked {
-            ahead.insert(id);
+    for (id, read_at) in known {
+        if !ahead.is_empty() {
+            ahead.insert(id, read_at);
             continue;
         }
         // The ids in cur+1..id that no branch of this poll read, as runs.
@@ -507,14 +520,16 @@ fn advance(
         if from < id {
             runs.push((from, id - 1));
         }
-        if runs.len() > room {
-            blocked = true;
-            ahead.insert(id);
-            continue;
-        }
-        room -= runs.len();
-        for (first, last) in runs {
-            sub.gaps.open(first, last, at.cloned());
+        let aged = read_at.as_deref().is_some_and(|t| cutoff > t);
+        if !runs.is_empty() && !aged {
+            if runs.len() > room {
+                ahead.insert(id, read_at);
+                continue;
+            }
+            room -= runs.len();
+            for (first, last) in runs {
+                sub.gaps.open(first, last, read_at.clone());
+            }
         }
         cur = id;
     }

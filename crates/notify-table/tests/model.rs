@@ -778,7 +778,11 @@ impl Sim {
                 prop_assert!(below < gap.first && gap.first <= gap.last && gap.last < p.mark, "{:?}", p);
                 below = gap.last;
             }
-            prop_assert!(p.ahead.iter().all(|&id| id > p.mark), "ahead not above the mark: {:?}", p);
+            prop_assert!(p.ahead.iter().all(|a| a.id > p.mark), "ahead not above the mark: {:?}", p);
+            // The mark waits for a run of missing ids one lookback at most.
+            let waits_no_longer =
+                p.ahead.first().is_none_or(|a| a.read_at.as_deref() >= Some(p.cutoff.as_str()));
+            prop_assert!(waits_no_longer, "the mark waits for ids older than the cutoff: {:?}", p);
             if self.srv.flavor == Flavor::Sqlite {
                 prop_assert!(p.gaps.is_empty() && p.ahead.is_empty() && p.first_window.is_none(), "{:?}", p);
             }

@@ -124,7 +124,7 @@ impl Gaps {
     /// Closes the gaps noticed before `cutoff`: a row still missing in one was inserted
     /// before the cutoff, more than `lookback` ago.
     pub fn age_out(&mut self, cutoff: &str) {
-        self.ranges.retain(|_, (_, noticed)| !noticed.as_deref().is_some_and(|at| cutoff > at));
+        self.ranges.retain(|_, (_, noticed)| noticed.as_deref().is_none_or(|at| cutoff <= at));
     }
 
     pub fn snapshot(&self) -> Vec<Gap> {

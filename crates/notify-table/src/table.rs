@@ -250,7 +250,8 @@ impl NotifyTable {
     }
 
     /// Sets the most gaps kept open over all channels, at most (and by default)
-    /// [`MAX_GAPS`]; `0` keeps none, so every poll after a gap re-reads the rows above it.
+    /// [`MAX_GAPS`]; `0` keeps none, so after a run of missing ids every poll re-reads the
+    /// rows above it until the run fills or is a lookback old.
     /// A tuning and testing knob: at the bound the poll costs what the old lookback window
     /// did, never exactness.
     pub fn set_max_gaps(&mut self, max_gaps: usize) {

@@ -225,7 +225,11 @@ fn no_history_before_the_subscription() {
     db.advance(10);
     listen(&mut nt, &db, "jobs");
     assert_eq!(mark_of(&nt, "jobs"), (5, ts(noon(0))), "mark 5; cutoff 12:01:00 - 60 s");
-    assert_eq!(tick_for(&mut nt, &mut db, 3), vec![], "rows 1..=5 are re-read by the window, not delivered");
+    assert_eq!(
+        tick_for(&mut nt, &mut db, 3),
+        vec![],
+        "rows 1..=5 are re-read by the first window, not delivered"
+    );
     db.notify(6, "jobs");
     assert_eq!(tick_for(&mut nt, &mut db, 1), vec![note(6, "jobs")]);
 }
@@ -261,7 +265,7 @@ fn out_of_order_commit_is_delivered_exactly_once() {
     db.advance(5);
     db.commit(10);
     assert_eq!(tick(&mut nt, &db), vec![note(10, "jobs")], "caught by the lookback window");
-    assert_eq!(tick_for(&mut nt, &mut db, 120), vec![], "re-read by the window, never delivered again");
+    assert_eq!(tick_for(&mut nt, &mut db, 120), vec![], "never delivered again");
 }
 
 #[test]

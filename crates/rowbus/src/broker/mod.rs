@@ -71,9 +71,11 @@ pub struct BrokerOptions {
     /// The notify table `listen_notify` uses on MySQL/MariaDB and SQLite, polled at its
     /// own `poll_interval` (50 ms by default) with the default `lookback` (60 s): a poll
     /// reads the rows that are new and the ids that may still commit late, not the whole
-    /// window, so the lookback costs nothing while publishes commit promptly. A wake-up
-    /// whose publishing transaction stayed open longer than the lookback may be missed,
-    /// and the subscription then finds the message at its poll interval.
+    /// window, so the lookback costs nothing while publishes commit promptly (except for
+    /// the first lookback after the listening connection connects, when each poll also
+    /// reads the channels' recent rows below their marks; see docs/notify-table.md). A
+    /// wake-up whose publishing transaction stayed open longer than the lookback may be
+    /// missed, and the subscription then finds the message at its poll interval.
     pub notify_table: NotifyConfig,
     /// The URL `listen_notify`'s connection is made from; by default the pool's connect
     /// options. Set it to the URL the pool was made from when that URL lists several

@@ -47,7 +47,8 @@ fn bench_polled(c: &mut Criterion) {
     for channels in [1u64, 100] {
         let label = format!("{channels}ch");
 
-        // Steady state: every poll re-reads the same window, all of it seen already.
+        // Every poll returns the same rows, all of them read already (the first window's
+        // steady state, or the seed's window).
         let nt = RefCell::new(listener(channels));
         let rows = poll_rows(channels, 1);
         {

@@ -22,6 +22,8 @@ pub enum Dialect {
 
 /// Server time minus a bind, formatted as text that sorts like the time it stands for.
 const MYSQL_CUTOFF: &str = "DATE_FORMAT(UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND, '%Y-%m-%d %H:%i:%s.%f')";
+/// Server time, formatted like [`MYSQL_CUTOFF`]: the head row's `at`.
+const MYSQL_NOW: &str = "DATE_FORMAT(UTC_TIMESTAMP(6), '%Y-%m-%d %H:%i:%s.%f')";
 const SQLITE_NOW: &str = "strftime('%Y-%m-%d %H:%M:%f', 'now')";
 const SQLITE_CUTOFF: &str = "strftime('%Y-%m-%d %H:%M:%f', 'now', ?)";
 
@@ -64,8 +66,8 @@ impl Sql {
                 format!(
                     "SELECT COALESCE((SELECT `id` FROM {t} WHERE `channel` = ? AND `channel` = CAST(? AS BINARY) \
                      ORDER BY `id` DESC LIMIT 1), CAST(0 AS UNSIGNED)) AS `id`, '' AS `channel`, '' AS `payload`, \
-                     CAST(0 AS UNSIGNED) AS `pid`, {MYSQL_CUTOFF} AS `cutoff` \
-                     UNION ALL SELECT `id`, '', '', CAST(0 AS UNSIGNED), NULL FROM {t} \
+                     CAST(0 AS UNSIGNED) AS `pid`, {MYSQL_CUTOFF} AS `cutoff`, {MYSQL_NOW} AS `at` \
+                     UNION ALL SELECT `id`, '', '', CAST(0 AS UNSIGNED), NULL, NULL FROM {t} \
                      WHERE `channel` = ? AND `created_at` >= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND"
                 ),
                 // A consistent read: a locking range DELETE would wait for an open
@@ -95,12 +97,11 @@ impl Sql {
                 format!(
                     "INSERT INTO {t} (`channel`, `payload`, `pid`, `created_at`) VALUES (?, ?, ?, {SQLITE_NOW})"
                 ),
-                // One materialized cutoff, so the mark row and the window agree on it.
+                // The mark row alone: one writer hands out ids in commit order, so nothing
+                // below the mark can become visible later and no window is read.
                 format!(
-                    "WITH `c`(`cutoff`) AS MATERIALIZED (SELECT {SQLITE_CUTOFF}) \
-                     SELECT COALESCE((SELECT MAX(`id`) FROM {t} WHERE `channel` = ?), 0), '', '', 0, `c`.`cutoff` FROM `c` \
-                     UNION ALL SELECT `n`.`id`, '', '', 0, NULL FROM {t} AS `n`, `c` \
-                     WHERE `n`.`channel` = ? AND `n`.`created_at` >= `c`.`cutoff`"
+                    "SELECT COALESCE((SELECT MAX(`id`) FROM {t} WHERE `channel` = ?), 0), '', '', 0, \
+                     {SQLITE_CUTOFF}, {SQLITE_NOW}"
                 ),
                 format!(
                     "SELECT `id` FROM {t} WHERE `created_at` < {SQLITE_CUTOFF} ORDER BY `created_at` LIMIT ?"
@@ -128,73 +129,95 @@ impl Sql {
         sql
     }
 
-    /// The poll statement over `channels` subscriptions. Its binds are
-    /// [`Sql::age_bind`] of the lookback, then per channel those of [`Sql::poll_binds`].
-    pub fn poll(&self, channels: usize) -> String {
+    /// The poll statement over `channels` subscriptions and `gap_slots` gap ranges. Its
+    /// binds are [`Sql::age_bind`] of the lookback, then the first and last id of each gap
+    /// slot (MySQL only; SQLite has no gaps), then per channel those of [`Sql::poll_binds`].
+    pub fn poll(&self, channels: usize, gap_slots: usize) -> String {
         let t = &self.quoted;
-        let mut sql = String::with_capacity(256 + channels * 256);
+        let mut sql = String::with_capacity(256 + channels * 320 + gap_slots * 24);
         match self.dialect {
             Dialect::MySql => {
                 sql.push_str("SELECT CAST(0 AS UNSIGNED) AS `id`, '' AS `channel`, '' AS `payload`, CAST(0 AS UNSIGNED) AS `pid`, ");
                 sql.push_str(MYSQL_CUTOFF);
-                sql.push_str(" AS `cutoff`");
+                sql.push_str(" AS `cutoff`, ");
+                sql.push_str(MYSQL_NOW);
+                sql.push_str(" AS `at`");
+                if gap_slots > 0 {
+                    // The open gaps of every channel, as primary-key ranges of any channel:
+                    // a row of another channel closes the gap it sits in; one of the gap's
+                    // own channel is a late commit. Unused slots bind an empty range.
+                    sql.push_str(" UNION ALL SELECT `id`, `channel`, `payload`, `pid`, NULL, NULL FROM ");
+                    sql.push_str(t);
+                    sql.push_str(" WHERE ");
+                    for i in 0..gap_slots {
+                        sql.push_str(if i == 0 {
+                            "`id` BETWEEN ? AND ?"
+                        } else {
+                            " OR `id` BETWEEN ? AND ?"
+                        });
+                    }
+                }
                 for _ in 0..channels {
-                    // Rows above the mark, then the window below it: two index ranges,
-                    // (channel, id) and (channel, created_at), and no row twice. The
-                    // collation pads trailing spaces; the binary comparison keeps `jobs `
-                    // rows out of `jobs`'s branch, whose mark and window are not theirs.
-                    sql.push_str(" UNION ALL SELECT `id`, `channel`, `payload`, `pid`, NULL FROM ");
+                    // Rows above the mark ((channel, id) range), then the first lookback's
+                    // window below the subscription's mark, with `at` set so the fold tells
+                    // its rows from a gap's; once that window is over it binds `id <= 0`,
+                    // an empty (channel, id) range. The collation pads trailing spaces; the
+                    // binary comparison keeps `jobs ` rows out of `jobs`'s branches.
+                    sql.push_str(" UNION ALL SELECT `id`, `channel`, `payload`, `pid`, NULL, NULL FROM ");
                     sql.push_str(t);
                     sql.push_str(" WHERE `channel` = ? AND `channel` = CAST(? AS BINARY) AND `id` > ?");
-                    sql.push_str(" UNION ALL SELECT `id`, `channel`, `payload`, `pid`, NULL FROM ");
+                    sql.push_str(" UNION ALL SELECT `id`, `channel`, `payload`, `pid`, NULL, ");
+                    sql.push_str("DATE_FORMAT(`created_at`, '%Y-%m-%d %H:%i:%s.%f') FROM ");
                     sql.push_str(t);
                     sql.push_str(
                         " WHERE `channel` = ? AND `channel` = CAST(? AS BINARY) \
-                         AND `created_at` >= CAST(? AS DATETIME(6)) AND `id` <= ?",
+                         AND `id` <= ? AND `created_at` >= CAST(? AS DATETIME(6))",
                     );
                 }
             }
             Dialect::Sqlite { .. } => {
-                // SQLite caps a compound SELECT at 500 terms: the channels travel as a
-                // VALUES list joined against the table instead.
+                // One writer: ids become visible in commit order, so the rows above the
+                // mark are all a poll can find new. SQLite caps a compound SELECT at 500
+                // terms: the channels travel as a VALUES list joined against the table.
                 sql.push_str("WITH `c`(`cutoff`) AS MATERIALIZED (SELECT ");
                 sql.push_str(SQLITE_CUTOFF);
-                sql.push_str("), `s`(`channel`, `mark`, `cutoff`) AS (VALUES ");
+                sql.push_str("), `s`(`channel`, `mark`) AS (VALUES ");
                 for i in 0..channels {
-                    sql.push_str(if i == 0 { "(?, ?, ?)" } else { ", (?, ?, ?)" });
+                    sql.push_str(if i == 0 { "(?, ?)" } else { ", (?, ?)" });
                 }
-                sql.push_str(") SELECT 0, '', '', 0, `cutoff` FROM `c`");
-                for window in [false, true] {
-                    sql.push_str(" UNION ALL SELECT `n`.`id`, `n`.`channel`, `n`.`payload`, `n`.`pid`, NULL FROM `s` CROSS JOIN ");
-                    sql.push_str(t);
-                    sql.push_str(" AS `n` ON `n`.`channel` = `s`.`channel` AND ");
-                    sql.push_str(if window {
-                        "`n`.`created_at` >= `s`.`cutoff` AND `n`.`id` <= `s`.`mark`"
-                    } else {
-                        "`n`.`id` > `s`.`mark`"
-                    });
-                }
+                sql.push_str(") SELECT 0, '', '', 0, `cutoff`, ");
+                sql.push_str(SQLITE_NOW);
+                sql.push_str(" FROM `c` UNION ALL SELECT `n`.`id`, `n`.`channel`, `n`.`payload`, `n`.`pid`, NULL, NULL FROM `s` CROSS JOIN ");
+                sql.push_str(t);
+                sql.push_str(" AS `n` ON `n`.`channel` = `s`.`channel` AND `n`.`id` > `s`.`mark`");
             }
         }
         sql
     }
 
-    /// Appends one subscription's binds to a poll statement's.
-    pub fn poll_binds(&self, binds: &mut Vec<Value>, channel: &Arc<str>, mark: u64, cutoff: &Arc<str>) {
+    /// Appends one subscription's binds to a poll statement's: its mark, and on MySQL the
+    /// upper id of its first window (0 once that window is over) and its cutoff.
+    pub fn poll_binds(
+        &self,
+        binds: &mut Vec<Value>,
+        channel: &Arc<str>,
+        mark: u64,
+        upto: u64,
+        cutoff: &Arc<str>,
+    ) {
         let mark = Value::Int(id_to_int(mark));
         let channel = Value::Text(channel.clone());
-        let cutoff = Value::Text(cutoff.clone());
         match self.dialect {
             Dialect::MySql => binds.extend([
                 channel.clone(),
                 channel.clone(),
-                mark.clone(),
+                mark,
                 channel.clone(),
                 channel,
-                cutoff,
-                mark,
+                Value::Int(id_to_int(upto)),
+                Value::Text(cutoff.clone()),
             ]),
-            Dialect::Sqlite { .. } => binds.extend([channel, mark, cutoff]),
+            Dialect::Sqlite { .. } => binds.extend([channel, mark]),
         }
     }
 
@@ -263,20 +286,23 @@ mod tests {
         assert_eq!(placeholders(&mysql.subscribe), 5);
         assert_eq!(placeholders(&mysql.cleanup), 2);
         assert_eq!(mysql.delete(3), "DELETE FROM `t` WHERE `id` IN (?, ?, ?)");
-        assert_eq!(placeholders(&mysql.poll(3)), 1 + 3 * 7);
+        assert_eq!(placeholders(&mysql.poll(3, 0)), 1 + 3 * 7);
+        assert_eq!(placeholders(&mysql.poll(3, 4)), 1 + 4 * 2 + 3 * 7);
 
         let sqlite = Sql::new(Dialect::Sqlite { pid: 1 }, "t");
         assert_eq!(placeholders(&sqlite.notify), 3);
-        assert_eq!(placeholders(&sqlite.subscribe), 3);
+        assert_eq!(placeholders(&sqlite.subscribe), 2);
         assert_eq!(placeholders(&sqlite.cleanup), 2);
-        assert_eq!(placeholders(&sqlite.poll(3)), 1 + 3 * 3);
+        assert_eq!(placeholders(&sqlite.poll(3, 0)), 1 + 3 * 2);
     }
 
     #[test]
-    fn poll_text_depends_only_on_the_channel_count() {
+    fn poll_text_depends_only_on_the_channel_count_and_gap_slots() {
         let sql = Sql::new(Dialect::MySql, "t");
-        assert_eq!(sql.poll(2), sql.poll(2));
-        assert_ne!(sql.poll(2), sql.poll(3));
+        assert_eq!(sql.poll(2, 4), sql.poll(2, 4));
+        assert_ne!(sql.poll(2, 0), sql.poll(3, 0));
+        assert_ne!(sql.poll(2, 0), sql.poll(2, 1));
+        assert!(!sql.poll(2, 0).contains("BETWEEN"), "no gap branch without gaps");
     }
 
     #[test]

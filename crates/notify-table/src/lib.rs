@@ -14,8 +14,10 @@
 //! - **No history**: subscribing takes a mark; what was visible then is not delivered. A
 //!   notification whose transaction was open at that moment is delivered once it commits.
 //! - **Exactly once, in id order within a poll.** Ids are handed out at INSERT but rows
-//!   become visible at COMMIT, so a poll reads the rows above the channel's mark *and* a
-//!   lookback window of recent rows, and remembers the ids it got back.
+//!   become visible at COMMIT, so besides the rows above the channel's mark a poll reads
+//!   the *gaps* below it, ids no poll has read yet, until they are read or a lookback old
+//!   (see [`Position`]): what is new plus what may still arrive late, not the whole
+//!   lookback window.
 //! - **The one loss case**: a notification whose transaction commits more than `lookback`
 //!   after its INSERT, while a notification with a higher id on the same channel was
 //!   delivered in the meantime. See `docs/notify-table.md`.
@@ -58,6 +60,7 @@ mod config;
 mod dialect;
 mod duration;
 mod error;
+mod position;
 mod statement;
 mod table;
 
@@ -66,5 +69,6 @@ pub use config::{Config, MAX_CLEANUP_LIMIT, MAX_TABLE_LEN};
 pub use dialect::Dialect;
 pub use duration::{DurationError, DurationRange, MAX_DURATION, MIN_POLL_INTERVAL, parse_duration};
 pub use error::{ConfigError, Error};
+pub use position::{Ahead, FirstWindow, Gap, MAX_GAPS, Position};
 pub use statement::{Notification, Row, Statement, Value};
 pub use table::{MAX_CHANNELS, NotifyTable, PollToken};

@@ -44,10 +44,12 @@ pub struct Statement {
 
 /// A row of a subscribe or poll statement, as the caller's driver decoded it.
 ///
-/// Both statements return the same five columns: `id`, `channel`, `payload`, `pid`,
-/// `cutoff`. A notification row has `cutoff` NULL (`None`). Exactly one row of each
-/// statement has a `cutoff`: in a subscribe statement it carries the channel's mark in
-/// `id`; in a poll statement its other columns are `0` and empty.
+/// Both statements return the same six columns: `id`, `channel`, `payload`, `pid`,
+/// `cutoff`, `at`. A notification row has `cutoff` NULL (`None`). Exactly one row of each
+/// statement, its *head*, has a `cutoff` and carries the server's time in `at`: in a
+/// subscribe statement it carries the channel's mark in `id`; in a poll statement its
+/// other columns are `0` and empty. A notification row read by a subscription's first
+/// window has its `created_at` in `at`; every other notification row has `at` NULL.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Row {
     /// The notification's id (the mark, in a subscribe statement's cutoff row).
@@ -60,17 +62,28 @@ pub struct Row {
     pub pid: u64,
     /// The server time minus lookback, as the server formatted it; `None` on data rows.
     pub cutoff: Option<String>,
+    /// On the head row, the server's time, formatted like `cutoff`; on a row of a
+    /// subscription's first window, its `created_at`; otherwise `None`.
+    pub at: Option<String>,
 }
 
 impl Row {
     /// A notification row.
     pub fn notification(id: u64, channel: impl Into<String>, payload: impl Into<String>, pid: u64) -> Self {
-        Row { id, channel: channel.into(), payload: payload.into(), pid, cutoff: None }
+        Row { id, channel: channel.into(), payload: payload.into(), pid, cutoff: None, at: None }
     }
 
-    /// The row carrying the cutoff (and, for a subscribe statement, the mark in `id`).
+    /// The row carrying the cutoff (and, for a subscribe statement, the mark in `id`),
+    /// without the server's time: gaps it opens never age out and a first window never
+    /// ends (see [`Row::head`]).
     pub fn cutoff(id: u64, cutoff: impl Into<String>) -> Self {
         Row { id, cutoff: Some(cutoff.into()), ..Row::default() }
+    }
+
+    /// The head row as both statements return it: the cutoff, the server's time `at`,
+    /// and for a subscribe statement the mark in `id`.
+    pub fn head(id: u64, cutoff: impl Into<String>, at: impl Into<String>) -> Self {
+        Row { id, cutoff: Some(cutoff.into()), at: Some(at.into()), ..Row::default() }
     }
 }
 

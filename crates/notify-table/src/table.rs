@@ -1,17 +1,18 @@
-//! The listener's state machine: marks, cutoffs, remembered ids and the cleanup cadence.
+//! The listener's state machine: marks, gaps, first windows and the cleanup cadence.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::channel::{check_channel, check_payload};
 use crate::config::Config;
 use crate::dialect::{Dialect, Sql, id_to_int};
 use crate::error::{ConfigError, Error};
+use crate::position::{Ahead, Gaps, MAX_GAPS, Position, Window, probes};
 use crate::statement::{Notification, Row, Statement, Value};
 
 /// Most channels one [`NotifyTable`] subscribes, so that a poll statement's bind
-/// parameters stay under every server's limit (MySQL: 65,535 at 7 per channel; SQLite:
-/// 32,766 at 3 per channel).
+/// parameters stay under every server's limit (MySQL: 65,535 at 7 per channel beside
+/// [`MAX_GAPS`] gap ranges at 2; SQLite: 32,766 at 2 per channel).
 pub const MAX_CHANNELS: usize = 9_000;
 
 /// Names the poll statement a [`NotifyTable::poll_sql`] call built: hand it back to
@@ -26,20 +27,37 @@ pub struct PollToken {
     generation: u64,
 }
 
-/// One channel's subscription.
+/// One channel's subscription (see [`Position`] for what each part means).
 #[derive(Debug)]
 struct Subscription {
     /// Unique across the object's life: a channel subscribed again gets a new one.
     generation: u64,
     channel: Arc<str>,
-    /// The highest id known on the channel; rises only.
+    /// Every id up to here was read, except those in `gaps` and the first window; rises only.
     mark: u64,
     /// Server time minus lookback, as of the channel's previous statement; rises only.
     cutoff: Arc<str>,
-    /// Ids the previous statement returned: the rows of the window already handled.
-    seen: HashSet<u64>,
-    /// Ids the statement being folded returned; swapped into `seen` when it is done.
-    next: HashSet<u64>,
+    gaps: Gaps,
+    /// Ids above `mark` already delivered, with the time each was first read (only while
+    /// the gaps are at their bound).
+    ahead: BTreeMap<u64, Option<Arc<str>>>,
+    window: Option<Window>,
+}
+
+impl Subscription {
+    fn position(&self) -> Position {
+        Position {
+            mark: self.mark,
+            cutoff: self.cutoff.to_string(),
+            gaps: self.gaps.snapshot(),
+            ahead: self
+                .ahead
+                .iter()
+                .map(|(&id, read_at)| Ahead { id, read_at: read_at.as_deref().map(str::to_owned) })
+                .collect(),
+            first_window: self.window.as_ref().map(Window::snapshot),
+        }
+    }
 }
 
 /// The sans-I/O LISTEN/NOTIFY emulation over a notify table, for one listen connection.
@@ -96,8 +114,10 @@ pub struct NotifyTable {
     sql: Sql,
     subscriptions: HashMap<Arc<str>, Subscription>,
     generation: u64,
-    /// The poll statement text, kept while the number of channels stays the same.
-    poll_text: Option<(usize, Arc<str>)>,
+    /// Poll statement texts by gap slots, kept while the number of channels stays the same.
+    poll_texts: (usize, HashMap<usize, Arc<str>>),
+    /// Gaps kept open over all channels at most.
+    max_gaps: usize,
     poll_seq: u64,
     folded_seq: u64,
     polls: u64,
@@ -113,7 +133,8 @@ impl NotifyTable {
             config,
             subscriptions: HashMap::new(),
             generation: 0,
-            poll_text: None,
+            poll_texts: (0, HashMap::new()),
+            max_gaps: MAX_GAPS,
             poll_seq: 0,
             folded_seq: 0,
             polls: 0,
@@ -161,9 +182,9 @@ impl NotifyTable {
         Ok(Statement { sql: self.sql.notify.clone(), binds })
     }
 
-    /// The statement that takes `channel`'s mark: its highest id and the current cutoff
-    /// in the first row, then the ids inside the lookback window. Hand its rows to
-    /// [`subscribed`](Self::subscribed).
+    /// The statement that takes `channel`'s mark: its highest id, the current cutoff and
+    /// the server's time in the head row, then (MySQL) the ids inside the lookback window.
+    /// Hand its rows to [`subscribed`](Self::subscribed).
     pub fn subscribe_sql(&self, channel: &str) -> Result<Statement, Error> {
         let channel = check_channel(channel)?;
         self.check_room_for(channel)?;
@@ -171,7 +192,7 @@ impl NotifyTable {
         let lookback = self.sql.age_bind(self.config.lookback);
         let binds = match self.sql.dialect {
             Dialect::MySql => vec![channel.clone(), channel.clone(), lookback.clone(), channel, lookback],
-            Dialect::Sqlite { .. } => vec![lookback, channel.clone(), channel],
+            Dialect::Sqlite { .. } => vec![channel, lookback],
         };
         Ok(Statement { sql: self.sql.subscribe.clone(), binds })
     }
@@ -179,20 +200,32 @@ impl NotifyTable {
     /// Folds the rows of [`subscribe_sql`](Self::subscribe_sql): from now on `channel` is
     /// polled, and only what was not visible to that statement is delivered. Replaces an
     /// earlier subscription of the channel.
+    ///
+    /// On MySQL the subscription starts with its first window (see
+    /// [`FirstWindow`](crate::FirstWindow)): rows below the mark whose transactions were
+    /// open at subscribe have ids nothing has told the listener about.
     pub fn subscribed(&mut self, channel: &str, rows: Vec<Row>) -> Result<(), Error> {
         let channel = check_channel(channel)?;
         self.check_room_for(channel)?;
-        let mut mark_row = None;
+        let mut head = None;
         let mut seen = HashSet::with_capacity(rows.len());
         for row in rows {
             match row.cutoff {
-                Some(cutoff) => mark_row = Some((row.id, cutoff)),
+                Some(cutoff) => head = Some((row.id, cutoff, row.at)),
                 None => {
                     seen.insert(row.id);
                 }
             }
         }
-        let (mark, cutoff) = mark_row.ok_or_else(|| Error::MissingMarkRow { channel: channel.to_owned() })?;
+        let (mark, cutoff, at) = head.ok_or_else(|| Error::MissingMarkRow { channel: channel.to_owned() })?;
+        let window = match self.sql.dialect {
+            Dialect::MySql if mark > 0 => {
+                Some(Window { upto: mark, until: at.map(Arc::from), seen, next: HashSet::new() })
+            }
+            // SQLite: one writer, ids visible in commit order; nothing below the mark
+            // can appear later. MySQL with no row on the channel: nothing below 0.
+            _ => None,
+        };
         self.generation += 1;
         let channel: Arc<str> = Arc::from(channel);
         self.subscriptions.insert(
@@ -202,11 +235,32 @@ impl NotifyTable {
                 channel,
                 mark,
                 cutoff: Arc::from(cutoff),
-                seen,
-                next: HashSet::new(),
+                gaps: Gaps::default(),
+                ahead: BTreeMap::new(),
+                window,
             },
         );
         Ok(())
+    }
+
+    /// Where the subscription of `channel` stands (see [`Position`]); `None` when it is
+    /// not subscribed.
+    pub fn position(&self, channel: &str) -> Option<Position> {
+        self.subscriptions.get(channel).map(Subscription::position)
+    }
+
+    /// Sets the most gaps kept open over all channels, at most (and by default)
+    /// [`MAX_GAPS`]; `0` keeps none, so after a run of missing ids every poll re-reads the
+    /// rows above it until the run fills or is a lookback old.
+    /// A tuning and testing knob: at the bound the poll costs what the old lookback window
+    /// did, never exactness.
+    pub fn set_max_gaps(&mut self, max_gaps: usize) {
+        self.max_gaps = max_gaps.min(MAX_GAPS);
+    }
+
+    /// Gaps open over all channels.
+    pub fn open_gaps(&self) -> usize {
+        self.subscriptions.values().map(|sub| sub.gaps.len()).sum()
     }
 
     /// Stops polling `channel`; returns whether it was subscribed. Local bookkeeping, no
@@ -234,23 +288,34 @@ impl NotifyTable {
 
     /// The poll statement over every subscribed channel, in one statement, and the token
     /// to fold its rows with; `None` when nothing is subscribed.
+    ///
+    /// It reads each channel's rows above its mark, the open gaps of every channel as
+    /// primary-key ranges, and on MySQL a subscription's first window while it lasts: what
+    /// is new plus what may still arrive late, not the whole lookback window.
     pub fn poll_sql(&mut self) -> Option<(Statement, PollToken)> {
         let n = self.subscriptions.len();
         if n == 0 {
             return None;
         }
-        let sql = match &self.poll_text {
-            Some((count, sql)) if *count == n => sql.clone(),
-            _ => {
-                let sql: Arc<str> = Arc::from(self.sql.poll(n));
-                self.poll_text = Some((n, sql.clone()));
-                sql
-            }
-        };
-        let mut binds = Vec::with_capacity(1 + n * 7);
+        let ranges: Vec<(u64, u64)> = self.subscriptions.values().flat_map(|sub| sub.gaps.ranges()).collect();
+        let probes = probes(ranges, MAX_GAPS);
+        // Slots come in powers of two so that the statement texts stay few.
+        let slots = if probes.is_empty() { 0 } else { probes.len().next_power_of_two().min(MAX_GAPS) };
+        if self.poll_texts.0 != n {
+            self.poll_texts = (n, HashMap::new());
+        }
+        let sql =
+            self.poll_texts.1.entry(slots).or_insert_with(|| Arc::from(self.sql.poll(n, slots))).clone();
+        let mut binds = Vec::with_capacity(1 + slots * 2 + n * 7);
         binds.push(self.sql.age_bind(self.config.lookback));
+        for i in 0..slots {
+            // An unused slot binds the empty range 1..=0.
+            let (first, last) = probes.get(i).copied().unwrap_or((1, 0));
+            binds.extend([Value::Int(id_to_int(first)), Value::Int(id_to_int(last))]);
+        }
         for sub in self.subscriptions.values() {
-            self.sql.poll_binds(&mut binds, &sub.channel, sub.mark, &sub.cutoff);
+            let upto = sub.window.as_ref().map_or(0, |w| w.upto);
+            self.sql.poll_binds(&mut binds, &sub.channel, sub.mark, upto, &sub.cutoff);
         }
         self.poll_seq += 1;
         Some((Statement { sql, binds }, PollToken { seq: self.poll_seq, generation: self.generation }))
@@ -262,48 +327,110 @@ impl NotifyTable {
     /// Rows are matched to channels exactly (MySQL's collation pads trailing spaces, so
     /// the statement returns `'jobs '` for `jobs`); rows of a channel unsubscribed or
     /// subscribed again since the statement was built are dropped with their bookkeeping.
-    /// Fails, changing nothing, on rows without the cutoff row or on a token older than
-    /// one already folded.
+    /// Every row read, of any channel, closes the gaps its id was in. Fails, changing
+    /// nothing, on rows without the cutoff row or on a token older than one already folded.
     pub fn polled(&mut self, token: PollToken, rows: Vec<Row>) -> Result<Vec<Notification>, Error> {
         if token.seq <= self.folded_seq {
             return Err(Error::StaleToken { token: token.seq, last: self.folded_seq });
         }
-        let cutoff: Arc<str> = rows
-            .iter()
-            .filter_map(|row| row.cutoff.as_deref())
-            .max()
-            .map(Arc::from)
-            .ok_or(Error::MissingCutoffRow)?;
+        let head = rows.iter().filter(|row| row.cutoff.is_some()).max_by(|a, b| a.cutoff.cmp(&b.cutoff));
+        let Some(head) = head else { return Err(Error::MissingCutoffRow) };
+        let cutoff: Arc<str> = Arc::from(head.cutoff.as_deref().expect("filtered on it"));
+        let at: Option<Arc<str>> = head.at.as_deref().map(Arc::from);
         self.folded_seq = token.seq;
         self.polls += 1;
 
-        let mut fresh: Vec<(u64, Notification)> = Vec::new();
+        // One entry per id (a row may come back from several branches); whether any copy
+        // came from a first window.
+        let mut data: Vec<(Row, bool)> = Vec::with_capacity(rows.len());
+        let mut index: HashMap<u64, usize> = HashMap::with_capacity(rows.len());
         for row in rows {
             if row.cutoff.is_some() {
                 continue;
             }
-            let Some(sub) = self.subscriptions.get_mut(row.channel.as_str()) else {
-                continue;
-            };
-            if sub.generation > token.generation || !sub.next.insert(row.id) {
+            let windowed = row.at.is_some();
+            match index.get(&row.id) {
+                Some(&i) => data[i].1 |= windowed,
+                None => {
+                    index.insert(row.id, data.len());
+                    data.push((row, windowed));
+                }
+            }
+        }
+        data.sort_unstable_by_key(|(row, _)| row.id);
+        let read: Vec<u64> = data.iter().map(|(row, _)| row.id).collect();
+
+        let current = |sub: &Subscription| sub.generation <= token.generation;
+        // Rows above each mark, per channel, to move the mark and open gaps below them.
+        let mut above: HashMap<Arc<str>, Vec<u64>> = HashMap::new();
+        let mut fresh: Vec<(u64, Notification)> = Vec::new();
+        let gapped: Vec<Arc<str>> = self
+            .subscriptions
+            .values()
+            .filter(|sub| current(sub) && !sub.gaps.is_empty())
+            .map(|sub| sub.channel.clone())
+            .collect();
+        for (row, windowed) in data {
+            // A row read closes its id in every other channel's gaps: it is not theirs.
+            for channel in gapped.iter().filter(|c| ***c != *row.channel) {
+                if let Some(sub) = self.subscriptions.get_mut(channel) {
+                    sub.gaps.take(row.id);
+                }
+            }
+            let Some(sub) = self.subscriptions.get_mut(row.channel.as_str()) else { continue };
+            if !current(sub) {
                 continue;
             }
-            sub.mark = sub.mark.max(row.id);
-            if !sub.seen.contains(&row.id) {
+            let new = if row.id > sub.mark {
+                above.entry(sub.channel.clone()).or_default().push(row.id);
+                !sub.ahead.contains_key(&row.id)
+            } else if sub.gaps.take(row.id) {
+                true
+            } else {
+                match &mut sub.window {
+                    Some(window) if windowed && row.id <= window.upto => {
+                        window.next.insert(row.id);
+                        !window.seen.contains(&row.id)
+                    }
+                    // Read before: history, or delivered, or a gap that aged out.
+                    _ => false,
+                }
+            };
+            if new {
                 fresh.push((
                     row.id,
                     Notification { channel: row.channel, payload: row.payload, pid: row.pid },
                 ));
             }
         }
+
+        let ordered = matches!(self.sql.dialect, Dialect::Sqlite { .. });
+        let mut room = self.max_gaps.saturating_sub(self.open_gaps());
         for sub in self.subscriptions.values_mut() {
-            if sub.generation <= token.generation {
-                std::mem::swap(&mut sub.seen, &mut sub.next);
-                sub.next.clear();
-                if *cutoff > *sub.cutoff {
-                    sub.cutoff = cutoff.clone();
+            if !current(sub) {
+                continue;
+            }
+            if *cutoff > *sub.cutoff {
+                sub.cutoff = cutoff.clone();
+            }
+            sub.gaps.age_out(&cutoff);
+            if let Some(window) = &mut sub.window {
+                std::mem::swap(&mut window.seen, &mut window.next);
+                window.next.clear();
+                if window.until.as_deref().is_some_and(|until| *cutoff > *until) {
+                    sub.window = None;
                 }
             }
+            let ids = above.remove(&sub.channel).unwrap_or_default();
+            if ids.is_empty() && sub.ahead.is_empty() {
+                continue;
+            }
+            if ordered {
+                // Ids visible in commit order: nothing below the highest can come later.
+                sub.mark = sub.mark.max(ids.iter().copied().max().unwrap_or(0));
+                continue;
+            }
+            room = advance(sub, ids, &read, at.as_ref(), &cutoff, room);
         }
         fresh.sort_unstable_by_key(|(id, _)| *id);
         Ok(fresh.into_iter().map(|(_, n)| n).collect())
@@ -352,4 +479,62 @@ impl NotifyTable {
         }
         Ok(())
     }
+}
+
+/// Moves `sub`'s mark up over the ids `ids` read above it (and those read before, in
+/// `ahead`), opening a gap for each run of ids between them that this poll did not read
+/// (`read`, sorted, holds every id it did, of any channel). A run's ids were handed out
+/// before the id above it was first read, so it ages from that poll's time `at`; one whose
+/// time the `cutoff` has passed needs no gap. `room` is how many more gaps may open; when
+/// it runs out the mark stops below the first run that did not fit and the ids above it
+/// wait in `ahead`, each with the time it was first read, until the run fits or ages out.
+/// Returns the room left.
+fn advance(
+    sub: &mut Subscription,
+    ids: Vec<u64>,
+    read: &[u64],
+    at: Option<&Arc<str>>,
+    cutoff: &str,
+    mut room: usize,
+) -> usize {
+    let mut known = std::mem::take(&mut sub.ahead);
+    for id in ids {
+        known.entry(id).or_insert_with(|| at.cloned());
+    }
+    let mut ahead = BTreeMap::new();
+    let mut cur = sub.mark;
+    for (id, read_at) in known {
+        if !ahead.is_empty() {
+            ahead.insert(id, read_at);
+            continue;
+        }
+        // The ids in cur+1..id that no branch of this poll read, as runs.
+        let mut runs = Vec::new();
+        let mut from = cur + 1;
+        let start = read.partition_point(|&r| r < from);
+        for &r in read[start..].iter().take_while(|&&r| r < id) {
+            if r > from {
+                runs.push((from, r - 1));
+            }
+            from = r + 1;
+        }
+        if from < id {
+            runs.push((from, id - 1));
+        }
+        let aged = read_at.as_deref().is_some_and(|t| cutoff > t);
+        if !runs.is_empty() && !aged {
+            if runs.len() > room {
+                ahead.insert(id, read_at);
+                continue;
+            }
+            room -= runs.len();
+            for (first, last) in runs {
+                sub.gaps.open(first, last, read_at.clone());
+            }
+        }
+        cur = id;
+    }
+    sub.mark = cur;
+    sub.ahead = ahead;
+    room
 }

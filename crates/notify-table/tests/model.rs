@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use notify_table::{Config, Dialect, Error, NotifyTable, PollToken, Row, Statement, Value};
+use notify_table::{Config, Dialect, Error, MAX_GAPS, NotifyTable, PollToken, Row, Statement, Value};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as RunnerConfig, RngSeed, TestCaseError, TestError, TestRunner};
 
@@ -88,6 +88,11 @@ enum CleanupFailure {
 #[derive(Clone, Debug)]
 struct Case {
     poll_interval_secs: u64,
+    /// The AUTO_INCREMENT step (MySQL): above 1, ids in between are never used, as on a
+    /// Galera node with `auto_increment_increment` > 1.
+    id_step: u64,
+    /// The listener's gap bound: the default, or small enough to be reached.
+    max_gaps: usize,
     ops: Vec<Op>,
     /// At the end: commit (true) or roll back (false) each notifier's open transaction.
     commit_at_end: [bool; NOTIFIERS],
@@ -123,12 +128,16 @@ fn op() -> impl Strategy<Value = Op> {
 fn case(steps: std::ops::Range<usize>) -> impl Strategy<Value = Case> {
     (
         prop_oneof![Just(1u64), Just(5u64)],
+        prop_oneof![3 => Just(1u64), 1 => Just(3u64)],
+        prop_oneof![2 => Just(MAX_GAPS), 1 => Just(3usize), 1 => Just(1usize), 1 => Just(0usize)],
         prop::collection::vec(op(), steps),
         prop::array::uniform::<_, NOTIFIERS>(any::<bool>()),
         any::<u64>(),
     )
-        .prop_map(|(poll_interval_secs, ops, commit_at_end, shuffle)| Case {
+        .prop_map(|(poll_interval_secs, id_step, max_gaps, ops, commit_at_end, shuffle)| Case {
             poll_interval_secs,
+            id_step,
+            max_gaps,
             ops,
             commit_at_end,
             shuffle,
@@ -176,6 +185,7 @@ struct Server {
     flavor: Flavor,
     now: u64,
     next_id: u64,
+    id_step: u64,
     rows: Vec<SrvRow>,
     by_payload: HashMap<String, usize>,
     txns: [Option<Vec<usize>>; NOTIFIERS],
@@ -230,11 +240,12 @@ fn placeholders_match(stmt: &Statement) -> Check {
 }
 
 impl Server {
-    fn new(flavor: Flavor, shuffle: u64) -> Self {
+    fn new(flavor: Flavor, shuffle: u64, id_step: u64) -> Self {
         Server {
             flavor,
             now: START_US,
             next_id: 1,
+            id_step,
             rows: Vec::new(),
             by_payload: HashMap::new(),
             txns: Default::default(),
@@ -277,10 +288,8 @@ impl Server {
                 (channel, self.age_bind(&b[2])?)
             }
             Flavor::Sqlite => {
-                prop_assert_eq!(b.len(), 3);
-                let channel = text(&b[1])?;
-                prop_assert_eq!(text(&b[2])?, channel);
-                (channel, self.age_bind(&b[0])?)
+                prop_assert_eq!(b.len(), 2);
+                (text(&b[0])?, self.age_bind(&b[1])?)
             }
         };
         prop_assert_eq!(lookback, LOOKBACK_US, "subscribe lookback bind");
@@ -288,13 +297,15 @@ impl Server {
         // The mark matches the channel exactly (CAST AS BINARY on MySQL).
         let mark =
             self.rows.iter().filter(|r| r.visible() && r.channel == channel).map(|r| r.id).max().unwrap_or(0);
-        let mut rows = vec![Row::cutoff(mark, fmt_time(since))];
-        rows.extend(
-            self.rows
-                .iter()
-                .filter(|r| r.visible() && self.channel_eq(r.channel, channel) && r.created_at >= since)
-                .map(|r| Row { id: r.id, ..Row::default() }),
-        );
+        let mut rows = vec![Row::head(mark, fmt_time(since), fmt_time(self.now))];
+        if self.flavor == Flavor::MySql {
+            rows.extend(
+                self.rows
+                    .iter()
+                    .filter(|r| r.visible() && self.channel_eq(r.channel, channel) && r.created_at >= since)
+                    .map(|r| Row { id: r.id, ..Row::default() }),
+            );
+        }
         Ok(rows)
     }
 
@@ -305,38 +316,58 @@ impl Server {
         prop_assert!(!b.is_empty());
         let lookback = self.age_bind(&b[0])?;
         prop_assert_eq!(lookback, LOOKBACK_US, "poll lookback bind");
+        let slots = stmt.sql.matches("BETWEEN").count();
+        if self.flavor == Flavor::Sqlite {
+            prop_assert_eq!(slots, 0, "SQLite has no gaps to probe");
+        }
+        prop_assert!(slots == 0 || slots.is_power_of_two(), "{} gap slots", slots);
+        prop_assert!(b.len() > 2 * slots);
+        let (gaps, groups) = b[1..].split_at(2 * slots);
         let per = match self.flavor {
             Flavor::MySql => 7,
-            Flavor::Sqlite => 3,
+            Flavor::Sqlite => 2,
         };
-        prop_assert_eq!((b.len() - 1) % per, 0, "poll binds are not whole channel groups");
+        prop_assert_eq!(groups.len() % per, 0, "poll binds are not whole channel groups");
+        let as_row = |r: &SrvRow| Row::notification(r.id, r.channel, r.payload.clone(), r.pid);
         let mut data = Vec::new();
+        for range in gaps.chunks_exact(2) {
+            // Primary-key ranges, any channel.
+            let (first, last) = (uint(&range[0])?, uint(&range[1])?);
+            data.extend(
+                self.rows.iter().filter(|r| r.visible() && (first..=last).contains(&r.id)).map(as_row),
+            );
+        }
         let mut channels = Vec::new();
-        for group in b[1..].chunks_exact(per) {
-            let (channel, mark, cutoff) = match self.flavor {
+        for group in groups.chunks_exact(per) {
+            let (channel, mark, window) = match self.flavor {
                 Flavor::MySql => {
-                    // [channel, channel (binary), mark, channel, channel (binary), cutoff, mark]
+                    // [channel, channel (binary), mark, channel, channel (binary), upto, cutoff]
                     for i in [1, 3, 4] {
                         prop_assert_eq!(&group[0], &group[i]);
                     }
-                    prop_assert_eq!(&group[2], &group[6]);
-                    (text(&group[0])?, uint(&group[2])?, parse_time(text(&group[5])?)?)
+                    let window = (uint(&group[5])?, parse_time(text(&group[6])?)?);
+                    (text(&group[0])?, uint(&group[2])?, Some(window))
                 }
-                Flavor::Sqlite => (text(&group[0])?, uint(&group[1])?, parse_time(text(&group[2])?)?),
+                Flavor::Sqlite => (text(&group[0])?, uint(&group[1])?, None),
             };
             channels.push(known_channel(channel)?);
             // Both dialects' polls compare channels exactly (MySQL: `CAST(? AS BINARY)`).
             let matching = self.rows.iter().filter(|r| r.visible() && r.channel == channel);
-            let as_row = |r: &SrvRow| Row::notification(r.id, r.channel, r.payload.clone(), r.pid);
             data.extend(matching.clone().filter(|r| r.id > mark).map(as_row));
-            data.extend(matching.filter(|r| r.created_at >= cutoff && r.id <= mark).map(as_row));
+            if let Some((upto, cutoff)) = window {
+                data.extend(
+                    matching
+                        .filter(|r| r.created_at >= cutoff && r.id <= upto)
+                        .map(|r| Row { at: Some(fmt_time(r.created_at)), ..as_row(r) }),
+                );
+            }
         }
         // UNION ALL promises no order: hand the rows over shuffled.
         for i in (1..data.len()).rev() {
             let j = (self.next_rand() % (i as u64 + 1)) as usize;
             data.swap(i, j);
         }
-        let mut rows = vec![Row::cutoff(0, fmt_time(self.now - lookback))];
+        let mut rows = vec![Row::head(0, fmt_time(self.now - lookback), fmt_time(self.now))];
         rows.extend(data);
         Ok((rows, channels))
     }
@@ -416,6 +447,14 @@ struct Stats {
     cleanup_runs: u64,
     cleanup_failures: u64,
     rows_deleted: u64,
+    /// Rows the poll statements returned, head rows aside.
+    rows_read: u64,
+    /// Deliveries below an id the subscription had already delivered: late commits.
+    late_deliveries: u64,
+    /// Polls after which some subscription had gaps open.
+    polls_with_gaps: u64,
+    /// Polls after which some subscription's mark waited at the gap bound.
+    polls_at_gap_bound: u64,
 }
 
 impl Stats {
@@ -431,6 +470,10 @@ impl Stats {
         self.cleanup_runs += other.cleanup_runs;
         self.cleanup_failures += other.cleanup_failures;
         self.rows_deleted += other.rows_deleted;
+        self.rows_read += other.rows_read;
+        self.late_deliveries += other.late_deliveries;
+        self.polls_with_gaps += other.polls_with_gaps;
+        self.polls_at_gap_bound += other.polls_at_gap_bound;
     }
 }
 
@@ -443,7 +486,8 @@ struct Sim {
     epochs: Vec<Epoch>,
     current: HashMap<&'static str, usize>,
     in_flight: Option<InFlight>,
-    poll_texts: HashMap<usize, Arc<str>>,
+    /// Poll texts by (channels, gap slots): the same pair, the same text.
+    poll_texts: HashMap<(usize, usize), Arc<str>>,
     /// The cleanup cadence the contract describes, counted in folded polls.
     polls: u64,
     next_cleanup: u64,
@@ -469,14 +513,16 @@ impl Sim {
             Flavor::MySql => Dialect::MySql,
             Flavor::Sqlite => Dialect::Sqlite { pid: pid as u32 },
         };
-        let nt = NotifyTable::new(config.clone(), dialect(1)).expect("valid config");
+        let mut nt = NotifyTable::new(config.clone(), dialect(1)).expect("valid config");
+        nt.set_max_gaps(case.max_gaps);
         let notifiers = (0..NOTIFIERS as u64)
             .map(|k| NotifyTable::new(config.clone(), dialect(PID_BASE + k)).expect("valid config"))
             .collect();
         Sim {
             nt,
             notifiers,
-            srv: Server::new(flavor, case.shuffle),
+            // SQLite hands out ids one by one; the step is a MySQL server setting.
+            srv: Server::new(flavor, case.shuffle, if flavor == Flavor::MySql { case.id_step } else { 1 }),
             seq: 0,
             epochs: Vec::new(),
             current: HashMap::new(),
@@ -550,8 +596,8 @@ impl Sim {
         self.tick();
         let id = match flavor {
             Flavor::MySql => {
-                self.srv.next_id += 1;
-                self.srv.next_id - 1
+                self.srv.next_id += self.srv.id_step;
+                self.srv.next_id - self.srv.id_step
             }
             Flavor::Sqlite => 0,
         };
@@ -630,8 +676,13 @@ impl Sim {
         };
         prop_assert!(!self.current.is_empty(), "poll_sql() built a statement with nothing subscribed");
         let count = self.current.len();
-        let text = self.poll_texts.entry(count).or_insert_with(|| stmt.sql.clone());
-        prop_assert_eq!(&**text, &*stmt.sql, "poll SQL text changed for the same channel count");
+        let slots = stmt.sql.matches("BETWEEN").count();
+        let text = self.poll_texts.entry((count, slots)).or_insert_with(|| stmt.sql.clone());
+        prop_assert_eq!(
+            &**text,
+            &*stmt.sql,
+            "poll SQL text changed for the same channel and gap slot counts"
+        );
         let (rows, mut channels) = self.srv.poll(&stmt)?;
         channels.sort_unstable();
         let mut expected: Vec<&str> = self.current.keys().copied().collect();
@@ -650,9 +701,11 @@ impl Sim {
             prop_assert_eq!(self.nt.polled(flight.token, without), Err(Error::MissingCutoffRow));
         }
         let fold_seq = self.tick();
+        self.stats.rows_read += flight.rows.len() as u64 - 1;
         let out = self.nt.polled(flight.token, flight.rows).map_err(fail)?;
         self.polls += 1;
         self.stats.polls += 1;
+        self.check_positions()?;
         match self.nt.polled(flight.token, vec![Row::cutoff(0, "")]) {
             Err(Error::StaleToken { token, last }) if token == last => {}
             other => prop_assert!(false, "folding a token twice gave {:?}", other),
@@ -704,9 +757,42 @@ impl Sim {
                 row.id,
                 epoch.channel
             );
+            if epoch.delivered_ids.iter().any(|&(id, _)| id > row.id) {
+                self.stats.late_deliveries += 1;
+            }
             epoch.delivered_ids.push((row.id, fold_seq));
             self.stats.deliveries += 1;
         }
+        Ok(())
+    }
+
+    /// The state each subscription reports: gaps disjoint, below the mark, within the
+    /// bound; ids ahead only above the mark and only at the bound; no gaps on SQLite.
+    fn check_positions(&mut self) -> Check {
+        let mut open = 0;
+        let (mut gaps, mut at_bound) = (false, false);
+        for channel in self.current.keys() {
+            let p = self.nt.position(channel).expect("subscribed");
+            let mut below = 0;
+            for gap in &p.gaps {
+                prop_assert!(below < gap.first && gap.first <= gap.last && gap.last < p.mark, "{:?}", p);
+                below = gap.last;
+            }
+            prop_assert!(p.ahead.iter().all(|a| a.id > p.mark), "ahead not above the mark: {:?}", p);
+            // The mark waits for a run of missing ids one lookback at most.
+            let waits_no_longer =
+                p.ahead.first().is_none_or(|a| a.read_at.as_deref() >= Some(p.cutoff.as_str()));
+            prop_assert!(waits_no_longer, "the mark waits for ids older than the cutoff: {:?}", p);
+            if self.srv.flavor == Flavor::Sqlite {
+                prop_assert!(p.gaps.is_empty() && p.ahead.is_empty() && p.first_window.is_none(), "{:?}", p);
+            }
+            open += p.gaps.len();
+            gaps |= !p.gaps.is_empty();
+            at_bound |= !p.ahead.is_empty();
+        }
+        prop_assert_eq!(open, self.nt.open_gaps());
+        self.stats.polls_with_gaps += u64::from(gaps);
+        self.stats.polls_at_gap_bound += u64::from(at_bound);
         Ok(())
     }
 
@@ -899,7 +985,8 @@ fn summary(name: &str, seed: u64, cases: u32, s: &Stats) -> String {
     format!(
         "{name}: seed={seed:#x} cases={cases} steps={} polls={} deliveries={} documented_losses={} \
          (behind_subscribe_mark={}) stall_losses={} in_flight_folds_after_unsubscribe={} \
-         cleanups={} (failed={}) rows_deleted={}",
+         cleanups={} (failed={}) rows_deleted={} rows_read={} late_deliveries={} polls_with_gaps={} \
+         polls_at_gap_bound={}",
         s.steps,
         s.polls,
         s.deliveries,
@@ -909,7 +996,11 @@ fn summary(name: &str, seed: u64, cases: u32, s: &Stats) -> String {
         s.in_flight_folds_after_epoch_end,
         s.cleanup_runs,
         s.cleanup_failures,
-        s.rows_deleted
+        s.rows_deleted,
+        s.rows_read,
+        s.late_deliveries,
+        s.polls_with_gaps,
+        s.polls_at_gap_bound
     )
 }
 
@@ -924,6 +1015,9 @@ fn mysql_matches_listen_notify_per_subscription() {
     );
     assert!(stats.in_flight_folds_after_epoch_end > 0, "no poll was folded after an unsubscribe: {stats:?}");
     assert!(stats.rows_deleted > 0, "no cleanup deleted anything: {stats:?}");
+    assert!(stats.late_deliveries > 0, "no out-of-order commit was delivered: {stats:?}");
+    assert!(stats.polls_with_gaps > 0, "no gap was ever open: {stats:?}");
+    assert!(stats.polls_at_gap_bound > 0, "the gap bound was never reached: {stats:?}");
 }
 
 #[test]

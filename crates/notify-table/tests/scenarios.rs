@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use notify_table::{
-    Config, Dialect, Error, MAX_CHANNELS, MAX_PAYLOAD_BYTES, Notification, NotifyTable, Row, Statement, Value,
+    Config, Dialect, Error, Gap, MAX_CHANNELS, MAX_PAYLOAD_BYTES, Notification, NotifyTable, Row, Statement,
+    Value,
 };
 
 // ---------------------------------------------------------------------------------------
@@ -114,7 +115,7 @@ impl Db {
         assert!(text(ch) == text(ch2) && text(ch) == text(ch3) && lookback == lookback2);
         let since = self.now - int(lookback);
         let mark = self.visible().filter(|r| r.channel == text(ch)).map(|r| r.id).max().unwrap_or(0);
-        let mut rows = vec![Row::cutoff(mark, ts(since))];
+        let mut rows = vec![Row::head(mark, ts(since), ts(self.now))];
         rows.extend(
             self.visible()
                 .filter(|r| pad_eq(&r.channel, text(ch)) && r.created_at >= since)
@@ -124,16 +125,27 @@ impl Db {
     }
 
     fn poll(&self, stmt: &Statement) -> Vec<Row> {
-        let mut rows = vec![Row::cutoff(0, ts(self.now - int(&stmt.binds[0])))];
-        for group in stmt.binds[1..].chunks_exact(7) {
-            let [ch, ch_bin, mark, ch2, ch2_bin, cutoff, mark2] = group else { unreachable!() };
-            assert!(ch == ch_bin && ch == ch2 && ch == ch2_bin && mark == mark2);
-            let (ch, mark, cutoff) = (text(ch), int(mark), parse_ts(text(cutoff)));
+        let row = |r: &DbRow| Row::notification(r.id, r.channel.clone(), format!("p{}", r.id), PID);
+        let mut rows = vec![Row::head(0, ts(self.now - int(&stmt.binds[0])), ts(self.now))];
+        let slots = stmt.sql.matches("BETWEEN").count();
+        let (gaps, groups) = stmt.binds[1..].split_at(2 * slots);
+        for range in gaps.chunks_exact(2) {
+            // The gap probes: primary-key ranges, any channel.
+            let (first, last) = (int(&range[0]), int(&range[1]));
+            rows.extend(self.visible().filter(|r| (first..=last).contains(&r.id)).map(row));
+        }
+        for group in groups.chunks_exact(7) {
+            let [ch, ch_bin, mark, ch2, ch2_bin, upto, cutoff] = group else { unreachable!() };
+            assert!(ch == ch_bin && ch == ch2 && ch == ch2_bin);
+            let (ch, mark, upto, cutoff) = (text(ch), int(mark), int(upto), parse_ts(text(cutoff)));
             // `channel = ? AND channel = CAST(? AS BINARY)`: an exact match.
             let mine = || self.visible().filter(move |r| r.channel == ch);
-            let row = |r: &DbRow| Row::notification(r.id, r.channel.clone(), format!("p{}", r.id), PID);
             rows.extend(mine().filter(|r| r.id > mark).map(row));
-            rows.extend(mine().filter(|r| r.created_at >= cutoff && r.id <= mark).map(row));
+            rows.extend(
+                mine()
+                    .filter(|r| r.created_at >= cutoff && r.id <= upto)
+                    .map(|r| Row { at: Some(ts(r.created_at)), ..row(r) }),
+            );
         }
         rows
     }
@@ -169,26 +181,9 @@ fn note(id: u64, channel: &str) -> Notification {
     Notification { channel: channel.into(), payload: format!("p{id}"), pid: PID }
 }
 
-/// The (mark, cutoff) a one-channel MySQL poll statement binds.
-fn mark_of_stmt(stmt: &Statement) -> (u64, String) {
-    assert_eq!(stmt.binds.len(), 8);
-    (int(&stmt.binds[3]), text(&stmt.binds[6]).to_owned())
-}
-
-/// Each subscribed channel's (mark, cutoff) as the next poll statement binds them.
-fn marks(nt: &mut NotifyTable) -> Vec<(String, u64, String)> {
-    let (stmt, _token) = nt.poll_sql().expect("something subscribed");
-    let mut out: Vec<_> = stmt.binds[1..]
-        .chunks_exact(7)
-        .map(|g| (text(&g[0]).to_owned(), int(&g[2]), text(&g[5]).to_owned()))
-        .collect();
-    out.sort();
-    out
-}
-
-fn mark_of(nt: &mut NotifyTable, channel: &str) -> (u64, String) {
-    let (_, mark, cutoff) = marks(nt).into_iter().find(|(c, _, _)| c == channel).expect("subscribed");
-    (mark, cutoff)
+fn mark_of(nt: &NotifyTable, channel: &str) -> (u64, String) {
+    let p = nt.position(channel).expect("subscribed");
+    (p.mark, p.cutoff)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -229,8 +224,12 @@ fn no_history_before_the_subscription() {
     }
     db.advance(10);
     listen(&mut nt, &db, "jobs");
-    assert_eq!(mark_of(&mut nt, "jobs"), (5, ts(noon(0))), "mark 5; cutoff 12:01:00 - 60 s");
-    assert_eq!(tick_for(&mut nt, &mut db, 3), vec![], "rows 1..=5 are re-read by the window, not delivered");
+    assert_eq!(mark_of(&nt, "jobs"), (5, ts(noon(0))), "mark 5; cutoff 12:01:00 - 60 s");
+    assert_eq!(
+        tick_for(&mut nt, &mut db, 3),
+        vec![],
+        "rows 1..=5 are re-read by the first window, not delivered"
+    );
     db.notify(6, "jobs");
     assert_eq!(tick_for(&mut nt, &mut db, 1), vec![note(6, "jobs")]);
 }
@@ -242,7 +241,7 @@ fn transaction_open_at_subscribe_is_delivered_once_it_commits() {
     db.notify(7, "jobs");
     db.insert(8, "jobs"); // open, and no higher id will ever be delivered before it
     listen(&mut nt, &db, "jobs");
-    assert_eq!(mark_of(&mut nt, "jobs").0, 7);
+    assert_eq!(mark_of(&nt, "jobs").0, 7);
     db.advance(30);
     db.commit(6); // 30 s after its INSERT: inside the lookback, below the mark
     assert_eq!(tick(&mut nt, &db), vec![note(6, "jobs")]);
@@ -262,11 +261,11 @@ fn out_of_order_commit_is_delivered_exactly_once() {
     db.advance(1);
     db.commit(11);
     assert_eq!(tick(&mut nt, &db), vec![note(11, "jobs")]);
-    assert_eq!(mark_of(&mut nt, "jobs").0, 11, "a poll asking only for id > 11 would never see 10");
+    assert_eq!(mark_of(&nt, "jobs").0, 11, "a poll asking only for id > 11 would never see 10");
     db.advance(5);
     db.commit(10);
     assert_eq!(tick(&mut nt, &db), vec![note(10, "jobs")], "caught by the lookback window");
-    assert_eq!(tick_for(&mut nt, &mut db, 120), vec![], "re-read by the window, never delivered again");
+    assert_eq!(tick_for(&mut nt, &mut db, 120), vec![], "never delivered again");
 }
 
 #[test]
@@ -279,7 +278,7 @@ fn documented_loss_commit_after_lookback_behind_a_delivered_higher_id() {
     assert_eq!(tick(&mut nt, &db), vec![note(11, "jobs")]);
     assert_eq!(tick_for(&mut nt, &mut db, 63), vec![]);
     // The window now starts after 10's INSERT and the mark is above it.
-    let (mark, cutoff) = mark_of(&mut nt, "jobs");
+    let (mark, cutoff) = mark_of(&nt, "jobs");
     assert_eq!((mark, cutoff.as_str()), (11, ts(noon(4)).as_str()));
     db.advance(1);
     db.commit(10); // 65 s after its INSERT, lookback is 60 s
@@ -295,7 +294,7 @@ fn late_commit_without_a_higher_id_delivered_is_delivered_however_late() {
     db.notify(11, "mail"); // a higher id on another channel does not count
     db.notify(12, "jobs "); // nor on a channel equal to it only under PAD SPACE
     assert_eq!(tick_for(&mut nt, &mut db, 600), vec![]);
-    assert_eq!(mark_of(&mut nt, "jobs").0, 9);
+    assert_eq!(mark_of(&nt, "jobs").0, 9);
     db.commit(10); // ten minutes after its INSERT
     assert_eq!(tick_for(&mut nt, &mut db, 1), vec![note(10, "jobs")]);
 }
@@ -311,26 +310,52 @@ fn late_commit_within_lookback_is_delivered_after_a_higher_id() {
     assert_eq!(tick_for(&mut nt, &mut db, 1), vec![note(10, "jobs")]);
 }
 
+/// Rows each poll reads, besides its head row.
+fn rows_read(nt: &mut NotifyTable, db: &mut Db, polls: u64) -> usize {
+    let mut read = 0;
+    for _ in 0..polls {
+        db.advance(1);
+        let (stmt, token) = nt.poll_sql().unwrap();
+        let rows = db.poll(&stmt);
+        read += rows.len() - 1;
+        assert_eq!(nt.polled(token, rows).unwrap(), vec![]);
+    }
+    read
+}
+
 #[test]
-fn exactly_once_across_many_polls_of_the_same_window() {
+fn a_poll_reads_what_is_new_not_the_window() {
     let (mut nt, mut db) = (mysql(), Db::at(noon(0)));
-    listen(&mut nt, &db, "jobs");
+    listen(&mut nt, &db, "jobs"); // mark 0: nothing below it, no first window
+    assert_eq!(nt.position("jobs").unwrap().first_window, None);
     db.notify(1, "jobs");
     db.notify(2, "jobs");
     db.advance(20);
     db.notify(3, "jobs");
     assert_eq!(tick(&mut nt, &db), vec![note(1, "jobs"), note(2, "jobs"), note(3, "jobs")]);
-    let mut rows_read = 0;
-    for _ in 0..100 {
-        db.advance(1);
-        let (stmt, token) = nt.poll_sql().unwrap();
-        let rows = db.poll(&stmt);
-        rows_read += rows.len() - 1;
-        assert_eq!(nt.polled(token, rows).unwrap(), vec![]);
+    // The seed's window re-read 1 and 2 in 41 more polls and 3 in 61 (143 rows).
+    assert_eq!(rows_read(&mut nt, &mut db, 100), 0);
+}
+
+#[test]
+fn the_first_window_is_read_for_one_lookback_after_subscribe_then_never() {
+    let (mut nt, mut db) = (mysql(), Db::at(noon(0)));
+    for id in 1..=3 {
+        db.notify(id, "jobs");
     }
-    // A poll's window starts at the previous poll's time minus lookback: 1 and 2 are read
-    // back by 41 more polls, 3 by 61.
-    assert_eq!(rows_read, 41 * 2 + 61);
+    db.advance(10);
+    listen(&mut nt, &db, "jobs"); // mark 3, window cutoff 11:59:10, until 12:00:10
+    let window = nt.position("jobs").unwrap().first_window.expect("rows below the mark: a first window");
+    assert_eq!((window.upto, window.until, window.seen), (3, Some(ts(noon(10))), vec![1, 2, 3]));
+    // Poll k (at 12:00:10 + k) reads the window from the previous cutoff, 11:59:10 + k - 1:
+    // rows 1..=3 (inserted at 12:00:00) while that is at most 12:00:00, polls 1..=51.
+    assert_eq!(rows_read(&mut nt, &mut db, 51), 51 * 3);
+    assert_eq!(rows_read(&mut nt, &mut db, 9), 0);
+    assert!(nt.position("jobs").unwrap().first_window.is_some(), "not over before 12:01:10");
+    assert_eq!(rows_read(&mut nt, &mut db, 1), 0);
+    assert_eq!(nt.position("jobs").unwrap().first_window, None, "its cutoff passed the subscribe");
+    db.notify(4, "jobs");
+    assert_eq!(tick(&mut nt, &db), vec![note(4, "jobs")]);
 }
 
 #[test]
@@ -368,7 +393,7 @@ fn trailing_space_channel_is_not_delivered_to_jobs() {
     // Were the server to pad anyway, the fold matches channels exactly too.
     rows.push(Row::notification(11, "jobs ", "p11", PID));
     assert_eq!(nt.polled(token, rows).unwrap(), vec![]);
-    assert_eq!(mark_of(&mut nt, "jobs").0, 9, "nor does its id raise the mark of `jobs`");
+    assert_eq!(mark_of(&nt, "jobs").0, 9, "nor does its id raise the mark of `jobs`");
     db.advance(120);
     db.commit(10);
     assert_eq!(tick(&mut nt, &db), vec![note(10, "jobs")]);
@@ -403,14 +428,14 @@ fn resubscribe_while_a_poll_is_in_flight_drops_its_rows_and_keeps_the_new_state(
     assert!(nt.unsubscribe("jobs"));
     listen(&mut nt, &db, "jobs"); // mark 10, window {9, 10}, cutoff 12:00:05 - 60 s
     let new_state = (10, ts(noon(5) - 60 * SEC));
-    assert_eq!(mark_of(&mut nt, "jobs"), new_state);
+    assert_eq!(mark_of(&nt, "jobs"), new_state);
     // The old statement reaches the server only now, after 11 committed.
     db.advance(5);
     db.notify(11, "jobs");
     let rows = db.poll(&stmt);
     assert_eq!(rows.iter().map(|r| r.id).collect::<Vec<_>>(), [0, 10, 11, 9]);
     assert_eq!(nt.polled(token, rows).unwrap(), vec![], "rows of the old subscription's statement");
-    assert_eq!(mark_of(&mut nt, "jobs"), new_state, "neither its mark nor its cutoff moved");
+    assert_eq!(mark_of(&nt, "jobs"), new_state, "neither its mark nor its cutoff moved");
     // Its remembered window ({9, 10}) is intact too: 10 is not delivered, 11 is.
     assert_eq!(tick(&mut nt, &db), vec![note(11, "jobs")]);
 }
@@ -474,42 +499,130 @@ fn mark_and_cutoff_only_rise() {
     let (_, token) = nt.poll_sql().unwrap();
     let rows = vec![Row::cutoff(0, ts(noon(2))), Row::notification(11, "jobs", "p11", PID)];
     assert_eq!(nt.polled(token, rows).unwrap(), vec![note(11, "jobs")]);
-    assert_eq!(mark_of(&mut nt, "jobs"), (11, ts(noon(2))));
+    assert_eq!(mark_of(&nt, "jobs"), (11, ts(noon(2))));
     // A poll whose cutoff is older and whose rows are all below the mark lowers neither.
     let (_, token) = nt.poll_sql().unwrap();
     let rows = vec![Row::notification(10, "jobs", "p10", PID), Row::cutoff(0, ts(noon(1)))];
     assert_eq!(nt.polled(token, rows).unwrap(), vec![note(10, "jobs")]);
-    assert_eq!(mark_of(&mut nt, "jobs"), (11, ts(noon(2))));
+    assert_eq!(mark_of(&nt, "jobs"), (11, ts(noon(2))));
     // A subscription's own mark row is taken as it is: a re-subscribe may start lower.
     nt.subscribed("jobs", vec![Row::cutoff(3, ts(noon(1)))]).unwrap();
-    assert_eq!(mark_of(&mut nt, "jobs"), (3, ts(noon(1))));
+    assert_eq!(mark_of(&nt, "jobs"), (3, ts(noon(1))));
 }
 
 #[test]
-fn rows_that_leave_the_window_are_forgotten() {
+fn a_gap_is_probed_until_it_ages_out_a_lookback_after_it_was_noticed() {
+    let (mut nt, mut db) = (mysql(), Db::at(noon(0)));
+    db.notify(9, "jobs");
+    listen(&mut nt, &db, "jobs");
+    db.insert(10, "jobs"); // open
+    db.notify(11, "jobs");
+    db.advance(1);
+    assert_eq!(tick(&mut nt, &db), vec![note(11, "jobs")]);
+    let gap = Gap { first: 10, last: 10, noticed: Some(ts(noon(1))) };
+    assert_eq!(nt.position("jobs").unwrap().gaps, vec![gap]);
+    let (stmt, _) = nt.poll_sql().unwrap();
+    assert_eq!(stmt.sql.matches("BETWEEN").count(), 1, "one probe slot");
+    assert_eq!((int(&stmt.binds[1]), int(&stmt.binds[2])), (10, 10));
+    // Probed while the cutoff is at or before 12:00:01: until the poll at 12:01:01.
+    for _ in 0..60 {
+        assert_eq!(tick_for(&mut nt, &mut db, 1), vec![]);
+        assert_eq!(nt.position("jobs").unwrap().gaps.len(), 1);
+    }
+    assert_eq!(tick_for(&mut nt, &mut db, 1), vec![]);
+    assert_eq!(nt.position("jobs").unwrap().gaps, vec![], "aged out");
+    let (stmt, _) = nt.poll_sql().unwrap();
+    assert!(!stmt.sql.contains("BETWEEN"));
+}
+
+#[test]
+fn a_row_of_another_channel_closes_the_gap_it_sits_in() {
     let (mut nt, mut db) = (mysql(), Db::at(noon(0)));
     listen(&mut nt, &db, "jobs");
-    db.notify(11, "jobs");
-    assert_eq!(tick(&mut nt, &db), vec![note(11, "jobs")]);
-    // While 11 is inside the window, every poll reads it back and it is remembered.
-    db.advance(61);
-    let (stmt, token) = nt.poll_sql().unwrap();
-    assert_eq!(mark_of_stmt(&stmt), (11, ts(noon(0) - 60 * SEC)));
-    let rows = db.poll(&stmt);
-    assert_eq!(rows[1].id, 11);
-    assert_eq!(nt.polled(token, rows).unwrap(), vec![]);
-    // Past the window (its cutoff now 12:00:01) the server stops returning it ...
+    db.notify(1, "jobs");
+    db.notify(2, "mail");
+    db.notify(3, "jobs ");
+    db.notify(4, "jobs");
+    assert_eq!(tick(&mut nt, &db), vec![note(1, "jobs"), note(4, "jobs")]);
+    assert_eq!(nt.position("jobs").unwrap().gaps.len(), 1, "2..=3: not read by the poll of `jobs`");
+    assert_eq!(tick(&mut nt, &db), vec![], "read by the probe, not ours");
+    assert_eq!(nt.position("jobs").unwrap().gaps, vec![]);
+    // Rows of two subscribed channels close each other's gaps in the same poll.
+    listen(&mut nt, &db, "mail");
+    db.notify(5, "mail");
+    db.notify(6, "jobs");
+    db.notify(7, "mail");
+    db.notify(8, "jobs");
+    assert_eq!(tick(&mut nt, &db), vec![note(5, "mail"), note(6, "jobs"), note(7, "mail"), note(8, "jobs")]);
+    assert_eq!(nt.position("jobs").unwrap().gaps, vec![]);
+    assert_eq!(nt.position("mail").unwrap().gaps.len(), 1, "3..=4, below the first row `mail` read");
+    assert_eq!(tick(&mut nt, &db), vec![]);
+    assert_eq!(nt.open_gaps(), 0);
+}
+
+#[test]
+fn at_the_gap_bound_the_mark_waits_and_nothing_is_lost_or_repeated() {
+    let (mut nt, mut db) = (mysql(), Db::at(noon(0)));
+    nt.set_max_gaps(1);
+    listen(&mut nt, &db, "jobs");
+    db.insert(2, "jobs");
+    db.insert(4, "jobs");
+    for id in [1, 3, 5] {
+        db.notify(id, "jobs");
+    }
+    assert_eq!(tick(&mut nt, &db), vec![note(1, "jobs"), note(3, "jobs"), note(5, "jobs")]);
+    let p = nt.position("jobs").unwrap();
+    let ahead: Vec<u64> = p.ahead.iter().map(|a| a.id).collect();
+    assert_eq!((p.mark, p.gaps.len(), ahead), (3, 1, vec![5]), "gap 2 fits, gap 4 does not");
+    assert_eq!(tick_for(&mut nt, &mut db, 3), vec![], "5 is read again, not delivered again");
+    db.commit(4);
+    assert_eq!(tick(&mut nt, &db), vec![note(4, "jobs")]);
+    let p = nt.position("jobs").unwrap();
+    assert_eq!((p.mark, p.ahead.len()), (5, 0));
+    db.commit(2);
+    assert_eq!(tick(&mut nt, &db), vec![note(2, "jobs")]);
+    assert_eq!(nt.open_gaps(), 0);
+    // No gaps at all: every run of missing ids leaves the mark behind it until it fills.
+    nt.set_max_gaps(0);
+    db.insert(6, "jobs");
+    db.notify(7, "jobs");
+    assert_eq!(tick(&mut nt, &db), vec![note(7, "jobs")]);
+    db.advance(600);
+    db.commit(6);
+    assert_eq!(tick(&mut nt, &db), vec![note(6, "jobs")], "above the mark: however late");
+    assert_eq!(tick_for(&mut nt, &mut db, 3), vec![]);
+    // A run that never fills (rolled back) holds the mark one lookback, no longer.
+    db.insert(8, "jobs");
+    db.rollback(8);
+    db.notify(9, "jobs");
+    assert_eq!(tick(&mut nt, &db), vec![note(9, "jobs")]);
+    assert_eq!(mark_of(&nt, "jobs").0, 7);
+    assert_eq!(tick_for(&mut nt, &mut db, 60), vec![]);
+    assert_eq!(mark_of(&nt, "jobs").0, 7, "9 was first read at 12:10:04; the cutoff is there now");
+    assert_eq!(tick_for(&mut nt, &mut db, 1), vec![]);
+    let p = nt.position("jobs").unwrap();
+    assert_eq!((p.mark, p.ahead.len(), p.gaps.len()), (9, 0, 0), "8 let go without a gap");
+}
+
+#[test]
+fn ids_a_server_never_uses_age_out_and_late_commits_in_between_arrive() {
+    // auto_increment_increment = 3 (a Galera node): ids 1, 4, 7, ... 2 and 3 never exist.
+    let (mut nt, mut db) = (mysql(), Db::at(noon(0)));
+    listen(&mut nt, &db, "jobs");
+    db.insert(13, "jobs");
+    for id in [1, 4, 7, 10, 16] {
+        db.notify(id, "jobs");
+    }
     db.advance(1);
-    let (stmt, token) = nt.poll_sql().unwrap();
-    assert_eq!(mark_of_stmt(&stmt), (11, ts(noon(1))));
-    assert_eq!(db.poll(&stmt).len(), 1);
-    nt.polled(token, db.poll(&stmt)).unwrap();
-    // ... and the listener forgot it: the remembered set is the previous poll's ids, no
-    // more. (A server that returned it again would have it delivered again; the cutoff
-    // only rises, which is why a real one never does.)
-    let (_, token) = nt.poll_sql().unwrap();
-    let stale = vec![Row::cutoff(0, ts(noon(1))), Row::notification(11, "jobs", "p11", PID)];
-    assert_eq!(nt.polled(token, stale).unwrap(), vec![note(11, "jobs")]);
+    let got = tick(&mut nt, &db);
+    assert_eq!(got, [1, 4, 7, 10, 16].map(|id| note(id, "jobs")));
+    assert_eq!(nt.position("jobs").unwrap().gaps.len(), 4, "2..=3, 5..=6, 8..=9, 11..=15");
+    db.advance(30);
+    db.commit(13);
+    assert_eq!(tick(&mut nt, &db), vec![note(13, "jobs")]);
+    assert_eq!(nt.open_gaps(), 5, "13 split its gap in two");
+    assert_eq!(tick_for(&mut nt, &mut db, 40), vec![]);
+    assert_eq!(nt.open_gaps(), 0, "aged out a lookback after they were noticed");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -527,7 +640,7 @@ fn missing_mark_row_is_refused_and_changes_nothing() {
     // An existing subscription survives a failed re-subscribe.
     nt.subscribed("jobs", vec![Row::cutoff(9, ts(noon(0)))]).unwrap();
     assert!(nt.subscribed("jobs", vec![]).is_err());
-    assert_eq!(mark_of(&mut nt, "jobs"), (9, ts(noon(0))));
+    assert_eq!(mark_of(&nt, "jobs"), (9, ts(noon(0))));
 }
 
 #[test]
@@ -538,7 +651,7 @@ fn missing_cutoff_row_is_refused_and_changes_nothing() {
     let rows = vec![Row::notification(10, "jobs", "p10", PID)];
     assert_eq!(nt.polled(token, rows.clone()), Err(Error::MissingCutoffRow));
     assert_eq!(nt.polled(token, vec![]), Err(Error::MissingCutoffRow));
-    assert_eq!(mark_of(&mut nt, "jobs"), (9, ts(noon(0))));
+    assert_eq!(mark_of(&nt, "jobs"), (9, ts(noon(0))));
     assert_eq!(nt.cleanup_sql(), None, "a refused poll does not count towards the cleanup");
     // The same token still folds: nothing was consumed.
     let mut rows = rows;
@@ -561,11 +674,11 @@ fn stale_token_is_refused_and_changes_nothing() {
     assert_eq!(nt.polled(second, rows(&[10])).unwrap(), vec![note(10, "jobs")]);
     assert_eq!(nt.polled(first, rows(&[10, 11])), Err(Error::StaleToken { token: 1, last: 2 }));
     assert_eq!(nt.polled(second, rows(&[10, 11])), Err(Error::StaleToken { token: 2, last: 2 }));
-    assert_eq!(mark_of(&mut nt, "jobs").0, 10, "11 was not taken in"); // builds token 3
+    assert_eq!(mark_of(&nt, "jobs").0, 10, "11 was not taken in");
+    let (_, third) = nt.poll_sql().unwrap();
     let (_, fourth) = nt.poll_sql().unwrap();
-    let (_, fifth) = nt.poll_sql().unwrap();
-    assert_eq!(nt.polled(fifth, rows(&[10, 11])).unwrap(), vec![note(11, "jobs")]);
-    assert_eq!(nt.polled(fourth, rows(&[])), Err(Error::StaleToken { token: 4, last: 5 }));
+    assert_eq!(nt.polled(fourth, rows(&[10, 11])).unwrap(), vec![note(11, "jobs")]);
+    assert_eq!(nt.polled(third, rows(&[])), Err(Error::StaleToken { token: 3, last: 4 }));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -643,18 +756,20 @@ fn subscribe_and_poll_binds_in_both_dialects() {
             Value::Int(9),
             jobs.clone(),
             jobs.clone(),
-            cutoff.clone(),
-            Value::Int(9)
-        ]
+            Value::Int(9),
+            cutoff
+        ],
+        "mark 9; the first window up to 9"
     );
 
     let mut lite = NotifyTable::new(config, Dialect::Sqlite { pid: 1 }).unwrap();
     let modifier = Value::Text(Arc::from("-60.250000 seconds"));
     let stmt = lite.subscribe_sql("jobs").unwrap();
-    assert_eq!(stmt.binds, [modifier.clone(), jobs.clone(), jobs.clone()]);
+    assert_eq!(stmt.binds, [jobs.clone(), modifier.clone()]);
     lite.subscribed("jobs", vec![Row::cutoff(9, "2026-11-29 11:59:00.000000")]).unwrap();
+    assert_eq!(lite.position("jobs").unwrap().first_window, None, "ids visible in commit order");
     let (stmt, _) = lite.poll_sql().unwrap();
-    assert_eq!(stmt.binds, [modifier, jobs, Value::Int(9), cutoff]);
+    assert_eq!(stmt.binds, [modifier, jobs, Value::Int(9)]);
 }
 
 #[test]

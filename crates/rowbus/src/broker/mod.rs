@@ -78,9 +78,13 @@ pub struct BrokerOptions {
     /// one more statement per publish.
     pub listen_notify: bool,
     /// The notify table `listen_notify` uses on MySQL/MariaDB and SQLite, polled at its
-    /// own `poll_interval` (50 ms by default) with a 2 s `lookback`: a wake-up whose
-    /// publishing transaction stayed open longer may be missed, and the subscription then
-    /// finds the message at its poll interval.
+    /// own `poll_interval` (50 ms by default) with the default `lookback` (60 s): a poll
+    /// reads the rows that are new and the ids that may still commit late, not the whole
+    /// window, so the lookback costs nothing while publishes commit promptly (except for
+    /// the first lookback after the listening connection connects, when each poll also
+    /// reads the channels' recent rows below their marks; see docs/notify-table.md). A
+    /// wake-up whose publishing transaction stayed open longer than the lookback may be
+    /// missed, and the subscription then finds the message at its poll interval.
     pub notify_table: NotifyConfig,
     /// The URL `listen_notify`'s connection is made from; by default the pool's connect
     /// options. Set it to the URL the pool was made from when that URL lists several
@@ -125,11 +129,10 @@ impl Default for BrokerOptions {
             lease: Duration::from_secs(30),
             retry: RetryPolicy::default(),
             listen_notify: false,
-            // A wake-up only shortens a wait the poll interval bounds anyway: a short
-            // lookback keeps each poll's re-read of recent rows small.
+            // Wake-ups are latency: poll often. A poll reads what is new (and its open
+            // gaps), so the default lookback costs no more than a short one.
             notify_table: NotifyConfig {
                 poll_interval: Duration::from_millis(50),
-                lookback: Duration::from_secs(2),
                 ..NotifyConfig::default()
             },
             listen_url: None,

@@ -504,6 +504,7 @@ impl TableConn for MySqlConnection {
                     payload: r.try_get(2)?,
                     pid: r.try_get(3)?,
                     cutoff: r.try_get(4)?,
+                    at: r.try_get(5)?,
                 })
             })
             .collect()

@@ -369,6 +369,7 @@ impl TableConn for SqliteConnection {
                     payload: r.try_get(2)?,
                     pid: unsigned(r.try_get(3)?),
                     cutoff: r.try_get(4)?,
+                    at: r.try_get(5)?,
                 })
             })
             .collect()

@@ -207,7 +207,7 @@ pub(crate) fn json_line(letter: &DeadLetter) -> serde_json::Value {
 }
 
 /// `time` in RFC 3339, UTC, to the microsecond: `2024-05-01T12:34:56.123456Z`.
-fn rfc3339(time: SystemTime) -> String {
+pub(crate) fn rfc3339(time: SystemTime) -> String {
     let since = time.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
     let secs = since.as_secs();
     let (days, rest) = (secs / 86_400, secs % 86_400);

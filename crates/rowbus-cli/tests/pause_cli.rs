@@ -43,7 +43,14 @@ fn pause_holds_a_running_consumer_until_resume(kind: Kind) {
     let rowbus_ok = |args: &[&str]| ok(&database, &notify_table, args);
     let cleanup = Cleanup {
         database: &database,
-        tables: vec![q.clone(), format!("{q}_dead"), format!("{q}_pause"), notify_table.clone()],
+        tables: vec![
+            q.clone(),
+            format!("{q}_dead"),
+            format!("{q}_pause"),
+            format!("{q}_hist"),
+            format!("{q}_keep"),
+            notify_table.clone(),
+        ],
     };
 
     rowbus_ok(&["deploy", "--queue", &q]);

@@ -126,7 +126,8 @@ async fn a_failed_test_drops_its_tables<DB: Db>(broker: Broker<DB>) {
     .await;
     assert!(failed.is_err());
     let name = name.into_inner().unwrap();
-    for table in [name.clone(), format!("{name}_dead"), format!("{name}_pause")] {
+    let tables = ["", "_dead", "_pause", "_hist", "_keep"].map(|suffix| format!("{name}{suffix}"));
+    for table in tables {
         let state = broker.queue(&table).unwrap().state().await.unwrap();
         assert_eq!(state, TableState::Missing, "{table} is left behind");
     }

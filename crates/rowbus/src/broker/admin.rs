@@ -166,8 +166,9 @@ impl<DB: Db> Broker<DB> {
 
 impl<DB: Db> Queue<DB> {
     /// Creates the queue table, its claim index, its dead-letter table (`<table>_dead`)
-    /// and its pause table (`<table>_pause`, see [`pause`](Self::pause)) if they do not
-    /// exist; on PostgreSQL also the schema. Deploying a queue made by an older rowbus
+    /// its pause table (`<table>_pause`, see [`pause`](Self::pause)) and its history tables
+    /// (`<table>_hist` and `<table>_keep`, see [`deploy_keeping`](Self::deploy_keeping)) if
+    /// they do not exist; on PostgreSQL also the schema. Deploying a queue made by an older rowbus
     /// adds what it lacks. With `listen_notify` on
     /// MySQL/MariaDB or SQLite, also the notify table.
     ///
@@ -189,11 +190,12 @@ impl<DB: Db> Queue<DB> {
         Ok(())
     }
 
-    /// Drops the queue table, its dead-letter table and its pause table, with every
-    /// message in them.
+    /// Drops the queue table, its dead-letter table, its pause table and its history tables
+    /// (`<table>_hist`, `<table>_keep`), with every message in them.
     pub async fn undeploy(&self) -> Result<(), Error> {
         let mut conn = self.inner().pool.acquire().await?;
-        for table in [&self.sql.quoted, &self.sql.dead, &self.sql.pause.quoted] {
+        let history = &self.sql.history;
+        for table in [&self.sql.quoted, &self.sql.dead, &self.sql.pause.quoted, &history.quoted, &history.keep] {
             DB::execute(&mut conn, &Arc::from(format!("DROP TABLE IF EXISTS {table}")), &[]).await?;
         }
         Ok(())

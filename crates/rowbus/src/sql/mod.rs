@@ -9,6 +9,7 @@
 //! from the dialect.
 
 mod dead;
+mod history;
 #[cfg(feature = "mysql")]
 mod mysql;
 mod pause;
@@ -32,6 +33,7 @@ use crate::error::Error;
 use crate::listener::ListenerTask;
 use crate::notify::Notifier;
 
+pub(crate) use history::{HISTORY_INDEX_SUFFIX, HISTORY_SUFFIX, HistorySql, KEEP_SUFFIX, Moved};
 pub(crate) use pause::{PAUSE_SUFFIX, PauseSql};
 pub(crate) use table::{QUEUE_COLUMNS, TableSql};
 
@@ -100,6 +102,26 @@ pub trait Dialect: Driver + Sized {
     /// row) where the key is taken.
     fn insert_ignore(table: &str, columns: &str, values: &str) -> String {
         format!("INSERT INTO {table} ({columns}) VALUES ({values}) ON CONFLICT DO NOTHING")
+    }
+
+    // --- Kept history.
+
+    /// The queue's history table (see [`HistorySql`]), its index on `handled_at` and its
+    /// keep setting table, if missing. History: `id`, `group_name`, `payload`, `attempts`,
+    /// `created_at` as the queue table has them, `outcome` (short text), `handled_at`
+    /// (defaults to now), `last_error`; no key (a requeued dead letter comes back under its
+    /// id and may be handled again). Keep setting: `id` (the key, always 1) and `keep_us`
+    /// (a BIGINT).
+    fn create_history(table: &QueueTable) -> Vec<String>;
+    /// Deletes up to `limit` (a placeholder) of history table `h`'s oldest rows handled
+    /// before the time `cutoff` (an expression), oldest first.
+    fn prune_history_sql(h: &str, cutoff: &str, limit: &str) -> String;
+    /// The statements that move the rows of queue table `t` matching `filter` into history
+    /// table `h` as `outcome`, with `error` (a placeholder, or `last_error`: the row's own)
+    /// as their last error, run in one transaction; the last one's count is the rows moved.
+    /// By default a copy, then a delete, with the same binds.
+    fn move_to_history(t: &str, h: &str, filter: &str, outcome: &str, error: &str) -> Vec<String> {
+        history::copy_then_delete::<Self>(t, h, filter, outcome, error)
     }
 
     // --- Deploying.

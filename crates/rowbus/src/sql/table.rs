@@ -4,7 +4,7 @@
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use super::{Dialect, PauseSql, placeholders, quoted};
+use super::{Dialect, HistorySql, PauseSql, placeholders, quoted};
 use crate::broker::QueueTable;
 use crate::error::Error;
 
@@ -40,6 +40,8 @@ pub struct TableSql<DB> {
     pub depth: Arc<str>,
     /// The pause table's statements.
     pub pause: PauseSql<DB>,
+    /// The kept history's statements.
+    pub history: HistorySql<DB>,
     db: PhantomData<fn() -> DB>,
 }
 
@@ -52,7 +54,7 @@ impl<DB: Dialect> TableSql<DB> {
         let dead_cols = "id, group_name, payload, attempts, created_at, last_error";
         Ok(TableSql {
             table: table.clone(),
-            create: [DB::create_queue(table), vec![DB::create_pause(table)]].concat(),
+            create: [DB::create_queue(table), vec![DB::create_pause(table)], DB::create_history(table)].concat(),
             claim: DB::claim_sql(table).into(),
             claim_locked: DB::claim_locked_sql(table).into(),
             ack: format!("DELETE FROM {t} WHERE id = {} AND lease = {}", p(1), p(2)).into(),
@@ -96,6 +98,7 @@ impl<DB: Dialect> TableSql<DB> {
             )
             .into(),
             pause: PauseSql::new(table),
+            history: HistorySql::new(table),
             quoted: t,
             dead,
             db: PhantomData,
@@ -110,18 +113,7 @@ impl<DB: Dialect> TableSql<DB> {
 
     /// Deletes acknowledged rows, each under its own lease. Binds: the ids, then (id, token) pairs.
     pub fn ack_pairs(&self, pairs: usize) -> String {
-        // `id IN (...)` finds the rows by index everywhere; a row-value `(id, lease) IN`
-        // alone is a full table scan on SQLite at any length and on MariaDB at length one.
-        let first = pairs + 1;
-        let pairs_list: Vec<String> = (0..pairs)
-            .map(|i| format!("({}, {})", DB::param(first + 2 * i), DB::param(first + 2 * i + 1)))
-            .collect();
-        format!(
-            "DELETE FROM {} WHERE id IN ({}) AND (id, lease) IN ({})",
-            self.quoted,
-            placeholders::<DB>(1, pairs),
-            pairs_list.join(", ")
-        )
+        format!("DELETE FROM {} WHERE {}", self.quoted, pairs_filter::<DB>(pairs))
     }
 
     /// Deletes acknowledged rows of one claim. Binds: token, then the ids.
@@ -166,6 +158,16 @@ impl<DB: Dialect> TableSql<DB> {
     fn values(&self, rows: usize, per: usize, tuple: impl Fn(&dyn Fn(usize) -> String) -> String) -> String {
         (0..rows).map(|row| tuple(&|k| DB::param(row * per + k))).collect::<Vec<_>>().join(", ")
     }
+}
+
+/// The rows of `pairs` `(id, token)` pairs. Binds: the ids, then the pairs.
+pub(crate) fn pairs_filter<DB: Dialect>(pairs: usize) -> String {
+    // `id IN (...)` finds the rows by index everywhere; a row-value `(id, lease) IN`
+    // alone is a full table scan on SQLite at any length and on MariaDB at length one.
+    let first = pairs + 1;
+    let pairs_list: Vec<String> =
+        (0..pairs).map(|i| format!("({}, {})", DB::param(first + 2 * i), DB::param(first + 2 * i + 1))).collect();
+    format!("id IN ({}) AND (id, lease) IN ({})", placeholders::<DB>(1, pairs), pairs_list.join(", "))
 }
 
 /// `'id', 'group_name', ...`: constants, not input.

@@ -35,8 +35,8 @@ pub struct Cleanup {
 #[derive(Default)]
 struct Made {
     tables: Vec<String>,
-    /// Queue tables: each also has its dead-letter table, `<name>_dead`, and its pause
-    /// table, `<name>_pause`.
+    /// Queue tables: each also has its dead-letter table, `<name>_dead`, its pause table,
+    /// `<name>_pause`, and its history tables, `<name>_hist` and `<name>_keep`.
     queues: Vec<String>,
     schemas: Vec<String>,
     /// Every table whose name starts with one of these.
@@ -63,7 +63,7 @@ impl Cleanup {
         name.to_owned()
     }
 
-    /// Drops the queue table `name`, its dead-letter and its pause table at the end; returns
+    /// Drops the queue table `name`, its dead-letter, pause and history tables at the end; returns
     /// the name.
     pub fn queue(&self, name: &str) -> String {
         self.made().queues.push(name.to_owned());
@@ -203,7 +203,9 @@ impl Drop for Cleanup {
         let Some(server) = self.server else { return };
         let mut tables = made.tables;
         tables
-            .extend(made.queues.iter().flat_map(|q| [q.clone(), format!("{q}_dead"), format!("{q}_pause")]));
+            .extend(made.queues.iter().flat_map(|q| {
+                [q.clone(), format!("{q}_dead"), format!("{q}_pause"), format!("{q}_hist"), format!("{q}_keep")]
+            }));
         for prefix in &made.prefixes {
             match Self::tables_under(server, prefix) {
                 Ok(found) => tables.extend(found),

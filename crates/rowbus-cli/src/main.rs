@@ -4,8 +4,8 @@ mod bench;
 mod cli_error;
 mod consume;
 mod dead_cmd;
-mod history_cmd;
 mod demo;
+mod history_cmd;
 mod pause_cmd;
 mod publish;
 mod queue_cmd;
@@ -108,7 +108,7 @@ enum Command {
         /// Keep each queue's handled messages (acknowledged, dropped, dead-lettered) this
         /// long in `<TABLE>_hist` (read with `rowbus history`), e.g. 7d, 12h; 0 stops
         /// keeping and lets the consumers delete what was kept [default: as it was]
-        #[arg(long, value_name = "DURATION", value_parser = queue_cmd::duration, requires = "queues")]
+        #[arg(long, value_name = "DURATION", value_parser = history_cmd::keep_duration, requires = "queues")]
         keep: Option<std::time::Duration>,
     },
     /// Publish a message (or each line of stdin) to a queue table
@@ -268,7 +268,9 @@ impl OnPool for OnDatabase<'_> {
     async fn run<DB: Db>(self, pool: rowbus::sqlx::Pool<DB>) -> Self::Output {
         let (url, config) = (self.url, self.config);
         match self.command {
-            QueueCommand::Deploy(tables, keep) => queue_cmd::deploy(self.db, pool, config, &tables, keep).await,
+            QueueCommand::Deploy(tables, keep) => {
+                queue_cmd::deploy(self.db, pool, config, &tables, keep).await
+            }
             QueueCommand::History(args) => history_cmd::history(pool, url, args).await,
             QueueCommand::Publish(args) => publish::publish(pool, url, config, args).await,
             QueueCommand::Consume(args) => consume::consume(pool, url, config, args).await,

@@ -131,7 +131,9 @@ pub(crate) async fn deploy<DB: Db>(
         }
         outln!("queue table `{table}` is ready (dead letters go to `{table}_dead`)");
         match keep {
-            Some(Duration::ZERO) => outln!("`{table}` keeps no history (consumers delete what `{table}_hist` kept)"),
+            Some(Duration::ZERO) => {
+                outln!("`{table}` keeps no history (consumers delete what `{table}_hist` kept)")
+            }
             Some(keep) => outln!("`{table}` keeps handled messages in `{table}_hist` for {}", human(keep)),
             None => {}
         }

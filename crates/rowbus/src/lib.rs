@@ -70,8 +70,8 @@ pub use backend::{Backend, DbPool, OnPool, connect, connect_creating, redact};
 pub use broker::Paused;
 pub use broker::{
     Broker, BrokerOptions, BrokerTx, DeadLetter, DeadLetterPage, DeadLetters, Delivery, GroupStats,
-    HISTORY_CLEANUP_BATCH, HISTORY_CLEANUP_INTERVAL, HistoryEntry, HistoryOutcome, HistoryPage, Pruned,
-    MAX_GROUP_CHARS, MAX_TABLE_NAME, Message, NotifyTableStats, Outcome, Queue, QueueTable, Received,
+    HISTORY_CLEANUP_BATCH, HISTORY_CLEANUP_INTERVAL, HistoryEntry, HistoryOutcome, HistoryPage,
+    MAX_GROUP_CHARS, MAX_TABLE_NAME, Message, NotifyTableStats, Outcome, Pruned, Queue, QueueTable, Received,
     RetryPolicy, Stats, Subscription, SubscriptionBuilder, TableState, TxMessage, check_group,
 };
 pub use db::Db;

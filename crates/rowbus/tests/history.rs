@@ -86,7 +86,10 @@ async fn eventually<F: Future<Output = bool>>(what: &str, mut check: impl FnMut(
 
 /// The entry for payload `text`.
 fn entry<'a>(entries: &'a [HistoryEntry], text: &str) -> &'a HistoryEntry {
-    entries.iter().find(|e| e.payload == text.as_bytes()).unwrap_or_else(|| panic!("{text} kept: {entries:#?}"))
+    entries
+        .iter()
+        .find(|e| e.payload == text.as_bytes())
+        .unwrap_or_else(|| panic!("{text} kept: {entries:#?}"))
 }
 
 /// Each way a leased message is settled lands in the history: a single acknowledgement
@@ -133,17 +136,21 @@ async fn leased_settlements_are_kept<DB: Db>(env: Env<DB>) {
     runs.await.unwrap();
     let (done, stop) = tokio::sync::oneshot::channel::<()>();
     let done = std::sync::Mutex::new(Some(done));
-    let drops = q.subscribe().group("drops").batch(3).until(async { drop(stop.await) }).run_batch(move |batch| {
-        assert_eq!(batch.len(), 3, "one claim takes the three");
-        done.lock().unwrap().take().map(|d| d.send(()));
-        async { Ok::<_, Error>(Outcome::Drop) }
-    });
+    let drops =
+        q.subscribe().group("drops").batch(3).until(async { drop(stop.await) }).run_batch(move |batch| {
+            assert_eq!(batch.len(), 3, "one claim takes the three");
+            done.lock().unwrap().take().map(|d| d.send(()));
+            async { Ok::<_, Error>(Outcome::Drop) }
+        });
     drops.await.unwrap();
 
     eventually("13 kept", || async { history(&q).await.len() == 13 }).await;
     let kept = history(&q).await;
     let acked = entry(&kept, "acked");
-    assert_eq!((acked.outcome.clone(), acked.attempts, acked.group.as_str()), (HistoryOutcome::Acknowledged, 1, ""));
+    assert_eq!(
+        (acked.outcome.clone(), acked.attempts, acked.group.as_str()),
+        (HistoryOutcome::Acknowledged, 1, "")
+    );
     assert!(acked.handled_at >= acked.published_at);
     let retried = entry(&kept, "retried");
     assert_eq!((retried.outcome.clone(), retried.attempts), (HistoryOutcome::Acknowledged, 2));
@@ -155,7 +162,10 @@ async fn leased_settlements_are_kept<DB: Db>(env: Env<DB>) {
     assert_eq!(entry(&kept, "discarded").outcome, HistoryOutcome::Dropped);
     for i in 0..6 {
         let run = entry(&kept, &format!("run {i}"));
-        assert_eq!((run.outcome.clone(), run.attempts, run.group.as_str()), (HistoryOutcome::Acknowledged, 1, "runs"));
+        assert_eq!(
+            (run.outcome.clone(), run.attempts, run.group.as_str()),
+            (HistoryOutcome::Acknowledged, 1, "runs")
+        );
     }
     for i in 0..3 {
         assert_eq!(entry(&kept, &format!("drop {i}")).outcome, HistoryOutcome::Dropped);
@@ -201,20 +211,24 @@ async fn transactional_handlers_keep_too<DB: Db>(env: Env<DB>) {
     single.await.unwrap();
     let (done, stop) = tokio::sync::oneshot::channel::<()>();
     let done = Arc::new(std::sync::Mutex::new(Some(done)));
-    let batch = q.subscribe().group("b").batch(4).until(async { drop(stop.await) }).run_batch_tx(move |_conn, ms| {
-        let done = done.clone();
-        Box::pin(async move {
-            assert_eq!(ms.len(), 4);
-            done.lock().unwrap().take().map(|d| d.send(()));
-            Ok::<_, Error>(())
-        })
-    });
+    let batch =
+        q.subscribe().group("b").batch(4).until(async { drop(stop.await) }).run_batch_tx(move |_conn, ms| {
+            let done = done.clone();
+            Box::pin(async move {
+                assert_eq!(ms.len(), 4);
+                done.lock().unwrap().take().map(|d| d.send(()));
+                Ok::<_, Error>(())
+            })
+        });
     batch.await.unwrap();
 
     eventually("6 kept", || async { history(&q).await.len() == 6 }).await;
     let kept = history(&q).await;
     let ok = entry(&kept, "tx ok");
-    assert_eq!((ok.outcome.clone(), ok.attempts, ok.last_error.clone()), (HistoryOutcome::Acknowledged, 1, None));
+    assert_eq!(
+        (ok.outcome.clone(), ok.attempts, ok.last_error.clone()),
+        (HistoryOutcome::Acknowledged, 1, None)
+    );
     let failed = entry(&kept, "tx fail");
     assert_eq!((failed.outcome.clone(), failed.attempts), (HistoryOutcome::DeadLettered, 1));
     assert_eq!(failed.last_error.as_deref(), Some("handler failed"));
@@ -302,8 +316,10 @@ async fn cleanup_deletes_expired_rows_in_batches<DB: Db>(env: Env<DB>) {
     assert_eq!(history(&q).await.len(), 1, "a deploy deletes nothing itself");
     let other = Broker::new(env.broker.pool().clone(), options()).await.unwrap();
     let _sub = other.queue(q.table().channel()).unwrap().subscribe().stream().await.unwrap();
-    eventually("the consuming broker's cleanup empties the history", || async { history(&q).await.is_empty() })
-        .await;
+    eventually("the consuming broker's cleanup empties the history", || async {
+        history(&q).await.is_empty()
+    })
+    .await;
     other.shutdown(Duration::from_secs(1)).await;
     env.broker.shutdown(Duration::from_secs(1)).await;
 }

@@ -195,7 +195,9 @@ impl<DB: Db> Queue<DB> {
     pub async fn undeploy(&self) -> Result<(), Error> {
         let mut conn = self.inner().pool.acquire().await?;
         let history = &self.sql.history;
-        for table in [&self.sql.quoted, &self.sql.dead, &self.sql.pause.quoted, &history.quoted, &history.keep] {
+        for table in
+            [&self.sql.quoted, &self.sql.dead, &self.sql.pause.quoted, &history.quoted, &history.keep]
+        {
             DB::execute(&mut conn, &Arc::from(format!("DROP TABLE IF EXISTS {table}")), &[]).await?;
         }
         Ok(())

@@ -177,7 +177,8 @@ impl<DB: Db> Queue<DB> {
             .chain([history.clear_keep.to_string()].iter())
             .map(|sql| Statement { sql: Arc::from(sql.as_str()), binds: Vec::new() })
             .collect();
-        statements.push(Statement { sql: history.insert_keep.clone(), binds: vec![Value::Int(micros(keep))] });
+        statements
+            .push(Statement { sql: history.insert_keep.clone(), binds: vec![Value::Int(micros(keep))] });
         let pool = &self.inner().pool;
         deploy::locked(pool, &self.table().to_string(), Some(self.table()), &statements).await?;
         if let Some(notifier) = &self.inner().notifier {
@@ -233,7 +234,8 @@ impl<DB: Db> Queue<DB> {
 async fn read_keep<DB: Db>(queue: &Queue<DB>) -> Result<Option<i64>, Error> {
     let (pool, sql) = (&queue.inner().pool, &queue.sql.history.read_keep);
     let rows =
-        retrying(queue, || async move { DB::fetch_rows(&mut *pool.acquire().await?, sql, &[], 0).await }).await?;
+        retrying(queue, || async move { DB::fetch_rows(&mut *pool.acquire().await?, sql, &[], 0).await })
+            .await?;
     Ok(rows.first().map(|row| row.int(0)))
 }
 
@@ -244,7 +246,8 @@ async fn prune<DB: Db>(queue: &Queue<DB>, keep_us: i64, batch: u32) -> Result<Pr
     let mut pruned = Pruned::default();
     loop {
         let rows =
-            retrying(queue, || async move { DB::execute(&mut *pool.acquire().await?, sql, args).await }).await?;
+            retrying(queue, || async move { DB::execute(&mut *pool.acquire().await?, sql, args).await })
+                .await?;
         pruned.rows += rows;
         pruned.batches += 1;
         if rows < u64::from(batch) {

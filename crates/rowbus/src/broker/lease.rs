@@ -9,8 +9,8 @@ use notify_table::DurationRange;
 use sqlx::Transaction;
 
 use super::Queue;
-use super::history::{arcs, move_in, moved, record};
 use super::exec::{micros, queue_error, retrying};
+use super::history::{arcs, move_in, moved, record};
 use crate::db::{Arg, ClaimedRow, Db};
 use crate::error::{Error, check_duration};
 use crate::sql::{Moved, TableSql};

@@ -39,10 +39,10 @@ use crate::sql::TableSql;
 pub use admin::{GroupStats, NotifyTableStats, TableState};
 pub(crate) use admin::{find_on, refuse_foreign};
 pub use dead::{DeadLetter, DeadLetterPage, DeadLetters};
+pub use delivery::{Delivery, Outcome, Received, TxMessage};
 pub use history::{
     HISTORY_CLEANUP_BATCH, HISTORY_CLEANUP_INTERVAL, HistoryEntry, HistoryOutcome, HistoryPage, Pruned,
 };
-pub use delivery::{Delivery, Outcome, Received, TxMessage};
 #[cfg(feature = "mysql")]
 pub(crate) use lease::ACK_BATCH;
 pub use pause::Paused;

@@ -170,7 +170,13 @@ impl<DB: Dialect> HistorySql<DB> {
 /// their last error: copy, then delete, in one transaction. The last statement's count is
 /// the rows moved. The copy locks what it reads (`FOR UPDATE` where rows are locked one by
 /// one), so that the delete removes what was copied.
-pub(crate) fn copy_then_delete<DB: Dialect>(t: &str, h: &str, filter: &str, outcome: &str, error: &str) -> Vec<String> {
+pub(crate) fn copy_then_delete<DB: Dialect>(
+    t: &str,
+    h: &str,
+    filter: &str,
+    outcome: &str,
+    error: &str,
+) -> Vec<String> {
     vec![
         format!(
             "INSERT INTO {h} ({HISTORY_COLUMNS}) SELECT id, group_name, payload, attempts, created_at, '{outcome}', {error} \
@@ -209,8 +215,13 @@ mod tests {
         let pairs = h.ack_pairs(2);
         assert_eq!(pairs.len(), 2);
         assert!(pairs[0].starts_with("INSERT INTO `jobs_hist`"), "{}", pairs[0]);
-        assert!(pairs[0].contains("'acked', last_error FROM `jobs` WHERE id IN (?1, ?2) AND (id, lease) IN ((?3, ?4), (?5, ?6))"));
-        assert_eq!(pairs[1], "DELETE FROM `jobs` WHERE id IN (?1, ?2) AND (id, lease) IN ((?3, ?4), (?5, ?6))");
+        assert!(pairs[0].contains(
+            "'acked', last_error FROM `jobs` WHERE id IN (?1, ?2) AND (id, lease) IN ((?3, ?4), (?5, ?6))"
+        ));
+        assert_eq!(
+            pairs[1],
+            "DELETE FROM `jobs` WHERE id IN (?1, ?2) AND (id, lease) IN ((?3, ?4), (?5, ?6))"
+        );
     }
 
     #[test]

@@ -54,7 +54,8 @@ impl<DB: Dialect> TableSql<DB> {
         let dead_cols = "id, group_name, payload, attempts, created_at, last_error";
         Ok(TableSql {
             table: table.clone(),
-            create: [DB::create_queue(table), vec![DB::create_pause(table)], DB::create_history(table)].concat(),
+            create: [DB::create_queue(table), vec![DB::create_pause(table)], DB::create_history(table)]
+                .concat(),
             claim: DB::claim_sql(table).into(),
             claim_locked: DB::claim_locked_sql(table).into(),
             ack: format!("DELETE FROM {t} WHERE id = {} AND lease = {}", p(1), p(2)).into(),
@@ -165,8 +166,9 @@ pub(crate) fn pairs_filter<DB: Dialect>(pairs: usize) -> String {
     // `id IN (...)` finds the rows by index everywhere; a row-value `(id, lease) IN`
     // alone is a full table scan on SQLite at any length and on MariaDB at length one.
     let first = pairs + 1;
-    let pairs_list: Vec<String> =
-        (0..pairs).map(|i| format!("({}, {})", DB::param(first + 2 * i), DB::param(first + 2 * i + 1))).collect();
+    let pairs_list: Vec<String> = (0..pairs)
+        .map(|i| format!("({}, {})", DB::param(first + 2 * i), DB::param(first + 2 * i + 1)))
+        .collect();
     format!("id IN ({}) AND (id, lease) IN ({})", placeholders::<DB>(1, pairs), pairs_list.join(", "))
 }
 

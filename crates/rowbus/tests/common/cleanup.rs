@@ -202,10 +202,9 @@ impl Drop for Cleanup {
         }
         let Some(server) = self.server else { return };
         let mut tables = made.tables;
-        tables
-            .extend(made.queues.iter().flat_map(|q| {
-                [q.clone(), format!("{q}_dead"), format!("{q}_pause"), format!("{q}_hist"), format!("{q}_keep")]
-            }));
+        tables.extend(made.queues.iter().flat_map(|q| {
+            [q.clone(), format!("{q}_dead"), format!("{q}_pause"), format!("{q}_hist"), format!("{q}_keep")]
+        }));
         for prefix in &made.prefixes {
             match Self::tables_under(server, prefix) {
                 Ok(found) => tables.extend(found),

@@ -20,6 +20,7 @@ pub(crate) const HISTORY_SUFFIX: &str = "_hist";
 pub(crate) const KEEP_SUFFIX: &str = "_keep";
 /// The suffix of the history table's index on `handled_at`: `jobs_hidx` (index names share
 /// one namespace per schema on PostgreSQL and SQLite).
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub(crate) const HISTORY_INDEX_SUFFIX: &str = "_hidx";
 
 /// The history columns a move writes; `handled_at` is the column's default, "now".

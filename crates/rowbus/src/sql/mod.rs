@@ -33,7 +33,9 @@ use crate::error::Error;
 use crate::listener::ListenerTask;
 use crate::notify::Notifier;
 
-pub(crate) use history::{HISTORY_INDEX_SUFFIX, HISTORY_SUFFIX, HistorySql, KEEP_SUFFIX, Moved};
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub(crate) use history::HISTORY_INDEX_SUFFIX;
+pub(crate) use history::{HISTORY_SUFFIX, HistorySql, KEEP_SUFFIX, Moved};
 pub(crate) use pause::{PAUSE_SUFFIX, PauseSql};
 pub(crate) use table::{QUEUE_COLUMNS, TableSql};
 

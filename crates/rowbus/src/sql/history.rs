@@ -217,20 +217,17 @@ mod tests {
         assert_eq!(pairs.len(), 2);
         assert!(pairs[0].starts_with("INSERT INTO `jobs_hist`"), "{}", pairs[0]);
         assert!(pairs[0].contains(
-            "'acked', last_error FROM `jobs` WHERE id IN (?1, ?2) AND (id, lease) IN ((?3, ?4), (?5, ?6))"
+            "'acked', last_error FROM `jobs` WHERE id IN (?, ?) AND (id, lease) IN ((?, ?), (?, ?))"
         ));
-        assert_eq!(
-            pairs[1],
-            "DELETE FROM `jobs` WHERE id IN (?1, ?2) AND (id, lease) IN ((?3, ?4), (?5, ?6))"
-        );
+        assert_eq!(pairs[1], "DELETE FROM `jobs` WHERE id IN (?, ?) AND (id, lease) IN ((?, ?), (?, ?))");
     }
 
     #[test]
     fn transactional_rows_bind_every_value() {
         let h = HistorySql::<sqlx::Sqlite>::new(&table());
         let sql = h.insert(2, Moved::Dead, true);
-        assert!(sql.ends_with("(?7, ?8, ?9, ?10, ?11, 'dead', ?12)"), "{sql}");
+        assert!(sql.ends_with("VALUES (?, ?, ?, ?, ?, 'dead', ?), (?, ?, ?, ?, ?, 'dead', ?)"), "{sql}");
         let sql = h.insert(1, Moved::Acked, false);
-        assert!(sql.ends_with("(?1, ?2, ?3, ?4, ?5, 'acked', NULL)"), "{sql}");
+        assert!(sql.ends_with("VALUES (?, ?, ?, ?, ?, 'acked', NULL)"), "{sql}");
     }
 }

@@ -347,7 +347,9 @@ pub(crate) fn arcs(statements: Vec<String>) -> Vec<Arc<str>> {
 }
 
 /// In a transactional claim's transaction: writes `rows` (the claim took them, this
-/// attempt not yet counted) into the history as `outcome`, with `error` when dead.
+/// attempt not yet counted) into the history as `outcome`, with `error` when dead: as one
+/// JSON text where the database takes that, otherwise [`RECORD_BATCH`] rows of binds a
+/// statement.
 pub(crate) async fn record<DB: Db>(
     queue: &Queue<DB>,
     conn: &mut DB::Connection,
@@ -355,6 +357,13 @@ pub(crate) async fn record<DB: Db>(
     outcome: Moved,
     error: Option<&str>,
 ) -> Result<(), Error> {
+    let small = rows.iter().map(|row| row.payload.len()).sum::<usize>() <= JSON_PAYLOAD_BYTES;
+    if let (Some(sql), true) = (&queue.sql.history.insert_json, small) {
+        let json = rows_json(rows, error);
+        let args = [Arg::Text(&json), Arg::Text(outcome.as_sql())];
+        DB::execute(conn, sql, &args).await.map_err(|e| queue_error(queue, e))?;
+        return Ok(());
+    }
     for chunk in rows.chunks(RECORD_BATCH) {
         let sql: Arc<str> = Arc::from(queue.sql.history.insert(chunk.len(), outcome, error.is_some()));
         let args: Vec<Arg<'_>> = chunk
@@ -376,10 +385,62 @@ pub(crate) async fn record<DB: Db>(
     Ok(())
 }
 
+/// The most payload bytes written into the history as one JSON text (in hex, twice that):
+/// larger ones go as binds, well within every limit.
+const JSON_PAYLOAD_BYTES: usize = 16 << 20;
+
+/// `rows` as [`Dialect::history_json_insert`](crate::sql::Dialect::history_json_insert)
+/// takes them: their attempt counted, `error` on each.
+fn rows_json(rows: &[ClaimedRow], error: Option<&str>) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let entries: Vec<serde_json::Value> = rows
+        .iter()
+        .map(|row| {
+            let mut hex = String::with_capacity(row.payload.len() * 2);
+            for byte in &row.payload {
+                hex.push(char::from(HEX[usize::from(byte >> 4)]));
+                hex.push(char::from(HEX[usize::from(byte & 0xf)]));
+            }
+            serde_json::json!({
+                "i": row.id,
+                "g": row.group,
+                "p": hex,
+                "a": row.attempts + 1,
+                "c": row.created_at,
+                "e": error,
+            })
+        })
+        .collect();
+    serde_json::Value::Array(entries).to_string()
+}
+
 /// Whether `e` says the queue's history or keep table is missing.
 pub(super) fn is_missing_history_table<DB: Db>(queue: &Queue<DB>, e: &sqlx::Error) -> bool {
     let name = queue.table().name();
     let (history, keep) = (format!("{name}{HISTORY_SUFFIX}"), format!("{name}{KEEP_SUFFIX}"));
     is_missing_table(e)
         && matches!(e, sqlx::Error::Database(db) if db.message().contains(&history) || db.message().contains(&keep))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_go_as_json_with_hex_payloads() {
+        let row = ClaimedRow {
+            id: 3,
+            group: "g\"1".into(),
+            payload: vec![0x00, 0xab, 0x7f],
+            attempts: 1,
+            created_at: 42,
+        };
+        let json: serde_json::Value = serde_json::from_str(&rows_json(&[row], Some("boom"))).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!([{"i": 3, "g": "g\"1", "p": "00ab7f", "a": 2, "c": 42, "e": "boom"}])
+        );
+        let none: serde_json::Value = serde_json::from_str(&rows_json(&[], None)).unwrap();
+        assert_eq!(none, serde_json::json!([]));
+    }
 }

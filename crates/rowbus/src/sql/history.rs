@@ -71,6 +71,9 @@ pub struct HistorySql<DB> {
     /// Binds: error, id, token. Copies a leased row in as dead-lettered, before the
     /// dead-letter move deletes it.
     pub dead: Arc<str>,
+    /// Where the database takes them so: rows a transactional claim took, as one JSON
+    /// text (see [`Dialect::history_json_insert`]). Binds: the rows, the outcome.
+    pub insert_json: Option<Arc<str>>,
     db: PhantomData<fn() -> DB>,
 }
 
@@ -97,6 +100,7 @@ impl<DB: Dialect> HistorySql<DB> {
                 p(3)
             )
             .into(),
+            insert_json: DB::history_json_insert(&h).map(Arc::from),
             quoted: h,
             keep: k,
             queue: t,

@@ -118,6 +118,13 @@ pub trait Dialect: Driver + Sized {
     /// Deletes up to `limit` (a placeholder) of history table `h`'s oldest rows handled
     /// before the time `cutoff` (an expression), oldest first.
     fn prune_history_sql(h: &str, cutoff: &str, limit: &str) -> String;
+    /// One statement that writes rows a transactional claim took into history table `h`,
+    /// given as one JSON text (binds: the rows, then their outcome): an array of
+    /// `{"i": id, "g": group, "p": payload in hex, "a": attempts, "c": created_at µs,
+    /// "e": error or null}`. `None` where the rows go as binds, a `VALUES` tuple each.
+    fn history_json_insert(_h: &str) -> Option<String> {
+        None
+    }
     /// The statements that move the rows of queue table `t` matching `filter` into history
     /// table `h` as `outcome`, with `error` (a placeholder, or `last_error`: the row's own)
     /// as their last error, run in one transaction; the last one's count is the rows moved.

@@ -176,6 +176,19 @@ impl Dialect for Postgres {
         )
     }
 
+    /// One text bind rather than six per row: PostgreSQL parses and plans a 100-row
+    /// `VALUES` list of 600 binds on every execution, about three times the work of
+    /// `json_to_recordset` over the same rows (measured in psql, 100 rows: 0.75 ms against
+    /// 0.28 ms on an idle server).
+    fn history_json_insert(h: &str) -> Option<String> {
+        Some(format!(
+            "INSERT INTO {h} ({}) SELECT r.i, r.g, decode(r.p, 'hex'), r.a, \
+             TIMESTAMPTZ 'epoch' + r.c * interval '1 microsecond', $2, r.e \
+             FROM json_to_recordset($1::json) AS r(i BIGINT, g TEXT, p TEXT, a INTEGER, c BIGINT, e TEXT)",
+            super::history::HISTORY_COLUMNS
+        ))
+    }
+
     /// One statement: the delete returns what it deleted and the insert writes it, so a
     /// kept acknowledgement costs one round trip, as an unkept one does.
     fn move_to_history(t: &str, h: &str, filter: &str, outcome: &str, error: &str) -> Vec<String> {

@@ -106,7 +106,8 @@ pub enum Error {
         table: String,
     },
     /// The queue's history tables are missing: the queue was deployed by a rowbus without
-    /// kept history, and subscriptions read its keep setting.
+    /// kept history, which reading or setting its history needs (it keeps nothing until
+    /// then).
     #[error(
         "the queue `{table}` has no history tables `{table}_hist` and `{table}_keep` (deployed by an older rowbus): add them with `rowbus deploy --queue {table}` (or Queue::deploy), which leaves the messages alone"
     )]

@@ -325,8 +325,9 @@ async fn cleanup_deletes_expired_rows_in_batches<DB: Db>(env: Env<DB>) {
 }
 on_each_database!(cleanup_deletes_expired_rows_in_batches);
 
-/// A queue made before kept history (no `_hist` or `_keep` table): a subscription says to
-/// deploy again, which adds them and leaves the messages; then it keeps.
+/// A queue made before kept history (no `_hist` or `_keep` table): its consumers go on
+/// and keep nothing, reading its history says to deploy again, which adds the tables and
+/// leaves the messages; then it keeps.
 async fn deploy_again_adds_history<DB: Db>(env: Env<DB>) {
     let cleanup = Cleanup::new(DB::BACKEND);
     let q = new_queue(&env.broker, &cleanup);
@@ -339,18 +340,26 @@ async fn deploy_again_adds_history<DB: Db>(env: Env<DB>) {
             DbPool::Sqlite(pool) => drop(sqlx::query(sql).execute(pool).await.unwrap()),
         }
     }
-    q.publish(Message::text("waiting")).await.unwrap();
-    match q.subscribe().stream().await {
+    q.publish_batch(["before", "waiting"].map(Message::text)).await.unwrap();
+    let mut sub = q.subscribe().stream().await.unwrap();
+    let d = next(&mut sub).await;
+    assert_eq!(d.text().unwrap(), "before");
+    d.ack().await.unwrap();
+    drop(sub);
+    match q.history(&HistoryPage::default()).await {
         Err(e @ Error::MissingHistoryTable { .. }) => {
             assert!(e.to_string().contains("rowbus deploy --queue"), "{e}")
         }
-        other => panic!("expected MissingHistoryTable, got {:?}", other.err()),
+        other => panic!("expected MissingHistoryTable, got {other:?}"),
     }
+    assert!(matches!(q.keep().await, Err(Error::MissingHistoryTable { .. })));
     q.deploy_keeping(WEEK).await.unwrap();
     assert_eq!(q.depth("").await.unwrap(), (1, 0), "the message stays");
     let mut sub = q.subscribe().stream().await.unwrap();
     next(&mut sub).await.ack().await.unwrap();
-    assert_eq!(entry(&history(&q).await, "waiting").outcome, HistoryOutcome::Acknowledged);
+    let kept = history(&q).await;
+    assert_eq!(kept.len(), 1, "{kept:#?}");
+    assert_eq!(entry(&kept, "waiting").outcome, HistoryOutcome::Acknowledged);
     env.broker.shutdown(Duration::from_secs(1)).await;
 }
 on_each_database!(deploy_again_adds_history);

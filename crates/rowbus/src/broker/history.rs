@@ -257,11 +257,15 @@ async fn prune<DB: Db>(queue: &Queue<DB>, keep_us: i64, batch: u32) -> Result<Pr
 }
 
 /// Reads the queue's keep setting for this broker: a subscription does before its first
-/// claim. A queue deployed before kept history is refused with
-/// [`Error::MissingHistoryTable`].
+/// claim. A queue without its keep table (deployed before kept history) or without its
+/// table (its claims say so) keeps nothing; another failure (a missing grant) is the
+/// subscription's.
 pub(crate) async fn load<DB: Db>(queue: &Queue<DB>) -> Result<(), Error> {
-    let keep = read_keep(queue).await?;
-    queue.keeping.set(keep.unwrap_or(0));
+    match read_keep(queue).await {
+        Ok(keep) => queue.keeping.set(keep.unwrap_or(0)),
+        Err(Error::MissingHistoryTable { .. } | Error::MissingQueueTable { .. }) => queue.keeping.set(0),
+        Err(error) => return Err(error),
+    }
     Ok(())
 }
 
@@ -299,7 +303,11 @@ pub(crate) fn start_cleanup<DB: Db>(queue: &Queue<DB>) {
 
 /// One cleanup pass: the keep setting read again, then the expired rows deleted.
 async fn clean<DB: Db>(queue: &Queue<DB>) -> Result<Pruned, Error> {
-    let Some(keep_us) = read_keep(queue).await? else {
+    let keep = match read_keep(queue).await {
+        Err(Error::MissingHistoryTable { .. } | Error::MissingQueueTable { .. }) => None,
+        read => read?,
+    };
+    let Some(keep_us) = keep else {
         queue.keeping.set(0);
         return Ok(Pruned::default());
     };

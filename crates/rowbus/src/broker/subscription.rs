@@ -229,14 +229,14 @@ impl<DB: Db> Claimer<DB> {
         if inner.is_shutting_down() {
             return Err(Error::ShuttingDown);
         }
-        // Before the first claim: its acknowledgements follow the queue's keep setting.
-        super::history::load(&builder.queue).await?;
-        super::history::start_cleanup(&builder.queue);
         let channel = builder.queue.table().channel_arc();
         let wake = inner.wakers.register(channel, &builder.group);
         if let Some(listen) = &inner.listen {
             listen.listen(channel).await?;
         }
+        // Before the first claim: its acknowledgements follow the queue's keep setting.
+        super::history::load(&builder.queue).await?;
+        super::history::start_cleanup(&builder.queue);
         Ok(Claimer {
             queue: builder.queue.clone(),
             group: builder.group.clone(),

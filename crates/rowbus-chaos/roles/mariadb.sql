@@ -2,7 +2,8 @@
 -- Applied by scripts/roles.sh and by `rowbus-chaos` (which runs under these users).
 -- Each `-- @section NAME` is applied on its own; placeholders are substituted first:
 --   @PREFIX@ user-name prefix, @PASSWORD@ the users' password, @SCHEMA@ the database of the
---   tables, @NOTIFY@ the notify table, @QUEUE@ a queue table (its dead letters: @QUEUE@_dead, its pauses: @QUEUE@_pause).
+--   tables, @NOTIFY@ the notify table, @QUEUE@ a queue table (its dead letters: @QUEUE@_dead, its pauses: @QUEUE@_pause, its history:
+--   @QUEUE@_hist and @QUEUE@_keep).
 -- Every statement is idempotent: run it again after adding a queue. The tables must exist.
 
 -- @section roles
@@ -29,6 +30,10 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON `@SCHEMA@`.`@QUEUE@` TO '@PREFIX@consume
 GRANT INSERT ON `@SCHEMA@`.`@QUEUE@_dead` TO '@PREFIX@consumer'@'%';
 -- Every claim reads the pause table (rowbus pause); pausing is an administrator's.
 GRANT SELECT ON `@SCHEMA@`.`@QUEUE@_pause` TO '@PREFIX@consumer'@'%';
+-- Subscriptions read the keep setting (rowbus deploy --keep); kept history is moved in on
+-- every settlement and cleaned up by the consumers' brokers (SELECT: the cleanup's read).
+GRANT SELECT ON `@SCHEMA@`.`@QUEUE@_keep` TO '@PREFIX@consumer'@'%';
+GRANT SELECT, INSERT, DELETE ON `@SCHEMA@`.`@QUEUE@_hist` TO '@PREFIX@consumer'@'%';
 
 -- @section queue-listen-notify
 -- listen_notify: publishers write wake-up rows; the consumers' broker polls and cleans up.

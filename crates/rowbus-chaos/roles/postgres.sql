@@ -2,7 +2,8 @@
 -- Applied by scripts/roles.sh and by `rowbus-chaos` (which runs under these roles).
 -- Each `-- @section NAME` is applied on its own; placeholders are substituted first:
 --   @PREFIX@ role-name prefix, @PASSWORD@ the roles' password, @DATABASE@ the database,
---   @SCHEMA@ the queue table's schema, @QUEUE@ a queue table (its dead letters: @QUEUE@_dead, its pauses: @QUEUE@_pause).
+--   @SCHEMA@ the queue table's schema, @QUEUE@ a queue table (its dead letters: @QUEUE@_dead, its pauses: @QUEUE@_pause, its history:
+--   @QUEUE@_hist and @QUEUE@_keep).
 -- Every statement is idempotent: run it again after adding a queue.
 
 -- @section roles
@@ -37,6 +38,10 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON "@SCHEMA@"."@QUEUE@" TO "@PREFIX@consume
 GRANT INSERT ON "@SCHEMA@"."@QUEUE@_dead" TO "@PREFIX@consumer";
 -- Every claim reads the pause table (rowbus pause); pausing is an administrator's.
 GRANT SELECT ON "@SCHEMA@"."@QUEUE@_pause" TO "@PREFIX@consumer";
+-- Subscriptions read the keep setting (rowbus deploy --keep); kept history is moved in on
+-- every settlement and cleaned up by the consumers' brokers (SELECT: the cleanup's read).
+GRANT SELECT ON "@SCHEMA@"."@QUEUE@_keep" TO "@PREFIX@consumer";
+GRANT SELECT, INSERT, DELETE ON "@SCHEMA@"."@QUEUE@_hist" TO "@PREFIX@consumer";
 
 -- @section queue-listen-notify
 -- listen_notify: publishers call pg_notify; the consumers' broker LISTENs (no privilege).

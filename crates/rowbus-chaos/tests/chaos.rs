@@ -199,6 +199,8 @@ fn roles_script(db: &str) {
         format!("CREATE TABLE IF NOT EXISTS {queue} (id BIGINT, v TEXT)"),
         format!("CREATE TABLE IF NOT EXISTS {queue}_dead (id BIGINT, v TEXT)"),
         format!("CREATE TABLE IF NOT EXISTS {queue}_pause (id BIGINT, v TEXT)"),
+        format!("CREATE TABLE IF NOT EXISTS {queue}_hist (id BIGINT, v TEXT)"),
+        format!("CREATE TABLE IF NOT EXISTS {queue}_keep (id BIGINT, v TEXT)"),
         format!("CREATE TABLE IF NOT EXISTS {notify} (id BIGINT, v TEXT)"),
     ] {
         assert!(sql_as(db, admin, &statement), "{statement}");
@@ -225,6 +227,11 @@ fn roles_script(db: &str) {
         // Claims read the pause table; pausing is an administrator's.
         allowed("roles_ci_consumer", format!("SELECT * FROM {queue}_pause")),
         refused("roles_ci_consumer", format!("INSERT INTO {queue}_pause (id) VALUES (1)")),
+        // Subscriptions read the keep setting and move handled messages into the history.
+        allowed("roles_ci_consumer", format!("SELECT * FROM {queue}_keep")),
+        refused("roles_ci_consumer", format!("INSERT INTO {queue}_keep (id) VALUES (1)")),
+        allowed("roles_ci_consumer", format!("INSERT INTO {queue}_hist (id) VALUES (1)")),
+        allowed("roles_ci_consumer", format!("DELETE FROM {queue}_hist WHERE id = 2")),
         refused("roles_ci_listener", format!("SELECT * FROM {queue}")),
         refused("roles_ci_notifier", format!("INSERT INTO {queue} (id) VALUES (1)")),
     ];

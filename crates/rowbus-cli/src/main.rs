@@ -5,6 +5,7 @@ mod cli_error;
 mod consume;
 mod dead_cmd;
 mod demo;
+mod history_cmd;
 mod pause_cmd;
 mod publish;
 mod queue_cmd;
@@ -105,12 +106,19 @@ enum Command {
         /// made by an older rowbus adds what it lacks)
         #[arg(long = "queue", value_name = "TABLE")]
         queues: Vec<String>,
+        /// Keep each queue's handled messages (acknowledged, dropped, dead-lettered) this
+        /// long in `<TABLE>_hist` (read with `rowbus history`), e.g. 7d, 12h; 0 stops
+        /// keeping and lets the consumers delete what was kept [default: as it was]
+        #[arg(long, value_name = "DURATION", value_parser = history_cmd::keep_duration, requires = "queues")]
+        keep: Option<std::time::Duration>,
     },
     /// Publish a message (or each line of stdin) to a queue table
     Publish(publish::PublishArgs),
     /// Handle a queue table's messages until interrupted: print them, or run a command on each
     #[command(after_help = consume::AFTER_HELP)]
     Consume(consume::ConsumeArgs),
+    /// Print the handled messages a queue deployed with `--keep` keeps, newest first
+    History(history_cmd::HistoryArgs),
     /// Print notifications on the channels, one line each, until interrupted
     Listen {
         /// Print JSON lines {"channel": ..., "payload": ..., "pid": ...}
@@ -185,9 +193,13 @@ async fn run(cli: Cli) -> Result<(), CliError> {
     let config = cli.notify_table.config()?;
     let url = cli.database_url.as_str();
     match cli.command {
-        Command::Deploy { queues } => {
+        Command::Deploy { queues, keep } => {
             let tables = queue_cmd::parse_tables(&queues)?;
-            on_database(url, 1, &config, QueueCommand::Deploy(tables)).await?;
+            on_database(url, 1, &config, QueueCommand::Deploy(tables, keep)).await?;
+        }
+        Command::History(args) => {
+            queue_cmd::parse_tables(std::slice::from_ref(&args.table))?;
+            on_database(url, 1, &config, QueueCommand::History(args)).await?;
         }
         Command::Publish(args) => {
             queue_cmd::parse_tables(std::slice::from_ref(&args.table))?;
@@ -236,7 +248,8 @@ async fn run(cli: Cli) -> Result<(), CliError> {
 
 /// A command that works on a pool of the URL's database, written once for all three.
 enum QueueCommand {
-    Deploy(Vec<QueueTable>),
+    Deploy(Vec<QueueTable>, Option<std::time::Duration>),
+    History(history_cmd::HistoryArgs),
     Publish(publish::PublishArgs),
     Consume(consume::ConsumeArgs),
     Stats(stats::StatsArgs),
@@ -260,7 +273,10 @@ impl OnPool for OnDatabase<'_> {
     async fn run<DB: Db>(self, pool: rowbus::sqlx::Pool<DB>) -> Self::Output {
         let (url, config) = (self.url, self.config);
         match self.command {
-            QueueCommand::Deploy(tables) => queue_cmd::deploy(self.db, pool, config, &tables).await,
+            QueueCommand::Deploy(tables, keep) => {
+                queue_cmd::deploy(self.db, pool, config, &tables, keep).await
+            }
+            QueueCommand::History(args) => history_cmd::history(pool, url, args).await,
             QueueCommand::Publish(args) => publish::publish(pool, url, config, args).await,
             QueueCommand::Consume(args) => consume::consume(pool, url, config, args).await,
             QueueCommand::Stats(args) => stats::stats(pool, url, config, args).await,
@@ -282,11 +298,12 @@ async fn on_database(
     command: QueueCommand,
 ) -> Result<(), CliError> {
     let db = match command {
-        QueueCommand::Deploy(_) | QueueCommand::Demo(_) => DbPool::connect_creating(url, max).await?,
+        QueueCommand::Deploy(..) | QueueCommand::Demo(_) => DbPool::connect_creating(url, max).await?,
         QueueCommand::Publish(_)
         | QueueCommand::Consume(_)
         | QueueCommand::Stats(_)
         | QueueCommand::Dead(_)
+        | QueueCommand::History(_)
         | QueueCommand::Ui(_)
         | QueueCommand::Pause(..) => DbPool::connect_with_size(url, max).await?,
     };

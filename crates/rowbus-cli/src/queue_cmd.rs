@@ -115,6 +115,7 @@ pub(crate) async fn deploy<DB: Db>(
     pool: rowbus::sqlx::Pool<DB>,
     config: &NotifyConfig,
     tables: &[QueueTable],
+    keep: Option<Duration>,
 ) -> Result<(), CliError> {
     let broker = Broker::new(pool, BrokerOptions::default()).await?;
     let queues = tables.iter().map(|t| broker.queue(t.channel())).collect::<Result<Vec<_>, _>>()?;
@@ -123,9 +124,19 @@ pub(crate) async fn deploy<DB: Db>(
     }
     outln!("{}", db.deploy_notify_table(config).await?);
     for queue in queues {
-        queue.deploy().await?;
         let table = queue.table();
+        match keep {
+            None => queue.deploy().await?,
+            Some(keep) => queue.deploy_keeping(keep).await?,
+        }
         outln!("queue table `{table}` is ready (dead letters go to `{table}_dead`)");
+        match keep {
+            Some(Duration::ZERO) => {
+                outln!("`{table}` keeps no history (consumers delete what `{table}_hist` kept)")
+            }
+            Some(keep) => outln!("`{table}` keeps handled messages in `{table}_hist` for {}", human(keep)),
+            None => {}
+        }
     }
     Ok(())
 }

@@ -49,6 +49,8 @@ fn pause_holds_a_running_consumer_until_resume(kind: Kind) {
             format!("{q}_pause"),
             format!("{q}_sched"),
             format!("{q}_ticks"),
+            format!("{q}_hist"),
+            format!("{q}_keep"),
             notify_table.clone(),
         ],
     };

@@ -54,6 +54,14 @@ pub struct DeadRow {
     pub headers: Option<String>,
 }
 
+/// A history row as [`HistorySql::list`](crate::sql::HistorySql::list) reads it: the
+/// dead letter's columns (`failed_at` is when it was handled), then its outcome.
+#[derive(Debug, Clone)]
+pub struct HistoryRow {
+    pub row: DeadRow,
+    pub outcome: String,
+}
+
 /// The sqlx databases rowbus works on: [`Postgres`](sqlx::Postgres),
 /// [`MySql`](sqlx::MySql) and [`Sqlite`](sqlx::Sqlite), each behind its cargo feature
 /// (`postgres`, `mysql`, `sqlite`; all on by default).
@@ -97,6 +105,12 @@ pub(crate) mod sealed {
             sql: &Arc<str>,
             args: &[Arg<'_>],
         ) -> BoxFuture<'c, Result<Vec<DeadRow>, sqlx::Error>>;
+        /// Runs a history query; its rows.
+        fn fetch_history<'c>(
+            conn: &'c mut Self::Connection,
+            sql: &Arc<str>,
+            args: &[Arg<'_>],
+        ) -> BoxFuture<'c, Result<Vec<HistoryRow>, sqlx::Error>>;
         /// Runs a query; each row's columns as nullable integers after `texts` text columns.
         fn fetch_rows<'c>(
             conn: &'c mut Self::Connection,
@@ -205,6 +219,38 @@ macro_rules! driver {
                                 priority: row.try_get(7)?,
                                 key: row.try_get(8)?,
                                 headers: row.try_get(9)?,
+                            })
+                        })
+                        .collect()
+                })
+            }
+
+            fn fetch_history<'c>(
+                conn: &'c mut Self::Connection,
+                sql: &std::sync::Arc<str>,
+                args: &[$crate::db::Arg<'_>],
+            ) -> futures::future::BoxFuture<'c, Result<Vec<$crate::db::HistoryRow>, sqlx::Error>> {
+                use sqlx::Row as _;
+                let query = $crate::db::query::<$db>(sql, args);
+                Box::pin(async move {
+                    let rows = query.fetch_all(conn).await?;
+                    rows.iter()
+                        .map(|row| {
+                            Ok($crate::db::HistoryRow {
+                                row: $crate::db::DeadRow {
+                                    id: row.try_get(0)?,
+                                    group: row.try_get(1)?,
+                                    payload: row.try_get(2)?,
+                                    attempts: row.try_get(3)?,
+                                    created_at: row.try_get(4)?,
+                                    failed_at: row.try_get(5)?,
+                                    last_error: row.try_get(6)?,
+                                    // The history keeps none of them (see HistoryEntry).
+                                    priority: 0,
+                                    key: None,
+                                    headers: None,
+                                },
+                                outcome: row.try_get(7)?,
                             })
                         })
                         .collect()

@@ -133,6 +133,16 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// The queue's history tables are missing: the queue was deployed by a rowbus without
+    /// kept history, which reading or setting its history needs (it keeps nothing until
+    /// then).
+    #[error(
+        "the queue `{table}` has no history tables `{table}_hist` and `{table}_keep` (deployed by an older rowbus): add them with `rowbus deploy --queue {table}` (or Queue::deploy), which leaves the messages alone"
+    )]
+    MissingHistoryTable {
+        /// The queue table's name.
+        table: String,
+    },
     /// A table of the queue's name exists and is not a queue table: a deploy refuses to
     /// build on it (and creates nothing), and nothing publishes to it or claims from it.
     #[error(
@@ -256,6 +266,7 @@ impl Error {
             Error::MissingQueueTable { .. }
             | Error::MissingPauseTable { .. }
             | Error::MissingScheduleTable { .. }
+            | Error::MissingHistoryTable { .. }
             | Error::MissingNotifyTable { .. } => true,
             Error::Database(sqlx::Error::Database(db)) => {
                 // SQLSTATE class 42 (PostgreSQL and MySQL alike): undefined table or

@@ -69,10 +69,11 @@ mod sql;
 pub use backend::{Backend, DbPool, OnPool, connect, connect_creating, redact};
 pub use broker::Paused;
 pub use broker::{
-    Broker, BrokerOptions, BrokerTx, DeadLetter, DeadLetterPage, DeadLetters, Delivery, GroupStats, Headers,
-    MAX_GROUP_CHARS, MAX_KEY_CHARS, MAX_TABLE_NAME, Message, NotifyTableStats, Outcome, Published, Queue,
-    QueueTable, Received, RetryPolicy, Stats, Subscription, SubscriptionBuilder, TableState, TxMessage,
-    check_group,
+    Broker, BrokerOptions, BrokerTx, DeadLetter, DeadLetterPage, DeadLetters, Delivery, GroupStats,
+    HISTORY_CLEANUP_BATCH, HISTORY_CLEANUP_INTERVAL, Headers, HistoryEntry, HistoryOutcome, HistoryPage,
+    MAX_GROUP_CHARS, MAX_KEY_CHARS, MAX_TABLE_NAME, Message, NotifyTableStats, Outcome, Pruned, Published,
+    Queue, QueueTable, Received, RetryPolicy, Stats, Subscription, SubscriptionBuilder, TableState,
+    TxMessage, check_group,
 };
 pub use broker::{
     MAX_SCHEDULE_NAME, MAX_SCHEDULE_PAYLOAD, MIN_EVERY, SCHEDULE_HEADER, Schedule, ScheduleChange,

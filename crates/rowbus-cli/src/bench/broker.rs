@@ -41,8 +41,9 @@ pub struct BrokerBench {
     #[arg(long, default_value_t = 200)]
     latency_samples: u32,
     /// Run only these scenarios (comma-separated): publish1, publish100, drain1, drain4,
-    /// drain8, batch16, batch100, txbatch16, txbatch100, raw1, raw16, raw100, latency,
-    /// latency-remote
+    /// drain8, batch16, batch100, txbatch16, txbatch100, raw1, raw16, raw100, keepdrain1,
+    /// keepdrain8, keepbatch100, keeptxbatch100 (the same drains on a queue keeping its
+    /// history, each compared with its plain one), latency, latency-remote
     #[arg(long, value_delimiter = ',', value_name = "SCENARIOS")]
     only: Vec<Scenario>,
     /// Give the messages ordering keys, message i the key `i % N` (0: none). With N at
@@ -73,6 +74,12 @@ pub enum Scenario {
     BatchTx(usize),
     /// The raw sqlx loop claiming this many rows a turn.
     Raw(usize),
+    /// [`Drain`](Self::Drain) on a queue deployed with a keep duration.
+    KeepDrain(usize),
+    /// [`Batch`](Self::Batch) on a queue deployed with a keep duration.
+    KeepBatch(usize),
+    /// [`BatchTx`](Self::BatchTx) on a queue deployed with a keep duration.
+    KeepBatchTx(usize),
     /// Publish-to-handler latency, one broker.
     Latency,
     /// Publish-to-handler latency, a second broker publishing, woken by notification.
@@ -81,20 +88,28 @@ pub enum Scenario {
 
 /// Every throughput scenario, in the order one round runs them: each rowbus drain sits
 /// next to the raw loop it is compared with.
-const ROUND: [Scenario; 12] = [
+/// A kept-history drain runs right after its plain one.
+const ROUND: [Scenario; 16] = [
     Scenario::Publish1,
     Scenario::Publish100,
     Scenario::Drain(1),
+    Scenario::KeepDrain(1),
     Scenario::Drain(4),
     Scenario::Drain(8),
+    Scenario::KeepDrain(8),
     Scenario::Raw(1),
     Scenario::Batch(16),
     Scenario::BatchTx(16),
     Scenario::Raw(16),
     Scenario::Batch(100),
+    Scenario::KeepBatch(100),
     Scenario::BatchTx(100),
+    Scenario::KeepBatchTx(100),
     Scenario::Raw(100),
 ];
+
+/// How long the kept-history scenarios' queues keep (longer than any run).
+const BENCH_KEEP: Duration = Duration::from_secs(7 * 24 * 3600);
 
 impl fmt::Display for Scenario {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -105,6 +120,9 @@ impl fmt::Display for Scenario {
             Scenario::Batch(n) => write!(f, "batch{n}"),
             Scenario::BatchTx(n) => write!(f, "txbatch{n}"),
             Scenario::Raw(n) => write!(f, "raw{n}"),
+            Scenario::KeepDrain(n) => write!(f, "keepdrain{n}"),
+            Scenario::KeepBatch(n) => write!(f, "keepbatch{n}"),
+            Scenario::KeepBatchTx(n) => write!(f, "keeptxbatch{n}"),
             Scenario::Latency => f.write_str("latency"),
             Scenario::LatencyRemote => f.write_str("latency-remote"),
         }
@@ -123,7 +141,8 @@ impl FromStr for Scenario {
         }
         Err(format!(
             "unknown scenario {s:?}: expected publish1, publish100, drain1, drain4, drain8, batch16, \
-             batch100, txbatch16, txbatch100, raw1, raw16, raw100, latency or latency-remote"
+             batch100, txbatch16, txbatch100, raw1, raw16, raw100, keepdrain1, keepdrain8, keepbatch100, \
+             keeptxbatch100, latency or latency-remote"
         ))
     }
 }
@@ -141,14 +160,20 @@ impl Scenario {
             Scenario::BatchTx(n) if s == 1 => format!("run_batch_tx {n}, {w} workers"),
             Scenario::BatchTx(n) => format!("run_batch_tx {n}, {s} subs x {w} workers"),
             Scenario::Raw(k) => format!("raw sqlx loop k={k}, {c} conns"),
+            Scenario::KeepDrain(n) => format!("{}, kept history", Scenario::Drain(n).label(args)),
+            Scenario::KeepBatch(n) => format!("{}, kept", Scenario::Batch(n).label(args)),
+            Scenario::KeepBatchTx(n) => format!("{}, kept", Scenario::BatchTx(n).label(args)),
             Scenario::Latency => "latency, in-process".to_owned(),
             Scenario::LatencyRemote => "latency, second broker".to_owned(),
         }
     }
 
-    /// The raw loop a rowbus drain is compared with.
+    /// The raw loop a rowbus drain is compared with; the plain drain a kept-history one is.
     fn baseline(self) -> Option<Scenario> {
         match self {
+            Scenario::KeepDrain(n) => Some(Scenario::Drain(n)),
+            Scenario::KeepBatch(n) => Some(Scenario::Batch(n)),
+            Scenario::KeepBatchTx(n) => Some(Scenario::BatchTx(n)),
             Scenario::Drain(_) => Some(Scenario::Raw(1)),
             Scenario::Batch(k) | Scenario::BatchTx(k) => Some(Scenario::Raw(k)),
             _ => None,
@@ -315,7 +340,7 @@ impl Results {
             if args.rounds == 1 { "" } else { "s" }
         );
         if !self.runs.is_empty() {
-            println!("{:<10} {:<36} {:>10}  {:<18} runs", "scenario", "what", "msgs/s", "vs raw");
+            println!("{:<10} {:<36} {:>10}  {:<18} runs", "scenario", "what", "msgs/s", "vs baseline");
         }
         for (scenario, runs) in &self.runs {
             let vs = match self.vs_raw(*scenario) {
@@ -510,6 +535,14 @@ where
 {
     let n = args.messages.max(1);
     let (broker, queue) = fresh_queue(pool, table, BrokerOptions::default()).await?;
+    let scenario = match scenario {
+        // The same drain as the plain one, on a queue that keeps.
+        Scenario::KeepDrain(_) | Scenario::KeepBatch(_) | Scenario::KeepBatchTx(_) => {
+            queue.deploy_keeping(BENCH_KEEP).await?;
+            scenario.baseline().expect("a kept scenario has a plain one")
+        }
+        other => other,
+    };
     let progress = bar(n, &scenario.to_string());
     let run = match scenario {
         Scenario::Publish1 | Scenario::Publish100 => {
@@ -553,7 +586,11 @@ where
             }
             Run { per_s: drained.rows as f64 / elapsed.as_secs_f64(), retries: drained.retries }
         }
-        Scenario::Latency | Scenario::LatencyRemote => unreachable!("not a throughput scenario"),
+        Scenario::Latency
+        | Scenario::LatencyRemote
+        | Scenario::KeepDrain(_)
+        | Scenario::KeepBatch(_)
+        | Scenario::KeepBatchTx(_) => unreachable!("not a throughput scenario"),
     };
     progress.finish_and_clear();
     broker.shutdown(Duration::from_secs(5)).await;

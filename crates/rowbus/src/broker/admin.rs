@@ -180,8 +180,10 @@ impl<DB: Db> Broker<DB> {
 
 impl<DB: Db> Queue<DB> {
     /// Creates the queue table, its claim index, its dead-letter table (`<table>_dead`),
-    /// its pause table (`<table>_pause`, see [`pause`](Self::pause)) and its schedule and
-    /// tick tables (`<table>_sched`, `<table>_ticks`, see [`schedule`](Self::schedule)) if
+    /// its pause table (`<table>_pause`, see [`pause`](Self::pause)), its schedule and
+    /// tick tables (`<table>_sched`, `<table>_ticks`, see [`schedule`](Self::schedule)) and
+    /// its history tables (`<table>_hist` and `<table>_keep`, see
+    /// [`deploy_keeping`](Self::deploy_keeping)) if
     /// they do not exist; on PostgreSQL also the schema. Deploying a queue made by an older rowbus
     /// adds what it lacks. With `listen_notify` on
     /// MySQL/MariaDB or SQLite, also the notify table.
@@ -204,14 +206,20 @@ impl<DB: Db> Queue<DB> {
         Ok(())
     }
 
-    /// Drops the queue table, its dead-letter table, its pause table and its schedule
-    /// and tick tables, with every message and schedule in them.
+    /// Drops the queue table, its dead-letter table, its pause table, its schedule and
+    /// tick tables and its history tables, with every message and schedule in them.
     pub async fn undeploy(&self) -> Result<(), Error> {
         let mut conn = self.inner().pool.acquire().await?;
-        let schedule = &self.sql.schedule;
-        for table in
-            [&self.sql.quoted, &self.sql.dead, &self.sql.pause.quoted, &schedule.sched, &schedule.ticks]
-        {
+        let (schedule, history) = (&self.sql.schedule, &self.sql.history);
+        for table in [
+            &self.sql.quoted,
+            &self.sql.dead,
+            &self.sql.pause.quoted,
+            &schedule.sched,
+            &schedule.ticks,
+            &history.quoted,
+            &history.keep,
+        ] {
             DB::execute(&mut conn, &Arc::from(format!("DROP TABLE IF EXISTS {table}")), &[]).await?;
         }
         Ok(())

@@ -29,7 +29,7 @@ pub(crate) async fn claim<DB: Db>(
     acks: &[(i64, i64)],
 ) -> Result<Claim, Error> {
     let inner = queue.inner();
-    let sql = &*queue.sql;
+    let (sql, keeping) = (&*queue.sql, queue.keeps());
     let token = inner.token();
     let (lease, limit) = (micros(lease), i64::try_from(limit).unwrap_or(i64::MAX));
     let (mut rows, acked) = retrying(queue, || async move {
@@ -38,7 +38,7 @@ pub(crate) async fn claim<DB: Db>(
             return Ok((DB::claim(&mut conn, sql, group, limit, lease, token).await?, 0));
         }
         let mut tx = inner.pool.begin_with(DB::LEASE_CLAIM_BEGIN).await?;
-        let acked = ack_in(sql, &mut tx, acks).await?;
+        let acked = ack_in(sql, &mut tx, acks, keeping).await?;
         let rows = DB::claim(&mut tx, sql, group, limit, lease, token).await?;
         tx.commit().await?;
         Ok((rows, acked))

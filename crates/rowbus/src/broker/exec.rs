@@ -40,6 +40,8 @@ where
 pub(crate) fn queue_error<DB: Db>(queue: &Queue<DB>, e: sqlx::Error) -> Error {
     if super::pause::is_missing_pause_table(queue, &e) {
         Error::MissingPauseTable { table: queue.table().to_string() }
+    } else if super::history::is_missing_history_table(queue, &e) {
+        Error::MissingHistoryTable { table: queue.table().to_string() }
     } else if is_missing_table(&e) {
         Error::MissingQueueTable { table: queue.table().to_string() }
     } else {

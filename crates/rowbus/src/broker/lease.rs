@@ -10,9 +10,10 @@ use sqlx::Transaction;
 
 use super::Queue;
 use super::exec::{micros, queue_error, retrying};
+use super::history::{arcs, move_in, moved, record};
 use crate::db::{Arg, ClaimedRow, Db};
 use crate::error::{Error, check_duration};
-use crate::sql::TableSql;
+use crate::sql::{Moved, TableSql};
 
 /// What [`Error::InvalidDuration`] names a retry's delay.
 const RETRY_DELAY: &str = "retry delay";
@@ -37,18 +38,23 @@ pub(crate) const ACK_BATCH: usize = 256;
 const RESTORE_BATCH: usize = 256;
 
 /// Acknowledges `acks` on `conn`, [`ACK_BATCH`] a statement; how many were still leased.
+/// With `keeping`, moves them into the history instead (in `conn`'s transaction, which the
+/// caller opens when a move is more than one statement).
 pub(super) async fn ack_in<DB: Db>(
     sql: &TableSql<DB>,
     conn: &mut DB::Connection,
     acks: &[(i64, i64)],
+    keeping: bool,
 ) -> Result<u64, sqlx::Error> {
     let mut acked = 0;
     for chunk in acks.chunks(ACK_BATCH) {
-        let statement = Arc::from(sql.ack_pairs(chunk.len()));
         let ids = chunk.iter().map(|&(id, _)| Arg::Int(id));
         let pairs = chunk.iter().flat_map(|&(id, token)| [Arg::Int(id), Arg::Int(token)]);
         let args: Vec<Arg<'_>> = ids.chain(pairs).collect();
-        acked += DB::execute(conn, &statement, &args).await?;
+        acked += match keeping {
+            true => move_in::<DB>(conn, &arcs(sql.history.ack_pairs(chunk.len())), &args).await?,
+            false => DB::execute(conn, &Arc::from(sql.ack_pairs(chunk.len())), &args).await?,
+        };
     }
     Ok(acked)
 }
@@ -75,7 +81,15 @@ fn lease_lost<DB: Db>(queue: &Queue<DB>, id: i64) -> Error {
 
 /// Deletes a leased message: acknowledged, or `dropped` by its handler.
 pub(crate) async fn ack<DB: Db>(queue: &Queue<DB>, id: i64, token: i64, dropped: bool) -> Result<(), Error> {
-    on_lease(queue, &queue.sql.ack, &[Arg::Int(id), Arg::Int(token)], id).await?;
+    let args = [Arg::Int(id), Arg::Int(token)];
+    if queue.keeps() {
+        let history = &queue.sql.history;
+        if moved(queue, if dropped { &history.drop } else { &history.ack }, &args).await? == 0 {
+            return Err(lease_lost(queue, id));
+        }
+    } else {
+        on_lease(queue, &queue.sql.ack, &args, id).await?;
+    }
     let counters = &queue.inner().counters;
     if dropped {
         counters.dropped(1)
@@ -91,9 +105,11 @@ pub(crate) async fn drop_many<DB: Db>(queue: &Queue<DB>, token: i64, ids: &[i64]
     if ids.is_empty() {
         return Ok(0);
     }
-    let sql = Arc::from(queue.sql.ack_many(ids.len()));
     let args: Vec<Arg<'_>> = std::iter::once(token).chain(ids.iter().copied()).map(Arg::Int).collect();
-    let done = execute(queue, &sql, &args).await?;
+    let done = match queue.keeps() {
+        true => moved(queue, &arcs(queue.sql.history.drop_many(ids.len())), &args).await?,
+        false => execute(queue, &Arc::from(queue.sql.ack_many(ids.len())), &args).await?,
+    };
     let counters = &queue.inner().counters;
     counters.dropped(done);
     counters.leases_lost(ids.len() as u64 - done);
@@ -106,9 +122,17 @@ pub(crate) async fn ack_pairs<DB: Db>(queue: &Queue<DB>, pairs: &[(i64, i64)]) -
     if pairs.is_empty() {
         return Ok(0);
     }
-    let (pool, sql) = (&queue.inner().pool, &*queue.sql);
-    let acked =
-        retrying(queue, || async move { ack_in(sql, &mut *pool.acquire().await?, pairs).await }).await?;
+    let (pool, sql, keeping) = (&queue.inner().pool, &*queue.sql, queue.keeps());
+    let acked = retrying(queue, || async move {
+        if keeping && !sql.history.moves_in_one() {
+            let mut tx = pool.begin_with(DB::WRITE_BEGIN).await?;
+            let acked = ack_in(sql, &mut tx, pairs, true).await?;
+            tx.commit().await?;
+            return Ok(acked);
+        }
+        ack_in(sql, &mut *pool.acquire().await?, pairs, keeping).await
+    })
+    .await?;
     queue.inner().counters.acknowledged(pairs.len(), acked);
     Ok(acked)
 }
@@ -162,12 +186,14 @@ pub(crate) async fn dead_letter<DB: Db>(
     token: i64,
     error: &str,
 ) -> Result<(), Error> {
-    let (pool, sql) = (&queue.inner().pool, &*queue.sql);
+    let (pool, sql, keeping) = (&queue.inner().pool, &*queue.sql, queue.keeps());
     let mut tx = pool.begin_with(DB::WRITE_BEGIN).await.map_err(|e| queue_error(queue, e))?;
     let moved = async {
-        let copied =
-            DB::execute(&mut tx, &sql.dead_insert, &[Arg::Text(error), Arg::Int(id), Arg::Int(token)])
-                .await?;
+        let args = [Arg::Text(error), Arg::Int(id), Arg::Int(token)];
+        let mut copied = DB::execute(&mut tx, &sql.dead_insert, &args).await?;
+        if keeping && copied == 1 {
+            copied = DB::execute(&mut tx, &sql.history.dead, &args).await?;
+        }
         let deleted = DB::execute(&mut tx, &sql.ack, &[Arg::Int(id), Arg::Int(token)]).await?;
         Ok::<_, sqlx::Error>(copied == 1 && deleted == 1)
     }
@@ -216,6 +242,10 @@ pub(crate) async fn restore_failed<DB: Db>(
                 chunk.iter().flat_map(|&(row, delay)| restore_args(row, delay, error)).collect();
             DB::execute(tx, &Arc::from(sql), &args).await?;
         }
+    }
+    if queue.keeps() && !dead.is_empty() {
+        let dead: Vec<ClaimedRow> = dead.iter().map(|&(row, _)| row.clone()).collect();
+        record(queue, tx, &dead, Moved::Dead, Some(error)).await?;
     }
     Ok(dead.len() as u64)
 }

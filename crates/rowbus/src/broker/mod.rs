@@ -6,6 +6,7 @@ mod claim;
 mod dead;
 mod delivery;
 mod exec;
+mod history;
 mod lease;
 mod message;
 mod pause;
@@ -43,6 +44,9 @@ pub use admin::{GroupStats, NotifyTableStats, TableState};
 pub(crate) use admin::{columns_on, find_on, lacking, refuse_foreign};
 pub use dead::{DeadLetter, DeadLetterPage, DeadLetters};
 pub use delivery::{Delivery, Outcome, Received, TxMessage};
+pub use history::{
+    HISTORY_CLEANUP_BATCH, HISTORY_CLEANUP_INTERVAL, HistoryEntry, HistoryOutcome, HistoryPage, Pruned,
+};
 #[cfg(feature = "mysql")]
 pub(crate) use lease::ACK_BATCH;
 pub use message::{Headers, MAX_KEY_CHARS, Message, Published};
@@ -192,6 +196,8 @@ pub(crate) struct Inner<DB: Db> {
     /// The schedulers running in this broker, by queue.
     pub schedulers: scheduler::Schedulers,
     tables: Mutex<HashMap<QueueTable, Arc<TableSql<DB>>>>,
+    /// Each queue's keep setting as this broker last read it.
+    keeping: Mutex<HashMap<QueueTable, Arc<history::Keeping>>>,
     /// Wakes other processes: set when `listen_notify` is on.
     pub notifier: Option<Notifier>,
     pub listen: Option<ListenerHandle>,
@@ -256,6 +262,7 @@ impl<DB: Db> Broker<DB> {
             counters: Counters::default(),
             schedulers: scheduler::Schedulers::default(),
             tables: Mutex::default(),
+            keeping: Mutex::default(),
             notifier,
             listen: listener.as_ref().map(Listener::handle),
             listen_task: Mutex::default(),
@@ -286,7 +293,10 @@ impl<DB: Db> Broker<DB> {
                 sql
             }
         };
-        Ok(Queue { broker: self.clone(), sql })
+        drop(tables);
+        let mut keeping = self.inner.keeping.lock().unwrap_or_else(|e| e.into_inner());
+        let keeping = keeping.entry(sql.table.clone()).or_default().clone();
+        Ok(Queue { broker: self.clone(), sql, keeping })
     }
 
     /// The pool the broker works on.
@@ -376,11 +386,12 @@ async fn wake_from_notifications(mut listener: Listener, wakers: Arc<Wakers>) {
 pub struct Queue<DB: Db> {
     broker: Broker<DB>,
     sql: Arc<TableSql<DB>>,
+    keeping: Arc<history::Keeping>,
 }
 
 impl<DB: Db> Clone for Queue<DB> {
     fn clone(&self) -> Self {
-        Queue { broker: self.broker.clone(), sql: self.sql.clone() }
+        Queue { broker: self.broker.clone(), sql: self.sql.clone(), keeping: self.keeping.clone() }
     }
 }
 

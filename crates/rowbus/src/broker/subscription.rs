@@ -248,6 +248,9 @@ impl<DB: Db> Claimer<DB> {
         if let Some(listen) = &inner.listen {
             listen.listen(channel).await?;
         }
+        // Before the first claim: its acknowledgements follow the queue's keep setting.
+        super::history::load(&builder.queue).await?;
+        super::history::start_cleanup(&builder.queue);
         Ok(Claimer {
             queue: builder.queue.clone(),
             group: builder.group.clone(),

@@ -12,12 +12,14 @@ use tokio::task::JoinSet;
 use tracing::{Instrument as _, debug, info_span, warn};
 
 use super::claim::claim_locked;
+use super::history::record;
 use super::lease::{handler_retry, restore_failed};
 use super::runner::{Turn, drain, drive, free_workers, outcome};
 use super::subscription::{Claimer, Pace, SubscriptionBuilder};
 use super::{Outcome, Queue, TxMessage};
 use crate::db::{ClaimedRow, Db};
 use crate::error::Error;
+use crate::sql::Moved;
 
 impl<DB: Db> SubscriptionBuilder<DB> {
     /// Runs `handler` inside the claim's transaction, up to `workers` at once: its writes
@@ -212,6 +214,10 @@ async fn transactional<DB, H>(
         DB::simple(&mut tx, DB::HANDLER_SAVEPOINT).await?;
         let (error, after) = match handler(&mut tx, rows).await {
             Ok(done @ (Outcome::Ack | Outcome::Drop)) => {
+                if queue.keeps() {
+                    let outcome = if done == Outcome::Drop { Moved::Dropped } else { Moved::Acked };
+                    record(queue, &mut tx, &claimed, outcome, None).await?;
+                }
                 tx.commit().await?;
                 if done == Outcome::Drop {
                     counters.dropped(n)

@@ -9,6 +9,7 @@
 //! from the dialect.
 
 mod dead;
+mod history;
 #[cfg(feature = "mysql")]
 mod mysql;
 mod pause;
@@ -33,6 +34,9 @@ use crate::error::Error;
 use crate::listener::ListenerTask;
 use crate::notify::Notifier;
 
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub(crate) use history::HISTORY_INDEX_SUFFIX;
+pub(crate) use history::{HISTORY_SUFFIX, HistorySql, KEEP_SUFFIX, Moved};
 pub(crate) use pause::{PAUSE_SUFFIX, PauseSql};
 pub(crate) use schedule::{SCHED_SUFFIX, ScheduleSql, TICKS_SUFFIX};
 pub(crate) use table::{DEAD_FEATURE_COLUMNS, FEATURE_COLUMNS, QUEUE_COLUMNS, TableSql};
@@ -162,6 +166,33 @@ pub trait Dialect: Driver + Sized {
     /// `since_us`, `version`) and `<table>_ticks` (`schedule_name`, `tick_us`,
     /// `published_at`; the key `(schedule_name, tick_us)`).
     fn create_schedules(table: &QueueTable) -> Vec<String>;
+
+    // --- Kept history.
+
+    /// The queue's history table (see [`HistorySql`]), its index on `handled_at` and its
+    /// keep setting table, if missing. History: `id`, `group_name`, `payload`, `attempts`,
+    /// `created_at` as the queue table has them, `outcome` (short text), `handled_at`
+    /// (defaults to now), `last_error`; no key (a requeued dead letter comes back under its
+    /// id and may be handled again). Keep setting: `id` (the key, always 1) and `keep_us`
+    /// (a BIGINT).
+    fn create_history(table: &QueueTable) -> Vec<String>;
+    /// Deletes up to `limit` (a placeholder) of history table `h`'s oldest rows handled
+    /// before the time `cutoff` (an expression), oldest first.
+    fn prune_history_sql(h: &str, cutoff: &str, limit: &str) -> String;
+    /// One statement that writes rows a transactional claim took into history table `h`,
+    /// given as one JSON text (binds: the rows, then their outcome): an array of
+    /// `{"i": id, "g": group, "p": payload in hex, "a": attempts, "c": created_at µs,
+    /// "e": error or null}`. `None` where the rows go as binds, a `VALUES` tuple each.
+    fn history_json_insert(_h: &str) -> Option<String> {
+        None
+    }
+    /// The statements that move the rows of queue table `t` matching `filter` into history
+    /// table `h` as `outcome`, with `error` (a placeholder, or `last_error`: the row's own)
+    /// as their last error, run in one transaction; the last one's count is the rows moved.
+    /// By default a copy, then a delete, with the same binds.
+    fn move_to_history(t: &str, h: &str, filter: &str, outcome: &str, error: &str) -> Vec<String> {
+        history::copy_then_delete::<Self>(t, h, filter, outcome, error)
+    }
 
     // --- Deploying.
 

@@ -201,6 +201,62 @@ impl Dialect for Postgres {
         ]
     }
 
+    fn create_history(table: &QueueTable) -> Vec<String> {
+        let h = super::quoted::<Self>(table, super::HISTORY_SUFFIX);
+        let index = Self::quote(&format!("{}{}", table.name(), super::HISTORY_INDEX_SUFFIX));
+        vec![
+            format!(
+                "CREATE TABLE IF NOT EXISTS {h} (\n\
+                 \x20 id BIGINT NOT NULL,\n\
+                 \x20 group_name TEXT NOT NULL,\n\
+                 \x20 payload BYTEA NOT NULL,\n\
+                 \x20 attempts INTEGER NOT NULL,\n\
+                 \x20 created_at TIMESTAMPTZ NOT NULL,\n\
+                 \x20 outcome TEXT NOT NULL,\n\
+                 \x20 handled_at TIMESTAMPTZ NOT NULL DEFAULT now(),\n\
+                 \x20 last_error TEXT\n\
+                 )"
+            ),
+            format!("CREATE INDEX IF NOT EXISTS {index} ON {h} (handled_at)"),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {} (id SMALLINT PRIMARY KEY, keep_us BIGINT NOT NULL)",
+                super::quoted::<Self>(table, super::KEEP_SUFFIX)
+            ),
+        ]
+    }
+
+    /// PostgreSQL's `DELETE` has no `LIMIT`: the oldest rows' physical addresses, read in
+    /// `handled_at` order from its index.
+    fn prune_history_sql(h: &str, cutoff: &str, limit: &str) -> String {
+        format!(
+            "DELETE FROM {h} WHERE ctid = ANY(ARRAY(SELECT ctid FROM {h} WHERE handled_at < {cutoff} \
+             ORDER BY handled_at LIMIT {limit}))"
+        )
+    }
+
+    /// One text bind rather than six per row: PostgreSQL parses and plans a 100-row
+    /// `VALUES` list of 600 binds on every execution, about three times the work of
+    /// `json_to_recordset` over the same rows (measured in psql, 100 rows: 0.75 ms against
+    /// 0.28 ms on an idle server).
+    fn history_json_insert(h: &str) -> Option<String> {
+        Some(format!(
+            "INSERT INTO {h} ({}) SELECT r.i, r.g, decode(r.p, 'hex'), r.a, \
+             TIMESTAMPTZ 'epoch' + r.c * interval '1 microsecond', $2, r.e \
+             FROM json_to_recordset($1::json) AS r(i BIGINT, g TEXT, p TEXT, a INTEGER, c BIGINT, e TEXT)",
+            super::history::HISTORY_COLUMNS
+        ))
+    }
+
+    /// One statement: the delete returns what it deleted and the insert writes it, so a
+    /// kept acknowledgement costs one round trip, as an unkept one does.
+    fn move_to_history(t: &str, h: &str, filter: &str, outcome: &str, error: &str) -> Vec<String> {
+        vec![format!(
+            "WITH d AS (DELETE FROM {t} WHERE {filter} RETURNING id, group_name, payload, attempts, created_at, last_error) \
+             INSERT INTO {h} ({}) SELECT id, group_name, payload, attempts, created_at, '{outcome}', {error} FROM d",
+            super::history::HISTORY_COLUMNS
+        )]
+    }
+
     /// One advisory key for the whole database rather than one per table: a deploy
     /// creates schemas too, and two deploys of different tables in one new schema race on
     /// it as surely as two of one table do. Taken in the deploy's transaction

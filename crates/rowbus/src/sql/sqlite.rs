@@ -218,6 +218,38 @@ impl Dialect for Sqlite {
         ]
     }
 
+    fn create_history(table: &QueueTable) -> Vec<String> {
+        let h = super::quoted::<Self>(table, super::HISTORY_SUFFIX);
+        let index = Self::quote(&format!("{}{}", table.name(), super::HISTORY_INDEX_SUFFIX));
+        vec![
+            format!(
+                "CREATE TABLE IF NOT EXISTS {h} (\n\
+                 \x20 `id` INTEGER NOT NULL,\n\
+                 \x20 `group_name` TEXT NOT NULL,\n\
+                 \x20 `payload` BLOB NOT NULL,\n\
+                 \x20 `attempts` INTEGER NOT NULL,\n\
+                 \x20 `created_at` INTEGER NOT NULL,\n\
+                 \x20 `outcome` TEXT NOT NULL,\n\
+                 \x20 `handled_at` INTEGER NOT NULL DEFAULT ({NOW}),\n\
+                 \x20 `last_error` TEXT\n\
+                 )"
+            ),
+            format!("CREATE INDEX IF NOT EXISTS {index} ON {h} (`handled_at`)"),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {} (`id` INTEGER PRIMARY KEY, `keep_us` INTEGER NOT NULL)",
+                super::quoted::<Self>(table, super::KEEP_SUFFIX)
+            ),
+        ]
+    }
+
+    /// `DELETE ... LIMIT` only where SQLite was built with it: the oldest rows' rowids.
+    fn prune_history_sql(h: &str, cutoff: &str, limit: &str) -> String {
+        format!(
+            "DELETE FROM {h} WHERE rowid IN (SELECT rowid FROM {h} WHERE `handled_at` < {cutoff} \
+             ORDER BY `handled_at` LIMIT {limit})"
+        )
+    }
+
     /// The database's one write lock, taken at the start.
     const DEPLOY_BEGIN: &'static str = "BEGIN IMMEDIATE";
 

@@ -4,7 +4,7 @@
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use super::{Dialect, PauseSql, ScheduleSql, placeholders, quoted};
+use super::{Dialect, HistorySql, PauseSql, ScheduleSql, placeholders, quoted};
 use crate::broker::QueueTable;
 use crate::error::Error;
 
@@ -50,6 +50,8 @@ pub struct TableSql<DB> {
     pub pause: PauseSql<DB>,
     /// The schedule and tick tables' statements.
     pub schedule: ScheduleSql<DB>,
+    /// The kept history's statements.
+    pub history: HistorySql<DB>,
     db: PhantomData<fn() -> DB>,
 }
 
@@ -63,8 +65,13 @@ impl<DB: Dialect> TableSql<DB> {
             "id, group_name, payload, attempts, created_at, priority, msg_key, headers, last_error";
         Ok(TableSql {
             table: table.clone(),
-            create: [DB::create_queue(table), vec![DB::create_pause(table)], DB::create_schedules(table)]
-                .concat(),
+            create: [
+                DB::create_queue(table),
+                vec![DB::create_pause(table)],
+                DB::create_schedules(table),
+                DB::create_history(table),
+            ]
+            .concat(),
             claim: DB::claim_sql(table).into(),
             claim_locked: DB::claim_locked_sql(table).into(),
             ack: format!("DELETE FROM {t} WHERE id = {} AND lease = {}", p(1), p(2)).into(),
@@ -109,6 +116,7 @@ impl<DB: Dialect> TableSql<DB> {
             .into(),
             pause: PauseSql::new(table),
             schedule: ScheduleSql::new(table),
+            history: HistorySql::new(table),
             quoted: t,
             dead,
             db: PhantomData,
@@ -141,18 +149,7 @@ impl<DB: Dialect> TableSql<DB> {
 
     /// Deletes acknowledged rows, each under its own lease. Binds: the ids, then (id, token) pairs.
     pub fn ack_pairs(&self, pairs: usize) -> String {
-        // `id IN (...)` finds the rows by index everywhere; a row-value `(id, lease) IN`
-        // alone is a full table scan on SQLite at any length and on MariaDB at length one.
-        let first = pairs + 1;
-        let pairs_list: Vec<String> = (0..pairs)
-            .map(|i| format!("({}, {})", DB::param(first + 2 * i), DB::param(first + 2 * i + 1)))
-            .collect();
-        format!(
-            "DELETE FROM {} WHERE id IN ({}) AND (id, lease) IN ({})",
-            self.quoted,
-            placeholders::<DB>(1, pairs),
-            pairs_list.join(", ")
-        )
+        format!("DELETE FROM {} WHERE {}", self.quoted, pairs_filter::<DB>(pairs))
     }
 
     /// Deletes acknowledged rows of one claim. Binds: token, then the ids.
@@ -206,6 +203,17 @@ impl<DB: Dialect> TableSql<DB> {
 
 /// Binds per row of [`TableSql::insert`].
 pub(crate) const INSERT_BINDS: usize = 6;
+
+/// The rows of `pairs` `(id, token)` pairs. Binds: the ids, then the pairs.
+pub(crate) fn pairs_filter<DB: Dialect>(pairs: usize) -> String {
+    // `id IN (...)` finds the rows by index everywhere; a row-value `(id, lease) IN`
+    // alone is a full table scan on SQLite at any length and on MariaDB at length one.
+    let first = pairs + 1;
+    let pairs_list: Vec<String> = (0..pairs)
+        .map(|i| format!("({}, {})", DB::param(first + 2 * i), DB::param(first + 2 * i + 1)))
+        .collect();
+    format!("id IN ({}) AND (id, lease) IN ({})", placeholders::<DB>(1, pairs), pairs_list.join(", "))
+}
 
 /// `'id', 'group_name', ...`: constants, not input.
 pub(crate) fn column_list(columns: &[&str]) -> String {

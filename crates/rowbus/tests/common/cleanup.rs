@@ -36,8 +36,8 @@ pub struct Cleanup {
 struct Made {
     tables: Vec<String>,
     /// Queue tables: each also has its dead-letter table, `<name>_dead`, its pause
-    /// table, `<name>_pause`, and its schedule and tick tables, `<name>_sched` and
-    /// `<name>_ticks`.
+    /// table, `<name>_pause`, its schedule and tick tables, `<name>_sched` and
+    /// `<name>_ticks`, and its history tables, `<name>_hist` and `<name>_keep`.
     queues: Vec<String>,
     schemas: Vec<String>,
     /// Every table whose name starts with one of these.
@@ -64,8 +64,8 @@ impl Cleanup {
         name.to_owned()
     }
 
-    /// Drops the queue table `name`, its dead-letter, pause, schedule and tick tables at the
-    /// end; returns the name.
+    /// Drops the queue table `name`, its dead-letter, pause, schedule, tick and history
+    /// tables at the end; returns the name.
     pub fn queue(&self, name: &str) -> String {
         self.made().queues.push(name.to_owned());
         name.to_owned()
@@ -204,7 +204,15 @@ impl Drop for Cleanup {
         let Some(server) = self.server else { return };
         let mut tables = made.tables;
         tables.extend(made.queues.iter().flat_map(|q| {
-            [q.clone(), format!("{q}_dead"), format!("{q}_pause"), format!("{q}_sched"), format!("{q}_ticks")]
+            [
+                q.clone(),
+                format!("{q}_dead"),
+                format!("{q}_pause"),
+                format!("{q}_sched"),
+                format!("{q}_ticks"),
+                format!("{q}_hist"),
+                format!("{q}_keep"),
+            ]
         }));
         for prefix in &made.prefixes {
             match Self::tables_under(server, prefix) {

@@ -1,0 +1,133 @@
+//! `rowbus history QUEUE`: the handled messages a queue deployed with `--keep` keeps,
+//! newest first.
+
+use std::time::Duration;
+
+use clap::Args;
+use rowbus::sqlx::Pool;
+use rowbus::{Broker, BrokerOptions, Db, HistoryEntry, HistoryPage};
+use serde_json::json;
+
+use crate::cli_error::CliError;
+use crate::dead_cmd::rfc3339;
+use crate::queue_cmd::{self, outln};
+
+/// Options of `rowbus history`.
+#[derive(Debug, Args)]
+pub(crate) struct HistoryArgs {
+    /// The queue table (its history is in `<TABLE>_hist`)
+    pub(crate) table: String,
+    /// Only this group's messages
+    #[arg(long, value_name = "G")]
+    group: Option<String>,
+    /// Print at most this many
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    limit: u32,
+    /// Skip this many newer ones first (the pages before)
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    offset: u64,
+    /// Print JSON lines {"id", "group", "payload", "attempts", "outcome", "last_error",
+    /// "published_at", "handled_at"}: outcome "acked", "dropped" or "dead"; times in
+    /// RFC 3339 (UTC, microseconds); a payload that is not UTF-8 is null, with its bytes in
+    /// "payload_hex"
+    #[arg(long)]
+    json: bool,
+}
+
+/// `deploy --keep`'s value: what every duration flag takes ([`queue_cmd::duration`]), and
+/// whole days (`7d`), the unit a history is usually kept in.
+pub(crate) fn keep_duration(text: &str) -> Result<Duration, String> {
+    let days = text.strip_suffix('d').and_then(|n| n.parse::<u64>().ok());
+    match days {
+        Some(days) => queue_cmd::duration(&days.saturating_mul(86_400).to_string()),
+        None => queue_cmd::duration(text),
+    }
+}
+
+/// Prints a page of the queue's history, one line each.
+pub(crate) async fn history<DB: Db>(pool: Pool<DB>, url: &str, args: HistoryArgs) -> Result<(), CliError> {
+    let broker = Broker::new(pool, BrokerOptions::default()).await?;
+    let queue = queue_cmd::existing_queue(&broker, &args.table, url).await?;
+    let page = HistoryPage { group: args.group, limit: args.limit, offset: args.offset };
+    for entry in queue.history(&page).await? {
+        match args.json {
+            true => outln!("{}", json_line(&entry)),
+            false => outln!("{}", text_line(&entry)),
+        }
+    }
+    Ok(())
+}
+
+/// One entry for people: its strings quoted and escaped, so that it stays on one line.
+fn text_line(entry: &HistoryEntry) -> String {
+    let payload = match std::str::from_utf8(&entry.payload) {
+        Ok(text) => format!("{text:?}"),
+        Err(_) => format!("<{} bytes, not UTF-8>", entry.payload.len()),
+    };
+    format!(
+        "id {}  {}  group {:?}  attempts {}  handled {}  published {}  error {}  payload {payload}",
+        entry.id,
+        entry.outcome.as_str(),
+        entry.group,
+        entry.attempts,
+        rfc3339(entry.handled_at),
+        rfc3339(entry.published_at),
+        entry.last_error.as_deref().map_or_else(|| "-".to_owned(), |e| format!("{e:?}")),
+    )
+}
+
+/// One entry as a JSON line.
+fn json_line(entry: &HistoryEntry) -> serde_json::Value {
+    let mut line = json!({
+        "id": entry.id,
+        "group": entry.group,
+        "payload": std::str::from_utf8(&entry.payload).ok(),
+        "attempts": entry.attempts,
+        "outcome": entry.outcome.as_str(),
+        "last_error": entry.last_error,
+        "published_at": rfc3339(entry.published_at),
+        "handled_at": rfc3339(entry.handled_at),
+    });
+    if std::str::from_utf8(&entry.payload).is_err() {
+        let hex: String = entry.payload.iter().map(|b| format!("{b:02x}")).collect();
+        line["payload_hex"] = json!(hex);
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::SystemTime;
+
+    use rowbus::HistoryOutcome;
+
+    use super::*;
+
+    #[test]
+    fn keep_takes_days_and_every_duration_unit() {
+        assert_eq!(keep_duration("7d"), Ok(Duration::from_secs(7 * 86_400)));
+        assert_eq!(keep_duration("12h"), Ok(Duration::from_secs(12 * 3600)));
+        assert_eq!(keep_duration("0"), Ok(Duration::ZERO));
+        assert!(keep_duration("1.5d").unwrap_err().contains("not a duration"));
+        assert!(keep_duration("99999999d").unwrap_err().contains("at most 100 years"));
+    }
+
+    #[test]
+    fn lines_say_the_outcome_and_stay_one_line() {
+        let entry = HistoryEntry {
+            id: 7,
+            group: "g".into(),
+            payload: vec![0xff],
+            attempts: 2,
+            outcome: HistoryOutcome::DeadLettered,
+            last_error: Some("boom\nagain".into()),
+            published_at: SystemTime::UNIX_EPOCH,
+            handled_at: SystemTime::UNIX_EPOCH,
+        };
+        let text = text_line(&entry);
+        assert!(!text.contains('\n') && text.contains("  dead  ") && text.contains("<1 bytes"), "{text}");
+        let line = json_line(&entry);
+        assert_eq!((line["outcome"].clone(), line["payload_hex"].clone()), (json!("dead"), json!("ff")));
+        assert_eq!(line["handled_at"], "1970-01-01T00:00:00.000000Z");
+    }
+}

@@ -1,0 +1,365 @@
+//! Kept history against the real PostgreSQL and MariaDB and a temporary SQLite file: a
+//! queue deployed with a keep duration moves every handled message into `<table>_hist`
+//! with its outcome and attempts (single acknowledgements, runners' batched ones, drops,
+//! dead letters, transactional handlers); a queue without one keeps nothing; the cleanup
+//! deletes expired rows in batches, and a consuming broker runs it; deploying again adds
+//! the history tables to a queue made without them.
+
+mod common;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::{Cleanup, MARIADB, PG, TempSqlite, next_delivery as next, on_each_database, unique};
+use rowbus::{
+    Broker, BrokerOptions, Db, DbPool, Error, HistoryEntry, HistoryOutcome, HistoryPage, Message, Outcome,
+    Pruned, Queue, RetryPolicy,
+};
+
+/// A broker whose messages die at their first failure, and the same pool as a [`DbPool`]
+/// for the test's own statements; the SQLite file lives as long as it.
+struct Env<DB: Db> {
+    broker: Broker<DB>,
+    db: DbPool,
+    _file: Option<Arc<TempSqlite>>,
+}
+
+fn options() -> BrokerOptions {
+    BrokerOptions {
+        retry: RetryPolicy { max_attempts: 1, ..RetryPolicy::default() },
+        poll_interval: Duration::from_millis(50),
+        ..BrokerOptions::default()
+    }
+}
+
+/// One test of `scenario` on `database`, for [`on_each_database!`].
+macro_rules! database_test {
+    ($database:ident, $scenario:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $database() {
+            let (url, file) = match stringify!($database) {
+                "postgres" => (PG.to_owned(), None),
+                "mariadb" => (MARIADB.to_owned(), None),
+                _ => {
+                    let file = Arc::new(TempSqlite::new());
+                    (file.url.clone(), Some(file))
+                }
+            };
+            let db = DbPool::connect_creating(&url, 8)
+                .await
+                .unwrap_or_else(|e| panic!("{url} must be reachable (run scripts/services.sh): {e}"));
+            match db.clone() {
+                DbPool::Postgres(pool) => super::$scenario(env(pool, db, file).await).await,
+                DbPool::MySql(pool) => super::$scenario(env(pool, db, file).await).await,
+                DbPool::Sqlite(pool) => super::$scenario(env(pool, db, file).await).await,
+            }
+        }
+    };
+}
+
+async fn env<DB: Db>(pool: sqlx::Pool<DB>, db: DbPool, file: Option<Arc<TempSqlite>>) -> Env<DB> {
+    Env { broker: Broker::new(pool, options()).await.unwrap(), db, _file: file }
+}
+
+/// A new queue, its tables dropped when the guard goes (also when the test fails).
+fn new_queue<DB: Db>(broker: &Broker<DB>, cleanup: &Cleanup) -> Queue<DB> {
+    broker.queue(&cleanup.queue(&unique("hist"))).unwrap()
+}
+
+const WEEK: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// The whole history, newest first.
+async fn history<DB: Db>(q: &Queue<DB>) -> Vec<HistoryEntry> {
+    q.history(&HistoryPage { limit: 1000, ..HistoryPage::default() }).await.unwrap()
+}
+
+/// Waits (at most 20 s) until `check` holds.
+async fn eventually<F: Future<Output = bool>>(what: &str, mut check: impl FnMut() -> F) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !check().await {
+        assert!(tokio::time::Instant::now() < deadline, "{what} within 20 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The entry for payload `text`.
+fn entry<'a>(entries: &'a [HistoryEntry], text: &str) -> &'a HistoryEntry {
+    entries
+        .iter()
+        .find(|e| e.payload == text.as_bytes())
+        .unwrap_or_else(|| panic!("{text} kept: {entries:#?}"))
+}
+
+/// Each way a leased message is settled lands in the history: a single acknowledgement
+/// (with the attempts a retry added and its error), a dead letter with its reason, a
+/// handler's drop, and the acknowledgements and drops that runners send in batches; each
+/// with its group, payload, attempts and publish time, newest first; paging and the group
+/// filter work.
+async fn leased_settlements_are_kept<DB: Db>(env: Env<DB>) {
+    let cleanup = Cleanup::new(DB::BACKEND);
+    let q = new_queue(&env.broker, &cleanup);
+    q.deploy_keeping(WEEK).await.unwrap();
+    assert_eq!(q.keep().await.unwrap(), Some(WEEK));
+
+    q.publish_batch(["acked", "retried", "dead", "discarded"].map(Message::text)).await.unwrap();
+    let mut sub = q.subscribe().stream().await.unwrap();
+    let mut seen = 0;
+    while seen < 5 {
+        let d = next(&mut sub).await;
+        seen += 1;
+        match (d.text().unwrap(), d.attempt()) {
+            ("acked", _) | ("retried", 2) => d.ack().await.unwrap(),
+            ("retried", _) => d.retry(Duration::ZERO, "not yet").await.unwrap(),
+            ("dead", _) => d.dead_letter("boom").await.unwrap(),
+            ("discarded", _) => d.discard().await.unwrap(),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    drop(sub);
+
+    // A runner's acknowledgements ride on its claims or go out in batches; a batch
+    // runner's drop is one statement.
+    q.publish_batch((0..6).map(|i| Message::text(format!("run {i}")).group("runs"))).await.unwrap();
+    q.publish_batch((0..3).map(|i| Message::text(format!("drop {i}")).group("drops"))).await.unwrap();
+    let handled = Arc::new(AtomicUsize::new(0));
+    let (done, stop) = tokio::sync::oneshot::channel::<()>();
+    let done = std::sync::Mutex::new(Some(done));
+    let count = handled.clone();
+    let runs = q.subscribe().group("runs").workers(3).until(async { drop(stop.await) }).run(move |_d| {
+        if count.fetch_add(1, Ordering::SeqCst) + 1 == 6 {
+            done.lock().unwrap().take().map(|d| d.send(()));
+        }
+        async { Ok::<_, Error>(()) }
+    });
+    runs.await.unwrap();
+    let (done, stop) = tokio::sync::oneshot::channel::<()>();
+    let done = std::sync::Mutex::new(Some(done));
+    let drops =
+        q.subscribe().group("drops").batch(3).until(async { drop(stop.await) }).run_batch(move |batch| {
+            assert_eq!(batch.len(), 3, "one claim takes the three");
+            done.lock().unwrap().take().map(|d| d.send(()));
+            async { Ok::<_, Error>(Outcome::Drop) }
+        });
+    drops.await.unwrap();
+
+    eventually("13 kept", || async { history(&q).await.len() == 13 }).await;
+    let kept = history(&q).await;
+    let acked = entry(&kept, "acked");
+    assert_eq!(
+        (acked.outcome.clone(), acked.attempts, acked.group.as_str()),
+        (HistoryOutcome::Acknowledged, 1, "")
+    );
+    assert!(acked.handled_at >= acked.published_at);
+    let retried = entry(&kept, "retried");
+    assert_eq!((retried.outcome.clone(), retried.attempts), (HistoryOutcome::Acknowledged, 2));
+    assert_eq!(retried.last_error.as_deref(), Some("not yet"));
+    let dead = entry(&kept, "dead");
+    assert_eq!((dead.outcome.clone(), dead.attempts), (HistoryOutcome::DeadLettered, 1));
+    assert_eq!(dead.last_error.as_deref(), Some("boom"));
+    assert_eq!(q.depth("").await.unwrap(), (0, 1), "the dead letter is in the dead-letter table too");
+    assert_eq!(entry(&kept, "discarded").outcome, HistoryOutcome::Dropped);
+    for i in 0..6 {
+        let run = entry(&kept, &format!("run {i}"));
+        assert_eq!(
+            (run.outcome.clone(), run.attempts, run.group.as_str()),
+            (HistoryOutcome::Acknowledged, 1, "runs")
+        );
+    }
+    for i in 0..3 {
+        assert_eq!(entry(&kept, &format!("drop {i}")).outcome, HistoryOutcome::Dropped);
+    }
+    assert!(kept.windows(2).all(|w| w[0].handled_at >= w[1].handled_at), "newest first");
+    let drops = q.history(&HistoryPage { group: Some("drops".into()), limit: 2, offset: 1 }).await.unwrap();
+    assert_eq!(drops.len(), 2);
+    assert!(drops.iter().all(|e| e.group == "drops"));
+    assert_eq!(drops[0], kept.iter().filter(|e| e.group == "drops").nth(1).unwrap().clone());
+    for group in ["", "runs", "drops"] {
+        assert_eq!(q.depth(group).await.unwrap().0, 0, "nothing left in {group:?}");
+    }
+    env.broker.shutdown(Duration::from_secs(1)).await;
+}
+on_each_database!(leased_settlements_are_kept);
+
+/// A transactional handler's commit writes its messages into the history with it (its
+/// attempt counted), a batch's too; a failure that dead-letters them keeps them as dead
+/// with the error; a rolled-back transaction keeps nothing of the attempt.
+async fn transactional_handlers_keep_too<DB: Db>(env: Env<DB>) {
+    let cleanup = Cleanup::new(DB::BACKEND);
+    let q = new_queue(&env.broker, &cleanup);
+    q.deploy_keeping(WEEK).await.unwrap();
+    q.publish_batch(["tx ok", "tx fail"].map(Message::text)).await.unwrap();
+    q.publish_batch((0..4).map(|i| Message::text(format!("batch {i}")).group("b"))).await.unwrap();
+
+    let handled = Arc::new(AtomicUsize::new(0));
+    let (done, stop) = tokio::sync::oneshot::channel::<()>();
+    let done = Arc::new(std::sync::Mutex::new(Some(done)));
+    let count = handled.clone();
+    let single = q.subscribe().until(async { drop(stop.await) }).run_tx(move |_conn, m| {
+        let (count, done) = (count.clone(), done.clone());
+        Box::pin(async move {
+            if count.fetch_add(1, Ordering::SeqCst) + 1 == 2 {
+                done.lock().unwrap().take().map(|d| d.send(()));
+            }
+            match m.payload() {
+                b"tx fail" => Err("handler failed".to_owned()),
+                _ => Ok(()),
+            }
+        })
+    });
+    single.await.unwrap();
+    let (done, stop) = tokio::sync::oneshot::channel::<()>();
+    let done = Arc::new(std::sync::Mutex::new(Some(done)));
+    let batch =
+        q.subscribe().group("b").batch(4).until(async { drop(stop.await) }).run_batch_tx(move |_conn, ms| {
+            let done = done.clone();
+            Box::pin(async move {
+                assert_eq!(ms.len(), 4);
+                done.lock().unwrap().take().map(|d| d.send(()));
+                Ok::<_, Error>(())
+            })
+        });
+    batch.await.unwrap();
+
+    eventually("6 kept", || async { history(&q).await.len() == 6 }).await;
+    let kept = history(&q).await;
+    let ok = entry(&kept, "tx ok");
+    assert_eq!(
+        (ok.outcome.clone(), ok.attempts, ok.last_error.clone()),
+        (HistoryOutcome::Acknowledged, 1, None)
+    );
+    let failed = entry(&kept, "tx fail");
+    assert_eq!((failed.outcome.clone(), failed.attempts), (HistoryOutcome::DeadLettered, 1));
+    assert_eq!(failed.last_error.as_deref(), Some("handler failed"));
+    for i in 0..4 {
+        let e = entry(&kept, &format!("batch {i}"));
+        assert_eq!((e.outcome.clone(), e.group.as_str()), (HistoryOutcome::Acknowledged, "b"));
+    }
+    assert_eq!(q.depth("").await.unwrap(), (0, 1));
+    env.broker.shutdown(Duration::from_secs(1)).await;
+}
+on_each_database!(transactional_handlers_keep_too);
+
+/// A queue deployed without a keep duration keeps nothing, and `--keep 0` turns keeping
+/// off for what is handled after it.
+async fn without_keep_nothing_is_kept<DB: Db>(env: Env<DB>) {
+    let cleanup = Cleanup::new(DB::BACKEND);
+    let q = new_queue(&env.broker, &cleanup);
+    q.deploy().await.unwrap();
+    assert_eq!(q.keep().await.unwrap(), None);
+    q.publish_batch(["a", "b"].map(Message::text)).await.unwrap();
+    let mut sub = q.subscribe().batch(2).stream().await.unwrap();
+    next(&mut sub).await.ack().await.unwrap();
+    next(&mut sub).await.dead_letter("gone").await.unwrap();
+    drop(sub);
+    assert!(history(&q).await.is_empty());
+
+    q.deploy_keeping(WEEK).await.unwrap();
+    q.deploy().await.unwrap();
+    assert_eq!(q.keep().await.unwrap(), Some(WEEK), "a deploy without a keep duration leaves it");
+    q.deploy_keeping(Duration::ZERO).await.unwrap();
+    assert_eq!(q.keep().await.unwrap(), None);
+    q.publish(Message::text("c")).await.unwrap();
+    let mut sub = q.subscribe().stream().await.unwrap();
+    next(&mut sub).await.ack().await.unwrap();
+    drop(sub);
+    assert!(history(&q).await.is_empty());
+    assert_eq!(q.depth("").await.unwrap(), (0, 1));
+    env.broker.shutdown(Duration::from_secs(1)).await;
+}
+on_each_database!(without_keep_nothing_is_kept);
+
+/// Moves every history row of `q` back in time by two hours, with the test's own SQL.
+async fn backdate<DB: Db>(db: &DbPool, q: &Queue<DB>) -> u64 {
+    let h = format!("{}_hist", q.table());
+    let sql = match db {
+        DbPool::Postgres(_) => format!("UPDATE \"{h}\" SET handled_at = handled_at - interval '2 hours'"),
+        DbPool::MySql(_) => format!("UPDATE `{h}` SET handled_at = handled_at - INTERVAL 2 HOUR"),
+        DbPool::Sqlite(_) => format!("UPDATE `{h}` SET handled_at = handled_at - 7200000000"),
+    };
+    let sql = sqlx::AssertSqlSafe(sql);
+    match db {
+        DbPool::Postgres(pool) => sqlx::query(sql).execute(pool).await.unwrap().rows_affected(),
+        DbPool::MySql(pool) => sqlx::query(sql).execute(pool).await.unwrap().rows_affected(),
+        DbPool::Sqlite(pool) => sqlx::query(sql).execute(pool).await.unwrap().rows_affected(),
+    }
+}
+
+/// Acknowledges `n` messages of `q` one by one.
+async fn ack_some<DB: Db>(q: &Queue<DB>, prefix: &str, n: usize) {
+    q.publish_batch((0..n).map(|i| Message::text(format!("{prefix} {i}")))).await.unwrap();
+    let mut sub = q.subscribe().batch(n).stream().await.unwrap();
+    for _ in 0..n {
+        next(&mut sub).await.ack().await.unwrap();
+    }
+}
+
+/// The cleanup deletes only what is older than the keep duration, oldest first, a batch a
+/// statement until one is not full; with keeping turned off it deletes what was kept, and
+/// a consuming broker runs it when its subscription starts.
+async fn cleanup_deletes_expired_rows_in_batches<DB: Db>(env: Env<DB>) {
+    let cleanup = Cleanup::new(DB::BACKEND);
+    let q = new_queue(&env.broker, &cleanup);
+    q.deploy_keeping(Duration::from_secs(3600)).await.unwrap();
+    ack_some(&q, "old", 5).await;
+    assert_eq!(backdate(&env.db, &q).await, 5);
+    ack_some(&q, "new", 1).await;
+    assert_eq!(q.prune_history(2).await.unwrap(), Pruned { rows: 5, batches: 3 });
+    let kept = history(&q).await;
+    assert_eq!(kept.iter().map(|e| e.payload.clone()).collect::<Vec<_>>(), vec![b"new 0".to_vec()]);
+    assert_eq!(q.prune_history(2).await.unwrap(), Pruned { rows: 0, batches: 1 });
+
+    // Turned off by this broker's deploy; another broker (another process) that starts
+    // consuming reads the setting, and its first cleanup pass empties the history.
+    q.deploy_keeping(Duration::ZERO).await.unwrap();
+    assert_eq!(history(&q).await.len(), 1, "a deploy deletes nothing itself");
+    let other = Broker::new(env.broker.pool().clone(), options()).await.unwrap();
+    let _sub = other.queue(q.table().channel()).unwrap().subscribe().stream().await.unwrap();
+    eventually("the consuming broker's cleanup empties the history", || async {
+        history(&q).await.is_empty()
+    })
+    .await;
+    other.shutdown(Duration::from_secs(1)).await;
+    env.broker.shutdown(Duration::from_secs(1)).await;
+}
+on_each_database!(cleanup_deletes_expired_rows_in_batches);
+
+/// A queue made before kept history (no `_hist` or `_keep` table): its consumers go on
+/// and keep nothing, reading its history says to deploy again, which adds the tables and
+/// leaves the messages; then it keeps.
+async fn deploy_again_adds_history<DB: Db>(env: Env<DB>) {
+    let cleanup = Cleanup::new(DB::BACKEND);
+    let q = new_queue(&env.broker, &cleanup);
+    q.deploy().await.unwrap();
+    for suffix in ["_hist", "_keep"] {
+        let sql = sqlx::AssertSqlSafe(format!("DROP TABLE {}{suffix}", q.table()));
+        match &env.db {
+            DbPool::Postgres(pool) => drop(sqlx::query(sql).execute(pool).await.unwrap()),
+            DbPool::MySql(pool) => drop(sqlx::query(sql).execute(pool).await.unwrap()),
+            DbPool::Sqlite(pool) => drop(sqlx::query(sql).execute(pool).await.unwrap()),
+        }
+    }
+    q.publish_batch(["before", "waiting"].map(Message::text)).await.unwrap();
+    let mut sub = q.subscribe().stream().await.unwrap();
+    let d = next(&mut sub).await;
+    assert_eq!(d.text().unwrap(), "before");
+    d.ack().await.unwrap();
+    drop(sub);
+    match q.history(&HistoryPage::default()).await {
+        Err(e @ Error::MissingHistoryTable { .. }) => {
+            assert!(e.to_string().contains("rowbus deploy --queue"), "{e}")
+        }
+        other => panic!("expected MissingHistoryTable, got {other:?}"),
+    }
+    assert!(matches!(q.keep().await, Err(Error::MissingHistoryTable { .. })));
+    q.deploy_keeping(WEEK).await.unwrap();
+    assert_eq!(q.depth("").await.unwrap(), (1, 0), "the message stays");
+    let mut sub = q.subscribe().stream().await.unwrap();
+    next(&mut sub).await.ack().await.unwrap();
+    let kept = history(&q).await;
+    assert_eq!(kept.len(), 1, "{kept:#?}");
+    assert_eq!(entry(&kept, "waiting").outcome, HistoryOutcome::Acknowledged);
+    env.broker.shutdown(Duration::from_secs(1)).await;
+}
+on_each_database!(deploy_again_adds_history);

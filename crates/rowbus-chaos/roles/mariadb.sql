@@ -3,7 +3,7 @@
 -- Each `-- @section NAME` is applied on its own; placeholders are substituted first:
 --   @PREFIX@ user-name prefix, @PASSWORD@ the users' password, @SCHEMA@ the database of the
 --   tables, @NOTIFY@ the notify table, @QUEUE@ a queue table (its dead letters: @QUEUE@_dead, its pauses: @QUEUE@_pause, its history:
---   @QUEUE@_hist and @QUEUE@_keep).
+--   @QUEUE@_hist and @QUEUE@_keep, its schedules: @QUEUE@_sched and @QUEUE@_ticks).
 -- Every statement is idempotent: run it again after adding a queue. The tables must exist.
 
 -- @section roles
@@ -34,6 +34,10 @@ GRANT SELECT ON `@SCHEMA@`.`@QUEUE@_pause` TO '@PREFIX@consumer'@'%';
 -- every settlement and cleaned up by the consumers' brokers (SELECT: the cleanup's read).
 GRANT SELECT ON `@SCHEMA@`.`@QUEUE@_keep` TO '@PREFIX@consumer'@'%';
 GRANT SELECT, INSERT, DELETE ON `@SCHEMA@`.`@QUEUE@_hist` TO '@PREFIX@consumer'@'%';
+-- A consuming broker runs the queue's schedules (rowbus schedule): it reads them, records
+-- each tick it publishes under the tick key, and cleans up old ticks.
+GRANT SELECT ON `@SCHEMA@`.`@QUEUE@_sched` TO '@PREFIX@consumer'@'%';
+GRANT SELECT, INSERT, DELETE ON `@SCHEMA@`.`@QUEUE@_ticks` TO '@PREFIX@consumer'@'%';
 
 -- @section queue-listen-notify
 -- listen_notify: publishers write wake-up rows; the consumers' broker polls and cleans up.

@@ -201,6 +201,8 @@ fn roles_script(db: &str) {
         format!("CREATE TABLE IF NOT EXISTS {queue}_pause (id BIGINT, v TEXT)"),
         format!("CREATE TABLE IF NOT EXISTS {queue}_hist (id BIGINT, v TEXT)"),
         format!("CREATE TABLE IF NOT EXISTS {queue}_keep (id BIGINT, v TEXT)"),
+        format!("CREATE TABLE IF NOT EXISTS {queue}_sched (id BIGINT, v TEXT)"),
+        format!("CREATE TABLE IF NOT EXISTS {queue}_ticks (id BIGINT, v TEXT)"),
         format!("CREATE TABLE IF NOT EXISTS {notify} (id BIGINT, v TEXT)"),
     ] {
         assert!(sql_as(db, admin, &statement), "{statement}");
@@ -232,6 +234,11 @@ fn roles_script(db: &str) {
         refused("roles_ci_consumer", format!("INSERT INTO {queue}_keep (id) VALUES (1)")),
         allowed("roles_ci_consumer", format!("INSERT INTO {queue}_hist (id) VALUES (1)")),
         allowed("roles_ci_consumer", format!("DELETE FROM {queue}_hist WHERE id = 2")),
+        // Its broker runs the schedules: reads them, records and cleans up ticks.
+        allowed("roles_ci_consumer", format!("SELECT * FROM {queue}_sched")),
+        refused("roles_ci_consumer", format!("INSERT INTO {queue}_sched (id) VALUES (1)")),
+        allowed("roles_ci_consumer", format!("INSERT INTO {queue}_ticks (id) VALUES (1)")),
+        allowed("roles_ci_consumer", format!("DELETE FROM {queue}_ticks WHERE id = 2")),
         refused("roles_ci_listener", format!("SELECT * FROM {queue}")),
         refused("roles_ci_notifier", format!("INSERT INTO {queue} (id) VALUES (1)")),
     ];

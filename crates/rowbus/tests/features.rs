@@ -534,3 +534,25 @@ async fn many_priorities_drain_in_order<DB: Brokers>(place: Place) {
     q.undeploy().await.unwrap();
 }
 on_each_database!(many_priorities_drain_in_order);
+
+/// Headers count towards a message's size: a message whose headers alone are over what the
+/// server takes in one statement (MariaDB's `max_allowed_packet`) is refused before
+/// anything is sent, naming the setting.
+async fn headers_are_size_limited<DB: Brokers>(place: Place) {
+    let broker = DB::broker(&place, quick()).await;
+    let cleanup = Cleanup::new(DB::BACKEND);
+    let q = queue(&broker, &cleanup, "bigheaders").await;
+    let limit = q.max_message_bytes().await.unwrap();
+    let big = Message::text("small").header("h", "x".repeat(usize::try_from(limit).unwrap()));
+    match q.publish_batch([Message::text("before"), big]).await {
+        Err(Error::MessageTooLarge { bytes, limit: said, setting }) => {
+            assert!(bytes as u64 > said && said == limit, "{bytes} {said}");
+            assert!(setting.contains("max_allowed_packet"), "{setting}");
+        }
+        other => panic!("expected MessageTooLarge, got {other:?}"),
+    }
+    assert_eq!(q.depth("").await.unwrap().0, 0, "nothing of the refused batch was published");
+    broker.shutdown(Duration::from_secs(1)).await;
+    q.undeploy().await.unwrap();
+}
+on_each_database!(headers_are_size_limited on mariadb);

@@ -3,6 +3,7 @@
 
 use std::str::FromStr as _;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -37,7 +38,60 @@ async fn session(conn: &mut MySqlConnection) -> Result<(), sqlx::Error> {
     for statement in SESSION {
         sqlx::Executor::execute(&mut *conn, statement).await?;
     }
+    let increment: i64 =
+        sqlx::query_scalar("SELECT CAST(@@auto_increment_increment AS SIGNED)").fetch_one(&mut *conn).await?;
+    if increment > 1 {
+        LANES.store(true, Ordering::Relaxed);
+    }
     Ok(())
+}
+
+/// Whether a connection of this process has seen `auto_increment_increment` above 1 (a
+/// Galera node, where it is the cluster's size): claims then go lane first
+/// ([`claim_in_lanes`]). Until one has, every claim is the plain one, which on a server
+/// whose increment is 1 is all one lane anyway; once set, a short claim costs a second
+/// statement, which on such a server finds nothing.
+static LANES: AtomicBool = AtomicBool::new(false);
+
+/// This node's lane of a queue table. Galera's row locks are local to a node: claims on
+/// two nodes that lock the same first ready rows both succeed until one of them loses
+/// certification at `COMMIT` (1213) and claims again. Galera gives each node its own
+/// `auto_increment_offset` (1..n) and all the same `auto_increment_increment` (n), so
+/// `id DIV n` counts the rows one node inserts and `MOD(id DIV n, n)` spreads every node's
+/// rows over n lanes; a claim first takes its own node's lane, in claim order, and only
+/// when that is short of its limit the other lanes'. Several consumers on one node share
+/// its lane and skip each other's locked rows as on one server.
+const LANE: &str =
+    "MOD(id DIV @@auto_increment_increment, @@auto_increment_increment) = @@auto_increment_offset - 1";
+
+/// `claim`, a claim statement of the table `quoted`, kept to this node's lane (`mine`) or
+/// to the other lanes.
+fn lane_claim(claim: &str, quoted: &str, mine: bool) -> Arc<str> {
+    let at = format!("FROM {quoted} WHERE ");
+    let lane = if mine { format!("{LANE} AND ") } else { format!("NOT ({LANE}) AND ") };
+    claim.replacen(&at, &format!("{at}{lane}"), 1).into()
+}
+
+/// Runs the claim `claim` (binds: group, group, limit) lane first when [`LANES`] says this
+/// may be a Galera node: the rows of this node's lane, then, for what is left of `limit`,
+/// the other lanes' (a node whose consumers stopped, or is down, leaves its lane to them).
+async fn claim_in_lanes(
+    conn: &mut MySqlConnection,
+    claim: &Arc<str>,
+    quoted: &str,
+    group: &str,
+    limit: i64,
+) -> Result<Vec<ClaimedRow>, sqlx::Error> {
+    let binds = |limit| [Arg::Text(group), Arg::Text(group), Arg::Int(limit)];
+    if !LANES.load(Ordering::Relaxed) {
+        return MySql::fetch_claimed(conn, claim, &binds(limit)).await;
+    }
+    let mut rows = MySql::fetch_claimed(conn, &lane_claim(claim, quoted, true), &binds(limit)).await?;
+    let short = limit.saturating_sub(i64::try_from(rows.len()).unwrap_or(i64::MAX));
+    if short > 0 {
+        rows.extend(MySql::fetch_claimed(conn, &lane_claim(claim, quoted, false), &binds(short)).await?);
+    }
+    Ok(rows)
 }
 
 fn options(url: &str) -> Result<MySqlConnectOptions, Error> {
@@ -235,9 +289,7 @@ impl Dialect for MySql {
         token: i64,
     ) -> BoxFuture<'c, Result<Vec<ClaimedRow>, sqlx::Error>> {
         Box::pin(async move {
-            let mut rows =
-                Self::fetch_claimed(conn, &sql.claim, &[Arg::Text(group), Arg::Text(group), Arg::Int(limit)])
-                    .await?;
+            let mut rows = claim_in_lanes(conn, &sql.claim, &sql.quoted, group, limit).await?;
             if !rows.is_empty() {
                 let mark = Arc::from(claim_mark(&sql.quoted, rows.len()));
                 let mut args = vec![Arg::Int(lease), Arg::Int(token)];
@@ -259,12 +311,7 @@ impl Dialect for MySql {
         limit: i64,
     ) -> BoxFuture<'c, Result<Vec<ClaimedRow>, sqlx::Error>> {
         Box::pin(async move {
-            let rows = Self::fetch_claimed(
-                conn,
-                &sql.claim_locked,
-                &[Arg::Text(group), Arg::Text(group), Arg::Int(limit)],
-            )
-            .await?;
+            let rows = claim_in_lanes(conn, &sql.claim_locked, &sql.quoted, group, limit).await?;
             for chunk in rows.chunks(ACK_BATCH) {
                 let delete = Arc::from(delete_locked(&sql.quoted, chunk.len()));
                 let args: Vec<Arg<'_>> = chunk.iter().map(|row| Arg::Int(row.id)).collect();
@@ -427,6 +474,21 @@ mod tests {
         assert!(t.claim_locked.starts_with("SELECT CAST(id AS SIGNED)"));
         assert_eq!(claim_mark("`jobs`", 2).matches('?').count(), 4);
         assert_eq!(delete_locked("`jobs`", 2), "DELETE FROM `jobs` WHERE id IN (?, ?)");
+    }
+
+    #[test]
+    fn a_lane_claim_adds_the_lane_to_the_claim_of_the_table() {
+        let t = sql("app.jobs");
+        let mine = lane_claim(&t.claim, &t.quoted, true);
+        let others = lane_claim(&t.claim, &t.quoted, false);
+        assert_eq!(*mine, *t.claim.replacen("WHERE group_name", &format!("WHERE {LANE} AND group_name"), 1));
+        assert_eq!(
+            *others,
+            *t.claim.replacen("WHERE group_name", &format!("WHERE NOT ({LANE}) AND group_name"), 1)
+        );
+        // The binds are the claim's: the lane reads the session's variables.
+        assert_eq!(mine.matches('?').count(), t.claim.matches('?').count());
+        assert_eq!(lane_claim(&t.claim_locked, &t.quoted, true), mine);
     }
 
     #[test]

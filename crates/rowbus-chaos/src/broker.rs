@@ -124,7 +124,7 @@ async fn run_on<DB: Exec>(ctx: &Ctx, transactional: bool) -> Result<Report, BoxE
                 consumers.sigkill_and_restart(victim).await?;
                 faults.sigkills += 1;
             }
-            _ = crash_tick.tick(), if ctx.server.is_some() => {
+            _ = crash_tick.tick(), if ctx.crashes_servers() => {
                 progress.phase("server crashed; starting it again");
                 crashes.extend(ctx.crash_server().await?);
             }
@@ -225,7 +225,7 @@ async fn run_on<DB: Exec>(ctx: &Ctx, transactional: bool) -> Result<Report, BoxE
         ]);
     }
     let recoveries = super::recoveries(&crashes, &deliveries.iter().map(|d| d.at).collect::<Vec<_>>());
-    if ctx.server.is_some() {
+    if ctx.crashes_servers() {
         counts.extend(server_counts(&crashes, &recoveries));
     }
     counts.extend([
@@ -270,7 +270,7 @@ async fn run_on<DB: Exec>(ctx: &Ctx, transactional: bool) -> Result<Report, BoxE
             .problems
             .push("no message was handled after a server restart: the consumers did not recover".into());
     }
-    if ctx.server.is_some() && crashes.is_empty() {
+    if ctx.crashes_servers() && crashes.is_empty() {
         report.problems.push("the server was never crashed: run longer or crash more often".into());
     }
     if c.acknowledged == 0 {

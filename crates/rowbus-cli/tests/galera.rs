@@ -364,7 +364,17 @@ fn a_node_killed_mid_drain_loses_nothing_and_its_consumer_carries_on() {
     publish(1, &table, &after);
     expected.extend(after.iter().cloned());
     collect(&mut consumers, &mut seen, &expected, Duration::from_secs(120));
-    thread::sleep(Duration::from_secs(1));
+    // A message handled when the node died, its acknowledgement lost, is still queued
+    // under its lease: it runs again once that runs out (5 s).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while sql(1, &format!("SELECT COUNT(*) FROM `{table}`")).trim() != "0" {
+        assert!(
+            Instant::now() < deadline,
+            "the queue did not empty within 60 s after every message was handled"
+        );
+        poll(&mut consumers, &mut seen);
+        thread::sleep(Duration::from_millis(100));
+    }
     poll(&mut consumers, &mut seen);
     let logs: Vec<String> = consumers.iter_mut().map(Consumer::stop).collect();
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command: starts the database services if they are down, then runs every test
-# of the workspace against them (PostgreSQL and MariaDB on 127.0.0.1, SQLite in temp files).
+# of the workspace against them (PostgreSQL and MariaDB on 127.0.0.1, SQLite in temp files;
+# the cluster tests start their own Galera cluster and PostgreSQL standby, stopped after).
 # Every test drops the tables and schemas it makes: this fails when the `test` databases
 # hold any table or schema after the run that they did not hold before it.
 set -euo pipefail
@@ -28,6 +29,10 @@ test_tables() {
 
 before=$(test_tables)
 status=0
+# The cluster tests (rowbus-cli's galera and failover) start a three-node Galera cluster
+# (scripts/galera.sh) and a PostgreSQL primary and standby (scripts/pg-standby.sh) when
+# they are down; they are throwaway and CPU-heavy: stopped after the run, however it went.
+trap 'scripts/galera.sh down >/dev/null 2>&1 || true; scripts/pg-standby.sh down >/dev/null 2>&1 || true' EXIT
 cargo test --workspace "$@" || status=$?
 after=$(test_tables)
 

@@ -52,7 +52,8 @@ impl Spawner {
             .args(["--max-secs", &self.max_life.as_secs().max(1).to_string()])
             .arg("--journal")
             .arg(journal_path(&self.dir, proc, incarnation))
-            .env("DATABASE_URL", &self.url)
+            // Several hosts (a Galera cluster's nodes): consumer i starts on the i-th.
+            .env("DATABASE_URL", super::galera::rotate_hosts(&self.url, usize::try_from(proc).unwrap_or(0)))
             .env("RUST_LOG", "warn")
             .env("NO_COLOR", "1")
             .stdin(Stdio::piped())

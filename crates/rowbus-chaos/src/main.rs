@@ -11,6 +11,7 @@ mod broker;
 mod children;
 mod consumer;
 mod faults;
+mod galera;
 mod history;
 mod notify;
 mod random;
@@ -128,7 +129,13 @@ struct ChaosArgs {
     /// --crash-every (`pg_ctl stop -m immediate`, `kill -9`) and start it again
     #[arg(long)]
     server_faults: bool,
-    /// How often --server-faults crashes the server, e.g. 30s, 1m
+    /// The URL lists the nodes of scripts/galera.sh's Galera cluster
+    /// (mysql://root@127.0.0.1:3311,127.0.0.1:3312,127.0.0.1:3313/test), brought up if down:
+    /// consumer i starts on node i (the others after it in its URL), and in the broker
+    /// scenarios one node in turn is SIGKILLed and started again every --crash-every
+    #[arg(long, conflicts_with = "server_faults")]
+    galera_faults: bool,
+    /// How often --server-faults crashes the server (--galera-faults a node), e.g. 30s, 1m
     #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = rowbus::parse_duration)]
     crash_every: Duration,
     /// Keep the run's directory (consumer journals and logs, the SQLite file) even when
@@ -151,6 +158,8 @@ pub(crate) struct Ctx {
     pub settings: ChaosArgs,
     /// The throwaway server of `--server-faults`.
     server: Option<tokio::sync::Mutex<server::Server>>,
+    /// The cluster of `--galera-faults`.
+    galera: Option<tokio::sync::Mutex<galera::Galera>>,
 }
 
 impl Ctx {
@@ -162,6 +171,11 @@ impl Ctx {
     /// With `--server-faults`: crashes the throwaway server, leaves it down for a second,
     /// starts it again. Returns (crashed, accepting connections again), in µs.
     pub(crate) async fn crash_server(&self) -> Result<Option<(i64, i64)>, BoxError> {
+        if let Some(galera) = &self.galera {
+            let crashed = time::now_us();
+            galera.lock().await.crash_next().await?;
+            return Ok(Some((crashed, time::now_us())));
+        }
         let Some(server) = &self.server else { return Ok(None) };
         let mut server = server.lock().await;
         let crashed = time::now_us();
@@ -169,6 +183,12 @@ impl Ctx {
         tokio::time::sleep(Duration::from_secs(1)).await;
         server.start().await?;
         Ok(Some((crashed, time::now_us())))
+    }
+
+    /// Whether the broker scenarios crash a server (`--server-faults`) or a Galera node
+    /// (`--galera-faults`).
+    pub(crate) fn crashes_servers(&self) -> bool {
+        self.server.is_some() || self.galera.is_some()
     }
 
     /// When the first server crash of a scenario happens, and how often the next.
@@ -275,6 +295,9 @@ async fn run(url: &str, args: ChaosArgs) -> Result<bool, BoxError> {
     if args.server_faults && backend == Backend::Sqlite {
         return Err("--server-faults needs a postgres:// or mysql:// URL".into());
     }
+    if args.galera_faults && backend != Backend::MySql {
+        return Err("--galera-faults needs a mysql:// URL listing the cluster's nodes".into());
+    }
     let run_id = time::now_us() % 1_000_000_000;
     let dir = std::env::temp_dir().join(format!("rowbus-chaos-{}-{run_id}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
@@ -341,6 +364,10 @@ async fn prepare(
         true => Some(server::Server::create(backend, &dir.join("server")).await?),
         false => None,
     };
+    let galera = match args.galera_faults {
+        true => Some(tokio::sync::Mutex::new(galera::Galera::new(url).await?)),
+        false => None,
+    };
     // SQLite: a scratch file of the run's own, never the file the URL names.
     let admin_url = match (&server, backend) {
         (Some(server), _) => server.url(),
@@ -359,6 +386,7 @@ async fn prepare(
         dir: dir.to_owned(),
         settings: args.clone(),
         server: server.map(tokio::sync::Mutex::new),
+        galera,
     };
     if !args.json {
         eprintln!(
@@ -368,6 +396,12 @@ async fn prepare(
             time::human(args.duration),
             dir.display()
         );
+        if args.galera_faults {
+            eprintln!(
+                "rowbus-chaos: a Galera node SIGKILLed and started again every {} (broker scenarios)",
+                time::human(args.crash_every)
+            );
+        }
         if args.server_faults {
             eprintln!(
                 "rowbus-chaos: a throwaway server at {}, crashed every {}",

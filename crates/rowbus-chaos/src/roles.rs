@@ -71,6 +71,10 @@ pub(crate) fn url(admin_url: &str, backend: Backend, role: Role) -> Result<Strin
             .password(PASSWORD)
             .to_url_lossy()
             .to_string(),
+        // sqlx parses one host: a several-host URL (a Galera cluster's) gets its user here.
+        Backend::MySql if super::galera::several_hosts(admin_url) => {
+            super::galera::with_user(admin_url, &role.user(), PASSWORD)?
+        }
         Backend::MySql => {
             let url = match admin_url.strip_prefix("mariadb:") {
                 Some(rest) => format!("mysql:{rest}"),

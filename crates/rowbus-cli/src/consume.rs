@@ -304,6 +304,15 @@ async fn run<DB: Db>(
         "rowbus: stopped: {} acknowledged, {} retried, {} dead-lettered, {} given back, {} abandoned, released",
         stats.acked, stats.retried, stats.dead_lettered, stats.released, stats.abandoned
     );
+    if stats.conflicts > 0 {
+        // Not failures: each was tried again at once (on Galera, mostly claims that lost
+        // certification to another node's); how often says how much consumers collide.
+        eprintln!(
+            "rowbus: {} statement{} tried again after a deadlock or certification conflict",
+            stats.conflicts,
+            if stats.conflicts == 1 { "" } else { "s" }
+        );
+    }
     if stats.abandoned > 0 {
         eprintln!(
             "rowbus: warning: {} message{} still being handled at the shutdown timeout ({}) {} stopped and given \

@@ -349,12 +349,20 @@ pub(crate) fn is_connection_lost(e: &sqlx::Error) -> bool {
     }
 }
 
-/// Whether a driver error is a deadlock or serialization failure worth one more try.
+/// Whether a driver error is a deadlock, a serialization failure or a Galera conflict
+/// worth one more try.
+///
+/// On a Galera cluster a transaction that lost certification to another node's (the
+/// same rows written there first) fails with 1213, at `COMMIT` or, when the other node's
+/// write set aborts it while it runs, on a statement: the same number as an InnoDB
+/// deadlock, and the same cure. A node that is joining or has lost its quorum refuses
+/// statements with 1047 ("WSREP has not yet prepared node for application use") until
+/// it is synced again.
 pub(crate) fn is_retryable(e: &sqlx::Error) -> bool {
     let sqlx::Error::Database(db) = e else { return false };
     #[cfg(feature = "mysql")]
     if let Some(my) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
-        return matches!(my.number(), 1213 | 1205);
+        return matches!(my.number(), 1213 | 1205 | 1047);
     }
     matches!(db.code().as_deref(), Some("40001" | "40P01"))
 }

@@ -4,6 +4,10 @@
 //! tries them in order.
 
 use std::future::Future;
+use std::time::Duration;
+
+use sqlx::Pool;
+use tracing::warn;
 
 use crate::backend::redact;
 use crate::error::Error;
@@ -124,6 +128,45 @@ where
     let hosts = Hosts::parse(url)?;
     let read_write = hosts.read_write;
     hosts.first(url, |host| connect(host.to_owned(), read_write)).await
+}
+
+/// How often a pool on a several-host URL checks the host it opens connections to.
+pub(crate) const FOLLOW_EVERY: Duration = Duration::from_secs(1);
+
+/// Keeps `pool`, opened on one host of a several-host URL, opening its connections on a
+/// host that answers (and, with `read-write`, takes writes). sqlx pools take one set of
+/// connect options: without this a pool whose primary died would try that host until it
+/// came back, while the standby promoted in its place took writes. Every
+/// [`FOLLOW_EVERY`] `healthy` checks one pooled connection; when it fails, `pick` goes
+/// through the host list again and the pool's new connections go to the host it found
+/// (the old host's connections fail their check before they are handed out, and go).
+/// Ends when the pool is closed; until then the task holds the pool.
+pub(crate) fn follow<DB, H, HF, P, PF>(pool: Pool<DB>, healthy: H, pick: P)
+where
+    DB: sqlx::Database,
+    H: Fn(Pool<DB>) -> HF + Send + 'static,
+    HF: Future<Output = bool> + Send,
+    P: Fn() -> PF + Send + 'static,
+    PF: Future<Output = Result<<DB::Connection as sqlx::Connection>::Options, Error>> + Send,
+{
+    tokio::spawn(async move {
+        let closed = pool.close_event();
+        let mut closed = std::pin::pin!(closed);
+        loop {
+            tokio::select! {
+                () = &mut closed => return,
+                () = tokio::time::sleep(FOLLOW_EVERY) => {}
+            }
+            let check = tokio::time::timeout(FOLLOW_EVERY * 2, healthy(pool.clone()));
+            if check.await.unwrap_or(false) {
+                continue;
+            }
+            match pick().await {
+                Ok(options) => pool.set_connect_options(options),
+                Err(error) => warn!(%error, "no host of the pool's URL answers; trying again"),
+            }
+        }
+    });
 }
 
 #[cfg(test)]

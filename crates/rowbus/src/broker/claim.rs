@@ -2,7 +2,9 @@
 //! transaction for a transactional handler. Each database's shape of them is its
 //! [`Dialect`](crate::sql::Dialect)'s.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use tracing::warn;
 
 use sqlx::Transaction;
 
@@ -31,6 +33,8 @@ pub(crate) async fn claim<DB: Db>(
     let inner = queue.inner();
     let (sql, keeping) = (&*queue.sql, queue.keeps());
     let token = inner.token();
+    let started = Instant::now();
+    let lease_for = lease;
     let (lease, limit) = (micros(lease), i64::try_from(limit).unwrap_or(i64::MAX));
     let (mut rows, acked) = retrying(queue, || async move {
         if acks.is_empty() && !DB::CLAIM_IN_TRANSACTION {
@@ -45,6 +49,19 @@ pub(crate) async fn claim<DB: Db>(
     })
     .await?;
     inner.counters.acknowledged(acks.len(), acked);
+    // A claim whose commit took longer than its lease (a Galera cluster stalls commits
+    // for seconds while it notices a lost node) returns rows another consumer may already
+    // have claimed and handled: handling them would run a message twice without any
+    // failure to account for it. They are left to whoever claims them next, as after a
+    // crash.
+    if started.elapsed() >= lease_for && !rows.is_empty() {
+        warn!(
+            table = %queue.table(),
+            rows = rows.len(),
+            "a claim took longer than its lease; its messages are left for the next claim"
+        );
+        rows.clear();
+    }
     inner.counters.claimed(rows.len());
     // In claim order (a statement's RETURNING has none): by priority, then publish order.
     rows.sort_unstable_by_key(|r| (r.priority, r.id));

@@ -8,16 +8,25 @@ use super::Queue;
 use crate::db::Db;
 use crate::error::{Error, is_missing_table, is_retryable};
 
-/// Tries of a statement that deadlocked (MySQL/MariaDB take row locks in index order).
-/// InnoDB detects a deadlock at once, so a try costs a round trip; with 4, eight
-/// subscriptions taking 16- and 100-row transactional batches from one table still saw
-/// a claim in a few hundred fail (and wait the failed-claim second).
+/// Tries of a statement that deadlocked (MySQL/MariaDB take row locks in index order) or
+/// lost a Galera certification. InnoDB detects a deadlock at once, so a try costs a round
+/// trip; with 4, eight subscriptions taking 16- and 100-row transactional batches from
+/// one table still saw a claim in a few hundred fail (and wait the failed-claim second).
 pub(crate) const DEADLOCK_TRIES: usize = 10;
 
-/// Runs `attempt` again while it fails by a deadlock or a serialization failure, up to
-/// [`DEADLOCK_TRIES`] times; any other error, or the last, is named for the queue. Each
-/// attempt must be a whole transaction (or one statement): what a failed one did is
-/// undone by the database.
+/// The longest pause before a try again: the first waits up to 1 ms, each later one up to
+/// twice the one before, capped here. Two claims that collided and retried at the same
+/// instant would collide again (on Galera both read the same first rows on their nodes);
+/// a random part of a millisecond apart, one of them commits first and the other then
+/// skips its rows. Ten tries wait at most about a quarter of a second in all.
+const MAX_JITTER: Duration = Duration::from_millis(32);
+
+/// Runs `attempt` again while it fails by a deadlock, a serialization failure or a Galera
+/// certification conflict (or a Galera node not ready yet), up to [`DEADLOCK_TRIES`]
+/// times, after a short random pause; any other error, or the last, is named for the
+/// queue. Each attempt must be a whole transaction (or one statement): what a failed one
+/// did is undone by the database. The broker counts each try again
+/// ([`Stats::conflicts`](super::Stats::conflicts)).
 pub(crate) async fn retrying<DB, T, F, Fut>(queue: &Queue<DB>, mut attempt: F) -> Result<T, Error>
 where
     DB: Db,
@@ -29,10 +38,22 @@ where
         tries += 1;
         match attempt().await {
             Ok(done) => return Ok(done),
-            Err(e) if is_retryable(&e) && tries < DEADLOCK_TRIES => continue,
+            Err(e) if is_retryable(&e) && tries < DEADLOCK_TRIES => {
+                let inner = queue.inner();
+                inner.counters.conflict();
+                tokio::time::sleep(jitter(tries, inner.token().unsigned_abs())).await;
+            }
             Err(e) => return Err(queue_error(queue, e)),
         }
     }
+}
+
+/// The pause before try `tries + 1`: a random part (from `random`) of 1 ms doubled per
+/// try before, at most [`MAX_JITTER`].
+fn jitter(tries: usize, random: u64) -> Duration {
+    let ceiling = Duration::from_millis(1 << (tries - 1).min(16)).min(MAX_JITTER);
+    let micros = u64::try_from(ceiling.as_micros()).unwrap_or(u64::MAX).max(1);
+    Duration::from_micros(random % micros)
 }
 
 /// A driver error, named for the queue when it says the table (or its pause table) is
@@ -52,4 +73,25 @@ pub(crate) fn queue_error<DB: Db>(queue: &Queue<DB>, e: sqlx::Error) -> Error {
 /// A duration as the microseconds a statement binds.
 pub(crate) fn micros(d: Duration) -> i64 {
     i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitter_stays_under_a_ceiling_that_doubles_up_to_the_cap() {
+        assert_eq!(jitter(1, 999), Duration::from_micros(999));
+        assert_eq!(jitter(1, 1_000), Duration::ZERO);
+        assert_eq!(jitter(2, 1_999), Duration::from_micros(1_999));
+        assert_eq!(jitter(3, 3_999), Duration::from_micros(3_999));
+        assert_eq!(jitter(9, u64::MAX), Duration::from_micros(u64::MAX % 32_000));
+        for tries in 1..DEADLOCK_TRIES {
+            for random in [0, 1, 12_345, u64::MAX / 3, u64::MAX] {
+                assert!(jitter(tries, random) < MAX_JITTER);
+            }
+        }
+        let total: Duration = (1..DEADLOCK_TRIES).map(|t| jitter(t, u64::MAX - 1)).sum();
+        assert!(total < Duration::from_millis(250), "{total:?}");
+    }
 }

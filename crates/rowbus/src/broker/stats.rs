@@ -30,6 +30,10 @@ pub struct Stats {
     pub claim_errors: u64,
     /// Acks or retries refused because the lease had run out.
     pub leases_lost: u64,
+    /// Statements (a claim, an acknowledgement...) tried again at once after a deadlock,
+    /// a serialization failure or, on a Galera cluster, a certification conflict with
+    /// another node. None of them is a failed claim.
+    pub conflicts: u64,
 }
 
 /// A claim that failed, as [`Broker::claim_failures`](super::Broker::claim_failures)
@@ -58,6 +62,7 @@ pub(crate) struct Counters {
     abandoned: AtomicU64,
     claim_errors: AtomicU64,
     leases_lost: AtomicU64,
+    conflicts: AtomicU64,
 }
 
 fn add(counter: &AtomicU64, n: u64) {
@@ -106,6 +111,11 @@ impl Counters {
         add(&self.abandoned, n);
     }
 
+    /// A statement tried again after a deadlock or a certification conflict.
+    pub fn conflict(&self) {
+        add(&self.conflicts, 1);
+    }
+
     pub fn leases_lost(&self, n: u64) {
         add(&self.leases_lost, n);
     }
@@ -133,6 +143,7 @@ impl Counters {
             wakeups,
             claim_errors: get(&self.claim_errors),
             leases_lost: get(&self.leases_lost),
+            conflicts: get(&self.conflicts),
         }
     }
 }

@@ -3,7 +3,9 @@
 
 use std::str::FromStr as _;
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use notify_table::{Dialect as NotifyDialect, NotifyTable, Row, Statement};
@@ -16,7 +18,7 @@ use crate::broker::{ACK_BATCH, QueueTable};
 use crate::db::sealed::Driver as _;
 use crate::db::{Arg, ClaimedRow};
 use crate::error::Error;
-use crate::hosts::connect_first;
+use crate::hosts::{Hosts, connect_first, follow};
 use crate::listener::{ListenerTask, TableConn, TableSession};
 use crate::notify::Notifier;
 
@@ -48,7 +50,98 @@ async fn session(conn: &mut MySqlConnection) -> Result<(), sqlx::Error> {
     for statement in SESSION {
         sqlx::Executor::execute(&mut *conn, statement).await?;
     }
+    let (increment, mariadb): (i64, bool) =
+        sqlx::query_as("SELECT CAST(@@auto_increment_increment AS SIGNED), VERSION() LIKE '%MariaDB%'")
+            .fetch_one(&mut *conn)
+            .await?;
+    if increment > 1 && mariadb {
+        LANES.store(true, Ordering::Relaxed);
+    }
     Ok(())
+}
+
+/// Whether a connection of this process has seen `auto_increment_increment` above 1 on
+/// MariaDB (a Galera node, where it is the cluster's size): claims then go lane first
+/// ([`claim_in_lanes`]). Until one has, every claim is the plain one, which on a server
+/// whose increment is 1 is all one lane anyway; once set, a short claim costs a second
+/// statement, which on such a server finds nothing. MariaDB only: the lane claim bounds
+/// its walk with MariaDB's `LIMIT ... ROWS EXAMINED` (MySQL's multi-primary group
+/// replication also raises the increment, and gets the plain claim).
+static LANES: AtomicBool = AtomicBool::new(false);
+
+/// This node's lane of a queue table. Galera's row locks are local to a node: claims on
+/// two nodes that lock the same first ready rows both succeed until one of them loses
+/// certification at `COMMIT` (1213) and claims again. Galera gives each node its own
+/// `auto_increment_offset` (1..n) and all the same `auto_increment_increment` (n), so
+/// `id DIV n` counts the rows one node inserts and `MOD(id DIV n, n)` spreads every node's
+/// rows over n lanes; a claim first takes its own node's lane, in claim order, and only
+/// when that is short of its limit the other lanes'. Several consumers on one node share
+/// its lane and skip each other's locked rows as on one server.
+const LANE: &str =
+    "MOD(id DIV @@auto_increment_increment, @@auto_increment_increment) = @@auto_increment_offset - 1";
+
+/// `claim`, a claim statement of the table `quoted`, kept to this node's lane (`mine`),
+/// reading at most [`lane_scan`]`(limit)` rows, or to the other lanes.
+fn lane_claim(claim: &str, quoted: &str, mine: bool, limit: i64) -> Arc<str> {
+    let at = format!("FROM {quoted} AS q WHERE ");
+    let lane = if mine { format!("{LANE} AND ") } else { format!("NOT ({LANE}) AND ") };
+    let claim = claim.replacen(&at, &format!("{at}{lane}"), 1);
+    if !mine {
+        return claim.into();
+    }
+    let bounded = format!("LIMIT ? ROWS EXAMINED {} FOR UPDATE", lane_scan(limit));
+    claim.replacen("LIMIT ? FOR UPDATE", &bounded, 1).into()
+}
+
+/// The most rows a lane claim of `limit` reads. The rows of the lanes no consumer takes
+/// (nodes without consumers, or every consumer on one node) pile up at the head of the
+/// claim order, and an unbounded lane claim walked all of them on every claim: three
+/// consumers on one node drained at half their rate. Past this many, the claim returns
+/// what it found (a warning, not an error), which is short, and the head is taken instead.
+fn lane_scan(limit: i64) -> i64 {
+    limit.saturating_mul(16).saturating_add(64)
+}
+
+/// When this process may try its lane again (µs after [`lane_clock`]'s start): set
+/// [`DRY_FOR`] ahead when a lane claim came back short. A lane that has run dry would
+/// otherwise make every claim read up to [`lane_scan`] of the other lanes' rows to find
+/// nothing, and then claim again.
+static LANE_DRY_UNTIL: AtomicU64 = AtomicU64::new(0);
+
+/// How long claims take from the head, as on one server, after a short lane claim.
+const DRY_FOR: Duration = Duration::from_secs(1);
+
+/// Microseconds since this process first asked.
+fn lane_clock() -> u64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    u64::try_from(START.get_or_init(Instant::now).elapsed().as_micros()).unwrap_or(u64::MAX)
+}
+
+/// Runs the claim `claim` (binds: group, group, limit) lane first when [`LANES`] says this
+/// may be a Galera node: the rows of this node's lane, then, for what is left of `limit`,
+/// the other lanes' (a node whose consumers stopped, or is down, leaves its lane to them).
+/// For [`DRY_FOR`] after a short lane claim, claims take from the head, as on one server.
+async fn claim_in_lanes(
+    conn: &mut MySqlConnection,
+    claim: &Arc<str>,
+    quoted: &str,
+    group: &str,
+    limit: i64,
+) -> Result<Vec<ClaimedRow>, sqlx::Error> {
+    let binds = |limit| [Arg::Text(group), Arg::Text(group), Arg::Int(limit)];
+    if !LANES.load(Ordering::Relaxed) || lane_clock() < LANE_DRY_UNTIL.load(Ordering::Relaxed) {
+        return MySql::fetch_claimed(conn, claim, &binds(limit)).await;
+    }
+    let mut rows = MySql::fetch_claimed(conn, &lane_claim(claim, quoted, true, limit), &binds(limit)).await?;
+    let short = limit.saturating_sub(i64::try_from(rows.len()).unwrap_or(i64::MAX));
+    if short > 0 {
+        let dry_for = u64::try_from(DRY_FOR.as_micros()).unwrap_or(u64::MAX);
+        LANE_DRY_UNTIL.store(lane_clock().saturating_add(dry_for), Ordering::Relaxed);
+        rows.extend(
+            MySql::fetch_claimed(conn, &lane_claim(claim, quoted, false, short), &binds(short)).await?,
+        );
+    }
+    Ok(rows)
 }
 
 fn options(url: &str) -> Result<MySqlConnectOptions, Error> {
@@ -377,9 +470,7 @@ impl Dialect for MySql {
         token: i64,
     ) -> BoxFuture<'c, Result<Vec<ClaimedRow>, sqlx::Error>> {
         Box::pin(async move {
-            let mut rows =
-                Self::fetch_claimed(conn, &sql.claim, &[Arg::Text(group), Arg::Text(group), Arg::Int(limit)])
-                    .await?;
+            let mut rows = claim_in_lanes(conn, &sql.claim, &sql.quoted, group, limit).await?;
             if !rows.is_empty() {
                 let mark = Arc::from(claim_mark(&sql.quoted, rows.len()));
                 let mut args = vec![Arg::Int(lease), Arg::Int(token)];
@@ -401,12 +492,7 @@ impl Dialect for MySql {
         limit: i64,
     ) -> BoxFuture<'c, Result<Vec<ClaimedRow>, sqlx::Error>> {
         Box::pin(async move {
-            let rows = Self::fetch_claimed(
-                conn,
-                &sql.claim_locked,
-                &[Arg::Text(group), Arg::Text(group), Arg::Int(limit)],
-            )
-            .await?;
+            let rows = claim_in_lanes(conn, &sql.claim_locked, &sql.quoted, group, limit).await?;
             for chunk in rows.chunks(ACK_BATCH) {
                 let delete = Arc::from(delete_locked(&sql.quoted, chunk.len()));
                 let args: Vec<Arg<'_>> = chunk.iter().map(|row| Arg::Int(row.id)).collect();
@@ -434,14 +520,29 @@ impl Dialect for MySql {
             // A direct connection first fails fast with the real cause (a pool would
             // report only its acquire timeout).
             // It also picks the host: sqlx pools take one set of connect options, so the
-            // pool stays on that host.
+            // pool starts on that host (and moves, with several hosts: `follow`).
             let (conn, host) = connect(&url).await?;
             conn.close().await.map_err(connect_error(&host))?;
             let pool = MySqlPoolOptions::new()
                 .max_connections(max)
                 .acquire_timeout(Duration::from_secs(10))
                 .after_connect(|conn, _| Box::pin(session(conn)));
-            pool.connect_with(options(&host)?).await.map_err(connect_error(&host))
+            let pool = pool.connect_with(options(&host)?).await.map_err(connect_error(&host))?;
+            if Hosts::parse(&url)?.hosts.len() > 1 {
+                follow(
+                    pool.clone(),
+                    |pool| async move { sqlx::query("SELECT 1").execute(&pool).await.is_ok() },
+                    move || {
+                        let url = url.clone();
+                        async move {
+                            let (conn, host) = connect(&url).await?;
+                            conn.close().await.map_err(connect_error(&host))?;
+                            options(&host)
+                        }
+                    },
+                );
+            }
+            Ok(pool)
         })
     }
 
@@ -571,6 +672,26 @@ mod tests {
         assert!(t.claim_locked.starts_with("SELECT CAST(id AS SIGNED)"));
         assert_eq!(claim_mark("`jobs`", 2).matches('?').count(), 4);
         assert_eq!(delete_locked("`jobs`", 2), "DELETE FROM `jobs` WHERE id IN (?, ?)");
+    }
+
+    #[test]
+    fn a_lane_claim_adds_the_lane_to_the_claim_of_the_table() {
+        let t = sql("app.jobs");
+        let mine = lane_claim(&t.claim, &t.quoted, true, 4);
+        let others = lane_claim(&t.claim, &t.quoted, false, 4);
+        let expected = t
+            .claim
+            .replacen("WHERE group_name", &format!("WHERE {LANE} AND group_name"), 1)
+            .replace("LIMIT ? FOR UPDATE", "LIMIT ? ROWS EXAMINED 128 FOR UPDATE");
+        assert_eq!(*mine, *expected);
+        assert_eq!(
+            *others,
+            *t.claim.replacen("WHERE group_name", &format!("WHERE NOT ({LANE}) AND group_name"), 1)
+        );
+        // The binds are the claim's: the lane reads the session's variables.
+        assert_eq!(mine.matches('?').count(), t.claim.matches('?').count());
+        assert_eq!(lane_claim(&t.claim_locked, &t.quoted, true, 4), mine);
+        assert_eq!(lane_scan(100), 1_664);
     }
 
     #[test]

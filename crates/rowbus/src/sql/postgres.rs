@@ -16,7 +16,7 @@ use crate::broker::QueueTable;
 use crate::db::Arg;
 use crate::db::sealed::Driver as _;
 use crate::error::Error;
-use crate::hosts::connect_first;
+use crate::hosts::{Hosts, connect_first, follow};
 use crate::listener::{ListenerTask, PgSession};
 use crate::notify::{Notifier, check_pg_channel, check_pg_payload};
 
@@ -380,11 +380,30 @@ impl Dialect for Postgres {
             // A pool retries a refused connection until its acquire timeout and then
             // reports only the timeout: one direct connection per host first fails fast,
             // with the real cause, and picks the host. sqlx pools take one set of connect
-            // options, so the pool stays on that host.
+            // options, so the pool starts on that host (and moves, with several: `follow`).
             let host = first_host(&url).await?;
             let options = PgConnectOptions::from_str(&host).map_err(|e| invalid_url(&host, e))?;
             let pool = PgPoolOptions::new().max_connections(max).acquire_timeout(Duration::from_secs(10));
-            pool.connect_with(options).await.map_err(connect_error(&host))
+            let pool = pool.connect_with(options).await.map_err(connect_error(&host))?;
+            let hosts = Hosts::parse(&url)?;
+            if hosts.hosts.len() > 1 {
+                let read_write = hosts.read_write;
+                follow(
+                    pool.clone(),
+                    move |pool| async move {
+                        let Ok(mut conn) = pool.acquire().await else { return false };
+                        !read_write || check_writable(&mut conn, "").await.is_ok()
+                    },
+                    move || {
+                        let url = url.clone();
+                        async move {
+                            let host = first_host(&url).await?;
+                            PgConnectOptions::from_str(&host).map_err(|e| invalid_url(&host, e))
+                        }
+                    },
+                );
+            }
+            Ok(pool)
         })
     }
 

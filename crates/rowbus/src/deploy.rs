@@ -98,11 +98,11 @@ pub(crate) async fn locked<DB: Db>(
     deploying.holds_lock = true;
     DB::lock_deploy(&mut tx, table).await?;
     let created = async {
-        if let Some(queue) = queue {
-            if refuse_foreign(queue, find_on::<DB>(&mut tx, queue.schema(), queue.name()).await?)? {
-                for sql in migration::<DB>(&mut tx, queue).await? {
-                    DB::execute(&mut tx, &sql.into(), &[]).await?;
-                }
+        if let Some(queue) = queue
+            && refuse_foreign(queue, find_on::<DB>(&mut tx, queue.schema(), queue.name()).await?)?
+        {
+            for sql in migration::<DB>(&mut tx, queue).await? {
+                DB::execute(&mut tx, &sql.into(), &[]).await?;
             }
         }
         for stmt in statements {

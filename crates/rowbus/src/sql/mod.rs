@@ -41,7 +41,9 @@ pub(crate) use pause::{PAUSE_SUFFIX, PauseSql};
 pub(crate) use schedule::{SCHED_SUFFIX, ScheduleSql, TICKS_SUFFIX};
 pub(crate) use table::{DEAD_FEATURE_COLUMNS, FEATURE_COLUMNS, QUEUE_COLUMNS, TableSql};
 
-/// The name suffix of a queue table's claim index: (group, priority, visible_at, id).
+/// The name suffix of a queue table's claim index: (group, priority, visible_at, id)
+/// (MySQL/MariaDB's claim order is the primary key instead).
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub(crate) const READY: &str = "_ready";
 /// The name suffix of the claim index of a queue table made before priorities, which a
 /// deploy replaces with [`READY`].

@@ -87,10 +87,13 @@ impl Drop for Tables {
 
 /// A queue table deployed with `rowbus deploy` on node 1 and the same deploy again on
 /// node 3 (DDL replicates in total order: the second finds everything in place), with its
-/// own notify table; each node then has all four tables.
+/// own notify table; each node then has every one of them.
 fn deploy(name: &str) -> Tables {
     let notify = format!("{name}_nt");
-    let tables = Tables(vec![name.into(), format!("{name}_dead"), format!("{name}_pause"), notify.clone()]);
+    let mut names = vec![name.to_owned()];
+    names.extend(["_dead", "_pause", "_sched", "_ticks", "_hist", "_keep"].map(|s| format!("{name}{s}")));
+    names.push(notify.clone());
+    let tables = Tables(names);
     for node in [1, 3] {
         let mut cmd = rowbus();
         cmd.args(["deploy", "--database-url", &url(node), "--queue", name, "--notify-table", &notify]);
@@ -105,7 +108,12 @@ fn deploy(name: &str) -> Tables {
                 tables.0.join("', '")
             ),
         );
-        assert_eq!(found.trim(), "4", "node {node} lacks a table the deploy made: {:?}", tables.0);
+        assert_eq!(
+            found.trim(),
+            tables.0.len().to_string(),
+            "node {node} lacks a table the deploy made: {:?}",
+            tables.0
+        );
     }
     tables
 }
@@ -113,7 +121,7 @@ fn deploy(name: &str) -> Tables {
 /// Publishes `payloads` to `table` through node `n`, one message per line.
 fn publish(n: usize, table: &str, payloads: &[String]) {
     let mut cmd = rowbus();
-    cmd.args(["publish", "--database-url", &url(n), table, "-"]);
+    cmd.args(["publish", "--database-url", &url(n), "--notify-table", &format!("{table}_nt"), table, "-"]);
     let input = payloads.join("\n") + "\n";
     run_quietly(cmd, Some(input.as_bytes()), &format!("Galera node {n}"));
 }

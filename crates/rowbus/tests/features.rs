@@ -4,13 +4,12 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Cleanup, MARIADB, PG, TempSqlite, on_each_database, unique};
+use common::{Brokers, Cleanup, Place, on_each_database, unique};
 use futures::StreamExt;
 use rowbus::{Broker, BrokerOptions, Db, DbPool, Delivery, Error, Message, Outcome, Queue, Subscription};
-use sqlx::{MySql, Postgres, Sqlite};
+use sqlx::MySql;
 use tokio::sync::mpsc;
 
 /// Longer than any test: a subscription that sees a message at all was woken.
@@ -21,67 +20,7 @@ const ARRIVES: Duration = Duration::from_secs(20);
 /// intervals.
 const QUIET: Duration = Duration::from_millis(1000);
 
-/// Makes brokers on one database: on SQLite, on one file.
-#[derive(Clone)]
-enum Place {
-    Postgres,
-    MariaDb,
-    Sqlite(Arc<TempSqlite>),
-}
-
-impl Place {
-    async fn pool(&self) -> DbPool {
-        let url = match self {
-            Place::Postgres => PG.to_owned(),
-            Place::MariaDb => MARIADB.to_owned(),
-            Place::Sqlite(file) => file.url.clone(),
-        };
-        DbPool::connect_creating(&url, 8)
-            .await
-            .unwrap_or_else(|e| panic!("{url} must be reachable (run scripts/services.sh): {e}"))
-    }
-}
-
-/// A broker on `place` with `options`.
-trait Brokers: Db {
-    fn broker(place: &Place, options: BrokerOptions) -> impl Future<Output = Broker<Self>> + Send;
-}
-
-macro_rules! brokers {
-    ($db:ty, $variant:ident) => {
-        impl Brokers for $db {
-            async fn broker(place: &Place, options: BrokerOptions) -> Broker<Self> {
-                let DbPool::$variant(pool) = place.pool().await else { unreachable!() };
-                Broker::new(pool, options).await.unwrap()
-            }
-        }
-    };
-}
-brokers!(Postgres, Postgres);
-brokers!(MySql, MySql);
-brokers!(Sqlite, Sqlite);
-
-macro_rules! database_test {
-    (postgres, $scenario:ident) => {
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn postgres() {
-            super::$scenario::<sqlx::Postgres>(super::Place::Postgres).await;
-        }
-    };
-    (mariadb, $scenario:ident) => {
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn mariadb() {
-            super::$scenario::<sqlx::MySql>(super::Place::MariaDb).await;
-        }
-    };
-    (sqlite, $scenario:ident) => {
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn sqlite() {
-            let file = std::sync::Arc::new(common::TempSqlite::new());
-            super::$scenario::<sqlx::Sqlite>(super::Place::Sqlite(file)).await;
-        }
-    };
-}
+use common::place_test as database_test;
 
 fn quick() -> BrokerOptions {
     BrokerOptions { poll_interval: Duration::from_millis(100), ..BrokerOptions::default() }

@@ -9,13 +9,11 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Cleanup, MARIADB, PG, TempSqlite, on_each_database, unique};
+use common::{Brokers, Cleanup, Place, on_each_database, unique};
 use futures::StreamExt as _;
-use rowbus::{Broker, BrokerOptions, Db, DbPool, Error, Message, Queue, Schedule, ScheduleChange, When};
-use sqlx::{MySql, Postgres, Sqlite};
+use rowbus::{Broker, BrokerOptions, Error, Message, Queue, Schedule, ScheduleChange, When};
 
 /// How long a tick that is due may take to be published and seen.
 const ARRIVES: Duration = Duration::from_secs(20);
@@ -24,100 +22,11 @@ const ARRIVES: Duration = Duration::from_secs(20);
 const QUIET: Duration = Duration::from_millis(1500);
 const HOUR_US: i64 = 3_600_000_000;
 
-/// Makes brokers on one database: on SQLite, on one file.
-#[derive(Clone)]
-enum Place {
-    Postgres,
-    MariaDb,
-    Sqlite(Arc<TempSqlite>),
-}
+use common::place_test as database_test;
 
-impl Place {
-    async fn pool(&self) -> DbPool {
-        let url = match self {
-            Place::Postgres => PG.to_owned(),
-            Place::MariaDb => MARIADB.to_owned(),
-            Place::Sqlite(file) => file.url.clone(),
-        };
-        DbPool::connect_creating(&url, 8)
-            .await
-            .unwrap_or_else(|e| panic!("{url} must be reachable (run scripts/services.sh): {e}"))
-    }
-
-    fn backend(&self) -> rowbus::Backend {
-        match self {
-            Place::Postgres => rowbus::Backend::Postgres,
-            Place::MariaDb => rowbus::Backend::MySql,
-            Place::Sqlite(_) => rowbus::Backend::Sqlite,
-        }
-    }
-
-    /// Runs a statement of the test's own (set-up and inspection only).
-    async fn exec(&self, sql: String) {
-        let sql = sqlx::AssertSqlSafe(sql);
-        match self.pool().await {
-            DbPool::Postgres(pool) => drop(sqlx::query(sql).execute(&pool).await.unwrap()),
-            DbPool::MySql(pool) => drop(sqlx::query(sql).execute(&pool).await.unwrap()),
-            DbPool::Sqlite(pool) => drop(sqlx::query(sql).execute(&pool).await.unwrap()),
-        }
-    }
-
-    /// The integers of the first column of a query, in order.
-    async fn ints(&self, sql: String) -> Vec<i64> {
-        let sql = sqlx::AssertSqlSafe(sql);
-        match self.pool().await {
-            DbPool::Postgres(pool) => sqlx::query_scalar(sql).fetch_all(&pool).await.unwrap(),
-            DbPool::MySql(pool) => sqlx::query_scalar(sql).fetch_all(&pool).await.unwrap(),
-            DbPool::Sqlite(pool) => sqlx::query_scalar(sql).fetch_all(&pool).await.unwrap(),
-        }
-    }
-
-    /// The ticks recorded for schedule `name` of queue `q`, in order.
-    async fn ticks(&self, q: &str, name: &str) -> Vec<i64> {
-        self.ints(format!("SELECT tick_us FROM {q}_ticks WHERE schedule_name = '{name}' ORDER BY tick_us"))
-            .await
-    }
-}
-
-/// A broker on `place` with `options`.
-trait Brokers: Db {
-    fn broker(place: &Place, options: BrokerOptions) -> impl Future<Output = Broker<Self>> + Send;
-}
-
-macro_rules! brokers {
-    ($db:ty, $variant:ident) => {
-        impl Brokers for $db {
-            async fn broker(place: &Place, options: BrokerOptions) -> Broker<Self> {
-                let DbPool::$variant(pool) = place.pool().await else { unreachable!() };
-                Broker::new(pool, options).await.unwrap()
-            }
-        }
-    };
-}
-brokers!(Postgres, Postgres);
-brokers!(MySql, MySql);
-brokers!(Sqlite, Sqlite);
-
-macro_rules! database_test {
-    (postgres, $scenario:ident) => {
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn postgres() {
-            super::$scenario::<sqlx::Postgres>(super::Place::Postgres).await;
-        }
-    };
-    (mariadb, $scenario:ident) => {
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn mariadb() {
-            super::$scenario::<sqlx::MySql>(super::Place::MariaDb).await;
-        }
-    };
-    (sqlite, $scenario:ident) => {
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn sqlite() {
-            let file = std::sync::Arc::new(common::TempSqlite::new());
-            super::$scenario::<sqlx::Sqlite>(super::Place::Sqlite(file)).await;
-        }
-    };
+/// The ticks recorded for schedule `name` of queue `q`, in order.
+async fn ticks(place: &Place, q: &str, name: &str) -> Vec<i64> {
+    place.ints(format!("SELECT tick_us FROM {q}_ticks WHERE schedule_name = '{name}' ORDER BY tick_us")).await
 }
 
 /// Short polls and re-reads, so that tests see changes quickly.
@@ -220,12 +129,12 @@ async fn three_brokers_publish_each_tick_once<DB: Brokers>(place: Place) {
         .unwrap();
 
     let (p, n) = (&place, name.as_str());
-    until("ten ticks", || async move { p.ticks(n, "tick").await.len() >= 10 }).await;
+    until("ten ticks", || async move { ticks(p, n, "tick").await.len() >= 10 }).await;
     for broker in &brokers {
         broker.shutdown(Duration::from_secs(1)).await;
     }
     // A tick's record and its message commit together: nothing half-done is counted.
-    let ticks = place.ticks(&name, "tick").await;
+    let ticks = ticks(&place, &name, "tick").await;
     let (depth, _) = q.depth("ticks").await.unwrap();
     assert_eq!(depth, ticks.len() as i64, "one message per recorded tick");
     assert!(ticks.windows(2).all(|w| w[1] - w[0] == 200_000), "every tick in between, none twice: {ticks:?}");
@@ -249,10 +158,10 @@ async fn missed_ticks_are_published_once_at_a_start<DB: Brokers>(place: Place) {
 
     let (p, n) = (&place, name.as_str());
     let first = runner(&place, &q).await;
-    until("the missed tick", || async move { !p.ticks(n, "hourly").await.is_empty() }).await;
+    until("the missed tick", || async move { !ticks(p, n, "hourly").await.is_empty() }).await;
     tokio::time::sleep(QUIET).await;
     first.shutdown(Duration::from_secs(1)).await;
-    assert_eq!(place.ticks(&name, "hourly").await, [since + 10 * HOUR_US], "only the latest missed tick");
+    assert_eq!(ticks(&place, &name, "hourly").await, [since + 10 * HOUR_US], "only the latest missed tick");
     assert_eq!(q.depth("ticks").await.unwrap().0, 1);
 
     // Started again with nothing missed since: nothing more.
@@ -265,10 +174,10 @@ async fn missed_ticks_are_published_once_at_a_start<DB: Brokers>(place: Place) {
     // never published (a whole number of hours would land on the one that was): one more.
     place.exec(format!("UPDATE {name}_sched SET since_us = since_us - {}", 9 * HOUR_US / 4)).await;
     let third = runner(&place, &q).await;
-    until("the next missed tick", || async move { p.ticks(n, "hourly").await.len() == 2 }).await;
+    until("the next missed tick", || async move { ticks(p, n, "hourly").await.len() == 2 }).await;
     tokio::time::sleep(QUIET).await;
     third.shutdown(Duration::from_secs(1)).await;
-    assert_eq!(place.ticks(&name, "hourly").await.len(), 2);
+    assert_eq!(ticks(&place, &name, "hourly").await.len(), 2);
     assert_eq!(q.depth("ticks").await.unwrap().0, 2);
     admin.shutdown(Duration::from_secs(1)).await;
 }
@@ -319,7 +228,7 @@ async fn schedules_are_added_replaced_listed_and_removed<DB: Brokers>(place: Pla
     assert!(q.unschedule("s").await.unwrap());
     assert!(!q.unschedule("s").await.unwrap());
     assert!(q.schedules().await.unwrap().is_empty());
-    assert!(place.ticks(&name, "s").await.is_empty(), "its ticks go with it");
+    assert!(ticks(&place, &name, "s").await.is_empty(), "its ticks go with it");
     // A tick in flight at the removal may still arrive; none after it.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let before = q.depth("ticks").await.unwrap().0;
@@ -415,7 +324,7 @@ async fn old_ticks_are_cleaned_up_in_batches<DB: Brokers>(place: Place) {
     broker.shutdown(Duration::from_secs(1)).await;
     assert!(seen.iter().all(|n| [2500, 1500, 500, 0].contains(n)), "not in batches of 1,000: {seen:?}");
     assert!(seen.contains(&1500) || seen.contains(&500), "all at once: {seen:?}");
-    let ticks = place.ticks(&name, "tick").await;
+    let ticks = ticks(&place, &name, "tick").await;
     assert!(!ticks.is_empty() && ticks[0] > day_ago + HOUR_US, "the recent ticks stay: {ticks:?}");
     admin.shutdown(Duration::from_secs(1)).await;
 }

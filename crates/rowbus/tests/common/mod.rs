@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 mod cleanup;
+mod place;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,6 +14,10 @@ use rowbus::{DbPool, Event, Listener, ListenerOptions, Notification, Notifier, N
 use sqlx::{Executor, MySql, Postgres, Sqlite, Transaction};
 
 pub use cleanup::Cleanup;
+#[allow(unused_imports)]
+pub(crate) use place::place_test;
+#[allow(unused_imports)]
+pub use place::{Brokers, Place};
 
 /// The PostgreSQL server every test uses (scripts/services.sh starts it).
 pub const PG: &str = cleanup::PG_URL;

@@ -101,9 +101,14 @@ pub(crate) async fn insert<DB: Db>(
         _ => messages.iter().filter(|m| m.dedup_id.is_none()).cloned().collect::<Vec<_>>().into(),
     };
     for chunk in statements(&plain, limit) {
-        let sql = Arc::from(queue.sql.insert(chunk.len()));
         let rows: Vec<Row<'_>> = chunk.iter().map(Row::of).collect();
-        let args: Vec<Arg<'_>> = rows.iter().flat_map(Row::args).collect();
+        // Most messages carry only a payload: their columns' defaults do the rest.
+        let (sql, per_row) = match rows.iter().all(Row::is_plain) {
+            true => (queue.sql.insert_plain(chunk.len()), 3),
+            false => (queue.sql.insert(chunk.len()), 6),
+        };
+        let sql = Arc::from(sql);
+        let args: Vec<Arg<'_>> = rows.iter().flat_map(|r| r.args().take(per_row)).collect();
         published.stored += DB::execute(conn, &sql, &args).await.map_err(|e| queue_error(queue, e))?;
     }
     if !unique.is_empty() {
@@ -140,6 +145,11 @@ struct Row<'a> {
 impl<'a> Row<'a> {
     fn of(m: &'a Message) -> Self {
         Row { m, delay: micros(m.delay), headers: m.headers_json() }
+    }
+
+    /// Default priority, no key, no headers.
+    fn is_plain(&self) -> bool {
+        self.m.priority == 0 && self.m.key.is_none() && self.headers.is_none()
     }
 
     fn args(&self) -> impl Iterator<Item = Arg<'_>> {

@@ -706,5 +706,9 @@ mod tests {
         );
         assert_eq!(t.insert(3).matches('?').count(), 18);
         assert!(t.insert_dedup().starts_with("INSERT IGNORE INTO `app`.`jobs` ("));
+        assert_eq!(
+            t.insert_plain(1),
+            "INSERT INTO `app`.`jobs` (group_name, payload, visible_at) VALUES (?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)"
+        );
     }
 }

@@ -135,6 +135,13 @@ impl<DB: Dialect> TableSql<DB> {
         )
     }
 
+    /// `INSERT` of `rows` messages of the default priority, with no key and no headers:
+    /// half the binds of [`insert`](Self::insert). Binds per row: group, payload, delay µs.
+    pub fn insert_plain(&self, rows: usize) -> String {
+        let values = self.values(rows, 3, |p| format!("({}, {}, {})", p(1), p(2), DB::later(&p(3))));
+        format!("INSERT INTO {} (group_name, payload, visible_at) VALUES {values}", self.quoted)
+    }
+
     /// `INSERT` of one message with a deduplication id that stores nothing (and counts no
     /// row) while a message with that id is in the table. Binds: those of
     /// [`insert`](Self::insert), then the id.

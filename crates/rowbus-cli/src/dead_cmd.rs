@@ -49,8 +49,8 @@ pub(crate) struct ListArgs {
     #[arg(long, value_name = "N", default_value_t = 0)]
     offset: u64,
     /// Print JSON lines {"id", "group", "payload", "attempts", "last_error", "published_at",
-    /// "died_at"}: times in RFC 3339 (UTC, microseconds); a payload that is not UTF-8 is
-    /// null, with its bytes in "payload_hex"
+    /// "died_at", "priority", "key", "headers"}: times in RFC 3339 (UTC, microseconds); a
+    /// payload that is not UTF-8 is null, with its bytes in "payload_hex"
     #[arg(long)]
     json: bool,
 }

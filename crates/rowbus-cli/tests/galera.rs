@@ -16,7 +16,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use common::{read_all, read_lines, rowbus, run_quietly, run_with, show, text, unique};
+use common::{queue_tables, read_all, read_lines, rowbus, run_quietly, run_with, show, text, unique};
 use rowbus::sqlx::MySql;
 use rowbus::{DbPool, Event, Listener, ListenerOptions, Notifier, NotifyConfig};
 
@@ -90,8 +90,7 @@ impl Drop for Tables {
 /// own notify table; each node then has every one of them.
 fn deploy(name: &str) -> Tables {
     let notify = format!("{name}_nt");
-    let mut names = vec![name.to_owned()];
-    names.extend(["_dead", "_pause", "_sched", "_ticks", "_hist", "_keep"].map(|s| format!("{name}{s}")));
+    let mut names = queue_tables(name);
     names.push(notify.clone());
     let tables = Tables(names);
     for node in [1, 3] {

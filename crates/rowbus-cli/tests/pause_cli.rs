@@ -6,7 +6,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Database, Kind, LINE_TIMEOUT, Running, on_each_database, rowbus, run, show, text, unique};
+use common::{
+    Database, Kind, LINE_TIMEOUT, Running, on_each_database, queue_tables, rowbus, run, show, text, unique,
+};
 use serde_json::Value;
 
 /// How long the paused consumer is watched: the publish's wake-up reaches it in well
@@ -41,19 +43,8 @@ fn pause_holds_a_running_consumer_until_resume(kind: Kind) {
     let database = Database::new(kind, &notify_table);
     let q = unique("pcli");
     let rowbus_ok = |args: &[&str]| ok(&database, &notify_table, args);
-    let cleanup = Cleanup {
-        database: &database,
-        tables: vec![
-            q.clone(),
-            format!("{q}_dead"),
-            format!("{q}_pause"),
-            format!("{q}_sched"),
-            format!("{q}_ticks"),
-            format!("{q}_hist"),
-            format!("{q}_keep"),
-            notify_table.clone(),
-        ],
-    };
+    let cleanup =
+        Cleanup { database: &database, tables: [queue_tables(&q), vec![notify_table.clone()]].concat() };
 
     rowbus_ok(&["deploy", "--queue", &q]);
     let mut cmd = rowbus();

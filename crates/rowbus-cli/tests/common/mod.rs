@@ -14,7 +14,8 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-pub use cleanup::{Cleanup, MARIADB_URL, PG_URL};
+#[allow(unused_imports)]
+pub use cleanup::{Cleanup, MARIADB_URL, PG_URL, queue_tables};
 use rowbus::Backend;
 
 /// How long a one-shot command (`deploy`, `notify`, `publish`...) may run.

@@ -9,8 +9,9 @@ use super::exec::{DEADLOCK_TRIES, micros, queue_error};
 use super::{Message, Published, Queue, check_group};
 use crate::db::{Arg, Db};
 use crate::error::{Error, check_duration, is_retryable};
+use crate::sql::{INSERT_BINDS, PLAIN_INSERT_BINDS};
 
-/// Most messages one INSERT carries (six binds each).
+/// Most messages one INSERT carries (at most six binds each).
 const INSERT_CHUNK: usize = 1000;
 
 /// What a statement carries besides its messages' contents: its SQL and the binds'
@@ -104,8 +105,8 @@ pub(crate) async fn insert<DB: Db>(
         let rows: Vec<Row<'_>> = chunk.iter().map(Row::of).collect();
         // Most messages carry only a payload: their columns' defaults do the rest.
         let (sql, per_row) = match rows.iter().all(Row::is_plain) {
-            true => (queue.sql.insert_plain(chunk.len()), 3),
-            false => (queue.sql.insert(chunk.len()), 6),
+            true => (queue.sql.insert_plain(chunk.len()), PLAIN_INSERT_BINDS),
+            false => (queue.sql.insert(chunk.len()), INSERT_BINDS),
         };
         let sql = Arc::from(sql);
         let args: Vec<Arg<'_>> = rows.iter().flat_map(|r| r.args().take(per_row)).collect();

@@ -138,7 +138,8 @@ impl<DB: Dialect> TableSql<DB> {
     /// `INSERT` of `rows` messages of the default priority, with no key and no headers:
     /// half the binds of [`insert`](Self::insert). Binds per row: group, payload, delay µs.
     pub fn insert_plain(&self, rows: usize) -> String {
-        let values = self.values(rows, 3, |p| format!("({}, {}, {})", p(1), p(2), DB::later(&p(3))));
+        let values =
+            self.values(rows, PLAIN_INSERT_BINDS, |p| format!("({}, {}, {})", p(1), p(2), DB::later(&p(3))));
         format!("INSERT INTO {} (group_name, payload, visible_at) VALUES {values}", self.quoted)
     }
 
@@ -210,6 +211,8 @@ impl<DB: Dialect> TableSql<DB> {
 
 /// Binds per row of [`TableSql::insert`].
 pub(crate) const INSERT_BINDS: usize = 6;
+/// Binds per row of [`TableSql::insert_plain`]: the first three of [`INSERT_BINDS`].
+pub(crate) const PLAIN_INSERT_BINDS: usize = 3;
 
 /// The rows of `pairs` `(id, token)` pairs. Binds: the ids, then the pairs.
 pub(crate) fn pairs_filter<DB: Dialect>(pairs: usize) -> String {

@@ -192,6 +192,15 @@ pub fn remove_sqlite(path: &Path) {
     }
 }
 
+/// What a deploy of queue `q` makes besides it: dead letters, pauses, schedules and their
+/// ticks, kept history and its setting.
+const QUEUE_SUFFIXES: [&str; 6] = ["_dead", "_pause", "_sched", "_ticks", "_hist", "_keep"];
+
+/// Every table a deploy of queue `q` makes, the queue table first.
+pub fn queue_tables(q: &str) -> Vec<String> {
+    std::iter::once(q.to_owned()).chain(QUEUE_SUFFIXES.iter().map(|s| format!("{q}{s}"))).collect()
+}
+
 impl Drop for Cleanup {
     fn drop(&mut self) {
         let made = std::mem::take(&mut *self.made());
@@ -203,17 +212,7 @@ impl Drop for Cleanup {
         }
         let Some(server) = self.server else { return };
         let mut tables = made.tables;
-        tables.extend(made.queues.iter().flat_map(|q| {
-            [
-                q.clone(),
-                format!("{q}_dead"),
-                format!("{q}_pause"),
-                format!("{q}_sched"),
-                format!("{q}_ticks"),
-                format!("{q}_hist"),
-                format!("{q}_keep"),
-            ]
-        }));
+        tables.extend(made.queues.iter().flat_map(|q| queue_tables(q)));
         for prefix in &made.prefixes {
             match Self::tables_under(server, prefix) {
                 Ok(found) => tables.extend(found),

@@ -13,7 +13,8 @@ use std::time::Duration;
 use rowbus::{DbPool, Event, Listener, ListenerOptions, Notification, Notifier, NotifyConfig};
 use sqlx::{Executor, MySql, Postgres, Sqlite, Transaction};
 
-pub use cleanup::Cleanup;
+#[allow(unused_imports)]
+pub use cleanup::{Cleanup, queue_tables};
 #[allow(unused_imports)]
 pub(crate) use place::place_test;
 #[allow(unused_imports)]

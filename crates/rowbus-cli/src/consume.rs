@@ -35,6 +35,11 @@ pub(crate) struct ConsumeArgs {
     #[arg(long, value_name = "N", default_value_t = 1, conflicts_with = "batch",
           value_parser = clap::value_parser!(u32).range(1..=1024))]
     workers: u32,
+    /// Most messages claimed beyond one per free worker, when the workers are expected
+    /// to finish them while a claim is in flight [default: the worker count; 0: none]
+    #[arg(long, value_name = "N", conflicts_with = "batch",
+          value_parser = clap::value_parser!(u32).range(0..=1024))]
+    claim_ahead: Option<u32>,
     /// Claim up to N messages at a time, handle them in order and acknowledge them in one
     /// statement
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
@@ -243,9 +248,11 @@ async fn run<DB: Db>(
         }
         None => {
             let shared = shared.clone();
-            let runner = tokio::spawn(
-                builder.workers(args.workers as usize).run(move |d| handle_one(shared.clone(), d)),
-            );
+            let mut builder = builder.workers(args.workers as usize);
+            if let Some(most) = args.claim_ahead {
+                builder = builder.claim_ahead(most as usize);
+            }
+            let runner = tokio::spawn(builder.run(move |d| handle_one(shared.clone(), d)));
             (runner, format!("{} worker{}", args.workers, if args.workers == 1 { "" } else { "s" }))
         }
     };

@@ -1263,3 +1263,89 @@ async fn a_handler_retry_beyond_the_maximum_is_a_failure<DB: Db>(broker: Broker<
     q.undeploy().await.unwrap();
 }
 on_each_database!(a_handler_retry_beyond_the_maximum_is_a_failure);
+
+/// Drains `n` messages with `workers` quick workers and `claim_ahead`; the claims made.
+async fn drain_counting_claims<DB: Db>(broker: &Broker<DB>, q: &Queue<DB>, n: u64, ahead: usize) -> u64 {
+    let handled = Arc::new(AtomicU64::new(0));
+    let runner = {
+        let (handled, q) = (handled.clone(), q.clone());
+        tokio::spawn(async move {
+            q.subscribe()
+                .workers(4)
+                .claim_ahead(ahead)
+                .poll_interval(Duration::from_secs(10))
+                .run(move |_: Delivery<DB>| {
+                    handled.fetch_add(1, Ordering::Relaxed);
+                    async { Ok::<_, Error>(()) }
+                })
+                .await
+        })
+    };
+    let before = broker.stats().claims;
+    stats_until(broker, Duration::from_secs(30), |s| s.acked >= n).await;
+    let claims = broker.stats().claims - before;
+    broker.shutdown(Duration::from_secs(5)).await;
+    runner.await.unwrap().unwrap();
+    assert_eq!(handled.load(Ordering::Relaxed), n, "each message handled once");
+    assert_eq!(q.depth("").await.unwrap(), (0, 0));
+    claims
+}
+
+/// Quick handlers: a claim takes more than a message per worker (claims ahead), so four
+/// workers drain 400 messages in fewer than 100 claims; with `claim_ahead(0)` a claim never
+/// takes more than the free workers, so it takes at least 100.
+async fn quick_handlers_claim_ahead<DB: Db>(broker: Broker<DB>) {
+    let q = queue(&broker).await;
+    q.publish_batch((0..400).map(|i| Message::text(format!("m{i}")))).await.unwrap();
+    let claims = drain_counting_claims(&broker, &q, 400, 4).await;
+    assert!(claims < 100, "{claims} claims for 400 messages and 4 workers: none claimed ahead");
+}
+on_each_database!(quick_handlers_claim_ahead);
+
+async fn no_claim_ahead_when_turned_off<DB: Db>(broker: Broker<DB>) {
+    let q = queue(&broker).await;
+    q.publish_batch((0..400).map(|i| Message::text(format!("m{i}")))).await.unwrap();
+    let claims = drain_counting_claims(&broker, &q, 400, 0).await;
+    assert!(claims >= 100, "{claims} claims for 400 messages and 4 workers, none ahead");
+}
+on_each_database!(no_claim_ahead_when_turned_off);
+
+/// Messages claimed ahead and still waiting when the runner stops are given back at once
+/// (not left leased for the hour of their lease), like those of handlers aborted at the
+/// shutdown deadline.
+async fn claimed_ahead_is_given_back_at_shutdown<DB: Db>(broker: Broker<DB>) {
+    let q = queue(&broker).await;
+    q.publish_batch((0..400).map(|i| Message::text(format!("{i}")))).await.unwrap();
+    let handled = Arc::new(AtomicU64::new(0));
+    let runner = {
+        let (handled, q) = (handled.clone(), q.clone());
+        tokio::spawn(async move {
+            q.subscribe()
+                .workers(4)
+                .lease(Duration::from_secs(3600))
+                .poll_interval(Duration::from_secs(10))
+                .run(move |_: Delivery<DB>| {
+                    // Quick for the first 200, then every worker hangs with its message.
+                    let hang = handled.fetch_add(1, Ordering::Relaxed) >= 200;
+                    async move {
+                        if hang {
+                            std::future::pending::<()>().await;
+                        }
+                        Ok::<_, Error>(())
+                    }
+                })
+                .await
+        })
+    };
+    stats_until(&broker, Duration::from_secs(30), |s| s.acked >= 200).await;
+    while handled.load(Ordering::Relaxed) < 204 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    broker.shutdown(Duration::from_millis(200)).await;
+    runner.await.unwrap().unwrap();
+    assert_eq!(handled.load(Ordering::Relaxed), 204, "no message started after the workers hung");
+    let stats = q.group_stats().await.unwrap();
+    assert_eq!((stats[0].depth, stats[0].ready, stats[0].in_flight), (200, 200, 0), "{stats:?}");
+    assert_eq!(broker.stats().abandoned, 4, "the hung handlers' messages were given back");
+}
+on_each_database!(claimed_ahead_is_given_back_at_shutdown);

@@ -1,15 +1,22 @@
 //! Acknowledgements waiting for a commit. On SQLite a runner's next claim carries them in
 //! its own transaction (one commit for both, and SQLite has one writer at a time); while
 //! the runner waits instead of claiming, and on PostgreSQL and MySQL/MariaDB always, a
-//! flusher sends them by themselves, as many a statement as have come in meanwhile.
+//! flusher sends them by themselves, as many a statement as have come in meanwhile. A
+//! claim may be long in coming while the runner is busy (its workers go from one message
+//! claimed ahead to the next without coming free): what waited [`CARRY_WAIT`] for one is
+//! sent by itself.
 
 use std::sync::{Mutex, MutexGuard};
 
 use tokio::sync::Notify;
+use tokio::time::{Duration, Instant};
 use tracing::warn;
 
 use super::{Queue, lease};
 use crate::db::Db;
+
+/// Longest an acknowledgement waits for a claim to carry it.
+pub(crate) const CARRY_WAIT: Duration = Duration::from_millis(100);
 
 /// The `(id, token)` pairs of handled messages not yet deleted.
 #[derive(Debug)]
@@ -23,6 +30,8 @@ pub(crate) struct PendingAcks {
 #[derive(Debug, Default)]
 struct State {
     pairs: Vec<(i64, i64)>,
+    /// When the oldest of `pairs` came.
+    since: Option<Instant>,
     /// The runner waits rather than claims: nothing would carry new acknowledgements.
     idle: bool,
     /// The runner has stopped claiming for good.
@@ -46,8 +55,13 @@ impl PendingAcks {
     /// Adds acknowledgements; the flusher sends them when no claim will.
     pub fn push(&self, pairs: impl IntoIterator<Item = (i64, i64)>) {
         let mut state = self.state();
+        let was_empty = state.pairs.is_empty();
         state.pairs.extend(pairs);
-        if state.idle || state.closed {
+        if was_empty && !state.pairs.is_empty() {
+            state.since = Some(Instant::now());
+            // The flusher's clock for them starts.
+            self.flush.notify_one();
+        } else if state.idle || state.closed {
             self.flush.notify_one();
         }
     }
@@ -57,7 +71,9 @@ impl PendingAcks {
         if !self.carried {
             return Vec::new();
         }
-        std::mem::take(&mut self.state().pairs)
+        let mut state = self.state();
+        state.since = None;
+        std::mem::take(&mut state.pairs)
     }
 
     /// The runner starts (`true`) or stops waiting; what is pending when it starts is
@@ -83,16 +99,27 @@ impl PendingAcks {
             let flush = self.flush.notified();
             tokio::pin!(flush);
             flush.as_mut().enable();
-            {
+            let deadline = {
                 let mut state = self.state();
-                if (state.idle || state.closed) && !state.pairs.is_empty() {
+                let overdue = state.since.is_some_and(|since| since.elapsed() >= CARRY_WAIT);
+                if (state.idle || state.closed || overdue) && !state.pairs.is_empty() {
+                    state.since = None;
                     return Some(std::mem::take(&mut state.pairs));
                 }
                 if state.closed {
                     return None;
                 }
+                state.since.map(|since| since + CARRY_WAIT)
+            };
+            match deadline {
+                Some(deadline) => {
+                    tokio::select! {
+                        () = &mut flush => {}
+                        () = tokio::time::sleep_until(deadline) => {}
+                    }
+                }
+                None => flush.await,
             }
-            flush.await;
         }
     }
 
@@ -136,6 +163,21 @@ mod tests {
         acks.close();
         assert_eq!(acks.flushable().await, Some(vec![(2, 10)]));
         assert_eq!(acks.flushable().await, None);
+    }
+
+    #[tokio::test]
+    async fn what_no_claim_carried_goes_after_the_carry_wait() {
+        let acks = PendingAcks::new(true);
+        acks.push([(1, 10)]);
+        let started = Instant::now();
+        let flushed = tokio::time::timeout(Duration::from_secs(10), acks.flushable()).await;
+        assert_eq!(flushed, Ok(Some(vec![(1, 10)])));
+        assert!(started.elapsed() >= CARRY_WAIT);
+        // Taken by a claim before the wait ran out: the flusher has nothing to send.
+        acks.push([(2, 10)]);
+        assert_eq!(acks.take(), vec![(2, 10)]);
+        let early = tokio::time::timeout(CARRY_WAIT * 2, acks.flushable()).await;
+        assert!(early.is_err(), "nothing pending");
     }
 
     #[tokio::test]

@@ -2,6 +2,7 @@
 
 mod acks;
 mod admin;
+mod ahead;
 mod claim;
 mod dead;
 mod delivery;

@@ -18,6 +18,7 @@ use tokio::time::Instant;
 use tracing::{Instrument as _, debug, info_span, warn};
 
 use super::acks::PendingAcks;
+use super::ahead::Ahead;
 use super::delivery::Lease;
 use super::subscription::{Claimer, Pace, SubscriptionBuilder};
 use super::{Delivery, Inner, Outcome, Queue, lease};
@@ -146,11 +147,27 @@ impl Drop for Begun {
     }
 }
 
-/// One message's handler on its worker; an acknowledgement joins others in one statement.
+/// What a worker needs besides its handler: where acknowledgements go, the messages
+/// claimed ahead of it, and the leases handed out.
+struct Bench<DB: Db> {
+    acks: Arc<PendingAcks>,
+    ahead: Arc<Ahead<Delivery<DB>>>,
+    in_flight: InFlight<DB>,
+}
+
+impl<DB: Db> Clone for Bench<DB> {
+    fn clone(&self) -> Self {
+        Bench { acks: self.acks.clone(), ahead: self.ahead.clone(), in_flight: self.in_flight.clone() }
+    }
+}
+
+/// One worker's handler on a message, then on each message claimed ahead that is waiting
+/// when it finishes; the worker is free once none is. An acknowledgement joins others in
+/// one statement.
 async fn handle<DB, F, Fut, O, E>(
     handler: Arc<F>,
-    acks: Arc<PendingAcks>,
-    delivery: Delivery<DB>,
+    bench: Bench<DB>,
+    mut delivery: Delivery<DB>,
     worker: OwnedSemaphorePermit,
     begun: Begun,
 ) where
@@ -160,24 +177,46 @@ async fn handle<DB, F, Fut, O, E>(
     O: Into<Outcome> + Send + 'static,
     E: Display + Send + 'static,
 {
+    drop(begun);
+    loop {
+        handle_one(&*handler, &bench, delivery).await;
+        let (next, stale) = bench.ahead.next();
+        if !stale.is_empty() {
+            warn!(count = stale.len(), "messages claimed ahead waited half their lease; giving them back");
+            release_all(stale).await;
+        }
+        match next {
+            Some(next) => delivery = next,
+            None => break,
+        }
+    }
+    drop(worker);
+}
+
+async fn handle_one<DB, F, Fut, O, E>(handler: &F, bench: &Bench<DB>, delivery: Delivery<DB>)
+where
+    DB: Db,
+    F: Fn(Delivery<DB>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<O, E>> + Send + 'static,
+    O: Into<Outcome> + Send + 'static,
+    E: Display + Send + 'static,
+{
     let span = info_span!("rowbus.message", id = delivery.id(), attempt = delivery.attempt());
     async move {
-        drop(begun);
         let lease = delivery.lease();
+        bench.in_flight.track([lease.clone()]);
+        let started = Instant::now();
         let result = outcome(handler(delivery)).await;
+        bench.ahead.handled(started.elapsed());
         match result {
             // A keyed message's acknowledgement goes at once: it frees the key's next
             // message, which other subscriptions wait for.
             Ok(Outcome::Ack) if !lease.is_keyed() && lease.take() => {
-                // Pending before the worker is free, so that the claim for that worker
-                // carries it: one commit for the acknowledgement and the next claim.
-                acks.push([(lease.id(), lease.token())]);
-                drop(worker);
+                // Pending while the worker is still taken, so that the claim for that
+                // worker carries it: one commit for the acknowledgement and the next claim.
+                bench.acks.push([(lease.id(), lease.token())]);
             }
-            other => {
-                drop(worker);
-                lease.settle(other).await;
-            }
+            other => lease.settle(other).await,
         }
     }
     .instrument(span)
@@ -356,14 +395,29 @@ pub(super) async fn drive<DB: Db, T: Turn<DB>>(
     turn.finish(set, timeout).await;
 }
 
-/// [`SubscriptionBuilder::run`]: a message per free worker.
+/// [`SubscriptionBuilder::run`]: a message per free worker, and those claimed ahead (see
+/// [`Ahead`]).
 struct Workers<DB: Db, F> {
     handler: Arc<F>,
     workers: Arc<Semaphore>,
     max: usize,
     starting: Starting,
     flusher: Flusher,
-    in_flight: InFlight<DB>,
+    bench: Bench<DB>,
+}
+
+impl<DB, F, Fut, O, E> Workers<DB, F>
+where
+    DB: Db,
+    F: Fn(Delivery<DB>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<O, E>> + Send + 'static,
+    O: Into<Outcome> + Send + 'static,
+    E: Display + Send + 'static,
+{
+    fn start(&self, set: &mut JoinSet<()>, delivery: Delivery<DB>, worker: OwnedSemaphorePermit) {
+        let begun = self.starting.spawned();
+        set.spawn(handle(self.handler.clone(), self.bench.clone(), delivery, worker, begun));
+    }
 }
 
 impl<DB, F, Fut, O, E> Turn<DB> for Workers<DB, F>
@@ -382,24 +436,43 @@ where
     async fn claim(
         &mut self,
         claimer: &mut Claimer<DB>,
-        workers: Vec<OwnedSemaphorePermit>,
+        mut workers: Vec<OwnedSemaphorePermit>,
         set: &mut JoinSet<()>,
     ) -> Option<Pace> {
-        let Ok(deliveries) = claimer.claim(workers.len()).await else { return Some(claimer.pace) };
+        // A worker can come free while a message claimed ahead still waits (it looked
+        // before the last claim added some): those go first.
+        while !workers.is_empty() {
+            let (next, stale) = self.bench.ahead.next();
+            release_all(stale).await;
+            let Some(delivery) = next else { break };
+            let worker = workers.pop().expect("not empty");
+            self.start(set, delivery, worker);
+        }
+        if workers.is_empty() {
+            return Some(claimer.pace);
+        }
+        let size = self.bench.ahead.claim_size(workers.len(), self.max);
+        let started = Instant::now();
+        let Ok(deliveries) = claimer.claim(size).await else { return Some(claimer.pace) };
+        self.bench.ahead.claimed(started.elapsed());
         if *claimer.shutdown.borrow() {
             release_all(deliveries).await;
             return None;
         }
-        for (delivery, worker) in deliveries.into_iter().zip(workers) {
-            self.in_flight.track([delivery.lease()]);
-            let begun = self.starting.spawned();
-            set.spawn(handle(self.handler.clone(), self.flusher.acks.clone(), delivery, worker, begun));
+        let mut deliveries = deliveries.into_iter();
+        // Workers first: `zip` takes from its first iterator before it finds the second
+        // empty, and a message taken so would be lost until its lease ran out.
+        for (worker, delivery) in workers.into_iter().zip(deliveries.by_ref()) {
+            self.start(set, delivery, worker);
         }
+        self.bench.ahead.keep(deliveries);
         Some(claimer.pace)
     }
 
     async fn finish(self, set: JoinSet<()>, timeout: Duration) {
-        finish(set, timeout, self.flusher, self.in_flight).await
+        // Claimed ahead, never started: given back at once.
+        release_all(self.bench.ahead.close()).await;
+        finish(set, timeout, self.flusher, self.bench.in_flight).await
     }
 }
 
@@ -464,7 +537,8 @@ where
 
 impl<DB: Db> SubscriptionBuilder<DB> {
     /// Runs `handler` on each message, up to `workers` at once, until the broker shuts
-    /// down. Each claim takes a message per free worker. `Ok` acknowledges (or does what
+    /// down. Each claim takes a message per free worker, and a few more when handlers are
+    /// quick (see [`claim_ahead`](Self::claim_ahead)). `Ok` acknowledges (or does what
     /// the [`Outcome`] says); `Err` or a panic retries with backoff, then dead-letters.
     pub async fn run<F, Fut, O, E>(self, handler: F) -> Result<(), Error>
     where
@@ -475,13 +549,14 @@ impl<DB: Db> SubscriptionBuilder<DB> {
     {
         let workers = Arc::new(Semaphore::new(self.workers));
         let (handler, max, starting) = (Arc::new(handler), self.workers, Starting::default());
+        let ahead = Arc::new(Ahead::new(self.claim_ahead.unwrap_or(self.workers), self.lease / 2));
         self.leased(|flusher| Workers {
             handler,
             workers,
             max,
             starting,
+            bench: Bench { acks: flusher.acks.clone(), ahead, in_flight: InFlight::default() },
             flusher,
-            in_flight: InFlight::default(),
         })
         .await
     }

@@ -35,6 +35,7 @@ pub struct SubscriptionBuilder<DB: Db> {
     pub(crate) lease: Duration,
     pub(crate) batch: usize,
     pub(crate) workers: usize,
+    pub(crate) claim_ahead: Option<usize>,
     pub(crate) shutdown_timeout: Duration,
     pub(crate) until: Option<Until>,
     pub(crate) schedules: bool,
@@ -61,6 +62,7 @@ impl<DB: Db> SubscriptionBuilder<DB> {
             group: String::new(),
             batch: 1,
             workers: 1,
+            claim_ahead: None,
             shutdown_timeout: Duration::from_secs(30),
             until: None,
             schedules,
@@ -108,6 +110,19 @@ impl<DB: Db> SubscriptionBuilder<DB> {
     /// Handlers running at once in a runner.
     pub fn workers(mut self, workers: usize) -> Self {
         self.workers = workers.max(1);
+        self
+    }
+
+    /// Most messages [`run`](Self::run) claims beyond one per free worker (the worker count
+    /// by default; 0: never more than one per free worker). A claim takes as many more as
+    /// the workers are expected to finish during the claim's round trip, measured as they
+    /// run: with handlers quicker than a claim, the next messages are there when a worker
+    /// finishes and the rate is no longer bound by the claim latency; with slower ones
+    /// nothing is claimed ahead. A message claimed ahead waits in the runner about one
+    /// claim's latency, its lease running; one that waited half its lease is given back
+    /// unstarted, as are those waiting at shutdown.
+    pub fn claim_ahead(mut self, most: usize) -> Self {
+        self.claim_ahead = Some(most);
         self
     }
 

@@ -188,6 +188,7 @@ async fn transactional<DB, H>(
     H: for<'c> Fn(&'c mut DB::Connection, Vec<ClaimedRow>) -> BoxFuture<'c, Result<Outcome, String>>,
 {
     let counters = &queue.inner().counters;
+    let turn = queue.inner().write_turn().await;
     let (mut tx, rows) = match claim_locked(queue, group, limit).await {
         Ok((tx, rows)) if !rows.is_empty() => (tx, rows),
         Ok(_) => {
@@ -239,6 +240,7 @@ async fn transactional<DB, H>(
         Ok::<_, Error>(dead > 0)
     }
     .await;
+    drop(turn);
     match settled {
         // Some left the queue: wake who can take their keys' next messages.
         Ok(true) => {

@@ -231,6 +231,11 @@ pub trait Dialect: Driver + Sized {
     const CLAIM_IN_TRANSACTION: bool = true;
     /// Whether a runner's acknowledgements ride on its next claim's transaction.
     const CLAIMS_CARRY_ACKS: bool = false;
+    /// Whether the database runs one write transaction at a time (SQLite): a broker's
+    /// transactional claims then wait for each other in the process, handed over the
+    /// moment one commits, rather than in the database's busy handler, which retries
+    /// after sleeps of up to 100 ms.
+    const ONE_WRITER: bool = false;
     /// The lease claim statement: binds group, limit, lease µs, token; a database whose
     /// claim has another shape says so in [`claim`](Self::claim).
     fn claim_sql(table: &QueueTable) -> String;

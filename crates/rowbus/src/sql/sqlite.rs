@@ -273,6 +273,7 @@ impl Dialect for Sqlite {
     /// while the claim runs, and other claims' deletions queue behind them: measured no
     /// faster there, and slower for batches of 100 on PostgreSQL.)
     const CLAIMS_CARRY_ACKS: bool = true;
+    const ONE_WRITER: bool = true;
 
     /// One writer: the UPDATE's own read is the lock.
     fn claim_sql(table: &QueueTable) -> String {

@@ -2,6 +2,7 @@
 
 pub mod broker;
 mod raw_claim;
+mod raw_insert;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -2,9 +2,11 @@
 //! (by a URL, or by the pool it gave) becomes a type.
 
 use std::future::Future;
+use std::time::Duration;
 
 use futures::future::BoxFuture;
-use sqlx::{ColumnIndex, Decode, Encode, Executor, Pool, Type};
+use sqlx::pool::PoolOptions;
+use sqlx::{ColumnIndex, Connection, Database, Decode, Encode, Executor, Pool, Type};
 
 use crate::db::Db;
 use crate::error::Error;
@@ -63,6 +65,32 @@ pub fn redact(url: &str) -> String {
         },
         None => url.to_owned(),
     }
+}
+
+/// How long a pooled connection may sit idle and still be handed out untested.
+///
+/// sqlx pings every idle connection it hands out by default: a round trip before each
+/// statement of a single publish or an acknowledgement, as many round trips as the work
+/// itself. A connection that came back less than this long ago answered its last
+/// statement then; if the server went away since, its next statement fails as one in
+/// flight would have (HikariCP skips its alive check likewise, for 500 ms).
+pub(crate) const UNTESTED_IDLE: Duration = Duration::from_secs(1);
+
+/// The pool options of every pool rowbus connects: up to `max` connections, a 10 s
+/// acquire timeout, a ping only for connections idle [`UNTESTED_IDLE`] or longer.
+pub(crate) fn pool_options<DB: Database>(max: u32) -> PoolOptions<DB> {
+    PoolOptions::new()
+        .max_connections(max)
+        .acquire_timeout(Duration::from_secs(10))
+        .test_before_acquire(false)
+        .before_acquire(|conn: &mut DB::Connection, meta| {
+            Box::pin(async move {
+                if meta.idle_for >= UNTESTED_IDLE {
+                    conn.ping().await?;
+                }
+                Ok(true)
+            })
+        })
 }
 
 pub(crate) fn invalid_url(url: &str, e: sqlx::Error) -> Error {

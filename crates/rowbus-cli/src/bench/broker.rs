@@ -1,5 +1,5 @@
-//! `rowbus bench broker`: the table broker's publish and drain rates, a raw sqlx claim loop
-//! as their baseline, and publish-to-handler latency in one process and across brokers.
+//! `rowbus bench broker`: the table broker's publish and drain rates, raw sqlx INSERT and
+//! claim loops as their baselines, and publish-to-handler latency in one process and across brokers.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -15,8 +15,8 @@ use rowbus::sqlx::{ColumnIndex, Decode, Encode, Executor, IntoArguments, Pool, T
 use rowbus::{Backend, Broker, BrokerOptions, DbPool, Delivery, Message, NotifyConfig, OnPool, Queue};
 use tokio::sync::{Notify, mpsc};
 
-use super::raw_claim;
 use super::{Jitter, Percentiles, bar, percentiles};
+use super::{raw_claim, raw_insert};
 
 /// Options of `rowbus bench broker`.
 #[derive(Debug, Args)]
@@ -40,8 +40,8 @@ pub struct BrokerBench {
     /// Messages timed one at a time for each latency figure
     #[arg(long, default_value_t = 200)]
     latency_samples: u32,
-    /// Run only these scenarios (comma-separated): publish1, publish100, drain1, drain4,
-    /// drain8, batch16, batch100, txbatch16, txbatch100, raw1, raw16, raw100, keepdrain1,
+    /// Run only these scenarios (comma-separated): publish1, rawinsert1, publish100,
+    /// rawinsert100, drain1, drain4, drain8, batch16, batch100, txbatch16, txbatch100, raw1, raw16, raw100, keepdrain1,
     /// keepdrain8, keepbatch100, keeptxbatch100 (the same drains on a queue keeping its
     /// history, each compared with its plain one), latency, latency-remote
     #[arg(long, value_delimiter = ',', value_name = "SCENARIOS")]
@@ -74,6 +74,8 @@ pub enum Scenario {
     BatchTx(usize),
     /// The raw sqlx loop claiming this many rows a turn.
     Raw(usize),
+    /// The raw sqlx loop inserting this many rows a statement.
+    RawInsert(u64),
     /// [`Drain`](Self::Drain) on a queue deployed with a keep duration.
     KeepDrain(usize),
     /// [`Batch`](Self::Batch) on a queue deployed with a keep duration.
@@ -86,12 +88,14 @@ pub enum Scenario {
     LatencyRemote,
 }
 
-/// Every throughput scenario, in the order one round runs them: each rowbus drain sits
-/// next to the raw loop it is compared with.
+/// Every throughput scenario, in the order one round runs them: each rowbus publish and
+/// drain sits next to the raw loop it is compared with.
 /// A kept-history drain runs right after its plain one.
-const ROUND: [Scenario; 16] = [
+const ROUND: [Scenario; 18] = [
     Scenario::Publish1,
+    Scenario::RawInsert(1),
     Scenario::Publish100,
+    Scenario::RawInsert(100),
     Scenario::Drain(1),
     Scenario::KeepDrain(1),
     Scenario::Drain(4),
@@ -120,6 +124,7 @@ impl fmt::Display for Scenario {
             Scenario::Batch(n) => write!(f, "batch{n}"),
             Scenario::BatchTx(n) => write!(f, "txbatch{n}"),
             Scenario::Raw(n) => write!(f, "raw{n}"),
+            Scenario::RawInsert(n) => write!(f, "rawinsert{n}"),
             Scenario::KeepDrain(n) => write!(f, "keepdrain{n}"),
             Scenario::KeepBatch(n) => write!(f, "keepbatch{n}"),
             Scenario::KeepBatchTx(n) => write!(f, "keeptxbatch{n}"),
@@ -140,7 +145,7 @@ impl FromStr for Scenario {
             }
         }
         Err(format!(
-            "unknown scenario {s:?}: expected publish1, publish100, drain1, drain4, drain8, batch16, \
+            "unknown scenario {s:?}: expected publish1, rawinsert1, publish100, rawinsert100, drain1, drain4, drain8, batch16, \
              batch100, txbatch16, txbatch100, raw1, raw16, raw100, keepdrain1, keepdrain8, keepbatch100, \
              keeptxbatch100, latency or latency-remote"
         ))
@@ -160,6 +165,8 @@ impl Scenario {
             Scenario::BatchTx(n) if s == 1 => format!("run_batch_tx {n}, {w} workers"),
             Scenario::BatchTx(n) => format!("run_batch_tx {n}, {s} subs x {w} workers"),
             Scenario::Raw(k) => format!("raw sqlx loop k={k}, {c} conns"),
+            Scenario::RawInsert(1) => format!("raw sqlx INSERT 1 row, {c} conns"),
+            Scenario::RawInsert(k) => format!("raw sqlx INSERT {k} rows, {c} conns"),
             Scenario::KeepDrain(n) => format!("{}, kept history", Scenario::Drain(n).label(args)),
             Scenario::KeepBatch(n) => format!("{}, kept", Scenario::Batch(n).label(args)),
             Scenario::KeepBatchTx(n) => format!("{}, kept", Scenario::BatchTx(n).label(args)),
@@ -168,9 +175,12 @@ impl Scenario {
         }
     }
 
-    /// The raw loop a rowbus drain is compared with; the plain drain a kept-history one is.
+    /// The raw loop a rowbus publish or drain is compared with; the plain drain a
+    /// kept-history one is.
     fn baseline(self) -> Option<Scenario> {
         match self {
+            Scenario::Publish1 => Some(Scenario::RawInsert(1)),
+            Scenario::Publish100 => Some(Scenario::RawInsert(100)),
             Scenario::KeepDrain(n) => Some(Scenario::Drain(n)),
             Scenario::KeepBatch(n) => Some(Scenario::Batch(n)),
             Scenario::KeepBatchTx(n) => Some(Scenario::BatchTx(n)),
@@ -271,7 +281,7 @@ impl Results {
         Some(median(&runs.iter().map(|r| r.per_s).collect::<Vec<_>>()))
     }
 
-    /// A rowbus drain's median as a percentage of its raw baseline's.
+    /// A rowbus publish's or drain's median as a percentage of its raw baseline's.
     fn vs_raw(&self, scenario: Scenario) -> Option<(Scenario, f64)> {
         let raw = scenario.baseline()?;
         Some((raw, percent_of(self.median(scenario)?, self.median(raw)?)?))
@@ -294,9 +304,14 @@ impl Results {
                 "msgs_per_s": self.median(*scenario),
                 "runs_msgs_per_s": runs.iter().map(|r| r.per_s).collect::<Vec<_>>(),
             });
-            let key =
-                if matches!(scenario, Scenario::Raw(_)) { "deadlocks_retried" } else { "claims_failed" };
-            entry[key] = runs.iter().map(|r| r.retries).sum::<u64>().into();
+            let key = match scenario {
+                Scenario::Raw(_) => Some("deadlocks_retried"),
+                Scenario::Publish1 | Scenario::Publish100 | Scenario::RawInsert(_) => None,
+                _ => Some("claims_failed"),
+            };
+            if let Some(key) = key {
+                entry[key] = runs.iter().map(|r| r.retries).sum::<u64>().into();
+            }
             if let Some((raw, pct)) = self.vs_raw(*scenario) {
                 entry["baseline"] = raw.to_string().into();
                 entry["percent_of_baseline"] = pct.into();
@@ -340,7 +355,7 @@ impl Results {
             if args.rounds == 1 { "" } else { "s" }
         );
         if !self.runs.is_empty() {
-            println!("{:<10} {:<36} {:>10}  {:<18} runs", "scenario", "what", "msgs/s", "vs baseline");
+            println!("{:<12} {:<36} {:>10}  {:<20} runs", "scenario", "what", "msgs/s", "vs baseline");
         }
         for (scenario, runs) in &self.runs {
             let vs = match self.vs_raw(*scenario) {
@@ -355,7 +370,7 @@ impl Results {
                 (n, _) => format!(" ({n} claims failed)"),
             };
             println!(
-                "{:<10} {:<36} {:>10}  {:<18} {}{retries}",
+                "{:<12} {:<36} {:>10}  {:<20} {}{retries}",
                 scenario.to_string(),
                 scenario.label(args),
                 thousands(self.median(*scenario).unwrap_or(0.0)),
@@ -585,6 +600,22 @@ where
                 eprintln!("rowbus: {scenario}: the raw loop deleted {} of {n} rows", drained.rows);
             }
             Run { per_s: drained.rows as f64 / elapsed.as_secs_f64(), retries: drained.retries }
+        }
+        Scenario::RawInsert(k) => {
+            // The raw claim loop's plain table, beside the (empty) queue table.
+            let raw = format!("{table}_raw");
+            drop_queue(pool, &raw).await;
+            let create = raw_claim::create_sql(DB::BACKEND, &raw);
+            let mut conn = pool.acquire().await?;
+            rowbus::sqlx::query(rowbus::sqlx::AssertSqlSafe(create)).execute(&mut *conn).await?;
+            drop(conn);
+            let started = Instant::now();
+            let inserted =
+                raw_insert::publish(pool, DB::BACKEND, &raw, n, k, args.concurrency, &progress).await;
+            let elapsed = started.elapsed();
+            drop_queue(pool, &raw).await;
+            let inserted = inserted?;
+            Run { per_s: inserted as f64 / elapsed.as_secs_f64(), retries: 0 }
         }
         Scenario::Latency
         | Scenario::LatencyRemote
@@ -825,7 +856,10 @@ mod tests {
         assert_eq!(Scenario::Batch(100).baseline(), Some(Scenario::Raw(100)));
         assert_eq!(Scenario::BatchTx(16).baseline(), Some(Scenario::Raw(16)));
         assert_eq!("txbatch100".parse::<Scenario>(), Ok(Scenario::BatchTx(100)));
-        assert_eq!(Scenario::Publish1.baseline(), None);
+        assert_eq!(Scenario::Publish1.baseline(), Some(Scenario::RawInsert(1)));
+        assert_eq!(Scenario::Publish100.baseline(), Some(Scenario::RawInsert(100)));
+        assert_eq!("rawinsert100".parse::<Scenario>(), Ok(Scenario::RawInsert(100)));
+        assert_eq!(Scenario::RawInsert(100).baseline(), None);
         assert_eq!(Scenario::Raw(16).baseline(), None);
     }
 

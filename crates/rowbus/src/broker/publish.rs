@@ -9,7 +9,7 @@ use super::exec::{DEADLOCK_TRIES, micros, queue_error};
 use super::{Message, Published, Queue, check_group};
 use crate::db::{Arg, Db};
 use crate::error::{Error, check_duration, is_retryable};
-use crate::sql::{INSERT_BINDS, PLAIN_INSERT_BINDS};
+use crate::sql::InsertForm;
 
 /// Most messages one INSERT carries (at most six binds each).
 const INSERT_CHUNK: usize = 1000;
@@ -104,12 +104,10 @@ pub(crate) async fn insert<DB: Db>(
     for chunk in statements(&plain, limit) {
         let rows: Vec<Row<'_>> = chunk.iter().map(Row::of).collect();
         // Most messages carry only a payload: their columns' defaults do the rest.
-        let (sql, per_row) = match rows.iter().all(Row::is_plain) {
-            true => (queue.sql.insert_plain(chunk.len()), PLAIN_INSERT_BINDS),
-            false => (queue.sql.insert(chunk.len()), INSERT_BINDS),
-        };
-        let sql = Arc::from(sql);
-        let args: Vec<Arg<'_>> = rows.iter().flat_map(|r| r.args().take(per_row)).collect();
+        let form = rows.iter().map(Row::form).max().unwrap_or(InsertForm::Payload);
+        let sql = queue.sql.insert_sql(form, chunk.len());
+        let (skip, take) = form.binds();
+        let args: Vec<Arg<'_>> = rows.iter().flat_map(|r| r.args().skip(skip).take(take)).collect();
         published.stored += DB::execute(conn, &sql, &args).await.map_err(|e| queue_error(queue, e))?;
     }
     if !unique.is_empty() {
@@ -148,9 +146,18 @@ impl<'a> Row<'a> {
         Row { m, delay: micros(m.delay), headers: m.headers_json() }
     }
 
-    /// Default priority, no key, no headers.
-    fn is_plain(&self) -> bool {
-        self.m.priority == 0 && self.m.key.is_none() && self.headers.is_none()
+    /// The least an INSERT must bind of this message: [`InsertForm::Plain`] for the
+    /// default priority, no key and no headers, [`InsertForm::Payload`] if also the
+    /// default group and no delay.
+    fn form(&self) -> InsertForm {
+        let m = self.m;
+        if m.priority != 0 || m.key.is_some() || self.headers.is_some() {
+            InsertForm::Full
+        } else if !m.group.is_empty() || self.delay != 0 {
+            InsertForm::Plain
+        } else {
+            InsertForm::Payload
+        }
     }
 
     fn args(&self) -> impl Iterator<Item = Arg<'_>> {
@@ -213,7 +220,31 @@ pub(crate) fn groups_of(messages: &[Message]) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
+
+    #[test]
+    fn rows_bind_no_more_than_they_set() {
+        let form = |m: Message| Row::of(&m).form();
+        assert_eq!(form(Message::text("x")), InsertForm::Payload);
+        assert_eq!(form(Message::text("x").group("g")), InsertForm::Plain);
+        assert_eq!(form(Message::text("x").delay(Duration::from_millis(1))), InsertForm::Plain);
+        assert_eq!(form(Message::text("x").priority(-1)), InsertForm::Full);
+        assert_eq!(form(Message::text("x").key("k")), InsertForm::Full);
+        assert_eq!(form(Message::text("x").header("h", "v")), InsertForm::Full);
+        // A dedup id goes in a statement of its own, not in these forms.
+        assert_eq!(form(Message::text("x").dedup_id("d")), InsertForm::Payload);
+
+        let m = Message::text("x").group("g");
+        let row = Row::of(&m);
+        let (skip, take) = InsertForm::Payload.binds();
+        let binds: Vec<Arg<'_>> = row.args().skip(skip).take(take).collect();
+        assert!(matches!(binds[..], [Arg::Bytes(b"x")]), "{binds:?}");
+        let (skip, take) = InsertForm::Plain.binds();
+        let binds: Vec<Arg<'_>> = row.args().skip(skip).take(take).collect();
+        assert!(matches!(binds[..], [Arg::Text("g"), Arg::Bytes(b"x"), Arg::Int(0)]), "{binds:?}");
+    }
 
     #[test]
     fn statements_stay_within_the_limit() {

@@ -39,9 +39,7 @@ pub(crate) use history::HISTORY_INDEX_SUFFIX;
 pub(crate) use history::{HISTORY_SUFFIX, HistorySql, KEEP_SUFFIX, Moved};
 pub(crate) use pause::{PAUSE_SUFFIX, PauseSql};
 pub(crate) use schedule::{SCHED_SUFFIX, ScheduleSql, TICKS_SUFFIX};
-pub(crate) use table::{
-    DEAD_FEATURE_COLUMNS, FEATURE_COLUMNS, INSERT_BINDS, PLAIN_INSERT_BINDS, QUEUE_COLUMNS, TableSql,
-};
+pub(crate) use table::{DEAD_FEATURE_COLUMNS, FEATURE_COLUMNS, InsertForm, QUEUE_COLUMNS, TableSql};
 
 /// The name suffix of a queue table's claim index: (group, priority, visible_at, id)
 /// (MySQL/MariaDB's claim order is the primary key instead).

@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use notify_table::{Dialect as NotifyDialect, NotifyTable, Row, Statement};
-use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPoolOptions};
+use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
 use sqlx::{ConnectOptions as _, Connection as _, MySql, Pool, Row as _};
 
 use super::{DEDUP, DEPLOY_LOCK_WAIT, Dialect, KEYS, placeholders};
-use crate::backend::{Backend, DbPool, connect_error, invalid_url, redact};
+use crate::backend::{Backend, DbPool, connect_error, invalid_url, pool_options, redact};
 use crate::broker::{ACK_BATCH, QueueTable};
 use crate::db::sealed::Driver as _;
 use crate::db::{Arg, ClaimedRow};
@@ -523,10 +523,7 @@ impl Dialect for MySql {
             // pool starts on that host (and moves, with several hosts: `follow`).
             let (conn, host) = connect(&url).await?;
             conn.close().await.map_err(connect_error(&host))?;
-            let pool = MySqlPoolOptions::new()
-                .max_connections(max)
-                .acquire_timeout(Duration::from_secs(10))
-                .after_connect(|conn, _| Box::pin(session(conn)));
+            let pool = pool_options::<Self>(max).after_connect(|conn, _| Box::pin(session(conn)));
             let pool = pool.connect_with(options(&host)?).await.map_err(connect_error(&host))?;
             if Hosts::parse(&url)?.hosts.len() > 1 {
                 follow(
@@ -656,7 +653,7 @@ impl TableConn for MySqlConnection {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sql::TableSql;
+    use crate::sql::{InsertForm, TableSql};
 
     fn sql(name: &str) -> TableSql<MySql> {
         TableSql::new(&name.parse().unwrap()).unwrap()
@@ -710,5 +707,22 @@ mod tests {
             t.insert_plain(1),
             "INSERT INTO `app`.`jobs` (group_name, payload, visible_at) VALUES (?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)"
         );
+        assert_eq!(t.insert_payload(2), "INSERT INTO `app`.`jobs` (payload) VALUES (?), (?)");
+    }
+
+    #[test]
+    fn inserts_are_built_once_per_form_and_size() {
+        let t = sql("jobs");
+        for form in [InsertForm::Payload, InsertForm::Plain, InsertForm::Full] {
+            let sql = t.insert_sql(form, 3);
+            assert!(Arc::ptr_eq(&sql, &t.insert_sql(form, 3)), "{form:?} kept");
+            assert_eq!(sql.matches('?').count(), 3 * form.binds().1, "{form:?}: {sql}");
+        }
+        assert_eq!(&*t.insert_sql(InsertForm::Full, 2), t.insert(2));
+        assert_eq!(&*t.insert_sql(InsertForm::Payload, 1), t.insert_payload(1));
+        // Beyond what is kept, still the right statement.
+        for rows in 1..100 {
+            assert_eq!(&*t.insert_sql(InsertForm::Plain, rows), t.insert_plain(rows));
+        }
     }
 }

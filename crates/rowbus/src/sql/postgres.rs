@@ -2,16 +2,15 @@
 
 use std::str::FromStr as _;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::future::BoxFuture;
 use notify_table::{NotifyTable, Statement, Value};
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::{ConnectOptions as _, Connection as _, Pool, Postgres};
 use tracing::warn;
 
 use super::{DEDUP, DEPLOY_LOCK_WAIT, Dialect, KEYS, READY};
-use crate::backend::{Backend, DbPool, connect_error, invalid_url, redact};
+use crate::backend::{Backend, DbPool, connect_error, invalid_url, pool_options, redact};
 use crate::broker::QueueTable;
 use crate::db::Arg;
 use crate::db::sealed::Driver as _;
@@ -383,7 +382,7 @@ impl Dialect for Postgres {
             // options, so the pool starts on that host (and moves, with several: `follow`).
             let host = first_host(&url).await?;
             let options = PgConnectOptions::from_str(&host).map_err(|e| invalid_url(&host, e))?;
-            let pool = PgPoolOptions::new().max_connections(max).acquire_timeout(Duration::from_secs(10));
+            let pool = pool_options::<Self>(max);
             let pool = pool.connect_with(options).await.map_err(connect_error(&host))?;
             let hosts = Hosts::parse(&url)?;
             if hosts.hosts.len() > 1 {

@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use notify_table::{Dialect as NotifyDialect, NotifyTable, Row, Statement};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode};
 use sqlx::{Connection as _, Pool, Row as _, Sqlite};
 
 use super::{DEDUP, Dialect, KEYS, READY};
-use crate::backend::{Backend, DbPool, connect_error, invalid_url};
+use crate::backend::{Backend, DbPool, connect_error, invalid_url, pool_options};
 use crate::broker::QueueTable;
 use crate::db::sealed::Driver as _;
 use crate::error::Error;
@@ -306,8 +306,7 @@ impl Dialect for Sqlite {
     fn connect_pool(url: &str, max: u32, create: bool) -> BoxFuture<'static, Result<Pool<Self>, Error>> {
         let url = url.to_owned();
         Box::pin(async move {
-            let pool =
-                SqlitePoolOptions::new().max_connections(max.min(4)).acquire_timeout(Duration::from_secs(10));
+            let pool = pool_options::<Self>(max.min(4));
             let options = options(&url, create)?;
             // Two processes opening a new file at once both switch it to WAL; SQLite answers
             // the loser "database is locked" at once rather than through the busy timeout

@@ -1,8 +1,9 @@
 //! One queue table's statements on one database, built once per table from its
 //! [`Dialect`]. Binds are documented with each statement.
 
+use std::collections::HashMap;
 use std::marker::PhantomData;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use super::{Dialect, HistorySql, PauseSql, ScheduleSql, placeholders, quoted};
 use crate::broker::QueueTable;
@@ -52,6 +53,8 @@ pub struct TableSql<DB> {
     pub schedule: ScheduleSql<DB>,
     /// The kept history's statements.
     pub history: HistorySql<DB>,
+    /// The INSERTs publishes used, by form and rows (see [`insert_sql`](Self::insert_sql)).
+    inserts: Mutex<HashMap<(InsertForm, usize), Arc<str>>>,
     db: PhantomData<fn() -> DB>,
 }
 
@@ -117,6 +120,7 @@ impl<DB: Dialect> TableSql<DB> {
             pause: PauseSql::new(table),
             schedule: ScheduleSql::new(table),
             history: HistorySql::new(table),
+            inserts: Mutex::default(),
             quoted: t,
             dead,
             db: PhantomData,
@@ -141,6 +145,34 @@ impl<DB: Dialect> TableSql<DB> {
         let values =
             self.values(rows, PLAIN_INSERT_BINDS, |p| format!("({}, {}, {})", p(1), p(2), DB::later(&p(3))));
         format!("INSERT INTO {} (group_name, payload, visible_at) VALUES {values}", self.quoted)
+    }
+
+    /// `INSERT` of `rows` messages with only a payload: the default group, no delay, the
+    /// default priority, no key, no headers (the columns' defaults). Binds per row: payload.
+    pub fn insert_payload(&self, rows: usize) -> String {
+        let values = self.values(rows, 1, |p| format!("({})", p(1)));
+        format!("INSERT INTO {} (payload) VALUES {values}", self.quoted)
+    }
+
+    /// The `INSERT` of `rows` messages in `form`, built once and kept: a publisher sends
+    /// the same few sizes again and again.
+    pub(crate) fn insert_sql(&self, form: InsertForm, rows: usize) -> Arc<str> {
+        let mut kept = self.inserts.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(sql) = kept.get(&(form, rows)) {
+            return sql.clone();
+        }
+        let sql: Arc<str> = match form {
+            InsertForm::Payload => self.insert_payload(rows),
+            InsertForm::Plain => self.insert_plain(rows),
+            InsertForm::Full => self.insert(rows),
+        }
+        .into();
+        // Sizes beyond a few come from publishers of changing batch sizes: start over.
+        if kept.len() >= KEPT_INSERTS {
+            kept.clear();
+        }
+        kept.insert((form, rows), sql.clone());
+        sql
     }
 
     /// `INSERT` of one message with a deduplication id that stores nothing (and counts no
@@ -210,9 +242,36 @@ impl<DB: Dialect> TableSql<DB> {
 }
 
 /// Binds per row of [`TableSql::insert`].
-pub(crate) const INSERT_BINDS: usize = 6;
+const INSERT_BINDS: usize = 6;
 /// Binds per row of [`TableSql::insert_plain`]: the first three of [`INSERT_BINDS`].
-pub(crate) const PLAIN_INSERT_BINDS: usize = 3;
+const PLAIN_INSERT_BINDS: usize = 3;
+
+/// How many INSERTs (forms and sizes) a table keeps built.
+const KEPT_INSERTS: usize = 32;
+
+/// Which columns an INSERT of messages binds; the others take their defaults. Each
+/// form binds a superset of the one before: a statement takes its rows' greatest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) enum InsertForm {
+    /// [`TableSql::insert_payload`]: the payload.
+    Payload,
+    /// [`TableSql::insert_plain`]: group, payload, delay.
+    Plain,
+    /// [`TableSql::insert`]: every column a message sets.
+    Full,
+}
+
+impl InsertForm {
+    /// Binds per row, in [`TableSql::insert`]'s order from the first or (payload only)
+    /// the second: `(skip, take)`.
+    pub(crate) const fn binds(self) -> (usize, usize) {
+        match self {
+            InsertForm::Payload => (1, 1),
+            InsertForm::Plain => (0, PLAIN_INSERT_BINDS),
+            InsertForm::Full => (0, INSERT_BINDS),
+        }
+    }
+}
 
 /// The rows of `pairs` `(id, token)` pairs. Binds: the ids, then the pairs.
 pub(crate) fn pairs_filter<DB: Dialect>(pairs: usize) -> String {

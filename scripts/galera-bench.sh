@@ -10,7 +10,10 @@
 #   scripts/galera-bench.sh [--runs N] [--messages N] [--workers N] ROWBUS_BINARY...
 #
 # One line per drain: binary, mode (one-node or spread), messages, seconds, messages/s,
-# conflicts per 1,000 messages; then each binary's medians and its spread/one-node ratio.
+# conflicts per 1,000 messages, of which certification failures at COMMIT and
+# transactions aborted by another node's replicated writes (brute-force aborts), and the
+# CPU seconds the three nodes' servers used; then each binary's medians and its
+# spread/one-node ratio.
 set -euo pipefail
 runs=3 messages=6000 workers=4
 while [ $# -gt 0 ]; do
@@ -27,14 +30,21 @@ for bin in "$@"; do [ -x "$bin" ] || { echo "galera-bench: $bin is not an execut
 
 url() { echo "mysql://root@127.0.0.1:$((3310 + $1))/test"; }
 sql() { mariadb -h 127.0.0.1 -P 3311 -u root -N -B test -e "$1"; }
-conflicts() {
-  local n total=0 v
+conflicts() { # certification failures and brute-force aborts, summed over the nodes
+  local n cert=0 bf=0
   for n in 1 2 3; do
-    for v in wsrep_local_cert_failures wsrep_local_bf_aborts; do
-      total=$((total + $(mariadb -h 127.0.0.1 -P $((3310 + n)) -u root -N -B -e "SHOW GLOBAL STATUS LIKE '$v'" | cut -f2)))
-    done
+    cert=$((cert + $(mariadb -h 127.0.0.1 -P $((3310 + n)) -u root -N -B -e "SHOW GLOBAL STATUS LIKE 'wsrep_local_cert_failures'" | cut -f2)))
+    bf=$((bf + $(mariadb -h 127.0.0.1 -P $((3310 + n)) -u root -N -B -e "SHOW GLOBAL STATUS LIKE 'wsrep_local_bf_aborts'" | cut -f2)))
   done
-  echo "$total"
+  echo "$cert $bf"
+}
+cpu() { # CPU seconds the nodes' servers have used (user + system)
+  local n ticks=0 pid
+  for n in 1 2 3; do
+    pid=$(cat "${GALERA_DIR:-/tmp/rowbus-galera}/node$n/mysqld.pid" 2>/dev/null) || continue
+    ticks=$((ticks + $(awk '{ print $14 + $15 }' "/proc/$pid/stat" 2>/dev/null || echo 0)))
+  done
+  echo "$ticks $(getconf CLK_TCK)" | awk '{ printf "%.1f", $1 / $2 }'
 }
 
 results=$(mktemp)
@@ -64,8 +74,9 @@ drain() { # binary, mode, run
   done
   local total=$((per * 3))
   sleep 2 # every node applied the backlog
-  local before start end after
+  local before start end after cpu_before cpu_after
   before=$(conflicts)
+  cpu_before=$(cpu)
   start=$(date +%s.%N)
   for n in 1 2 3; do
     local node=1
@@ -76,15 +87,19 @@ drain() { # binary, mode, run
   done
   while [ "$(sql "SELECT COUNT(*) FROM \`$table\`")" != 0 ]; do sleep 0.05; done
   end=$(date +%s.%N)
+  cpu_after=$(cpu)
   stop_consumers
   after=$(conflicts)
   sql "DROP TABLE IF EXISTS \`$table\`, \`${table}_dead\`, \`${table}_pause\`"
   table=""
-  awk -v b="$bin" -v m="$mode" -v n="$total" -v s="$start" -v e="$end" -v c=$((after - before)) \
-    'BEGIN { t = e - s; printf "%s %s %d %.2f %.0f %.1f\n", b, m, n, t, n / t, c * 1000 / n }' | tee -a "$results"
+  awk -v b="$bin" -v m="$mode" -v n="$total" -v s="$start" -v e="$end" -v before="$before" -v after="$after" \
+    -v cpu="$(awk -v a="$cpu_before" -v z="$cpu_after" 'BEGIN { print z - a }')" \
+    'BEGIN { t = e - s; split(before, x, " "); split(after, y, " "); cert = y[1] - x[1]; bf = y[2] - x[2]
+      printf "%s %s %d %.2f %.0f %.1f %.1f %.1f %.1f\n", b, m, n, t, n / t, (cert + bf) * 1000 / n, cert * 1000 / n, bf * 1000 / n, cpu }' |
+    tee -a "$results"
 }
 
-echo "binary mode messages seconds messages/s conflicts/1000"
+echo "binary mode messages seconds messages/s conflicts/1000 cert/1000 bf/1000 server-cpu-s"
 for run in $(seq 1 "$runs"); do
   for bin in "$@"; do
     drain "$bin" one-node "$run"

@@ -7,7 +7,11 @@
 # share the machine's ups and downs.
 #
 #   scripts/galera.sh up
-#   scripts/galera-bench.sh [--runs N] [--messages N] [--workers N] ROWBUS_BINARY...
+#   scripts/galera-bench.sh [--runs N] [--messages N] [--workers N] [--modes "MODE..."] ROWBUS_BINARY...
+#
+# Modes (default "one-node spread"): one-node, all three consumers on node 1; spread, one
+# per node; two-nodes, one on node 1 and two on node 2, none on node 3 (as when node 3's
+# consumers are gone: the others must drain its lane).
 #
 # One line per drain: binary, mode (one-node or spread), messages, seconds, messages/s,
 # conflicts per 1,000 messages, of which certification failures at COMMIT and
@@ -15,12 +19,13 @@
 # CPU seconds the three nodes' servers used; then each binary's medians and its
 # spread/one-node ratio.
 set -euo pipefail
-runs=3 messages=6000 workers=4
+runs=3 messages=6000 workers=4 modes="one-node spread"
 while [ $# -gt 0 ]; do
   case "$1" in
     --runs) runs=$2; shift 2 ;;
     --messages) messages=$2; shift 2 ;;
     --workers) workers=$2; shift 2 ;;
+    --modes) modes=$2; shift 2 ;;
     -*) echo "galera-bench: unknown option $1" >&2; exit 2 ;;
     *) break ;;
   esac
@@ -81,6 +86,7 @@ drain() { # binary, mode, run
   for n in 1 2 3; do
     local node=1
     [ "$mode" = spread ] && node=$n
+    [ "$mode" = two-nodes ] && node=$((n == 1 ? 1 : 2))
     "$bin" consume --database-url "$(url "$node")" --workers "$workers" --poll-interval 100ms "$table" \
       >/dev/null 2>>"/tmp/galera-bench-$$.log" &
     pids+=($!)
@@ -102,8 +108,7 @@ drain() { # binary, mode, run
 echo "binary mode messages seconds messages/s conflicts/1000 cert/1000 bf/1000 server-cpu-s"
 for run in $(seq 1 "$runs"); do
   for bin in "$@"; do
-    drain "$bin" one-node "$run"
-    drain "$bin" spread "$run"
+    for mode in $modes; do drain "$bin" "$mode" "$run"; done
   done
 done
 echo "medians:"
@@ -115,9 +120,13 @@ for bin in "$@"; do
     }
     $1 == b && $2 == "one-node" { one[++o] = $5; c1[o] = $6 }
     $1 == b && $2 == "spread" { sp[++s] = $5; c2[s] = $6 }
+    $1 == b && $2 == "two-nodes" { tw[++t] = $5; c3[t] = $6 }
     END {
-      r1 = median(one, o); r2 = median(sp, s)
-      printf "%s: one node %.0f/s (%.1f conflicts/1000), spread %.0f/s (%.1f conflicts/1000), spread/one-node %.2fx\n",
-        b, r1, median(c1, o), r2, median(c2, s), r2 / r1
+      line = b ":"
+      if (o) line = line sprintf(" one node %.0f/s (%.1f conflicts/1000),", median(one, o), median(c1, o))
+      if (s) line = line sprintf(" spread %.0f/s (%.1f conflicts/1000),", median(sp, s), median(c2, s))
+      if (t) line = line sprintf(" two nodes %.0f/s (%.1f conflicts/1000),", median(tw, t), median(c3, t))
+      if (o && s) line = line sprintf(" spread/one-node %.2fx", median(sp, s) / median(one, o))
+      print line
     }' "$results"
 done

@@ -130,10 +130,11 @@ static HELP_HELD_UNTIL: AtomicU64 = AtomicU64::new(0);
 /// consumers for a while, its short claims letting the others catch up. A claim that
 /// found nothing in its lane still takes the others' rows: with one node's consumers
 /// gone, the other nodes share its lane, colliding now and then; holding those back too
-/// (for a second) halved the rate at which they drained it. Measured with
-/// scripts/galera-bench.sh (12,000 messages, two runs): with a 250 ms hold 6-8 conflicts
-/// per 1,000 and 2,110-2,130 msg/s spread, 1,900-2,100 msg/s with node 3's consumer
-/// missing; with 1 s, 3-5 conflicts per 1,000 but 1,370-1,520 msg/s without node 3's.
+/// (for a second) halved the rate at which they drained it (740 msg/s against 1,650-1,940).
+/// Measured with scripts/galera-bench.sh (12,000 messages; docs/scaling.md): with this
+/// 250 ms hold 6-12 conflicts per 1,000 and 2,090-2,200 msg/s spread, 1,610-2,130 msg/s
+/// with no consumer on node 3; with a 1 s hold 3-5 per 1,000 and about the same spread
+/// rate, but 1,370-1,520 msg/s with no consumer on node 3.
 const HOLD: Duration = Duration::from_millis(250);
 
 /// Microseconds since this process first asked.

@@ -12,7 +12,7 @@ use super::Queue;
 use super::exec::{micros, retrying};
 use super::lease::ack_in;
 use crate::db::{ClaimedRow, Db};
-use crate::error::Error;
+use crate::error::{Error, is_retryable};
 
 /// What a claim brought back.
 pub(crate) struct Claim {
@@ -39,12 +39,13 @@ pub(crate) async fn claim<DB: Db>(
     let (mut rows, acked) = retrying(queue, || async move {
         if acks.is_empty() && !DB::CLAIM_IN_TRANSACTION {
             let mut conn = inner.pool.acquire().await?;
-            return Ok((DB::claim(&mut conn, sql, group, limit, lease, token).await?, 0));
+            let rows = DB::claim(&mut conn, sql, group, limit, lease, token).await;
+            return Ok((rows.inspect_err(conflicted::<DB>)?, 0));
         }
         let mut tx = inner.pool.begin_with(DB::LEASE_CLAIM_BEGIN).await?;
         let acked = ack_in(sql, &mut tx, acks, keeping).await?;
-        let rows = DB::claim(&mut tx, sql, group, limit, lease, token).await?;
-        tx.commit().await?;
+        let rows = DB::claim(&mut tx, sql, group, limit, lease, token).await.inspect_err(conflicted::<DB>)?;
+        tx.commit().await.inspect_err(conflicted::<DB>)?;
         Ok((rows, acked))
     })
     .await?;
@@ -68,6 +69,14 @@ pub(crate) async fn claim<DB: Db>(
     Ok(Claim { rows, token })
 }
 
+/// Tells the dialect when a claim failed by a conflict with another's (it is tried again):
+/// [`Dialect::claim_conflicted`](crate::sql::Dialect::claim_conflicted).
+fn conflicted<DB: Db>(e: &sqlx::Error) {
+    if is_retryable(e) {
+        DB::claim_conflicted();
+    }
+}
+
 /// Up to `limit` ready messages of `group`, taken in a new transaction for a transactional
 /// handler: locked and deleted, so that committing the transaction acknowledges them.
 pub(crate) async fn claim_locked<DB: Db>(
@@ -79,7 +88,7 @@ pub(crate) async fn claim_locked<DB: Db>(
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let (tx, mut rows) = retrying(queue, || async move {
         let mut tx = pool.begin_with(DB::LOCKED_CLAIM_BEGIN).await?;
-        let rows = DB::take_locked(&mut tx, sql, group, limit).await?;
+        let rows = DB::take_locked(&mut tx, sql, group, limit).await.inspect_err(conflicted::<DB>)?;
         Ok((tx, rows))
     })
     .await?;

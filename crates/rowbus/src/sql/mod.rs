@@ -254,6 +254,11 @@ pub trait Dialect: Driver + Sized {
         Self::fetch_claimed(conn, &sql.claim, &args)
     }
 
+    /// A claim of this process failed by a deadlock or a certification conflict (and is
+    /// tried again): another consumer took the same rows. MariaDB on a Galera cluster
+    /// keeps its claims to the node's own lane for a while; other databases do nothing.
+    fn claim_conflicted() {}
+
     /// Takes up to `limit` ready rows of `group` in the caller's transaction: locked
     /// and deleted.
     fn take_locked<'c>(

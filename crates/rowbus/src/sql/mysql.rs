@@ -111,16 +111,64 @@ static LANE_DRY_UNTIL: AtomicU64 = AtomicU64::new(0);
 /// How long claims take from the head, as on one server, after a short lane claim.
 const DRY_FOR: Duration = Duration::from_secs(1);
 
+/// Until when (µs after [`lane_clock`]'s start) a lane claim that found some rows of its
+/// lane, but fewer than its limit, is not topped up from the other lanes (nor starts
+/// claiming from the head). Set [`HOLD`] ahead when a claim of this process lost to a
+/// conflict ([`MySql::claim_conflicted`]).
+static HELP_HELD_UNTIL: AtomicU64 = AtomicU64::new(0);
+
+/// How long a process that lost a claim to a conflict keeps to its own lane while that
+/// lane has rows. A lane claim comes back short both when the node's lane is done and
+/// when the node is merely ahead: every node's rows are spread evenly over the lanes, but
+/// the nodes drain at their own pace, and a node a few dozen rows ahead in its lane walks
+/// past [`lane_scan`] rows of the others'. Taking the head then takes the rows the other
+/// nodes' consumers are claiming: 60-120 conflicts per 1,000 messages with one consumer
+/// per node (a second of head claims after every short lane claim). A conflict is what
+/// tells the cases apart: rows nobody else claims (a node without consumers, or down;
+/// every consumer on one node) never conflict, so the head is taken as before; rows
+/// another node's consumers claim do, and then this process leaves them to those
+/// consumers for a while, its short claims letting the others catch up. A claim that
+/// found nothing in its lane still takes the others' rows: with one node's consumers
+/// gone, the other nodes share its lane, colliding now and then; holding those back too
+/// (for a second) halved the rate at which they drained it (740 msg/s against 1,650-1,940).
+/// Measured with scripts/galera-bench.sh (12,000 messages; docs/scaling.md): with this
+/// 250 ms hold 6-12 conflicts per 1,000 and 2,090-2,200 msg/s spread, 1,610-2,130 msg/s
+/// with no consumer on node 3; with a 1 s hold 3-5 per 1,000 and about the same spread
+/// rate, but 1,370-1,520 msg/s with no consumer on node 3.
+const HOLD: Duration = Duration::from_millis(250);
+
 /// Microseconds since this process first asked.
 fn lane_clock() -> u64 {
     static START: OnceLock<Instant> = OnceLock::new();
     u64::try_from(START.get_or_init(Instant::now).elapsed().as_micros()).unwrap_or(u64::MAX)
 }
 
+/// `d` in microseconds, as [`lane_clock`] counts.
+fn span_us(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// Where a claim on a Galera node takes its rows.
+#[derive(Debug, PartialEq, Eq)]
+enum Plan {
+    /// From the head of the claim order, as on one server.
+    Head,
+    /// From this node's lane; what that leaves short of the limit from the other lanes
+    /// (and the next [`DRY_FOR`] from the head), unless `held` and the lane gave some.
+    Lane { held: bool },
+}
+
+/// The plan of a claim at `now` after earlier claims set [`LANE_DRY_UNTIL`] (`dry_until`)
+/// and [`HELP_HELD_UNTIL`] (`held_until`).
+fn plan(now: u64, dry_until: u64, held_until: u64) -> Plan {
+    if now < dry_until { Plan::Head } else { Plan::Lane { held: now < held_until } }
+}
+
 /// Runs the claim `claim` (binds: group, group, limit) lane first when [`LANES`] says this
-/// may be a Galera node: the rows of this node's lane, then, for what is left of `limit`,
-/// the other lanes' (a node whose consumers stopped, or is down, leaves its lane to them).
-/// For [`DRY_FOR`] after a short lane claim, claims take from the head, as on one server.
+/// may be a Galera node, as [`plan`] says: the rows of this node's lane, then, for what is
+/// left of `limit`, the other lanes' (a node whose consumers stopped, or is down, leaves
+/// its lane to them); for [`DRY_FOR`] after a short lane claim, from the head, as on one
+/// server; for [`HOLD`] after a conflict, from this node's lane alone while it has rows.
 async fn claim_in_lanes(
     conn: &mut MySqlConnection,
     claim: &Arc<str>,
@@ -129,14 +177,19 @@ async fn claim_in_lanes(
     limit: i64,
 ) -> Result<Vec<ClaimedRow>, sqlx::Error> {
     let binds = |limit| [Arg::Text(group), Arg::Text(group), Arg::Int(limit)];
-    if !LANES.load(Ordering::Relaxed) || lane_clock() < LANE_DRY_UNTIL.load(Ordering::Relaxed) {
+    if !LANES.load(Ordering::Relaxed) {
         return MySql::fetch_claimed(conn, claim, &binds(limit)).await;
     }
+    let now = lane_clock();
+    let held =
+        match plan(now, LANE_DRY_UNTIL.load(Ordering::Relaxed), HELP_HELD_UNTIL.load(Ordering::Relaxed)) {
+            Plan::Head => return MySql::fetch_claimed(conn, claim, &binds(limit)).await,
+            Plan::Lane { held } => held,
+        };
     let mut rows = MySql::fetch_claimed(conn, &lane_claim(claim, quoted, true, limit), &binds(limit)).await?;
     let short = limit.saturating_sub(i64::try_from(rows.len()).unwrap_or(i64::MAX));
-    if short > 0 {
-        let dry_for = u64::try_from(DRY_FOR.as_micros()).unwrap_or(u64::MAX);
-        LANE_DRY_UNTIL.store(lane_clock().saturating_add(dry_for), Ordering::Relaxed);
+    if short > 0 && (!held || rows.is_empty()) {
+        LANE_DRY_UNTIL.store(now.saturating_add(span_us(DRY_FOR)), Ordering::Relaxed);
         rows.extend(
             MySql::fetch_claimed(conn, &lane_claim(claim, quoted, false, short), &binds(short)).await?,
         );
@@ -485,6 +538,15 @@ impl Dialect for MySql {
         })
     }
 
+    /// Claims on a Galera node stop taking from the head and keep to their lane for
+    /// [`HOLD`]: see there.
+    fn claim_conflicted() {
+        if LANES.load(Ordering::Relaxed) {
+            LANE_DRY_UNTIL.store(0, Ordering::Relaxed);
+            HELP_HELD_UNTIL.store(lane_clock().saturating_add(span_us(HOLD)), Ordering::Relaxed);
+        }
+    }
+
     fn take_locked<'c>(
         conn: &'c mut Self::Connection,
         sql: &'c super::TableSql<Self>,
@@ -689,6 +751,18 @@ mod tests {
         assert_eq!(mine.matches('?').count(), t.claim.matches('?').count());
         assert_eq!(lane_claim(&t.claim_locked, &t.quoted, true, 4), mine);
         assert_eq!(lane_scan(100), 1_664);
+    }
+
+    #[test]
+    fn a_conflict_keeps_claims_to_their_lane_until_the_hold_ends() {
+        // Nothing set: the lane, topped up from the other lanes when short.
+        assert_eq!(plan(5, 0, 0), Plan::Lane { held: false });
+        // A short lane claim at 5 (dry until 10): from the head meanwhile.
+        assert_eq!(plan(7, 10, 0), Plan::Head);
+        assert_eq!(plan(10, 10, 0), Plan::Lane { held: false });
+        // A conflict at 7 (head claims end; held until 12): the lane alone until then.
+        assert_eq!(plan(8, 0, 12), Plan::Lane { held: true });
+        assert_eq!(plan(12, 0, 12), Plan::Lane { held: false });
     }
 
     #[test]

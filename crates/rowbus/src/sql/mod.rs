@@ -13,6 +13,7 @@ mod history;
 #[cfg(feature = "mysql")]
 mod mysql;
 mod pause;
+mod positions;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
 mod schedule;
@@ -38,6 +39,7 @@ use crate::notify::Notifier;
 pub(crate) use history::HISTORY_INDEX_SUFFIX;
 pub(crate) use history::{HISTORY_SUFFIX, HistorySql, KEEP_SUFFIX, Moved};
 pub(crate) use pause::{PAUSE_SUFFIX, PauseSql};
+pub(crate) use positions::{POSITIONS_SUFFIX, PositionsSql, micros, text};
 pub(crate) use schedule::{SCHED_SUFFIX, ScheduleSql, TICKS_SUFFIX};
 pub(crate) use table::{
     DEAD_FEATURE_COLUMNS, FEATURE_COLUMNS, INSERT_BINDS, PLAIN_INSERT_BINDS, QUEUE_COLUMNS, TableSql,
@@ -270,6 +272,10 @@ pub trait Dialect: Driver + Sized {
     fn notify_sql(notifier: &Notifier, channel: &str, payload: &str) -> Result<Statement, Error>;
     /// The notify table's statements, if this database uses one.
     fn notify_table(notifier: &Notifier) -> Option<&NotifyTable>;
+    /// The positions table of durable listeners (see [`PositionsSql`]), quoted as `t`, if
+    /// missing: `channel` and `name` as the notify table holds a channel (the key),
+    /// `position` (text), `first_unread`, `owner`, `checked_in` (BIGINT).
+    fn create_positions(t: &str) -> String;
 
     /// Wakes other processes' subscriptions of `channel` and `groups`: a notification
     /// per group, sent on `conn`. A failure is logged: the poll interval still reaches

@@ -510,6 +510,20 @@ impl Dialect for MySql {
         Ok(notifier.mysql.notify_sql(channel, payload)?)
     }
 
+    fn create_positions(t: &str) -> String {
+        format!(
+            "CREATE TABLE IF NOT EXISTS {t} (\n\
+             \x20 `channel` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n\
+             \x20 `name` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n\
+             \x20 `position` MEDIUMTEXT CHARACTER SET utf8mb4 NOT NULL,\n\
+             \x20 `first_unread` BIGINT NOT NULL,\n\
+             \x20 `owner` BIGINT NOT NULL,\n\
+             \x20 `checked_in` BIGINT NOT NULL,\n\
+             \x20 PRIMARY KEY (`channel`, `name`)\n\
+             ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
+        )
+    }
+
     fn notify_table(notifier: &Notifier) -> Option<&NotifyTable> {
         Some(&notifier.mysql)
     }
@@ -616,6 +630,16 @@ impl Dialect for MySql {
 }
 
 impl TableConn for MySqlConnection {
+    type Db = MySql;
+
+    async fn rows(
+        &mut self,
+        stmt: &Statement,
+        texts: usize,
+    ) -> Result<Vec<crate::db::TextsAndInts>, sqlx::Error> {
+        MySql::fetch_rows(self, &stmt.sql, &crate::db::args_of(stmt), texts).await
+    }
+
     fn dialect() -> NotifyDialect {
         NotifyDialect::MySql
     }

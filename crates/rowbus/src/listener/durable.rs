@@ -20,8 +20,8 @@ pub struct DurableListener {
     /// The highest id its stored position has read (see [`Position`]); `None` before
     /// its first store.
     pub mark: Option<u64>,
-    /// Rows of the channel it has not acknowledged (those at or above the lowest id its
-    /// position may still deliver).
+    /// Rows of the channel above its mark: committed after what it acknowledged (late
+    /// commits below the mark aside).
     pub lag_rows: u64,
     /// How old the oldest of those is; `None` when there is none.
     pub lag: Option<Duration>,
@@ -56,7 +56,7 @@ pub async fn durable_listeners<DB: Db>(
         Err(e) => return Err(e.into()),
     };
     let lag_sql = format!(
-        "SELECT {}, {} FROM {} WHERE channel = {} AND id >= {}",
+        "SELECT {}, {} FROM {} WHERE channel = {} AND id > {}",
         DB::COUNT,
         DB::notify_age("MIN(created_at)"),
         table.quoted_table(),
@@ -67,14 +67,15 @@ pub async fn durable_listeners<DB: Db>(
     let micros = |v: i64| Duration::from_micros(u64::try_from(v).unwrap_or(0));
     let mut out = Vec::with_capacity(rows.len());
     for row in rows {
-        let (first_unread, owner, since) = (row.int(0), row.int(1), row.int(2));
-        let lag =
-            DB::fetch_rows(&mut conn, &lag_sql, &[Arg::Text(row.text(0)), Arg::Int(first_unread)], 0).await?;
+        let (owner, since) = (row.int(1), row.int(2));
+        let mark = row.text(2).parse::<Position>().ok().map(|p| p.mark);
+        let above = i64::try_from(mark.unwrap_or(0)).unwrap_or(i64::MAX);
+        let lag = DB::fetch_rows(&mut conn, &lag_sql, &[Arg::Text(row.text(0)), Arg::Int(above)], 0).await?;
         let lag = lag.into_iter().next().unwrap_or_default();
         out.push(DurableListener {
             channel: row.text(0).to_owned(),
             name: row.text(1).to_owned(),
-            mark: row.text(2).parse::<Position>().ok().map(|p| p.mark),
+            mark,
             lag_rows: u64::try_from(lag.int(0)).unwrap_or(0),
             lag: lag.ints.get(1).copied().flatten().map(micros),
             checked_in: micros(since),

@@ -151,6 +151,19 @@ fn sigkill_and_restart_miss_nothing(kind: Kind) {
     assert!(status.success() && rest.is_empty(), "{status}, {rest:?}, {stderr:?}");
     assert!(stderr.iter().any(|l| l.contains("resuming")), "the restart did not resume: {stderr:?}");
 
+    // `rowbus stats` shows the name: given up at SIGTERM, caught up.
+    let stats = run(db.rowbus(&["stats", "--json"]));
+    assert!(stats.status.success(), "{}", show(&stats));
+    let stats: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
+    let listed = stats["durable_listeners"].as_array().expect("durable_listeners").iter();
+    let mine: Vec<_> = listed.filter(|d| d["name"] == name.as_str()).collect();
+    assert_eq!(mine.len(), 1, "{stats}");
+    assert_eq!(
+        (&mine[0]["channel"], &mine[0]["owned"], &mine[0]["lag_rows"]),
+        (&channel.as_str().into(), &false.into(), &0.into())
+    );
+    assert!(mine[0]["mark"].as_u64().is_some(), "{stats}");
+
     let committed: BTreeSet<&String> = committed.iter().collect();
     for (payload, times) in &after {
         assert_eq!(*times, 1, "{payload} printed {times} times after the restart");

@@ -112,17 +112,19 @@ pub(crate) struct Control {
     durable: HashMap<String, Durable>,
     /// Durable names given up, to release on the session: (channel, name, token).
     released: Vec<(String, String, i64)>,
+    /// Unlistens answered once the names are released (the caller may exit next).
+    pub after_release: Vec<oneshot::Sender<()>>,
 }
 
 impl Control {
-    /// Answers an unlisten at once: local bookkeeping (a durable name is released on
-    /// the session later).
-    pub fn forget(&mut self, channel: &str) {
+    /// An unlisten's local bookkeeping: whether the channel was durable, its name then
+    /// to be released on the session.
+    pub fn forget(&mut self, channel: &str) -> bool {
         self.channels.remove(channel);
-        if let Some(mut durable) = self.durable.remove(channel) {
-            durable.answer(|| Err(Error::NotDurable { channel: channel.to_owned() }));
-            self.released.push((channel.to_owned(), durable.name, durable.token));
-        }
+        let Some(mut durable) = self.durable.remove(channel) else { return false };
+        durable.answer(|| Err(Error::NotDurable { channel: channel.to_owned() }));
+        self.released.push((channel.to_owned(), durable.name, durable.token));
+        true
     }
 }
 
@@ -215,6 +217,7 @@ impl Driver {
             later: Vec::new(),
             durable: HashMap::new(),
             released: Vec::new(),
+            after_release: Vec::new(),
         };
         Driver {
             url,
@@ -383,6 +386,9 @@ impl Driver {
                 }
                 warn!(%error, channel, name, "releasing the durable name failed; it is free once its lease runs out");
             }
+        }
+        for reply in self.control.after_release.drain(..) {
+            let _ = reply.send(());
         }
         let later = std::mem::take(&mut self.control.later);
         let mut commands = later.into_iter();

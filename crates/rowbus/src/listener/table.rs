@@ -67,8 +67,11 @@ async fn answering<T>(
             command = control.commands.recv() => match command {
                 Some(Command::Unlisten { channel, reply }) => {
                     table.unsubscribe(&channel);
-                    control.forget(&channel);
-                    let _ = reply.send(());
+                    if control.forget(&channel) {
+                        control.after_release.push(reply);
+                    } else {
+                        let _ = reply.send(());
+                    }
                 }
                 Some(Command::Listen { channel, reply }) => control.deferred.push((channel, reply)),
                 Some(command) => control.later.push(command),

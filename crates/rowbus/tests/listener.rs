@@ -263,7 +263,7 @@ async fn a_killed_session_is_reported_and_reconnected(server: Option<&str>) {
     match event_within(&mut listener, Duration::from_secs(10)).await {
         // LISTEN keeps nothing: PostgreSQL reports every channel as possibly missed.
         Some(Event::Reconnected { missed }) if resumes => assert_eq!(missed, Vec::<String>::new()),
-        Some(Event::Reconnected { missed }) => assert_eq!(missed, [ch.clone()]),
+        Some(Event::Reconnected { missed }) => assert_eq!(missed, std::slice::from_ref(&ch)),
         other => panic!("expected Reconnected, got {other:?}"),
     }
     if resumes {

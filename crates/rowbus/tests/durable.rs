@@ -181,6 +181,28 @@ async fn a_durable_channel_survives_a_killed_session(server: Option<&str>) {
     env.cleanup().await;
 }
 
+/// `jobs` and `jobs ` are two channels, so two durable names of the same spelling on them
+/// are two positions (MySQL's collation would make them one key).
+async fn a_trailing_space_makes_another_durable_position(server: Option<&str>) {
+    let env = env(server).await;
+    let (ch, name) = (unique("pad"), unique("n"));
+    let spaced = format!("{ch} ");
+    let mut plain = listener(&env).await;
+    let mut padded = listener(&env).await;
+    assert_eq!(plain.listen_durable(&ch, &name).await.unwrap(), Resume::New);
+    assert_eq!(padded.listen_durable(&spaced, &name).await.unwrap(), Resume::New);
+    env.notify(&spaced, "spaced").await;
+    env.notify(&ch, "plain").await;
+    assert_eq!(cp(&notification(&mut plain).await), (ch.as_str(), "plain"));
+    assert_eq!(cp(&notification(&mut padded).await), (spaced.as_str(), "spaced"));
+    plain.ack(&ch).await.unwrap();
+    let listed = env.db.run(Listed(env.config.clone())).await;
+    let channels: Vec<&str> = listed.iter().filter(|d| d.name == name).map(|d| d.channel.as_str()).collect();
+    assert_eq!(channels, [ch.as_str(), spaced.as_str()]);
+    drop((plain, padded));
+    env.cleanup().await;
+}
+
 async fn exec(env: &Env, sql: String) {
     let sql = sqlx::AssertSqlSafe(sql);
     match &env.db {
@@ -215,3 +237,4 @@ macro_rules! on {
 on!(a_restart_resumes_after_what_was_acknowledged: mariadb = Some(super::MARIADB), sqlite = None);
 on!(the_cleanup_keeps_what_a_durable_listener_behind_has_not_read: mariadb = Some(super::MARIADB), sqlite = None);
 on!(a_durable_channel_survives_a_killed_session: mariadb = Some(super::MARIADB));
+on!(a_trailing_space_makes_another_durable_position: mariadb = Some(super::MARIADB), sqlite = None);

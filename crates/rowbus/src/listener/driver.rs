@@ -632,3 +632,64 @@ impl Driver {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(mark: u64) -> Position {
+        Position { mark, cutoff: String::new(), gaps: Vec::new(), ahead: Vec::new(), first_window: None }
+    }
+
+    fn durable() -> Durable {
+        Durable {
+            name: "n".into(),
+            token: 1,
+            sent: 0,
+            acked: 0,
+            pending: VecDeque::new(),
+            waiting: Vec::new(),
+        }
+    }
+
+    /// What is stored after an acknowledgement is the position of the last poll all of
+    /// whose notifications were acknowledged, never one past an unacknowledged one.
+    #[test]
+    fn an_acknowledgement_stores_the_last_poll_it_covers_whole() {
+        let mut d = durable();
+        d.record(at(1)); // an empty poll
+        d.sent += 2;
+        d.record(at(5)); // a poll delivering two
+        d.record(at(6)); // then an empty one: replaces it, still after two
+        d.sent += 1;
+        d.record(at(9));
+        d.acked = 1; // the first of the poll of two
+        assert_eq!(d.acknowledged(), Some(at(1)));
+        assert_eq!(d.acknowledged(), None, "taken");
+        d.acked = 2;
+        assert_eq!(d.acknowledged(), Some(at(6)));
+        d.acked = 3;
+        assert_eq!(d.acknowledged(), Some(at(9)));
+        assert!(d.pending.is_empty());
+    }
+
+    #[test]
+    fn pending_positions_are_bounded_dropping_the_oldest() {
+        let mut d = durable();
+        for i in 0..(MAX_PENDING as u64 + 10) {
+            d.sent += 1;
+            d.record(at(i));
+        }
+        assert_eq!(d.pending.len(), MAX_PENDING);
+        d.acked = 5; // among the dropped: nothing to store
+        assert_eq!(d.acknowledged(), None);
+        d.acked = d.sent;
+        assert_eq!(d.acknowledged(), Some(at(MAX_PENDING as u64 + 9)));
+    }
+
+    #[test]
+    fn owner_tokens_are_positive_and_differ() {
+        let (a, b) = (new_token(), new_token());
+        assert!(a > 0 && b > 0 && a != b);
+    }
+}

@@ -93,6 +93,11 @@ pub trait Dialect: Driver + Sized {
     }
     /// The queue table, its claim index and its dead-letter table, if missing.
     fn create_queue(table: &QueueTable) -> Vec<String>;
+    /// `expr` (a text column, or a binary one holding UTF-8) as text, as the driver
+    /// decodes a string.
+    fn text_of(expr: &str) -> String {
+        expr.to_owned()
+    }
     /// `expr` (an integer column) as a signed 64-bit integer, as the driver decodes one.
     fn bigint(expr: &str) -> String {
         format!("CAST({expr} AS BIGINT)")

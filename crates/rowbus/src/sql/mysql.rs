@@ -510,11 +510,19 @@ impl Dialect for MySql {
         Ok(notifier.mysql.notify_sql(channel, payload)?)
     }
 
+    /// The bytes of a `VARBINARY` column as the UTF-8 text they hold (the driver decodes
+    /// no binary column as a string).
+    fn text_of(expr: &str) -> String {
+        format!("CAST({expr} AS CHAR CHARACTER SET utf8mb4)")
+    }
+
+    /// `channel` and `name` are binary: their comparisons are exact (the notify table's
+    /// `utf8mb4_bin` pads trailing spaces, and would make `jobs ` and `jobs` one key).
     fn create_positions(t: &str) -> String {
         format!(
             "CREATE TABLE IF NOT EXISTS {t} (\n\
-             \x20 `channel` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n\
-             \x20 `name` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n\
+             \x20 `channel` VARBINARY(1020) NOT NULL,\n\
+             \x20 `name` VARBINARY(1020) NOT NULL,\n\
              \x20 `position` MEDIUMTEXT CHARACTER SET utf8mb4 NOT NULL,\n\
              \x20 `first_unread` BIGINT NOT NULL,\n\
              \x20 `owner` BIGINT NOT NULL,\n\

@@ -88,7 +88,9 @@ impl<DB: Dialect> PositionsSql<DB> {
             release: format!("UPDATE {t} SET owner = 0 WHERE {key} AND owner = {}", p(3)).into(),
             floor: format!("SELECT MIN(first_unread) FROM {t} WHERE checked_in >= {now} - {}", p(1)).into(),
             list: format!(
-                "SELECT channel, name, position, first_unread, owner, {now} - checked_in FROM {t} ORDER BY channel, name"
+                "SELECT {}, {}, position, first_unread, owner, {now} - checked_in FROM {t} ORDER BY channel, name",
+                DB::text_of("channel"),
+                DB::text_of("name")
             )
             .into(),
             db: PhantomData,

@@ -181,6 +181,45 @@ async fn a_durable_channel_survives_a_killed_session(server: Option<&str>) {
     env.cleanup().await;
 }
 
+/// A stored position older than the retention is a possible gap only when the name was
+/// away longer than `durable_live`: while it checked in, the cleanup kept its rows.
+async fn a_gap_is_reported_only_when_the_rows_were_not_held(server: Option<&str>) {
+    let env = env(server).await;
+    let (ch, name) = (unique("gap"), unique("n"));
+    let positions = format!("{}_positions", env.config.table);
+    let mut first = listener(&env).await;
+    assert_eq!(first.listen_durable(&ch, &name).await.unwrap(), Resume::New);
+    first.unlisten(&ch).await.unwrap();
+    drop(first);
+    // The stored position, as if its last poll were long ago.
+    let stored = env.db.run(Listed(env.config.clone())).await;
+    assert!(stored.iter().any(|d| d.name == name));
+    let read = format!("SELECT position FROM `{positions}`");
+    let text: String = match &env.db {
+        DbPool::MySql(pool) => sqlx::query_scalar(sqlx::AssertSqlSafe(read)).fetch_one(pool).await.unwrap(),
+        DbPool::Sqlite(pool) => sqlx::query_scalar(sqlx::AssertSqlSafe(read)).fetch_one(pool).await.unwrap(),
+        DbPool::Postgres(_) => unreachable!(),
+    };
+    let mut position: rowbus::notify_table::Position = text.parse().unwrap();
+    position.cutoff = "2000-01-01 00:00:00.000000".into();
+    exec(&env, format!("UPDATE `{positions}` SET position = '{position}'")).await;
+    let mut back = listener(&env).await;
+    assert_eq!(back.listen_durable(&ch, &name).await.unwrap(), Resume::Resumed, "held: checked in just now");
+    back.unlisten(&ch).await.unwrap();
+    exec(
+        &env,
+        format!("UPDATE `{positions}` SET position = '{position}', checked_in = checked_in - 7200000000"),
+    )
+    .await;
+    assert_eq!(
+        back.listen_durable(&ch, &name).await.unwrap(),
+        Resume::Gap,
+        "away two hours, behind the retention"
+    );
+    drop(back);
+    env.cleanup().await;
+}
+
 /// `jobs` and `jobs ` are two channels, so two durable names of the same spelling on them
 /// are two positions (MySQL's collation would make them one key).
 async fn a_trailing_space_makes_another_durable_position(server: Option<&str>) {
@@ -238,3 +277,4 @@ on!(a_restart_resumes_after_what_was_acknowledged: mariadb = Some(super::MARIADB
 on!(the_cleanup_keeps_what_a_durable_listener_behind_has_not_read: mariadb = Some(super::MARIADB), sqlite = None);
 on!(a_durable_channel_survives_a_killed_session: mariadb = Some(super::MARIADB));
 on!(a_trailing_space_makes_another_durable_position: mariadb = Some(super::MARIADB), sqlite = None);
+on!(a_gap_is_reported_only_when_the_rows_were_not_held: mariadb = Some(super::MARIADB), sqlite = None);

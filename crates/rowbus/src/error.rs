@@ -111,6 +111,17 @@ pub enum Error {
         /// The durable name.
         name: String,
     },
+    /// A durable listener checks in between polls: its lease must span three of them.
+    #[error(
+        "a durable listener's lease ({lease:?}) must be at least three poll intervals ({poll_interval:?} \
+         each): it checks in between polls; lengthen the lease or poll more often"
+    )]
+    DurableLeaseTooShort {
+        /// The lease asked for.
+        lease: Duration,
+        /// The notify table's poll interval.
+        poll_interval: Duration,
+    },
     /// A durable listener was asked of a channel this listener already listens on.
     #[error(
         "channel {channel:?} is already listened on without a durable name: unlisten it first, or use \

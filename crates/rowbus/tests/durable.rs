@@ -252,6 +252,17 @@ async fn exec(env: &Env, sql: String) {
 }
 
 #[tokio::test]
+async fn a_lease_shorter_than_three_polls_is_refused() {
+    let env = env(None).await;
+    let options = rowbus::ListenerOptions { durable_lease: Duration::from_millis(120), ..env.options() };
+    let mut listener = Listener::connect_with(&env.url, options).await.unwrap();
+    let refused = listener.listen_durable("jobs", "n").await;
+    assert!(matches!(refused, Err(Error::DurableLeaseTooShort { .. })), "{refused:?}");
+    drop(listener);
+    env.cleanup().await;
+}
+
+#[tokio::test]
 async fn postgres_refuses_durable_listeners() {
     let env = env_with(Some(common::PG), |_| {}).await;
     let mut listener = env.listener().await;

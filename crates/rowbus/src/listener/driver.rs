@@ -295,7 +295,9 @@ impl Driver {
     /// where each durable channel stands after them.
     async fn deliver<S: Session>(&mut self, live: &mut S, batch: Vec<Notification>) -> bool {
         for n in batch {
-            if let Some(durable) = self.control.durable.get_mut(&n.channel) {
+            if !self.control.durable.is_empty()
+                && let Some(durable) = self.control.durable.get_mut(&n.channel)
+            {
                 durable.sent += 1;
             }
             if !self.send(Event::Notification(n)).await {
@@ -451,6 +453,10 @@ impl Driver {
                 Some(durable) if durable.name == name => Ok(Resume::Resumed),
                 _ => Err(Error::AlreadyListening { channel: channel.to_owned() }),
             };
+        }
+        let (lease, poll_interval) = (self.options.durable_lease, self.options.notify_table.poll_interval);
+        if lease < poll_interval * 3 {
+            return Err(Error::DurableLeaseTooShort { lease, poll_interval });
         }
         let token = new_token();
         let claimed = live.claim(channel, name, token, self.options.durable_lease).await?;

@@ -38,7 +38,8 @@ pub struct ListenerOptions {
     pub reconnect_max: Duration,
     /// Events held for the caller before the listener stops reading from the server.
     pub buffer: usize,
-    /// A durable listener's lease on its name: it checks in every third of it, and
+    /// A durable listener's lease on its name, at least three poll intervals: it checks
+    /// in every third of it (between polls), and
     /// another process may take the name over once it has not for this long (after a
     /// crash, say). Its position is stored at least as often, what was acknowledged.
     pub durable_lease: Duration,
@@ -247,7 +248,8 @@ impl Listener {
     fn received(&mut self, item: Item) -> Option<Event> {
         match item {
             Item::Event(event) => {
-                if let Event::Notification(n) = &event
+                if !self.received.is_empty()
+                    && let Event::Notification(n) = &event
                     && let Some(count) = self.received.get_mut(&n.channel)
                 {
                     *count += 1;

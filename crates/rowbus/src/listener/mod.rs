@@ -39,9 +39,8 @@ pub struct ListenerOptions {
     /// Events held for the caller before the listener stops reading from the server.
     pub buffer: usize,
     /// A durable listener's lease on its name, at least three poll intervals: it checks
-    /// in every third of it (between polls), and
-    /// another process may take the name over once it has not for this long (after a
-    /// crash, say). Its position is stored at least as often, what was acknowledged.
+    /// in (storing what was acknowledged) every third of it, between polls, and another
+    /// process may take the name over once it has not for this long (after a crash, say).
     pub durable_lease: Duration,
     /// How recently a durable listener must have checked in for every listener's cleanup
     /// to keep the rows it has not read yet; one away longer stops holding them back (and

@@ -2,7 +2,6 @@
 //! database's [`TableConn`] is in its `crate::sql` module).
 
 use std::future::Future;
-
 use std::time::Duration;
 
 use notify_table::{Dialect, NotifyTable, Position, Row, Statement, Value};
@@ -36,7 +35,7 @@ pub(crate) trait TableConn: Send + Sized + 'static {
 }
 
 /// One listen connection and its own core object: a new connection starts a new core,
-/// with new marks, as a new PostgreSQL session would.
+/// resumed from the positions the old one reached.
 pub(crate) struct TableSession<C: TableConn> {
     conn: C,
     table: NotifyTable,

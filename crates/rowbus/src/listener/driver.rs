@@ -547,7 +547,6 @@ impl Driver {
                         missed = missed.len(),
                         "listener reconnected"
                     );
-                    self.positions.clear();
                     if !self.send(Event::Reconnected { missed }).await {
                         return None;
                     }
@@ -558,9 +557,20 @@ impl Driver {
                     }
                     // Store what was acknowledged meanwhile, and answer those waiting.
                     match self.check_in(&mut session, true).await {
-                        Ok(true) => return Some(session),
+                        Ok(true) => {
+                            self.positions.clear();
+                            return Some(session);
+                        }
                         Ok(false) => return None,
-                        Err(error) => warn!(%error, retry_in = ?delay, "listener reconnect failed"),
+                        Err(error) => {
+                            // Lost again: the next session resumes from where this one was.
+                            for channel in &self.control.channels {
+                                if let Some(position) = session.position(channel) {
+                                    self.positions.insert(channel.clone(), position);
+                                }
+                            }
+                            warn!(%error, retry_in = ?delay, "listener reconnect failed");
+                        }
                     }
                 }
                 Err(error) => warn!(%error, retry_in = ?delay, "listener reconnect failed"),

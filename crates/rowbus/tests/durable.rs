@@ -220,6 +220,35 @@ async fn a_gap_is_reported_only_when_the_rows_were_not_held(server: Option<&str>
     env.cleanup().await;
 }
 
+/// A caller that acknowledges after each receive, while a poll's notifications wait for
+/// room in the listener's buffer, is answered (the task does not wait for the caller).
+async fn acknowledging_while_the_buffer_is_full_goes_on(server: Option<&str>) {
+    let env = env(server).await;
+    let (ch, name) = (unique("full"), unique("n"));
+    let options =
+        rowbus::ListenerOptions { buffer: 4, durable_lease: Duration::from_secs(1), ..env.options() };
+    let mut durable = Listener::connect_with(&env.url, options).await.unwrap();
+    durable.listen_durable(&ch, &name).await.unwrap();
+    let mut tx = env.begin().await;
+    for i in 0..50 {
+        tx.notify(&env.notifier, &ch, &i.to_string()).await;
+    }
+    tx.commit().await; // one poll's worth, far more than the buffer holds
+    for i in 0..50 {
+        assert_eq!(cp(&notification(&mut durable).await), (ch.as_str(), i.to_string().as_str()));
+        tokio::time::timeout(Duration::from_secs(10), durable.ack(&ch))
+            .await
+            .expect("an acknowledgement answered while the buffer is full")
+            .unwrap();
+    }
+    drop(durable);
+    let mut back = listener(&env).await;
+    assert_eq!(take_over(&mut back, &ch, &name).await, Resume::Resumed);
+    silence(&mut back, Duration::from_millis(400)).await;
+    drop(back);
+    env.cleanup().await;
+}
+
 /// `jobs` and `jobs ` are two channels, so two durable names of the same spelling on them
 /// are two positions (MySQL's collation would make them one key).
 async fn a_trailing_space_makes_another_durable_position(server: Option<&str>) {
@@ -289,3 +318,4 @@ on!(the_cleanup_keeps_what_a_durable_listener_behind_has_not_read: mariadb = Som
 on!(a_durable_channel_survives_a_killed_session: mariadb = Some(super::MARIADB));
 on!(a_trailing_space_makes_another_durable_position: mariadb = Some(super::MARIADB), sqlite = None);
 on!(a_gap_is_reported_only_when_the_rows_were_not_held: mariadb = Some(super::MARIADB), sqlite = None);
+on!(acknowledging_while_the_buffer_is_full_goes_on: mariadb = Some(super::MARIADB), sqlite = None);

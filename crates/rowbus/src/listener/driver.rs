@@ -281,7 +281,7 @@ impl Driver {
         }
         match live.next(&mut self.control).await? {
             Wake::Notifications(batch) => {
-                if !self.deliver(live, batch).await {
+                if !self.deliver(live, batch).await? {
                     return Ok(false);
                 }
                 self.check_in(live, false).await
@@ -292,24 +292,67 @@ impl Driver {
     }
 
     /// Sends a poll's notifications, counting those of durable channels, then records
-    /// where each durable channel stands after them.
-    async fn deliver<S: Session>(&mut self, live: &mut S, batch: Vec<Notification>) -> bool {
+    /// where each durable channel stands after them. While the receiver's buffer is full
+    /// it answers commands: a caller that acknowledges between receives must not wait for
+    /// a task that waits for it. `Ok(false)` when the receiver or the handle is gone.
+    async fn deliver<S: Session>(&mut self, live: &mut S, batch: Vec<Notification>) -> Result<bool, Error> {
+        // A handle of its own: a permit must not borrow `self`, which a command needs.
+        let events = self.events.clone();
         for n in batch {
             if !self.control.durable.is_empty()
                 && let Some(durable) = self.control.durable.get_mut(&n.channel)
             {
                 durable.sent += 1;
             }
-            if !self.send(Event::Notification(n)).await {
-                return false;
-            }
+            let permit = loop {
+                let waited = tokio::select! {
+                    biased;
+                    permit = events.reserve() => Ok(permit),
+                    command = self.control.commands.recv() => Err(command),
+                };
+                match waited {
+                    Ok(Ok(permit)) => break permit,
+                    Ok(Err(_)) | Err(None) => return Ok(false),
+                    Err(Some(command)) => {
+                        if !self.while_delivering(live, command).await? {
+                            return Ok(false);
+                        }
+                    }
+                }
+            };
+            permit.send(Item::Event(Event::Notification(n)));
         }
         for (channel, durable) in &mut self.control.durable {
             if let Some(position) = live.position(channel) {
                 durable.record(position);
             }
         }
-        true
+        Ok(true)
+    }
+
+    /// A command that came while notifications wait for room: an acknowledgement stores
+    /// what it covers of the polls before; the rest waits for the batch to go out.
+    async fn while_delivering<S: Session>(&mut self, live: &mut S, command: Command) -> Result<bool, Error> {
+        match command {
+            Command::Ack { channel, upto, reply } => self.ack(live, channel, upto, reply).await,
+            Command::Listen { channel, reply } => {
+                self.control.deferred.push((channel, reply));
+                Ok(true)
+            }
+            Command::Unlisten { channel, reply } => {
+                let unlistened = live.unlisten(&channel).await;
+                if self.control.forget(&channel) {
+                    self.control.after_release.push(reply);
+                } else {
+                    let _ = reply.send(());
+                }
+                unlistened.map(|()| true)
+            }
+            command @ Command::ListenDurable { .. } => {
+                self.control.later.push(command);
+                Ok(true)
+            }
+        }
     }
 
     /// Stores each durable channel's acknowledged position (or checks in) when due, or
@@ -412,17 +455,7 @@ impl Driver {
                         }
                     }
                 }
-                Command::Ack { channel, upto, reply } => match self.control.durable.get_mut(&channel) {
-                    None => {
-                        let _ = reply.send(Err(Error::NotDurable { channel }));
-                        Ok(true)
-                    }
-                    Some(durable) => {
-                        durable.acked = durable.acked.max(upto.min(durable.sent));
-                        durable.waiting.push(reply);
-                        self.store(live, &channel).await
-                    }
-                },
+                Command::Ack { channel, upto, reply } => self.ack(live, channel, upto, reply).await,
                 other => {
                     self.control.later.push(other);
                     Ok(true)
@@ -438,6 +471,24 @@ impl Driver {
             }
         }
         Ok(true)
+    }
+
+    /// Acknowledges `upto` notifications of durable `channel`: stores what that covers
+    /// and answers `reply` once it is stored.
+    async fn ack<S: Session>(
+        &mut self,
+        live: &mut S,
+        channel: String,
+        upto: u64,
+        reply: oneshot::Sender<Result<(), Error>>,
+    ) -> Result<bool, Error> {
+        let Some(durable) = self.control.durable.get_mut(&channel) else {
+            let _ = reply.send(Err(Error::NotDurable { channel }));
+            return Ok(true);
+        };
+        durable.acked = durable.acked.max(upto.min(durable.sent));
+        durable.waiting.push(reply);
+        self.store(live, &channel).await
     }
 
     /// Takes the durable name and listens on `channel` from its stored position (or

@@ -8,9 +8,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/services.sh
 
-# Shared and long-lived, not any test's own: the default notify table, which the broker
-# tests with listen_notify on MariaDB deploy (and the first run on a new server creates).
-shared='MariaDB table rowbus_notify'
+# Shared and long-lived, not any test's own: the default notify table and its durable
+# listeners' positions table, which the broker tests with listen_notify on MariaDB deploy
+# (and the first run on a new server creates).
+shared=$'MariaDB table rowbus_notify\nMariaDB table rowbus_notify_positions'
 
 # Every table and schema (but `public`) in the `test` databases, one per line, sorted.
 test_tables() {

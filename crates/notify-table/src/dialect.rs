@@ -37,6 +37,10 @@ pub(crate) struct Sql {
     pub notify: Arc<str>,
     pub subscribe: Arc<str>,
     pub cleanup: Arc<str>,
+    /// The cleanup that keeps the ids at or above a floor.
+    pub cleanup_below: Arc<str>,
+    /// The resume statement's head row: the retention's cutoff.
+    pub resume: Arc<str>,
 }
 
 impl Sql {
@@ -108,8 +112,19 @@ impl Sql {
                 ),
             ),
         };
+        // The cleanup's ORDER BY stays last; the floor goes before it.
+        let cleanup_below = cleanup.replace(" ORDER BY", " AND `id` < ? ORDER BY");
+        let resume = match dialect {
+            Dialect::MySql => format!(
+                "SELECT CAST(0 AS UNSIGNED) AS `id`, '' AS `channel`, '' AS `payload`, CAST(0 AS UNSIGNED) AS `pid`, \
+                 {MYSQL_CUTOFF} AS `cutoff`, {MYSQL_NOW} AS `at`"
+            ),
+            Dialect::Sqlite { .. } => format!("SELECT 0, '', '', 0, {SQLITE_CUTOFF}, {SQLITE_NOW}"),
+        };
         Sql {
             dialect,
+            cleanup_below: Arc::from(cleanup_below),
+            resume: Arc::from(resume),
             create: create.into_iter().map(Arc::from).collect(),
             drop: Arc::from(format!("DROP TABLE IF EXISTS {t}")),
             notify: Arc::from(notify),

@@ -63,6 +63,20 @@ pub enum Error {
     /// The rows handed to `polled` lack the row carrying the cutoff.
     #[error("the poll statement returned no cutoff row")]
     MissingCutoffRow,
+    /// A stored position handed to `resumed` that no subscription can be in.
+    #[error("invalid stored position for channel {channel:?}: {reason}; forget it and subscribe afresh")]
+    InvalidPosition {
+        /// The channel being resumed.
+        channel: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// Text that is not a stored [`Position`](crate::Position).
+    #[error("not a stored notify-table position: {reason}")]
+    BadPositionText {
+        /// What is wrong with it.
+        reason: &'static str,
+    },
     /// A poll token folded after a newer one, or twice.
     #[error("poll token {token} is stale: token {last} was folded already; fold each poll once, in order")]
     StaleToken {

@@ -21,7 +21,9 @@
 //! - **The one loss case**: a notification whose transaction commits more than `lookback`
 //!   after its INSERT, while a notification with a higher id on the same channel was
 //!   delivered in the meantime. See `docs/notify-table.md`.
-//! - Latency is the poll interval; nothing is durable across listen connections.
+//! - Latency is the poll interval. A subscription's [`Position`] can be stored and resumed
+//!   on another connection, in another process ([`NotifyTable::resumed`]): what was
+//!   committed meanwhile is delivered, while it is still in the table.
 //!
 //! # A transport's loop
 //!

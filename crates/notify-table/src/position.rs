@@ -41,6 +41,143 @@ pub struct Position {
     pub first_window: Option<FirstWindow>,
 }
 
+impl Position {
+    /// The lowest id this position may still deliver: below it, every row of the channel
+    /// has been read (or let go). A cleanup that must not lose what this position has
+    /// not read deletes only rows below it (see
+    /// [`NotifyTable::cleanup_sql_below`](crate::NotifyTable::cleanup_sql_below)). `0`
+    /// during a first window, whose unread ids are unknown: then nothing may go.
+    pub fn first_unread(&self) -> u64 {
+        if self.first_window.is_some() {
+            return 0;
+        }
+        self.gaps.first().map_or(self.mark.saturating_add(1), |gap| gap.first)
+    }
+
+    /// Whether a subscription can be in this state: gaps disjoint, in order and below
+    /// the mark; ids ahead in order above it; the first window at or below it; on SQLite
+    /// (`ordered`) none of them. Times must not hold the separators of the text form.
+    pub(crate) fn check(&self, ordered: bool) -> Result<(), &'static str> {
+        if ordered && (!self.gaps.is_empty() || !self.ahead.is_empty() || self.first_window.is_some()) {
+            return Err("SQLite subscriptions have no gaps, ids ahead or first window");
+        }
+        let mut below = 0;
+        for (i, gap) in self.gaps.iter().enumerate() {
+            if gap.first > gap.last || gap.last >= self.mark || (i > 0 && gap.first <= below) {
+                return Err("the gaps must be disjoint ranges in id order below the mark");
+            }
+            below = gap.last.saturating_add(1);
+        }
+        if self.gaps.len() > MAX_GAPS {
+            return Err("more gaps than a listener keeps open");
+        }
+        let mut last = self.mark;
+        for ahead in &self.ahead {
+            if ahead.id <= last {
+                return Err("the ids ahead must be above the mark, in order");
+            }
+            last = ahead.id;
+        }
+        if self.first_window.as_ref().is_some_and(|w| w.upto > self.mark) {
+            return Err("the first window must end at or below the mark");
+        }
+        let times = std::iter::once(Some(self.cutoff.as_str()))
+            .chain(self.gaps.iter().map(|g| g.noticed.as_deref()))
+            .chain(self.ahead.iter().map(|a| a.read_at.as_deref()))
+            .chain(self.first_window.iter().map(|w| w.until.as_deref()));
+        if times.flatten().any(|t| t.contains(SEPARATORS)) {
+            return Err("a time holds one of the characters | ; @ # ,");
+        }
+        Ok(())
+    }
+}
+
+/// The characters the text form of a [`Position`] separates its parts with.
+const SEPARATORS: [char; 5] = ['|', ';', '@', '#', ','];
+
+/// The text a position is stored as, one line: `1|mark|cutoff|gaps|ahead|window`, where
+/// gaps are `first-last[@noticed]` joined by `;`, ids ahead `id[@read_at]` joined by `;`,
+/// and the first window, if any, `upto[@until]#seen,seen,...`.
+impl std::fmt::Display for Position {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        fn time(f: &mut std::fmt::Formatter<'_>, t: Option<&str>) -> std::fmt::Result {
+            t.map_or(Ok(()), |t| write!(f, "@{t}"))
+        }
+        write!(f, "1|{}|{}|", self.mark, self.cutoff)?;
+        for (i, gap) in self.gaps.iter().enumerate() {
+            write!(f, "{}{}-{}", if i > 0 { ";" } else { "" }, gap.first, gap.last)?;
+            time(f, gap.noticed.as_deref())?;
+        }
+        f.write_str("|")?;
+        for (i, ahead) in self.ahead.iter().enumerate() {
+            write!(f, "{}{}", if i > 0 { ";" } else { "" }, ahead.id)?;
+            time(f, ahead.read_at.as_deref())?;
+        }
+        f.write_str("|")?;
+        if let Some(window) = &self.first_window {
+            write!(f, "{}", window.upto)?;
+            time(f, window.until.as_deref())?;
+            f.write_str("#")?;
+            for (i, id) in window.seen.iter().enumerate() {
+                write!(f, "{}{id}", if i > 0 { "," } else { "" })?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Reads the text form [`Display`](std::fmt::Display) writes.
+impl std::str::FromStr for Position {
+    type Err = crate::Error;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let bad = |reason| crate::Error::BadPositionText { reason };
+        let int = |s: &str| s.parse::<u64>().map_err(|_| bad("an id is not a number"));
+        let timed = |s: &str| match s.split_once('@') {
+            Some((head, t)) => (head.to_owned(), Some(t.to_owned())),
+            None => (s.to_owned(), None),
+        };
+        let list = |s: &'_ str| -> Vec<String> {
+            if s.is_empty() { Vec::new() } else { s.split(';').map(str::to_owned).collect() }
+        };
+        let parts: Vec<&str> = text.split('|').collect();
+        let [version, mark, cutoff, gaps, ahead, window] = parts[..] else {
+            return Err(bad("not six parts separated by |"));
+        };
+        if version != "1" {
+            return Err(bad("an unknown version; it was written by a newer rowbus"));
+        }
+        let gaps = list(gaps)
+            .iter()
+            .map(|g| {
+                let (range, noticed) = timed(g);
+                let (first, last) = range.split_once('-').ok_or_else(|| bad("a gap is not first-last"))?;
+                Ok(Gap { first: int(first)?, last: int(last)?, noticed })
+            })
+            .collect::<Result<_, Self::Err>>()?;
+        let ahead = list(ahead)
+            .iter()
+            .map(|a| {
+                let (id, read_at) = timed(a);
+                Ok(Ahead { id: int(&id)?, read_at })
+            })
+            .collect::<Result<_, Self::Err>>()?;
+        let first_window = if window.is_empty() {
+            None
+        } else {
+            let (head, seen) = window.split_once('#').ok_or_else(|| bad("a first window without #"))?;
+            let (upto, until) = timed(head);
+            let seen = if seen.is_empty() {
+                Vec::new()
+            } else {
+                seen.split(',').map(int).collect::<Result<_, _>>()?
+            };
+            Some(FirstWindow { upto: int(&upto)?, until, seen })
+        };
+        Ok(Position { mark: int(mark)?, cutoff: cutoff.to_owned(), gaps, ahead, first_window })
+    }
+}
+
 /// An id above a subscription's mark, already read and delivered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ahead {
@@ -99,6 +236,11 @@ impl Gaps {
         self.ranges.iter().map(|(&first, &(last, _))| (first, last))
     }
 
+    /// The gaps of a stored position (checked disjoint and in order).
+    pub fn from_snapshot(gaps: Vec<Gap>) -> Self {
+        Gaps { ranges: gaps.into_iter().map(|g| (g.first, (g.last, g.noticed.map(Arc::from)))).collect() }
+    }
+
     /// Opens the gap `first..=last`, disjoint from every open one.
     pub fn open(&mut self, first: u64, last: u64, noticed: Option<Arc<str>>) {
         debug_assert!(first <= last);
@@ -149,6 +291,16 @@ pub(crate) struct Window {
 }
 
 impl Window {
+    /// The first window of a stored position.
+    pub fn from_snapshot(window: FirstWindow) -> Self {
+        Window {
+            upto: window.upto,
+            until: window.until.map(Arc::from),
+            seen: window.seen.into_iter().collect(),
+            next: HashSet::new(),
+        }
+    }
+
     pub fn snapshot(&self) -> FirstWindow {
         let mut seen: Vec<u64> = self.seen.iter().copied().collect();
         seen.sort_unstable();
@@ -228,5 +380,77 @@ mod tests {
         assert_eq!(probes(vec![(1, 1), (3, 3), (10, 10)], 1), [(1, 10)]);
         assert_eq!(probes(vec![(1, 1)], 0), []);
         assert!(probes(Vec::new(), 4).is_empty());
+    }
+}
+
+#[cfg(test)]
+mod text_tests {
+    use super::*;
+
+    fn full() -> Position {
+        Position {
+            mark: 40,
+            cutoff: "2026-11-29 12:00:00.000000".into(),
+            gaps: vec![
+                Gap { first: 3, last: 5, noticed: Some("2026-11-29 12:00:01.000000".into()) },
+                Gap { first: 9, last: 9, noticed: None },
+            ],
+            ahead: vec![
+                Ahead { id: 42, read_at: Some("2026-11-29 12:00:02.5".into()) },
+                Ahead { id: 44, read_at: None },
+            ],
+            first_window: Some(FirstWindow {
+                upto: 30,
+                until: Some("2026-11-29 12:01:00.0".into()),
+                seen: vec![1, 7],
+            }),
+        }
+    }
+
+    #[test]
+    fn the_text_form_round_trips() {
+        let empty = Position { mark: 0, cutoff: "c".into(), gaps: vec![], ahead: vec![], first_window: None };
+        let untimed_window = Position {
+            mark: 3,
+            first_window: Some(FirstWindow { upto: 3, until: None, seen: vec![] }),
+            ..empty.clone()
+        };
+        for p in [full(), empty, untimed_window] {
+            let text = p.to_string();
+            assert_eq!(text.parse::<Position>(), Ok(p.clone()), "{text}");
+            assert_eq!(p.check(false), Ok(()));
+        }
+        assert_eq!(
+            full().to_string(),
+            "1|40|2026-11-29 12:00:00.000000|3-5@2026-11-29 12:00:01.000000;9-9|42@2026-11-29 12:00:02.5;44|\
+             30@2026-11-29 12:01:00.0#1,7"
+        );
+        for bad in ["", "2|0|c|||", "1|x|c|||", "1|0|c|3|", "1|0|c||||"] {
+            assert!(bad.parse::<Position>().is_err(), "{bad:?} parsed");
+        }
+    }
+
+    #[test]
+    fn first_unread_is_the_lowest_id_still_owed() {
+        let mut p = full();
+        assert_eq!(p.first_unread(), 0, "a first window holds everything");
+        p.first_window = None;
+        assert_eq!(p.first_unread(), 3);
+        p.gaps.clear();
+        assert_eq!(p.first_unread(), 41);
+    }
+
+    #[test]
+    fn check_refuses_what_no_subscription_holds() {
+        let mut p = full();
+        assert!(p.check(true).is_err(), "SQLite has none of these");
+        p.ahead[0].id = 40;
+        assert!(p.check(false).is_err());
+        let mut p = full();
+        p.cutoff = "a|b".into();
+        assert!(p.check(false).is_err());
+        let mut p = full();
+        p.first_window.as_mut().unwrap().upto = 41;
+        assert!(p.check(false).is_err());
     }
 }

@@ -226,21 +226,77 @@ impl NotifyTable {
             // can appear later. MySQL with no row on the channel: nothing below 0.
             _ => None,
         };
+        self.install(channel, mark, Arc::from(cutoff), Gaps::default(), BTreeMap::new(), window);
+        Ok(())
+    }
+
+    /// The statement a resume runs before [`resumed`](Self::resumed): its head row
+    /// carries, as its cutoff, the server's time minus `retention` (the oldest a row can
+    /// be and still be sure to be in the table).
+    pub fn resume_sql(&self) -> Statement {
+        Statement { sql: self.sql.resume.clone(), binds: vec![self.sql.age_bind(self.config.retention)] }
+    }
+
+    /// Subscribes `channel` from a stored `position` (one [`position`](Self::position)
+    /// returned, on this connection or another, in this process or another), folding the
+    /// rows of [`resume_sql`](Self::resume_sql): the next poll reads every row the
+    /// position had not read, so nothing committed since is missed while it is still in
+    /// the table. Replaces an earlier subscription of the channel.
+    ///
+    /// Returns whether a row the position had not read may be gone: its cutoff is older
+    /// than the retention (the cleanup may have deleted such a row), so the caller should
+    /// resynchronise. Always `false` when retention is zero (cleanup off). Refuses a
+    /// position that is not one a subscription of this dialect can be in.
+    ///
+    /// ```
+    /// use notify_table::{Config, Dialect, NotifyTable, Row};
+    ///
+    /// let mut old = NotifyTable::new(Config::default(), Dialect::MySql)?;
+    /// let _ = old.subscribe_sql("jobs")?;
+    /// old.subscribed("jobs", vec![Row::head(7, "2026-11-29 11:59:00.000000", "2026-11-29 12:00:00.000000")])?;
+    /// let stored = old.position("jobs").expect("subscribed");
+    ///
+    /// // Later, on a new connection: resume where the old one was.
+    /// let mut new = NotifyTable::new(Config::default(), Dialect::MySql)?;
+    /// let _stmt = new.resume_sql();
+    /// let head = Row::head(0, "2026-11-29 11:30:00.000000", "2026-11-29 12:30:00.000000");
+    /// let may_have_lost = new.resumed("jobs", stored.clone(), vec![head])?;
+    /// assert!(!may_have_lost, "nothing it had not read is past the retention");
+    /// assert_eq!(new.position("jobs"), Some(stored));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn resumed(&mut self, channel: &str, position: Position, rows: Vec<Row>) -> Result<bool, Error> {
+        let channel = check_channel(channel)?;
+        self.check_room_for(channel)?;
+        position
+            .check(matches!(self.sql.dialect, Dialect::Sqlite { .. }))
+            .map_err(|reason| Error::InvalidPosition { channel: channel.to_owned(), reason })?;
+        let head = rows.into_iter().find(|row| row.cutoff.is_some()).ok_or(Error::MissingCutoffRow)?;
+        let expired = head.cutoff.as_deref().expect("found with a cutoff");
+        let may_have_lost = !self.config.retention.is_zero() && *position.cutoff < *expired;
+        let Position { mark, cutoff, gaps, ahead, first_window } = position;
+        let gaps = Gaps::from_snapshot(gaps);
+        let ahead = ahead.into_iter().map(|a| (a.id, a.read_at.map(Arc::from))).collect();
+        let window = first_window.map(Window::from_snapshot);
+        self.install(channel, mark, Arc::from(cutoff), gaps, ahead, window);
+        Ok(may_have_lost)
+    }
+
+    fn install(
+        &mut self,
+        channel: &str,
+        mark: u64,
+        cutoff: Arc<str>,
+        gaps: Gaps,
+        ahead: BTreeMap<u64, Option<Arc<str>>>,
+        window: Option<Window>,
+    ) {
         self.generation += 1;
         let channel: Arc<str> = Arc::from(channel);
         self.subscriptions.insert(
             channel.clone(),
-            Subscription {
-                generation: self.generation,
-                channel,
-                mark,
-                cutoff: Arc::from(cutoff),
-                gaps: Gaps::default(),
-                ahead: BTreeMap::new(),
-                window,
-            },
+            Subscription { generation: self.generation, channel, mark, cutoff, gaps, ahead, window },
         );
-        Ok(())
     }
 
     /// Where the subscription of `channel` stands (see [`Position`]); `None` when it is
@@ -452,6 +508,17 @@ impl NotifyTable {
         let binds =
             vec![self.sql.age_bind(self.config.retention), Value::Int(i64::from(self.config.cleanup_limit))];
         Some(Statement { sql: self.sql.cleanup.clone(), binds })
+    }
+
+    /// [`cleanup_sql`](Self::cleanup_sql) that also keeps every row with an id at or
+    /// above `floor`: the lowest [`Position::first_unread`] of the positions stored for
+    /// listeners that must not lose what they have not read yet (`None`: no floor).
+    pub fn cleanup_sql_below(&self, floor: Option<u64>) -> Option<Statement> {
+        let Some(floor) = floor else { return self.cleanup_sql() };
+        let mut stmt = self.cleanup_sql()?;
+        stmt.sql = self.sql.cleanup_below.clone();
+        stmt.binds.insert(1, Value::Int(id_to_int(floor)));
+        Some(stmt)
     }
 
     /// The second half of the cleanup: the DELETE of the expired rows `ids` by primary key;

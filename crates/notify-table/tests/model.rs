@@ -74,6 +74,11 @@ enum Op {
     Cleanup {
         fail: CleanupFailure,
     },
+    /// The connection is lost: a new core resumes every subscription from its stored
+    /// position (through its text form when `text`), as the same epochs.
+    Resume {
+        text: bool,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,6 +103,9 @@ struct Case {
     commit_at_end: [bool; NOTIFIERS],
     /// Seeds the order in which the simulated server returns a poll's rows.
     shuffle: u64,
+    /// Every cleanup keeps the rows at or above the lowest `first_unread` of the
+    /// subscriptions (as it does for stored durable positions).
+    floor: bool,
 }
 
 fn channel() -> impl Strategy<Value = usize> {
@@ -122,6 +130,7 @@ fn op() -> impl Strategy<Value = Op> {
             1 => Just(CleanupFailure::Delete),
         ]
         .prop_map(|fail| Op::Cleanup { fail }),
+        1 => any::<bool>().prop_map(|text| Op::Resume { text }),
     ]
 }
 
@@ -133,14 +142,16 @@ fn case(steps: std::ops::Range<usize>) -> impl Strategy<Value = Case> {
         prop::collection::vec(op(), steps),
         prop::array::uniform::<_, NOTIFIERS>(any::<bool>()),
         any::<u64>(),
+        any::<bool>(),
     )
-        .prop_map(|(poll_interval_secs, id_step, max_gaps, ops, commit_at_end, shuffle)| Case {
+        .prop_map(|(poll_interval_secs, id_step, max_gaps, ops, commit_at_end, shuffle, floor)| Case {
             poll_interval_secs,
             id_step,
             max_gaps,
             ops,
             commit_at_end,
             shuffle,
+            floor,
         })
 }
 
@@ -372,19 +383,33 @@ impl Server {
         Ok((rows, channels))
     }
 
-    /// The cleanup's SELECT: a consistent read of the expired ids, oldest first.
+    /// The resume statement: its head row carries the retention's cutoff.
+    fn resume(&self, stmt: &Statement) -> Result<Vec<Row>, TestCaseError> {
+        placeholders_match(stmt)?;
+        prop_assert_eq!(stmt.binds.len(), 1);
+        let retention = self.age_bind(&stmt.binds[0])?;
+        prop_assert_eq!(retention, RETENTION_US, "resume retention bind");
+        Ok(vec![Row::head(0, fmt_time(self.now - retention), fmt_time(self.now))])
+    }
+
+    /// The cleanup's SELECT: a consistent read of the expired ids (below the floor, when
+    /// it binds one), oldest first.
     fn expired(&self, stmt: &Statement) -> Result<Vec<u64>, TestCaseError> {
         placeholders_match(stmt)?;
         prop_assert!(stmt.sql.starts_with("SELECT `id` FROM "), "cleanup statement {}", stmt.sql);
         let b = &stmt.binds;
-        prop_assert_eq!(b.len(), 2);
+        let floor = match b.len() {
+            2 => u64::MAX,
+            3 => uint(&b[1])?,
+            n => return Err(TestCaseError::fail(format!("cleanup binds {n} values"))),
+        };
         let retention = self.age_bind(&b[0])?;
         prop_assert_eq!(retention, RETENTION_US, "cleanup retention bind");
-        let limit = uint(&b[1])?;
+        let limit = uint(&b[b.len() - 1])?;
         prop_assert_eq!(limit, u64::from(CLEANUP_LIMIT));
         let before = self.now - retention;
         let mut old: Vec<&SrvRow> =
-            self.rows.iter().filter(|r| r.visible() && r.created_at < before).collect();
+            self.rows.iter().filter(|r| r.visible() && r.created_at < before && r.id < floor).collect();
         old.sort_by_key(|r| (r.created_at, r.id));
         Ok(old.iter().take(limit as usize).map(|r| r.id).collect())
     }
@@ -455,6 +480,9 @@ struct Stats {
     polls_with_gaps: u64,
     /// Polls after which some subscription's mark waited at the gap bound.
     polls_at_gap_bound: u64,
+    /// Subscriptions resumed from a stored position, and those told rows may be gone.
+    resumes: u64,
+    resumes_with_gap: u64,
 }
 
 impl Stats {
@@ -474,6 +502,8 @@ impl Stats {
         self.late_deliveries += other.late_deliveries;
         self.polls_with_gaps += other.polls_with_gaps;
         self.polls_at_gap_bound += other.polls_at_gap_bound;
+        self.resumes += other.resumes;
+        self.resumes_with_gap += other.resumes_with_gap;
     }
 }
 
@@ -492,6 +522,10 @@ struct Sim {
     polls: u64,
     next_cleanup: u64,
     period: u64,
+    /// The listener's configuration and gap bound, for the core a resume starts.
+    config: Config,
+    max_gaps: usize,
+    floor: bool,
     stats: Stats,
 }
 
@@ -531,6 +565,9 @@ impl Sim {
             polls: 0,
             next_cleanup: 1,
             period: 60u64.div_ceil(case.poll_interval_secs),
+            config,
+            max_gaps: case.max_gaps,
+            floor: case.floor,
             stats: Stats { cases: 1, ..Stats::default() },
         }
     }
@@ -565,7 +602,38 @@ impl Sim {
                 self.finish_poll(false)
             }
             Op::Cleanup { fail } => self.cleanup(fail),
+            Op::Resume { text } => self.resume(text),
         }
+    }
+
+    /// A new core resumes every subscription from the position the old one reports:
+    /// the poll in flight is lost with the connection, the epochs go on.
+    fn resume(&mut self, text: bool) -> Check {
+        self.in_flight = None;
+        let dialect = self.nt.dialect();
+        let mut nt = NotifyTable::new(self.config.clone(), dialect).expect("valid config");
+        nt.set_max_gaps(self.max_gaps);
+        let mut channels: Vec<&'static str> = self.current.keys().copied().collect();
+        channels.sort_unstable();
+        for channel in channels {
+            let stored = self.nt.position(channel).expect("subscribed");
+            let position = if text {
+                let parsed: notify_table::Position = stored.to_string().parse().map_err(fail)?;
+                prop_assert_eq!(&parsed, &stored, "the text form does not round-trip");
+                parsed
+            } else {
+                stored.clone()
+            };
+            let rows = self.srv.resume(&nt.resume_sql())?;
+            let may_have_lost = nt.resumed(channel, position, rows).map_err(fail)?;
+            prop_assert_eq!(nt.position(channel), Some(stored), "a resumed subscription is not where it was");
+            self.stats.resumes += 1;
+            self.stats.resumes_with_gap += u64::from(may_have_lost);
+        }
+        self.nt = nt;
+        self.polls = 0;
+        self.next_cleanup = 1;
+        self.check_channels()
     }
 
     fn insert(&mut self, k: usize, channel: &'static str) -> Check {
@@ -798,7 +866,8 @@ impl Sim {
 
     fn cleanup(&mut self, failure: CleanupFailure) -> Check {
         let due = self.polls >= self.next_cleanup;
-        let select = self.nt.cleanup_sql();
+        let floor = self.current.keys().filter_map(|c| self.nt.position(c)).map(|p| p.first_unread()).min();
+        let select = if self.floor { self.nt.cleanup_sql_below(floor) } else { self.nt.cleanup_sql() };
         prop_assert_eq!(
             select.is_some(),
             due,
@@ -887,7 +956,9 @@ impl Sim {
                         e.channel
                     ),
                     (Some((eval, fold)), None) => {
-                        if row.deleted_seq.is_some_and(|d| d < eval) {
+                        // With the floor a cleanup deletes only what every subscription has
+                        // read or let go: a deleted row must be a documented loss.
+                        if row.deleted_seq.is_some_and(|d| d < eval) && !self.floor {
                             self.stats.stall_losses += 1;
                             continue;
                         }
@@ -986,7 +1057,7 @@ fn summary(name: &str, seed: u64, cases: u32, s: &Stats) -> String {
         "{name}: seed={seed:#x} cases={cases} steps={} polls={} deliveries={} documented_losses={} \
          (behind_subscribe_mark={}) stall_losses={} in_flight_folds_after_unsubscribe={} \
          cleanups={} (failed={}) rows_deleted={} rows_read={} late_deliveries={} polls_with_gaps={} \
-         polls_at_gap_bound={}",
+         polls_at_gap_bound={} resumes={} (with_gap={})",
         s.steps,
         s.polls,
         s.deliveries,
@@ -1000,7 +1071,9 @@ fn summary(name: &str, seed: u64, cases: u32, s: &Stats) -> String {
         s.rows_read,
         s.late_deliveries,
         s.polls_with_gaps,
-        s.polls_at_gap_bound
+        s.polls_at_gap_bound,
+        s.resumes,
+        s.resumes_with_gap
     )
 }
 
@@ -1018,6 +1091,8 @@ fn mysql_matches_listen_notify_per_subscription() {
     assert!(stats.late_deliveries > 0, "no out-of-order commit was delivered: {stats:?}");
     assert!(stats.polls_with_gaps > 0, "no gap was ever open: {stats:?}");
     assert!(stats.polls_at_gap_bound > 0, "the gap bound was never reached: {stats:?}");
+    assert!(stats.resumes > 0 && stats.resumes_with_gap > 0, "resumes not exercised: {stats:?}");
+    assert!(stats.resumes_with_gap < stats.resumes, "every resume reported a gap: {stats:?}");
 }
 
 #[test]
@@ -1026,6 +1101,7 @@ fn sqlite_matches_listen_notify_per_subscription() {
     report(&summary("model(sqlite)", seed, cases, &stats));
     assert!(stats.deliveries > 0, "the model delivered nothing: {stats:?}");
     assert_eq!(stats.documented_losses, 0);
+    assert!(stats.resumes > 0, "no resume: {stats:?}");
 }
 
 /// Writes the summary straight to stderr: the test harness captures `println!`, and the

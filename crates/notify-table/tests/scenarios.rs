@@ -915,3 +915,96 @@ fn pad_equal_channels_subscribed_together_deliver_once() {
     listen(&mut nt, &db, "jobs ");
     assert_eq!(tick(&mut nt, &db), vec![], "1 delivered to `jobs` a second time");
 }
+
+// ---------------------------------------------------------------------------------------
+// Resuming from a stored position
+// ---------------------------------------------------------------------------------------
+
+/// The head row of the resume statement: the server's time minus `retention`.
+fn resume_rows(nt: &NotifyTable, db: &Db) -> Vec<Row> {
+    let stmt = nt.resume_sql();
+    let [retention] = &stmt.binds[..] else { panic!("resume binds {stmt:?}") };
+    vec![Row::head(0, ts(db.now - int(retention)), ts(db.now))]
+}
+
+/// A listener away for a while (its connection lost, its process restarted) resumes on a
+/// new core from the position the old one reported: what was committed meanwhile, and an
+/// open gap's late commit, are delivered once; what it delivered before is not again.
+#[test]
+fn resuming_delivers_what_was_committed_while_away_and_nothing_twice() {
+    let (mut nt, mut db) = (mysql(), Db::at(noon(0)));
+    listen(&mut nt, &db, "jobs");
+    db.advance(61); // past the first window
+    db.insert(1, "jobs");
+    db.notify(2, "jobs");
+    assert_eq!(tick_for(&mut nt, &mut db, 1), vec![note(2, "jobs")]);
+    let stored: notify_table::Position = nt.position("jobs").unwrap().to_string().parse().unwrap();
+    assert_eq!(stored.gaps.len(), 1, "id 1 is a gap: {stored:?}");
+    assert_eq!(stored.first_unread(), 1);
+    drop(nt);
+
+    db.notify(3, "jobs");
+    db.advance(20);
+    db.commit(1);
+    db.notify(4, "mail");
+    let mut resumed = mysql();
+    assert!(!resumed.resumed("jobs", stored.clone(), resume_rows(&resumed, &db)).unwrap());
+    assert_eq!(resumed.position("jobs"), Some(stored));
+    assert_eq!(tick_for(&mut resumed, &mut db, 1), vec![note(1, "jobs"), note(3, "jobs")]);
+    assert_eq!(tick_for(&mut resumed, &mut db, 5), vec![]);
+}
+
+/// Away longer than the retention, rows it had not read may have been cleaned up: the
+/// resume says so, and still delivers what is there.
+#[test]
+fn resuming_past_the_retention_says_rows_may_be_gone() {
+    let config = Config { retention: Duration::from_secs(120), ..Config::default() };
+    let mut nt = NotifyTable::new(config.clone(), Dialect::MySql).unwrap();
+    let mut db = Db::at(noon(0));
+    listen(&mut nt, &db, "jobs");
+    db.advance(61);
+    tick_for(&mut nt, &mut db, 1);
+    let stored = nt.position("jobs").unwrap();
+    db.notify(5, "jobs");
+    db.advance(200);
+    let mut resumed = NotifyTable::new(config, Dialect::MySql).unwrap();
+    assert!(resumed.resumed("jobs", stored, resume_rows(&resumed, &db)).unwrap());
+    assert_eq!(tick_for(&mut resumed, &mut db, 1), vec![note(5, "jobs")]);
+}
+
+#[test]
+fn a_position_no_subscription_can_be_in_is_refused() {
+    let db = Db::at(noon(0));
+    let mut nt = mysql();
+    let gap = |first, last| Gap { first, last, noticed: None };
+    let position = |mark, gaps| notify_table::Position {
+        mark,
+        cutoff: ts(noon(0)),
+        gaps,
+        ahead: Vec::new(),
+        first_window: None,
+    };
+    for bad in
+        [position(5, vec![gap(5, 5)]), position(9, vec![gap(3, 4), gap(4, 6)]), position(9, vec![gap(4, 3)])]
+    {
+        let rows = resume_rows(&nt, &db);
+        assert!(matches!(nt.resumed("jobs", bad, rows), Err(Error::InvalidPosition { .. })));
+    }
+    let mut sqlite = NotifyTable::new(Config::default(), Dialect::Sqlite { pid: 1 }).unwrap();
+    let rows = resume_rows(&nt, &db);
+    let refused = sqlite.resumed("jobs", position(9, vec![gap(3, 4)]), rows);
+    assert!(matches!(refused, Err(Error::InvalidPosition { .. })), "{refused:?}");
+    assert!(!nt.is_subscribed("jobs") && !sqlite.is_subscribed("jobs"));
+}
+
+#[test]
+fn the_cleanup_below_a_floor_binds_it_before_the_limit() {
+    let (mut nt, mut db) = (mysql(), Db::at(noon(0)));
+    listen(&mut nt, &db, "jobs");
+    tick_for(&mut nt, &mut db, 1);
+    let plain = nt.cleanup_sql().unwrap();
+    assert_eq!(nt.cleanup_sql_below(None), Some(plain.clone()));
+    let below = nt.cleanup_sql_below(Some(42)).unwrap();
+    assert!(below.sql.contains("`id` < ? ORDER BY"), "{}", below.sql);
+    assert_eq!(below.binds, [plain.binds[0].clone(), Value::Int(42), plain.binds[1].clone()]);
+}

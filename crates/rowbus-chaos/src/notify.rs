@@ -293,7 +293,8 @@ async fn listen_task(
                         Err(_) => log.foreign += 1,
                     },
                     Event::Disconnected(_) => log.disconnected.push(now_us()),
-                    Event::Reconnected => log.reconnected.push(now_us()),
+                    Event::Reconnected { .. } => log.reconnected.push(now_us()),
+                    Event::Stopped { .. } => {}
                 }
             }
         }
@@ -319,6 +320,7 @@ async fn run_on<DB: Notifying>(ctx: &Ctx) -> Result<Report, BoxError> {
         reconnect_min: Duration::from_millis(50),
         reconnect_max: Duration::from_secs(1),
         buffer: 65_536,
+        ..ListenerOptions::default()
     };
     let channels: Vec<String> = (0..4).map(|i| format!("{}_ch{i}", settings.prefix)).collect();
 

@@ -16,7 +16,9 @@ mod ui;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use rowbus::{Db, DbPool, Event, Listener, ListenerOptions, Notifier, NotifyConfig, OnPool, QueueTable};
+use rowbus::{
+    Db, DbPool, Event, Listener, ListenerOptions, Notifier, NotifyConfig, OnPool, QueueTable, Resume,
+};
 
 use crate::cli_error::CliError;
 
@@ -124,6 +126,15 @@ enum Command {
         /// Print JSON lines {"channel": ..., "payload": ..., "pid": ...}
         #[arg(long)]
         json: bool,
+        /// Listen durably under this name (MySQL/MariaDB, SQLite): resume after the last
+        /// line written by a `listen` with the same name, so that nothing committed while
+        /// none ran is missed (a line written just before a crash may come again)
+        #[arg(long, value_name = "NAME")]
+        durable: Option<String>,
+        /// How long the durable name stays this process's after it stops checking in
+        /// (a crash): another `listen --durable` with the name is refused until then
+        #[arg(long, value_name = "DURATION", value_parser = queue_cmd::positive_duration, requires = "durable")]
+        lease: Option<std::time::Duration>,
         /// The channels
         #[arg(required = true)]
         channels: Vec<String>,
@@ -233,7 +244,9 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             db.close().await;
             sent?;
         }
-        Command::Listen { json, channels } => listen(url, config, &channels, json).await?,
+        Command::Listen { json, channels, durable, lease } => {
+            listen(url, config, &channels, json, durable.as_deref(), lease).await?
+        }
         Command::Bench { what: BenchCommand::Notify(args) } => bench::notify(url, config, args).await?,
         Command::Bench { what: BenchCommand::Broker(args) } => {
             // The broker's own notify table defaults (50 ms polls), with what was given.
@@ -312,39 +325,103 @@ async fn on_database(
     done
 }
 
-async fn listen(url: &str, config: NotifyConfig, channels: &[String], json: bool) -> Result<(), CliError> {
-    let options = ListenerOptions { notify_table: config, ..ListenerOptions::default() };
+async fn listen(
+    url: &str,
+    config: NotifyConfig,
+    channels: &[String],
+    json: bool,
+    durable: Option<&str>,
+    lease: Option<std::time::Duration>,
+) -> Result<(), CliError> {
+    let mut options = ListenerOptions { notify_table: config, ..ListenerOptions::default() };
+    if let Some(lease) = lease {
+        options.durable_lease = lease;
+    }
     let mut listener = Listener::connect_with(url, options).await?;
     for channel in channels {
-        listener.listen(channel).await?;
+        match durable {
+            None => listener.listen(channel).await?,
+            Some(name) => match listener.listen_durable(channel, name).await? {
+                Resume::New => {}
+                Resume::Resumed => eprintln!("rowbus: {channel}: resuming {name:?} after its last line"),
+                Resume::Gap => eprintln!(
+                    "rowbus: {channel}: resuming {name:?}, which was away longer than the notify table keeps \
+                     rows: notifications it had not received may have been cleaned up"
+                ),
+            },
+        }
     }
     let mut interrupted = std::pin::pin!(interrupted());
     // Install the signal handlers (on first poll) before announcing that we listen.
     if futures::poll!(interrupted.as_mut()).is_ready() {
-        return Ok(());
+        return release(&listener, channels, durable).await;
     }
     eprintln!("rowbus: listening on {}", channels.join(", "));
+    let mut written = std::collections::BTreeSet::new();
     loop {
         let event = tokio::select! {
-            _ = &mut interrupted => return Ok(()),
+            _ = &mut interrupted => return release(&listener, channels, durable).await,
             event = listener.recv() => event?,
         };
-        match event {
-            Event::Notification(n) if json => {
+        print_event(event, json, &mut written)?;
+        if durable.is_none() || written.is_empty() {
+            continue;
+        }
+        // The lines of a burst are written, then acknowledged at once.
+        while let std::task::Poll::Ready(event) = futures::poll!(std::pin::pin!(listener.recv())) {
+            print_event(event?, json, &mut written)?;
+        }
+        for channel in std::mem::take(&mut written) {
+            listener.ack(&channel).await?;
+        }
+    }
+}
+
+/// Gives the durable names up, so that a `listen` started next may take them at once.
+async fn release(listener: &Listener, channels: &[String], durable: Option<&str>) -> Result<(), CliError> {
+    if durable.is_some() {
+        for channel in channels {
+            listener.unlisten(channel).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes a notification's line (noting its channel in `written`) or the event's word on
+/// stderr.
+fn print_event(
+    event: Event,
+    json: bool,
+    written: &mut std::collections::BTreeSet<String>,
+) -> Result<(), CliError> {
+    match event {
+        Event::Notification(n) => {
+            if json {
                 queue_cmd::outln!(
                     "{}",
                     serde_json::json!({"channel": n.channel, "payload": n.payload, "pid": n.pid})
                 )
+            } else {
+                queue_cmd::outln!("{}: {}", n.channel, n.payload.escape_debug())
             }
-            Event::Notification(n) => queue_cmd::outln!("{}: {}", n.channel, n.payload.escape_debug()),
-            Event::Disconnected(error) => {
-                eprintln!("rowbus: connection lost ({}); reconnecting", one_line(&error))
-            }
-            Event::Reconnected => {
-                eprintln!("rowbus: reconnected; notifications sent while disconnected were not received")
-            }
+            written.insert(n.channel);
+        }
+        Event::Disconnected(error) => {
+            eprintln!("rowbus: connection lost ({}); reconnecting", one_line(&error))
+        }
+        Event::Reconnected { missed } if missed.is_empty() => {
+            eprintln!("rowbus: reconnected; resumed every channel where it was")
+        }
+        Event::Reconnected { missed } => eprintln!(
+            "rowbus: reconnected; notifications sent while disconnected on {} may not have been received",
+            missed.join(", ")
+        ),
+        Event::Stopped { channel, error } => {
+            eprintln!("rowbus: stopped listening on {channel}");
+            return Err(error.into());
         }
     }
+    Ok(())
 }
 
 /// Resolves on Ctrl-C or SIGTERM.

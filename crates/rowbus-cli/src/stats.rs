@@ -3,7 +3,10 @@
 
 use clap::Args;
 use rowbus::sqlx::Pool;
-use rowbus::{Broker, BrokerOptions, Db, GroupStats, NotifyConfig, NotifyTableStats, QueueTable, redact};
+use rowbus::{
+    Broker, BrokerOptions, Db, DurableListener, GroupStats, NotifyConfig, NotifyTableStats, QueueTable,
+    redact,
+};
 use serde_json::json;
 
 use crate::cli_error::CliError;
@@ -15,7 +18,8 @@ pub(crate) struct StatsArgs {
     /// Queue tables [default: every table with the queue columns in the current schema(s)
     /// or database]
     pub(crate) tables: Vec<String>,
-    /// Print one JSON object {"queues": [...], "notify_table": {...} or null}
+    /// Print one JSON object {"queues": [...], "notify_table": {...} or null,
+    /// "durable_listeners": [...]}
     #[arg(long)]
     json: bool,
 }
@@ -40,10 +44,14 @@ pub(crate) async fn stats<DB: Db>(
     let tables = queue_tables(&broker, url, &args.tables, true).await?;
     let lines = lines(&broker, &tables).await?;
     let notify = broker.notify_table_stats(config).await?;
+    let durable = rowbus::durable_listeners(broker.pool(), config).await?;
     if args.json {
-        outln!("{}", to_json(&lines, notify.as_ref()));
+        let mut report = to_json(&lines, notify.as_ref());
+        report["durable_listeners"] = durable_json(&durable);
+        outln!("{report}");
     } else {
         print_table(&lines, notify.as_ref(), url, config)?;
+        print_durable(&durable)?;
     }
     Ok(())
 }
@@ -108,6 +116,43 @@ pub(crate) fn to_json(lines: &[Line], notify: Option<&NotifyTableStats>) -> serd
         |n| json!({"table": n.table, "rows": n.rows, "oldest_age_s": n.oldest.map(|d| d.as_secs_f64())}),
     );
     json!({"queues": queues, "notify_table": notify})
+}
+
+/// Each durable listener's position, lag and last check-in, as JSON.
+pub(crate) fn durable_json(durable: &[DurableListener]) -> serde_json::Value {
+    durable
+        .iter()
+        .map(|d| {
+            json!({
+                "channel": d.channel,
+                "name": d.name,
+                "mark": d.mark,
+                "lag_rows": d.lag_rows,
+                "lag_s": d.lag.map(|l| l.as_secs_f64()),
+                "checked_in_s_ago": d.checked_in.as_secs_f64(),
+                "owned": d.owned,
+            })
+        })
+        .collect()
+}
+
+/// One line per durable listener.
+fn print_durable(durable: &[DurableListener]) -> Result<(), CliError> {
+    for d in durable {
+        let lag = match d.lag {
+            Some(lag) => format!("{} rows behind, the oldest {} old", d.lag_rows, human(lag)),
+            None => "up to date".to_owned(),
+        };
+        let mark = d.mark.map_or_else(|| "none stored".to_owned(), |m| format!("at id {m}"));
+        let owner = if d.owned { "held" } else { "free" };
+        outln!(
+            "durable listener {:?} on {:?}: {mark}, {lag}; checked in {} ago ({owner})",
+            d.name,
+            d.channel,
+            human(d.checked_in)
+        );
+    }
+    Ok(())
 }
 
 /// The report as an aligned table, then the notify table's line.

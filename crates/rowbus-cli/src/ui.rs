@@ -95,6 +95,8 @@ struct Figures {
     notify: Option<NotifyTableStats>,
     /// What is paused in each table, in their order (empty unless asked for).
     pauses: Vec<(QueueTable, Paused)>,
+    /// The durable listeners' positions and lag.
+    durable: Vec<rowbus::DurableListener>,
 }
 
 impl<DB: Db> App<DB> {
@@ -104,7 +106,8 @@ impl<DB: Db> App<DB> {
         let lines = stats::lines(&self.broker, &tables).await?;
         let notify = self.broker.notify_table_stats(&self.config).await?;
         let pauses = if pauses { pause::states(&self.broker, &tables).await? } else { Vec::new() };
-        Ok(Figures { lines, notify, pauses })
+        let durable = rowbus::durable_listeners(self.broker.pool(), &self.config).await?;
+        Ok(Figures { lines, notify, pauses, durable })
     }
 
     /// Adds a sample of `lines` and the tables' `published` totals taken at `now`, and
@@ -286,6 +289,7 @@ async fn queues<DB: Db>(State(app): State<App<DB>>) -> Response {
     body["throughput"] = throughput.into();
     body["rate_step_s"] = throughput::RATE_STEP.as_secs_f64().into();
     body["pauses"] = pause::to_json(&figures.pauses);
+    body["durable_listeners"] = stats::durable_json(&figures.durable);
     body["sample_every_s"] = SAMPLE_EVERY.as_secs_f64().into();
     body["window_s"] = WINDOW.as_secs_f64().into();
     body["now_ms"] = now_ms().into();

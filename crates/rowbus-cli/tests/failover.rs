@@ -141,7 +141,7 @@ fn the_primary_stopped_hard_mid_drain_and_the_standby_promoted() {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         loop {
             match tokio::time::timeout_at(deadline, listener.recv()).await {
-                Ok(Ok(Event::Reconnected)) => break,
+                Ok(Ok(Event::Reconnected { .. })) => break,
                 Ok(Ok(event)) => events.push(format!("{event:?}")),
                 other => panic!(
                     "no Event::Reconnected within 30 s of the failover ({other:?}); before: {events:?}"

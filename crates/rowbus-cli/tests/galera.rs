@@ -242,7 +242,7 @@ fn notifications_cross_nodes_exactly_once_whatever_the_commit_order() {
             lookback: Duration::from_secs(10),
             ..NotifyConfig::default()
         };
-        let _tables = Tables(vec![config.table.clone()]);
+        let _tables = Tables(vec![config.table.clone(), format!("{}_positions", config.table)]);
         let db = DbPool::connect(&url(1)).await.expect("node 1");
         db.deploy_notify_table(&config).await.expect("deploy the notify table on node 1");
         let options = ListenerOptions { notify_table: config.clone(), ..ListenerOptions::default() };

@@ -43,8 +43,10 @@ fn pause_holds_a_running_consumer_until_resume(kind: Kind) {
     let database = Database::new(kind, &notify_table);
     let q = unique("pcli");
     let rowbus_ok = |args: &[&str]| ok(&database, &notify_table, args);
-    let cleanup =
-        Cleanup { database: &database, tables: [queue_tables(&q), vec![notify_table.clone()]].concat() };
+    let cleanup = Cleanup {
+        database: &database,
+        tables: [queue_tables(&q), vec![notify_table.clone(), format!("{notify_table}_positions")]].concat(),
+    };
 
     rowbus_ok(&["deploy", "--queue", &q]);
     let mut cmd = rowbus();

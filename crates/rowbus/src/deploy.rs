@@ -11,7 +11,7 @@ use crate::broker::{QueueTable, columns_on, find_on, lacking, refuse_foreign};
 use crate::db::{Db, args_of};
 use crate::error::Error;
 use crate::notify::Notifier;
-use crate::sql::{DEAD_FEATURE_COLUMNS, FEATURE_COLUMNS};
+use crate::sql::{DEAD_FEATURE_COLUMNS, FEATURE_COLUMNS, PositionsSql};
 
 /// What [`DbPool::deploy_notify_table`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,8 +37,9 @@ impl std::fmt::Display for NotifyDeploy {
 }
 
 impl DbPool {
-    /// Creates the notify table and its indexes if they do not exist (MySQL/MariaDB,
-    /// SQLite); on PostgreSQL does nothing and says so.
+    /// Creates the notify table and its indexes, and the positions table of durable
+    /// listeners (`<table>_positions`), if they do not exist (MySQL/MariaDB, SQLite); on
+    /// PostgreSQL does nothing and says so.
     pub async fn deploy_notify_table(&self, config: &Config) -> Result<NotifyDeploy, Error> {
         struct Deploy<'a>(&'a Config);
         impl OnPool for Deploy<'_> {
@@ -58,7 +59,13 @@ pub(crate) async fn notify_table<DB: Db>(
 ) -> Result<NotifyDeploy, Error> {
     let Some(table) = DB::notify_table(notifier) else { return Ok(NotifyDeploy::Native) };
     let name = &notifier.config().table;
-    locked(pool, name, None, &table.create_table_sql()).await?;
+    let mut statements = table.create_table_sql();
+    // The positions table of durable listeners; a notify table whose name leaves no room
+    // for its suffix gets none (durable listeners on it say so).
+    if let Ok(positions) = PositionsSql::<DB>::new(name) {
+        statements.push(Statement { sql: positions.create.clone(), binds: Vec::new() });
+    }
+    locked(pool, name, None, &statements).await?;
     Ok(NotifyDeploy::TableReady { table: name.clone() })
 }
 

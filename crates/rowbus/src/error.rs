@@ -64,6 +64,85 @@ pub enum Error {
         /// The table's name.
         table: String,
     },
+    /// The positions table of durable listeners does not exist yet.
+    #[error(
+        "the positions table `{table}` of durable listeners does not exist: create it with `rowbus deploy` \
+         (or DbPool::deploy_notify_table), which makes it beside the notify table"
+    )]
+    MissingPositionsTable {
+        /// The table's name.
+        table: String,
+    },
+    /// The notify table's name leaves no room for the positions table's suffix.
+    #[error(
+        "durable listeners need the table `{table}_positions`, longer than the database allows: \
+         name the notify table with at most {max} characters"
+    )]
+    PositionsTableName {
+        /// The notify table's name.
+        table: String,
+        /// The longest notify table name that leaves room.
+        max: usize,
+    },
+    /// Another listener holds the durable name, and checked in within its lease.
+    #[error(
+        "the durable listener {name:?} on channel {channel:?} is in use by another process (it checked in \
+         {since:?} ago): stop it, or wait {expires_in:?} for its lease to run out, or use another name"
+    )]
+    DurableNameTaken {
+        /// The channel.
+        channel: String,
+        /// The durable name.
+        name: String,
+        /// Time since the owner's last check-in.
+        since: Duration,
+        /// Time until its lease runs out, unless it checks in again.
+        expires_in: Duration,
+    },
+    /// Another listener took the durable name over: this one had not checked in within
+    /// its lease (stalled or disconnected for that long). The channel is no longer listened on.
+    #[error(
+        "the durable listener {name:?} on channel {channel:?} was taken over by another process after this \
+         one missed its lease; listen again (under the name, once the other stops) to go on"
+    )]
+    DurableNameLost {
+        /// The channel.
+        channel: String,
+        /// The durable name.
+        name: String,
+    },
+    /// A durable listener checks in between polls: its lease must span three of them.
+    #[error(
+        "a durable listener's lease ({lease:?}) must be at least three poll intervals ({poll_interval:?} \
+         each): it checks in between polls; lengthen the lease or poll more often"
+    )]
+    DurableLeaseTooShort {
+        /// The lease asked for.
+        lease: Duration,
+        /// The notify table's poll interval.
+        poll_interval: Duration,
+    },
+    /// A durable listener was asked of a channel this listener already listens on.
+    #[error(
+        "channel {channel:?} is already listened on without a durable name: unlisten it first, or use \
+         another listener"
+    )]
+    AlreadyListening {
+        /// The channel.
+        channel: String,
+    },
+    /// An acknowledgement for a channel this listener does not listen on durably.
+    #[error("channel {channel:?} is not listened on durably by this listener: listen_durable it first")]
+    NotDurable {
+        /// The channel.
+        channel: String,
+    },
+    /// Durable listeners read the notify table; PostgreSQL's LISTEN keeps nothing.
+    #[error(
+        "durable listeners need the notify table, which PostgreSQL's native LISTEN/NOTIFY does not use: \
+         use MySQL/MariaDB or SQLite for durable listeners"
+    )]
+    DurableUnsupported,
     /// A channel or payload the notify table cannot hold, or a poll that returned
     /// malformed rows.
     #[error(transparent)]

@@ -50,7 +50,8 @@
 //! match listener.recv().await? {
 //!     Event::Notification(n) => println!("{}: {} (from {})", n.channel, n.payload, n.pid),
 //!     Event::Disconnected(error) => eprintln!("lost the connection ({error}); resync"),
-//!     Event::Reconnected => eprintln!("listening again; anything sent meanwhile is gone"),
+//!     Event::Reconnected { missed } => eprintln!("listening again; resync {missed:?}"),
+//!     Event::Stopped { channel, error } => eprintln!("stopped listening on {channel}: {error}"),
 //! }
 //! # Ok(()) }
 //! ```
@@ -82,7 +83,9 @@ pub use broker::{
 pub use db::Db;
 pub use deploy::NotifyDeploy;
 pub use error::Error;
-pub use listener::{Event, Listener, ListenerHandle, ListenerOptions};
+pub use listener::{
+    DurableListener, Event, Listener, ListenerHandle, ListenerOptions, Resume, durable_listeners,
+};
 pub use notify::{
     Notifier, PG_MAX_CHANNEL_BYTES, PG_PAYLOAD_LIMIT_BYTES, check_pg_channel, check_pg_payload, notify,
 };

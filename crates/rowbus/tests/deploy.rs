@@ -117,7 +117,8 @@ where
     for<'c> &'c sqlx::Pool<DB>: sqlx::Executor<'c, Database = DB>,
 {
     let cleanup = Cleanup::new(DB::BACKEND);
-    let config = NotifyConfig { table: cleanup.table(&unique("nt_replicas")), ..NotifyConfig::default() };
+    let config =
+        NotifyConfig { table: cleanup.notify_table(&unique("nt_replicas")), ..NotifyConfig::default() };
     let mut pools = Vec::new();
     for _ in 0..REPLICAS {
         pools.push(DbPool::connect_creating(url, 2).await.unwrap());

@@ -46,7 +46,10 @@ async fn first_host_refused<DB: Db>(server: &str, extra: &str) {
         Some(Event::Disconnected(_))
     ));
     // The reconnect goes through the host list again, past the refusing host.
-    assert!(matches!(event_within(&mut listener, Duration::from_secs(10)).await, Some(Event::Reconnected)));
+    assert!(matches!(
+        event_within(&mut listener, Duration::from_secs(10)).await,
+        Some(Event::Reconnected { .. })
+    ));
     env.notify(&ch, "after reconnect").await;
     assert_eq!(cp(&notification(&mut listener).await), (ch.as_str(), "after reconnect"));
     drop(listener);

@@ -383,7 +383,7 @@ async fn wake_from_notifications(mut listener: Listener, wakers: Arc<Wakers>) {
                 debug!(table = %n.channel, group = n.payload, woken, "woken by a notification");
             }
             Ok(Event::Disconnected(error)) => warn!(%error, "broker listening connection lost"),
-            Ok(Event::Reconnected) => {
+            Ok(Event::Reconnected { .. } | Event::Stopped { .. }) => {
                 let woken = wakers.wake_all();
                 info!(woken, "broker listening connection back: woke every subscription");
             }

@@ -1,11 +1,13 @@
 //! One listening API over PostgreSQL's LISTEN/NOTIFY and the notify table.
 
 mod driver;
+mod durable;
 #[cfg(feature = "postgres")]
 mod pg;
 #[cfg(any(feature = "mysql", feature = "sqlite"))]
 mod table;
 
+use std::collections::HashMap;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -19,6 +21,7 @@ use crate::db::Db;
 use crate::error::Error;
 use driver::Command;
 pub(crate) use driver::Driver as ListenerTask;
+pub use durable::{DurableListener, durable_listeners};
 #[cfg(feature = "postgres")]
 pub(crate) use pg::PgSession;
 #[cfg(any(feature = "mysql", feature = "sqlite"))]
@@ -35,6 +38,14 @@ pub struct ListenerOptions {
     pub reconnect_max: Duration,
     /// Events held for the caller before the listener stops reading from the server.
     pub buffer: usize,
+    /// A durable listener's lease on its name, at least three poll intervals: it checks
+    /// in (storing what was acknowledged) every third of it, between polls, and another
+    /// process may take the name over once it has not for this long (after a crash, say).
+    pub durable_lease: Duration,
+    /// How recently a durable listener must have checked in for every listener's cleanup
+    /// to keep the rows it has not read yet; one away longer stops holding them back (and
+    /// is told of a possible gap when it resumes).
+    pub durable_live: Duration,
 }
 
 impl Default for ListenerOptions {
@@ -44,6 +55,8 @@ impl Default for ListenerOptions {
             reconnect_min: Duration::from_millis(100),
             reconnect_max: Duration::from_secs(10),
             buffer: 4096,
+            durable_lease: Duration::from_secs(10),
+            durable_live: Duration::from_secs(3600),
         }
     }
 }
@@ -53,13 +66,52 @@ impl Default for ListenerOptions {
 pub enum Event {
     /// A notification on a channel this listener listens on.
     Notification(Notification),
-    /// The connection was lost: notifications sent from now until [`Event::Reconnected`]
-    /// are not delivered. The listener reconnects by itself with capped exponential
-    /// backoff; resynchronise from the database after it has.
+    /// The connection was lost. The listener reconnects by itself with capped
+    /// exponential backoff, then reports [`Event::Reconnected`].
     Disconnected(Error),
-    /// The listener has a new connection and listens again on every channel (with new
-    /// marks, as a new PostgreSQL session would); what follows is delivered again.
-    Reconnected,
+    /// The listener has a new connection and listens again on every channel. On the
+    /// notify table (MySQL/MariaDB, SQLite) each channel resumes where it was, so what was
+    /// committed while the connection was lost is delivered now, unless it was cleaned up
+    /// meanwhile; PostgreSQL's LISTEN starts afresh, and what was sent meanwhile is gone.
+    Reconnected {
+        /// The channels on which notifications may have been missed: resynchronise those
+        /// from the database. Every channel on PostgreSQL; on the notify table only those
+        /// whose position fell behind the retention while disconnected (a durable
+        /// channel's rows are kept while it checked in within `durable_live`).
+        missed: Vec<String>,
+    },
+    /// The listener stopped listening on a durable channel: another process took its
+    /// name over ([`Error::DurableNameLost`]) after this one missed its lease.
+    Stopped {
+        /// The channel.
+        channel: String,
+        /// Why.
+        error: Error,
+    },
+}
+
+/// Where [`Listener::listen_durable`] starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resume {
+    /// No position was stored under the name: listening starts now, as
+    /// [`Listener::listen`] does, and this position is stored.
+    New,
+    /// From the stored position: every notification committed after what was
+    /// acknowledged is delivered (a notification delivered but not acknowledged before,
+    /// again).
+    Resumed,
+    /// From the stored position, but it is older than the notify table's retention and
+    /// the name was not checked in within `durable_live`: rows it had not read may have
+    /// been cleaned up. What is still there is delivered; resynchronise from the database.
+    Gap,
+}
+
+/// What the listener's task hands its [`Listener`].
+#[derive(Debug)]
+pub(crate) enum Item {
+    Event(Event),
+    /// From here on, count the notifications of this durable channel.
+    Durable(String),
 }
 
 /// Listens for notifications on one dedicated connection: PostgreSQL's own LISTEN, or
@@ -69,6 +121,25 @@ pub enum Event {
 /// dropped. Notifications arrive in order through [`recv`](Self::recv) or as a
 /// [`Stream`]. A lost connection is reported as [`Event::Disconnected`], then
 /// reconnected, listened again and reported as [`Event::Reconnected`].
+///
+/// A *durable* listener ([`listen_durable`](Self::listen_durable), MySQL/MariaDB and
+/// SQLite) keeps its position in the database under a name, advanced by
+/// [`ack`](Self::ack): a process restarted with the same name resumes after what it
+/// acknowledged, and the notify table's cleanup keeps the rows it has not read.
+///
+/// ```no_run
+/// # async fn f() -> Result<(), rowbus::Error> {
+/// use rowbus::{Event, Listener, Resume};
+/// let mut listener = Listener::connect("mysql://root@127.0.0.1/test").await?;
+/// if listener.listen_durable("jobs", "mailer").await? == Resume::Gap {
+///     // rows it had not read may have been cleaned up: resynchronise
+/// }
+/// while let Event::Notification(n) = listener.recv().await? {
+///     println!("{}", n.payload);         // handle it, then:
+///     listener.ack("jobs").await?;      // a restart resumes after it
+/// }
+/// # Ok(()) }
+/// ```
 ///
 /// ```no_run
 /// # async fn f() -> Result<(), rowbus::Error> {
@@ -85,9 +156,11 @@ pub struct Listener {
     backend: Backend,
     check_channel: fn(&str) -> Result<(), Error>,
     commands: mpsc::UnboundedSender<Command>,
-    events: mpsc::Receiver<Event>,
+    events: mpsc::Receiver<Item>,
     session: watch::Receiver<Option<u64>>,
     task: tokio::task::JoinHandle<()>,
+    /// Notifications received per durable channel.
+    received: HashMap<String, u64>,
 }
 
 impl Listener {
@@ -107,7 +180,15 @@ impl Listener {
         let task = ListenerTask::new(url.to_owned(), options, commands, events_tx, session_tx);
         let (start, check_channel) = backend.on(Start(task))?;
         let task = start.await?;
-        Ok(Listener { backend, check_channel, commands: commands_tx, events, session, task })
+        Ok(Listener {
+            backend,
+            check_channel,
+            commands: commands_tx,
+            events,
+            session,
+            task,
+            received: HashMap::new(),
+        })
     }
 
     /// Which database this listener listens on.
@@ -128,6 +209,59 @@ impl Listener {
         self.handle().unlisten(channel).await
     }
 
+    /// Starts listening on `channel` durably, under `name`: from the position stored
+    /// under `(channel, name)` when there is one, so that nothing committed since is
+    /// missed, and from now (storing that) when there is none. Acknowledge what was
+    /// handled with [`ack`](Self::ack): a listener restarted with the same name resumes
+    /// after it. Every notification committed is delivered at least once per name; again
+    /// only one delivered but not acknowledged before a restart; a rolled-back one never.
+    ///
+    /// The name is this listener's while it checks in (every third of
+    /// [`ListenerOptions::durable_lease`]): another listener asking for it meanwhile is
+    /// refused with [`Error::DurableNameTaken`]. Needs the positions table, which
+    /// deploying the notify table creates; MySQL/MariaDB and SQLite only
+    /// ([`Error::DurableUnsupported`] on PostgreSQL).
+    pub async fn listen_durable(&mut self, channel: &str, name: &str) -> Result<Resume, Error> {
+        (self.check_channel)(channel)?;
+        notify_table::check_channel(name)?;
+        let (reply, done) = oneshot::channel();
+        let command = Command::ListenDurable { channel: channel.to_owned(), name: name.to_owned(), reply };
+        self.commands.send(command).map_err(|_| Error::ListenerClosed)?;
+        done.await.map_err(|_| Error::ListenerClosed)?
+    }
+
+    /// Acknowledges every notification on durable `channel` that this listener has
+    /// returned so far; returns once the position after them is stored (after a
+    /// reconnect, when the connection is lost meanwhile). A notification that arrived in
+    /// the same poll as one not returned yet is stored with it, at its acknowledgement.
+    pub async fn ack(&self, channel: &str) -> Result<(), Error> {
+        let upto = self.received.get(channel).copied().unwrap_or(0);
+        let (reply, done) = oneshot::channel();
+        self.commands
+            .send(Command::Ack { channel: channel.to_owned(), upto, reply })
+            .map_err(|_| Error::ListenerClosed)?;
+        done.await.map_err(|_| Error::ListenerClosed)?
+    }
+
+    /// Counts a durable channel's notification; `None` for bookkeeping items.
+    fn received(&mut self, item: Item) -> Option<Event> {
+        match item {
+            Item::Event(event) => {
+                if !self.received.is_empty()
+                    && let Event::Notification(n) = &event
+                    && let Some(count) = self.received.get_mut(&n.channel)
+                {
+                    *count += 1;
+                }
+                Some(event)
+            }
+            Item::Durable(channel) => {
+                self.received.insert(channel, 0);
+                None
+            }
+        }
+    }
+
     /// A handle that listens and unlistens on this listener from elsewhere (another task),
     /// while this one receives.
     pub fn handle(&self) -> ListenerHandle {
@@ -140,7 +274,12 @@ impl Listener {
 
     /// The next event, in order. Fails only when the listener's task has stopped.
     pub async fn recv(&mut self) -> Result<Event, Error> {
-        self.events.recv().await.ok_or(Error::ListenerClosed)
+        loop {
+            let item = self.events.recv().await.ok_or(Error::ListenerClosed)?;
+            if let Some(event) = self.received(item) {
+                return Ok(event);
+            }
+        }
     }
 
     /// The server's id of the listener's current session (`pg_backend_pid()`,
@@ -216,7 +355,17 @@ impl Stream for Listener {
     type Item = Event;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Event>> {
-        self.events.poll_recv(cx)
+        loop {
+            match self.events.poll_recv(cx) {
+                Poll::Ready(Some(item)) => {
+                    if let Some(event) = self.received(item) {
+                        return Poll::Ready(Some(event));
+                    }
+                }
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
     }
 }
 

@@ -1,10 +1,12 @@
 //! PostgreSQL: native LISTEN/NOTIFY on sqlx's `PgListener`.
 
-use notify_table::Notification;
+use std::time::Duration;
+
+use notify_table::{Notification, Position};
 use sqlx::postgres::{PgListener, PgNotification};
 
 use super::ListenerOptions;
-use super::driver::{Control, Session, Wake};
+use super::driver::{Claimed, Control, Session, Wake};
 use crate::backend::redact;
 use crate::error::Error;
 use crate::notify::check_pg_channel;
@@ -49,6 +51,28 @@ impl Session for PgSession {
 
     async fn unlisten(&mut self, channel: &str) -> Result<(), Error> {
         Ok(self.listener.unlisten(channel).await?)
+    }
+
+    /// LISTEN keeps no position: a new session listens from now on, and what was sent
+    /// meanwhile may be gone.
+    async fn resume(&mut self, channel: &str, _: Position) -> Result<bool, Error> {
+        self.listen(channel).await.map(|()| true)
+    }
+
+    fn position(&self, _: &str) -> Option<Position> {
+        None
+    }
+
+    async fn claim(&mut self, _: &str, _: &str, _: i64, _: Duration) -> Result<Claimed, Error> {
+        Err(Error::DurableUnsupported)
+    }
+
+    async fn store(&mut self, _: &str, _: &str, _: i64, _: Option<&Position>) -> Result<bool, Error> {
+        Err(Error::DurableUnsupported)
+    }
+
+    async fn release(&mut self, _: &str, _: &str, _: i64) -> Result<(), Error> {
+        Err(Error::DurableUnsupported)
     }
 
     async fn next(&mut self, control: &mut Control) -> Result<Wake, Error> {

@@ -2,19 +2,30 @@
 //! database's [`TableConn`] is in its `crate::sql` module).
 
 use std::future::Future;
+use std::time::Duration;
 
-use notify_table::{Dialect, NotifyTable, Row, Statement};
+use notify_table::{Dialect, NotifyTable, Position, Row, Statement, Value};
 use tokio::time::{Interval, MissedTickBehavior};
 use tracing::{debug, warn};
 
 use super::ListenerOptions;
-use super::driver::{Command, Control, Session, Wake};
+use super::driver::{Claimed, Command, Control, Session, Wake};
+use crate::db::{Db, TextsAndInts};
 use crate::error::{Error, is_missing_table};
 use crate::notify::missing;
+use crate::sql::{POSITIONS_SUFFIX, PositionsSql, micros, text};
 
 /// A connection the notify-table core can run its statements on.
 pub(crate) trait TableConn: Send + Sized + 'static {
+    /// The database, for the positions table's statements.
+    type Db: Db;
     fn dialect() -> Dialect;
+    /// Each row's first `texts` columns as text, the rest as integers.
+    fn rows(
+        &mut self,
+        stmt: &Statement,
+        texts: usize,
+    ) -> impl Future<Output = Result<Vec<TextsAndInts>, sqlx::Error>> + Send;
     fn open(url: &str) -> impl Future<Output = Result<Self, Error>> + Send;
     fn session_id(&mut self) -> impl Future<Output = Result<Option<u64>, Error>> + Send;
     fn fetch(&mut self, stmt: &Statement) -> impl Future<Output = Result<Vec<Row>, sqlx::Error>> + Send;
@@ -24,11 +35,19 @@ pub(crate) trait TableConn: Send + Sized + 'static {
 }
 
 /// One listen connection and its own core object: a new connection starts a new core,
-/// with new marks, as a new PostgreSQL session would.
-pub(crate) struct TableSession<C> {
+/// resumed from the positions the old one reached.
+pub(crate) struct TableSession<C: TableConn> {
     conn: C,
     table: NotifyTable,
     ticker: Interval,
+    /// The positions table's statements; `None` when the notify table's name leaves no
+    /// room for its suffix.
+    positions: Option<PositionsSql<C::Db>>,
+    /// How recently a durable listener must have checked in for the cleanup to keep
+    /// what it has not read.
+    durable_live: Duration,
+    /// Whether the cleanup found no positions table (an older deploy): it stops asking.
+    no_positions_table: bool,
 }
 
 /// Awaits `statement` while answering the listener's commands: an unlisten is bookkeeping
@@ -47,10 +66,14 @@ async fn answering<T>(
             command = control.commands.recv() => match command {
                 Some(Command::Unlisten { channel, reply }) => {
                     table.unsubscribe(&channel);
-                    control.forget(&channel);
-                    let _ = reply.send(());
+                    if control.forget(&channel) {
+                        control.after_release.push(reply);
+                    } else {
+                        let _ = reply.send(());
+                    }
                 }
                 Some(Command::Listen { channel, reply }) => control.deferred.push((channel, reply)),
+                Some(command) => control.later.push(command),
                 None => return None,
             },
         }
@@ -63,7 +86,15 @@ impl<C: TableConn> Session for TableSession<C> {
         let conn = C::open(url).await?;
         let mut ticker = tokio::time::interval(table.config().poll_interval);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        Ok(TableSession { conn, table, ticker })
+        let positions = PositionsSql::new(&table.config().table).ok();
+        Ok(TableSession {
+            conn,
+            table,
+            ticker,
+            positions,
+            durable_live: options.durable_live,
+            no_positions_table: false,
+        })
     }
 
     async fn session_id(&mut self) -> Result<Option<u64>, Error> {
@@ -85,6 +116,82 @@ impl<C: TableConn> Session for TableSession<C> {
         Ok(())
     }
 
+    async fn resume(&mut self, channel: &str, position: Position) -> Result<bool, Error> {
+        let rows = self.conn.fetch(&self.table.resume_sql()).await?;
+        Ok(self.table.resumed(channel, position, rows)?)
+    }
+
+    fn position(&self, channel: &str) -> Option<Position> {
+        self.table.position(channel)
+    }
+
+    async fn claim(
+        &mut self,
+        channel: &str,
+        name: &str,
+        token: i64,
+        lease: Duration,
+    ) -> Result<Claimed, Error> {
+        let sql = self.positions_sql()?;
+        let key = || vec![text(channel), text(name)];
+        let insert = Statement { sql: sql.insert.clone(), binds: key() };
+        let read = Statement { sql: sql.read.clone(), binds: key() };
+        let mut take = vec![Value::Int(token)];
+        take.extend(key());
+        take.extend([Value::Int(token), micros(lease)]);
+        let take = Statement { sql: sql.take.clone(), binds: take };
+        let missing = |table: &NotifyTable| Error::MissingPositionsTable {
+            table: format!("{}{POSITIONS_SUFFIX}", table.config().table),
+        };
+        match self.conn.execute(&insert).await {
+            Err(e) if is_missing_table(&e) => return Err(missing(&self.table)),
+            other => other?,
+        };
+        let row = self.conn.rows(&read, 1).await?.pop().unwrap_or_default();
+        let since = Duration::from_micros(u64::try_from(row.int(1)).unwrap_or(0));
+        if self.conn.execute(&take).await? == 0 {
+            return Err(Error::DurableNameTaken {
+                channel: channel.to_owned(),
+                name: name.to_owned(),
+                since,
+                expires_in: lease.saturating_sub(since),
+            });
+        }
+        let position = match row.text(0) {
+            "" => None,
+            stored => Some(stored.parse::<Position>()?),
+        };
+        Ok(Claimed { position, since })
+    }
+
+    async fn store(
+        &mut self,
+        channel: &str,
+        name: &str,
+        token: i64,
+        position: Option<&Position>,
+    ) -> Result<bool, Error> {
+        let sql = self.positions_sql()?;
+        let key = [text(channel), text(name), Value::Int(token)];
+        let stmt = match position {
+            Some(p) => {
+                let first_unread = Value::Int(i64::try_from(p.first_unread()).unwrap_or(i64::MAX));
+                let mut binds = vec![text(&p.to_string()), first_unread];
+                binds.extend(key);
+                Statement { sql: sql.store.clone(), binds }
+            }
+            None => Statement { sql: sql.check_in.clone(), binds: key.to_vec() },
+        };
+        Ok(self.conn.execute(&stmt).await? == 1)
+    }
+
+    async fn release(&mut self, channel: &str, name: &str, token: i64) -> Result<(), Error> {
+        let sql = self.positions_sql()?;
+        let binds = vec![text(channel), text(name), Value::Int(token)];
+        self.conn.execute(&Statement { sql: sql.release.clone(), binds }).await?;
+        Ok(())
+    }
+
     async fn next(&mut self, control: &mut Control) -> Result<Wake, Error> {
         tokio::select! {
             biased;
@@ -98,7 +205,51 @@ impl<C: TableConn> Session for TableSession<C> {
             return Ok(Wake::Command(None));
         };
         let notifications = self.table.polled(token, rows?)?;
-        if let Some(select) = self.table.cleanup_sql() {
+        if self.table.cleanup_sql().is_some() {
+            let floor = self.floor().await;
+            self.clean_up(floor, control).await;
+        }
+        Ok(Wake::Notifications(notifications))
+    }
+}
+
+impl<C: TableConn> TableSession<C> {
+    fn positions_sql(&self) -> Result<&PositionsSql<C::Db>, Error> {
+        self.positions.as_ref().ok_or_else(|| Error::PositionsTableName {
+            table: self.table.config().table.clone(),
+            max: notify_table::MAX_TABLE_LEN - POSITIONS_SUFFIX.len(),
+        })
+    }
+
+    /// The lowest id a live durable listener has not read: the cleanup keeps it and what
+    /// is above. `Err` when that cannot be known: the cleanup waits.
+    async fn floor(&mut self) -> Result<Option<u64>, ()> {
+        let Some(sql) = self.positions.as_ref().filter(|_| !self.no_positions_table) else { return Ok(None) };
+        let stmt = Statement { sql: sql.floor.clone(), binds: vec![micros(self.durable_live)] };
+        match self.conn.rows(&stmt, 0).await {
+            Ok(rows) => {
+                let floor = rows.first().and_then(|r| r.ints.first().copied().flatten());
+                Ok(floor.map(|f| u64::try_from(f).unwrap_or(0)))
+            }
+            Err(e) if is_missing_table(&e) => {
+                // Deployed before durable listeners: nothing holds the cleanup back.
+                self.no_positions_table = true;
+                Ok(None)
+            }
+            Err(error) => {
+                warn!(%error, "reading the durable listeners' positions failed; the cleanup waits");
+                Err(())
+            }
+        }
+    }
+
+    /// Runs the retention cleanup below `floor` (`Err`: none this time).
+    async fn clean_up(&mut self, floor: Result<Option<u64>, ()>, control: &mut Control) {
+        let Ok(floor) = floor else {
+            self.table.cleaned(None);
+            return;
+        };
+        if let Some(select) = self.table.cleanup_sql_below(floor) {
             // The cleanup, too, answers commands while it waits (a table lock stalls it).
             let deleted = match answering(self.conn.fetch_ids(&select), &mut self.table, control).await {
                 Some(Ok(expired)) => match self.table.delete_sql(&expired) {
@@ -120,6 +271,5 @@ impl<C: TableConn> Session for TableSession<C> {
                 None => {}
             }
         }
-        Ok(Wake::Notifications(notifications))
     }
 }

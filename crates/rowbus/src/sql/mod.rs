@@ -13,6 +13,7 @@ mod history;
 #[cfg(feature = "mysql")]
 mod mysql;
 mod pause;
+mod positions;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
 mod schedule;
@@ -38,6 +39,9 @@ use crate::notify::Notifier;
 pub(crate) use history::HISTORY_INDEX_SUFFIX;
 pub(crate) use history::{HISTORY_SUFFIX, HistorySql, KEEP_SUFFIX, Moved};
 pub(crate) use pause::{PAUSE_SUFFIX, PauseSql};
+pub(crate) use positions::PositionsSql;
+#[cfg(any(feature = "mysql", feature = "sqlite"))]
+pub(crate) use positions::{POSITIONS_SUFFIX, micros, text};
 pub(crate) use schedule::{SCHED_SUFFIX, ScheduleSql, TICKS_SUFFIX};
 pub(crate) use table::{DEAD_FEATURE_COLUMNS, FEATURE_COLUMNS, InsertForm, QUEUE_COLUMNS, TableSql};
 
@@ -87,6 +91,11 @@ pub trait Dialect: Driver + Sized {
     }
     /// The queue table, its claim index and its dead-letter table, if missing.
     fn create_queue(table: &QueueTable) -> Vec<String>;
+    /// `expr` (a text column, or a binary one holding UTF-8) as text, as the driver
+    /// decodes a string.
+    fn text_of(expr: &str) -> String {
+        expr.to_owned()
+    }
     /// `expr` (an integer column) as a signed 64-bit integer, as the driver decodes one.
     fn bigint(expr: &str) -> String {
         format!("CAST({expr} AS BIGINT)")
@@ -278,6 +287,10 @@ pub trait Dialect: Driver + Sized {
     fn notify_sql(notifier: &Notifier, channel: &str, payload: &str) -> Result<Statement, Error>;
     /// The notify table's statements, if this database uses one.
     fn notify_table(notifier: &Notifier) -> Option<&NotifyTable>;
+    /// The positions table of durable listeners (see [`PositionsSql`]), quoted as `t`, if
+    /// missing: `channel` and `name` as the notify table holds a channel (the key),
+    /// `position` (text), `first_unread`, `owner`, `checked_in` (BIGINT).
+    fn create_positions(t: &str) -> String;
 
     /// Wakes other processes' subscriptions of `channel` and `groups`: a notification
     /// per group, sent on `conn`. A failure is logged: the poll interval still reaches

@@ -572,6 +572,28 @@ impl Dialect for MySql {
         Ok(notifier.mysql.notify_sql(channel, payload)?)
     }
 
+    /// The bytes of a `VARBINARY` column as the UTF-8 text they hold (the driver decodes
+    /// no binary column as a string).
+    fn text_of(expr: &str) -> String {
+        format!("CAST({expr} AS CHAR CHARACTER SET utf8mb4)")
+    }
+
+    /// `channel` and `name` are binary: their comparisons are exact (the notify table's
+    /// `utf8mb4_bin` pads trailing spaces, and would make `jobs ` and `jobs` one key).
+    fn create_positions(t: &str) -> String {
+        format!(
+            "CREATE TABLE IF NOT EXISTS {t} (\n\
+             \x20 `channel` VARBINARY(1020) NOT NULL,\n\
+             \x20 `name` VARBINARY(1020) NOT NULL,\n\
+             \x20 `position` MEDIUMTEXT CHARACTER SET utf8mb4 NOT NULL,\n\
+             \x20 `first_unread` BIGINT NOT NULL,\n\
+             \x20 `owner` BIGINT NOT NULL,\n\
+             \x20 `checked_in` BIGINT NOT NULL,\n\
+             \x20 PRIMARY KEY (`channel`, `name`)\n\
+             ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
+        )
+    }
+
     fn notify_table(notifier: &Notifier) -> Option<&NotifyTable> {
         Some(&notifier.mysql)
     }
@@ -675,6 +697,16 @@ impl Dialect for MySql {
 }
 
 impl TableConn for MySqlConnection {
+    type Db = MySql;
+
+    async fn rows(
+        &mut self,
+        stmt: &Statement,
+        texts: usize,
+    ) -> Result<Vec<crate::db::TextsAndInts>, sqlx::Error> {
+        MySql::fetch_rows(self, &stmt.sql, &crate::db::args_of(stmt), texts).await
+    }
+
     fn dialect() -> NotifyDialect {
         NotifyDialect::MySql
     }

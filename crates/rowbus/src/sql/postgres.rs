@@ -335,6 +335,20 @@ impl Dialect for Postgres {
         })
     }
 
+    fn create_positions(t: &str) -> String {
+        format!(
+            "CREATE TABLE IF NOT EXISTS {t} (\n\
+             \x20 channel TEXT NOT NULL,\n\
+             \x20 name TEXT NOT NULL,\n\
+             \x20 position TEXT NOT NULL,\n\
+             \x20 first_unread BIGINT NOT NULL,\n\
+             \x20 owner BIGINT NOT NULL,\n\
+             \x20 checked_in BIGINT NOT NULL,\n\
+             \x20 PRIMARY KEY (channel, name)\n\
+             )"
+        )
+    }
+
     fn notify_table(_: &Notifier) -> Option<&NotifyTable> {
         None
     }

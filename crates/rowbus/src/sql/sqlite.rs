@@ -299,6 +299,20 @@ impl Dialect for Sqlite {
         Ok(notifier.sqlite.notify_sql(channel, payload)?)
     }
 
+    fn create_positions(t: &str) -> String {
+        format!(
+            "CREATE TABLE IF NOT EXISTS {t} (\n\
+             \x20 `channel` TEXT NOT NULL,\n\
+             \x20 `name` TEXT NOT NULL,\n\
+             \x20 `position` TEXT NOT NULL,\n\
+             \x20 `first_unread` INTEGER NOT NULL,\n\
+             \x20 `owner` INTEGER NOT NULL,\n\
+             \x20 `checked_in` INTEGER NOT NULL,\n\
+             \x20 PRIMARY KEY (`channel`, `name`)\n\
+             )"
+        )
+    }
+
     fn notify_table(notifier: &Notifier) -> Option<&NotifyTable> {
         Some(&notifier.sqlite)
     }
@@ -376,6 +390,16 @@ impl Dialect for Sqlite {
 }
 
 impl TableConn for SqliteConnection {
+    type Db = Sqlite;
+
+    async fn rows(
+        &mut self,
+        stmt: &Statement,
+        texts: usize,
+    ) -> Result<Vec<crate::db::TextsAndInts>, sqlx::Error> {
+        Sqlite::fetch_rows(self, &stmt.sql, &crate::db::args_of(stmt), texts).await
+    }
+
     fn dialect() -> NotifyDialect {
         NotifyDialect::Sqlite { pid: std::process::id() }
     }

@@ -71,11 +71,12 @@ impl Cleanup {
         name.to_owned()
     }
 
-    /// Drops the notify table `name` at the end (PostgreSQL has none: nothing to drop);
-    /// returns the name.
+    /// Drops the notify table `name` and its durable listeners' positions table at the
+    /// end (PostgreSQL has none: nothing to drop); returns the name.
     pub fn notify_table(&self, name: &str) -> String {
         if self.server != Some(Backend::Postgres) {
             self.table(name);
+            self.table(&format!("{name}_positions"));
         }
         name.to_owned()
     }

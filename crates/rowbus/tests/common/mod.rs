@@ -172,11 +172,13 @@ impl Env {
 
     /// Drops the test's notify table (MariaDB keeps tables across runs).
     pub async fn cleanup(self) {
+        let positions = format!("{}_positions", self.config.table);
         if let DbPool::MySql(pool) = &self.db {
-            let sql = sqlx::AssertSqlSafe(format!("DROP TABLE IF EXISTS `{}`", self.config.table));
-            pool.execute(sqlx::query(sql)).await.unwrap();
+            let sql = format!("DROP TABLE IF EXISTS `{}`, `{positions}`", self.config.table);
+            pool.execute(sqlx::query(sqlx::AssertSqlSafe(sql))).await.unwrap();
         }
         self.guard.forget(&self.config.table);
+        self.guard.forget(&positions);
         self.db.close().await;
     }
 }

@@ -1,0 +1,187 @@
+//! `rowbus listen --durable`: a listener SIGKILLed while eight sessions commit
+//! notifications out of order (a tenth rolled back), restarted under the same name,
+//! misses nothing committed and repeats only what it printed before the kill.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use common::{Database, Kind, Running, on_each_database, run, show, unique};
+use rowbus::{DbPool, Notifier, NotifyConfig};
+
+/// How long a listener may take to say it listens, and to exit after a signal.
+const TIMEOUT: Duration = Duration::from_secs(20);
+/// Notifying sessions.
+const SESSIONS: usize = 8;
+
+struct Db {
+    database: Database,
+    table: String,
+}
+
+impl Db {
+    fn rowbus(&self, args: &[&str]) -> std::process::Command {
+        let mut cmd = common::rowbus();
+        cmd.arg("--database-url")
+            .arg(&self.database.url)
+            .args(["--notify-table", &self.table, "--poll-interval", "0.05", "--lookback", "5s"])
+            .args(args);
+        cmd
+    }
+}
+
+/// `rowbus listen CHANNEL --durable NAME`, once it says it listens.
+fn listen(db: &Db, channel: &str, name: &str) -> Running {
+    let mut listener =
+        Running::spawn(db.rowbus(&["listen", channel, "--durable", name, "--lease", "1s"]), TIMEOUT);
+    listener.await_stderr("listening on", TIMEOUT, |line| line.contains("listening on"));
+    listener
+}
+
+/// A random number below `n`.
+fn below(n: u64) -> u64 {
+    let mut bytes = [0u8; 8];
+    getrandom::fill(&mut bytes).expect("randomness");
+    u64::from_le_bytes(bytes) % n
+}
+
+/// Each session commits (or, one time in ten, rolls back) one notification per
+/// transaction, holding it open a random few milliseconds so that commits land out of id
+/// order, until `until`. Returns the payloads committed and those rolled back.
+async fn notify_until(
+    db: &DbPool,
+    notifier: &Notifier,
+    channel: &str,
+    until: Instant,
+) -> (Vec<String>, Vec<String>) {
+    let sessions = (0..SESSIONS).map(|s| async move {
+        let (mut committed, mut rolled_back) = (Vec::new(), Vec::new());
+        let mut i = 0;
+        while Instant::now() < until {
+            let payload = format!("s{s}-{i}");
+            i += 1;
+            let commit = below(10) != 0;
+            let hold = Duration::from_millis(below(15));
+            let done = match db {
+                DbPool::MySql(pool) => {
+                    let mut tx = pool.begin().await.expect("begin");
+                    notifier.notify(&mut *tx, channel, &payload).await.expect("notify");
+                    tokio::time::sleep(hold).await;
+                    if commit { tx.commit().await } else { tx.rollback().await }
+                }
+                DbPool::Sqlite(pool) => {
+                    let mut tx = pool.begin().await.expect("begin");
+                    notifier.notify(&mut *tx, channel, &payload).await.expect("notify");
+                    tokio::time::sleep(hold).await;
+                    if commit { tx.commit().await } else { tx.rollback().await }
+                }
+                DbPool::Postgres(_) => unreachable!("no durable listeners on PostgreSQL"),
+            };
+            done.expect("end the transaction");
+            if commit { committed.push(payload) } else { rolled_back.push(payload) }
+        }
+        (committed, rolled_back)
+    });
+    let mut all = (Vec::new(), Vec::new());
+    for (committed, rolled_back) in futures::future::join_all(sessions).await {
+        all.0.extend(committed);
+        all.1.extend(rolled_back);
+    }
+    all
+}
+
+fn sigkill_and_restart_miss_nothing(kind: Kind) {
+    let table = unique("dcli");
+    let database = Database::new(kind, &table);
+    database.cleanup.notify_table(&table);
+    let db = Db { database, table };
+    let deployed = run(db.rowbus(&["deploy"]));
+    assert!(deployed.status.success(), "deploy failed\n{}", show(&deployed));
+    let (channel, name) = (unique("dch"), unique("reader"));
+    let prefix = format!("{channel}: ");
+
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let pool = runtime.block_on(DbPool::connect_with_size(&db.database.url, SESSIONS as u32 + 1)).unwrap();
+    let config = NotifyConfig { table: db.table.clone(), ..NotifyConfig::default() };
+    let notifier = Notifier::new(config).unwrap();
+
+    let mut first = listen(&db, &channel, &name);
+    let start = Instant::now();
+    let senders = {
+        let (pool, notifier, channel) = (pool.clone(), notifier, channel.clone());
+        runtime.spawn(async move {
+            notify_until(&pool, &notifier, &channel, start + Duration::from_secs(6)).await
+        })
+    };
+    std::thread::sleep(Duration::from_secs(2));
+    let (_, before_kill, _) = first.stop("KILL");
+    std::thread::sleep(Duration::from_secs(2));
+    let mut second = listen(&db, &channel, &name);
+    let (committed, rolled_back) = runtime.block_on(senders).unwrap();
+    assert!(
+        committed.len() > 100 && !rolled_back.is_empty(),
+        "{} committed, {} rolled back",
+        committed.len(),
+        rolled_back.len()
+    );
+
+    // The restarted listener catches up with everything committed.
+    let printed_before: BTreeSet<String> =
+        before_kill.iter().filter_map(|l| l.strip_prefix(&prefix)).map(str::to_owned).collect();
+    assert_eq!(
+        printed_before.len(),
+        before_kill.len(),
+        "a line twice, or not on the channel, before the kill"
+    );
+    let mut after: BTreeMap<String, usize> = BTreeMap::new();
+    let missing = |after: &BTreeMap<String, usize>| {
+        committed.iter().filter(|p| !printed_before.contains(*p) && !after.contains_key(*p)).count()
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while missing(&after) > 0 {
+        assert!(Instant::now() < deadline, "{} committed notifications never printed", missing(&after));
+        let line = second.next_line("the rest of the committed notifications");
+        let payload =
+            line.strip_prefix(&prefix).unwrap_or_else(|| panic!("a line not on the channel: {line:?}"));
+        *after.entry(payload.to_owned()).or_default() += 1;
+    }
+    second.no_line(Duration::from_millis(500), "everything committed was printed");
+    let (status, rest, stderr) = second.stop("TERM");
+    assert!(status.success() && rest.is_empty(), "{status}, {rest:?}, {stderr:?}");
+    assert!(stderr.iter().any(|l| l.contains("resuming")), "the restart did not resume: {stderr:?}");
+
+    // `rowbus stats` shows the name: given up at SIGTERM, caught up.
+    let stats = run(db.rowbus(&["stats", "--json"]));
+    assert!(stats.status.success(), "{}", show(&stats));
+    let stats: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap();
+    let listed = stats["durable_listeners"].as_array().expect("durable_listeners").iter();
+    let mine: Vec<_> = listed.filter(|d| d["name"] == name.as_str()).collect();
+    assert_eq!(mine.len(), 1, "{stats}");
+    assert_eq!(
+        (&mine[0]["channel"], &mine[0]["owned"], &mine[0]["lag_rows"]),
+        (&channel.as_str().into(), &false.into(), &0.into())
+    );
+    assert!(mine[0]["mark"].as_u64().is_some(), "{stats}");
+
+    let committed: BTreeSet<&String> = committed.iter().collect();
+    for (payload, times) in &after {
+        assert_eq!(*times, 1, "{payload} printed {times} times after the restart");
+        assert!(committed.contains(payload), "{payload} printed but never committed (rolled back?)");
+    }
+    let repeats: Vec<&String> = after.keys().filter(|p| printed_before.contains(*p)).collect();
+    for payload in &printed_before {
+        assert!(committed.contains(payload), "{payload} printed before the kill but never committed");
+    }
+    eprintln!(
+        "durable restart on {:?}: {} committed, {} rolled back, {} printed before the kill, {} after, {} of them again",
+        kind,
+        committed.len(),
+        rolled_back.len(),
+        printed_before.len(),
+        after.len(),
+        repeats.len()
+    );
+    runtime.block_on(pool.close());
+}
+on_each_database!(sigkill_and_restart_miss_nothing on mariadb, sqlite);

@@ -1,0 +1,86 @@
+//! What `rowbus stats` shows of durable listeners: each one's position and lag.
+
+use std::time::Duration;
+
+use notify_table::{Config, Position};
+use sqlx::Pool;
+
+use crate::db::{Arg, Db};
+use crate::error::{Error, is_missing_table};
+use crate::notify::Notifier;
+use crate::sql::PositionsSql;
+
+/// A durable listener's stored position, as [`durable_listeners`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DurableListener {
+    /// The channel it listens on.
+    pub channel: String,
+    /// Its name.
+    pub name: String,
+    /// The highest id its stored position has read (see [`Position`]); `None` before
+    /// its first store.
+    pub mark: Option<u64>,
+    /// Rows of the channel above its mark: committed after what it acknowledged (late
+    /// commits below the mark aside).
+    pub lag_rows: u64,
+    /// How old the oldest of those is; `None` when there is none.
+    pub lag: Option<Duration>,
+    /// Time since it last checked in (server time).
+    pub checked_in: Duration,
+    /// Whether a process holds the name (it may have stopped without giving it up: see
+    /// `checked_in`).
+    pub owned: bool,
+}
+
+/// Every durable listener of the notify table `config` names, with its lag, by channel
+/// and name. Empty on PostgreSQL and where the positions table does not exist.
+///
+/// ```no_run
+/// # async fn f(pool: sqlx::MySqlPool) -> Result<(), rowbus::Error> {
+/// for d in rowbus::durable_listeners(&pool, &Default::default()).await? {
+///     println!("{} {}: {} rows behind, checked in {:?} ago", d.channel, d.name, d.lag_rows, d.checked_in);
+/// }
+/// # Ok(()) }
+/// ```
+pub async fn durable_listeners<DB: Db>(
+    pool: &Pool<DB>,
+    config: &Config,
+) -> Result<Vec<DurableListener>, Error> {
+    let notifier = Notifier::new(config.clone())?;
+    let Some(table) = DB::notify_table(&notifier) else { return Ok(Vec::new()) };
+    let sql = PositionsSql::<DB>::new(&config.table)?;
+    let mut conn = pool.acquire().await?;
+    let rows = match DB::fetch_rows(&mut conn, &sql.list, &[], 3).await {
+        Ok(rows) => rows,
+        Err(e) if is_missing_table(&e) => return Ok(Vec::new()),
+        Err(e) => return Err(e.into()),
+    };
+    let lag_sql = format!(
+        "SELECT {}, {} FROM {} WHERE channel = {} AND id > {}",
+        DB::COUNT,
+        DB::notify_age("MIN(created_at)"),
+        table.quoted_table(),
+        DB::param(1),
+        DB::param(2)
+    )
+    .into();
+    let micros = |v: i64| Duration::from_micros(u64::try_from(v).unwrap_or(0));
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        let (owner, since) = (row.int(1), row.int(2));
+        let mark = row.text(2).parse::<Position>().ok().map(|p| p.mark);
+        let above = i64::try_from(mark.unwrap_or(0)).unwrap_or(i64::MAX);
+        let lag = DB::fetch_rows(&mut conn, &lag_sql, &[Arg::Text(row.text(0)), Arg::Int(above)], 0).await?;
+        let lag = lag.into_iter().next().unwrap_or_default();
+        out.push(DurableListener {
+            channel: row.text(0).to_owned(),
+            name: row.text(1).to_owned(),
+            mark,
+            lag_rows: u64::try_from(lag.int(0)).unwrap_or(0),
+            lag: lag.ints.get(1).copied().flatten().map(micros),
+            checked_in: micros(since),
+            owned: owner != 0,
+        });
+    }
+    Ok(out)
+}

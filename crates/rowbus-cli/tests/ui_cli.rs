@@ -9,7 +9,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::{
     Database, Kind, LINE_TIMEOUT, RUN_TIMEOUT, Running, assert_error, on_each_database, read_all, rowbus,
@@ -626,8 +626,25 @@ fn browser_shows_the_queue() {
     let token = served.token.as_deref();
     let (status, answer) = served.operation("/api/ops/queues/mail/pause", token, "{}");
     assert_eq!((status, answer.as_str()), (200, r#"{"paused":true}"#));
+    // A durable listener holding its name while the page is read.
+    let mut listener = db
+        .rowbus(&["listen", "events", "--durable", "watcher"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("rowbus listen runs");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let checked_in = || {
+        let stats: Value = serde_json::from_str(&db.ok(&["stats", "--json"])).expect("stats --json");
+        stats["durable_listeners"].as_array().is_some_and(|all| all.iter().any(|d| d["name"] == "watcher"))
+    };
+    while !checked_in() {
+        assert!(Instant::now() < deadline, "the durable listener never checked in");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let url = format!("http://{}/#token={}", served.address, served.token.as_deref().unwrap());
     let dom = browse(&url, &["--dump-dom"]);
+    let _ = listener.kill();
+    let _ = listener.wait();
     let letter = format!(
         r#"<tr data-id="{id}"><td class="id">{id}</td><td class="group">gone</td><td class="attempts">5</td>"#
     );
@@ -662,6 +679,11 @@ fn browser_shows_the_queue() {
         (&letter, "the dead letter's row: id, group, attempts"),
         (&format!(r#"<pre class="error">{ERROR}</pre>"#), "the dead letter's error"),
         (r#"<code>doomed</code>"#, "the dead letter's payload"),
+        (
+            r#"<tr data-channel="events" data-name="watcher"><td class="channel">events</td><td class="name">watcher</td><td class="lag-rows">0</td><td class="lag">up to date</td>"#,
+            "the durable listener, up to date",
+        ),
+        (r#"<td class="state">held</td>"#, "its name held"),
     ] {
         assert!(dom.contains(needle), "the rendered page lacks {what} ({needle}):\n{dom}");
     }

@@ -1351,3 +1351,64 @@ async fn claimed_ahead_is_given_back_at_shutdown<DB: Db>(broker: Broker<DB>) {
     assert_eq!(broker.stats().abandoned, 4, "the hung handlers' messages were given back");
 }
 on_each_database!(claimed_ahead_is_given_back_at_shutdown);
+
+/// Every idle connection of `broker`'s pool killed by the server, as after a restart or
+/// an operator's `KILL`: the pool hands them out untested (they were used within the last
+/// second).
+async fn kill_idle_connections<DB>(broker: &Broker<DB>, kill: &str, id_sql: &str)
+where
+    DB: Db,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    for<'r> i64: sqlx::Decode<'r, DB> + sqlx::Type<DB>,
+    usize: sqlx::ColumnIndex<DB::Row>,
+{
+    let pool = broker.pool();
+    let mut held = Vec::new();
+    for _ in 0..pool.size().max(1) {
+        held.push(pool.acquire().await.unwrap());
+    }
+    let mut ids = Vec::new();
+    for conn in &mut held {
+        let row = sqlx::query(sqlx::AssertSqlSafe(id_sql.to_owned())).fetch_one(&mut **conn).await;
+        ids.push(sqlx::Row::get::<i64, _>(&row.unwrap(), 0));
+    }
+    drop(held);
+    let killer = DbPool::connect(if DB::BACKEND == Backend::Postgres { PG } else { MARIADB }).await.unwrap();
+    for id in ids {
+        let sql = sqlx::AssertSqlSafe(kill.replace("ID", &id.to_string()));
+        match &killer {
+            DbPool::Postgres(p) => drop(sqlx::query(sql).execute(p).await.unwrap()),
+            DbPool::MySql(p) => drop(sqlx::query(sql).execute(p).await.unwrap()),
+            DbPool::Sqlite(_) => unreachable!("no sessions to kill"),
+        }
+    }
+}
+
+/// A subscription that starts right after its pool's connections were killed starts (its
+/// first read is tried again on a tested connection) and drains what is there.
+async fn a_subscription_starts_after_its_connections_were_killed<DB>(broker: Broker<DB>)
+where
+    DB: Db,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    for<'r> i64: sqlx::Decode<'r, DB> + sqlx::Type<DB>,
+    usize: sqlx::ColumnIndex<DB::Row>,
+{
+    let q = queue(&broker).await;
+    q.publish(Message::text("after")).await.unwrap();
+    let (kill, id_sql) = match DB::BACKEND {
+        Backend::Postgres => ("SELECT pg_terminate_backend(ID)", "SELECT pg_backend_pid()::BIGINT"),
+        _ => ("KILL CONNECTION ID", "SELECT CAST(CONNECTION_ID() AS SIGNED)"),
+    };
+    kill_idle_connections(&broker, kill, id_sql).await;
+    // A claim that meets a killed connection is tried again by the runner; the start
+    // itself must not fail.
+    let runner = tokio::spawn(q.subscribe().run(|d: Delivery<DB>| async move {
+        assert_eq!(d.text()?, "after");
+        Ok::<_, Error>(())
+    }));
+    stats_until(&broker, Duration::from_secs(20), |s| s.acked == 1 || runner.is_finished()).await;
+    broker.shutdown(Duration::from_secs(5)).await;
+    runner.await.unwrap().expect("the subscription started");
+    assert_eq!(broker.stats().acked, 1);
+}
+on_each_database!(a_subscription_starts_after_its_connections_were_killed on postgres, mariadb);

@@ -232,11 +232,39 @@ impl<DB: Db> Queue<DB> {
 }
 
 /// The stored keep setting in µs: `None` when it was never set.
+/// Tries of [`read_keep`] after a lost connection.
+const LOST_TRIES: u32 = 20;
+
+/// The queue's keep setting. This is a subscription's first statement, and a pooled
+/// connection used within the last second goes out untested
+/// ([`UNTESTED_IDLE`](crate::backend::UNTESTED_IDLE)): after a server restart it may be
+/// one the server dropped, and a subscription would fail to start where a claim would just
+/// have been tried again. A read, so it is tried again after a lost connection, on
+/// connections pinged first (a dead one is closed rather than handed out again), 50 ms
+/// apart, up to [`LOST_TRIES`] times.
 async fn read_keep<DB: Db>(queue: &Queue<DB>) -> Result<Option<i64>, Error> {
     let (pool, sql) = (&queue.inner().pool, &queue.sql.history.read_keep);
-    let rows =
-        retrying(queue, || async move { DB::fetch_rows(&mut *pool.acquire().await?, sql, &[], 0).await })
-            .await?;
+    let mut lost = 0;
+    let rows = loop {
+        let tested = lost > 0;
+        let read = retrying(queue, || async move {
+            let mut conn = pool.acquire().await?;
+            if tested && let Err(error) = sqlx::Connection::ping(&mut *conn).await {
+                conn.close_on_drop();
+                return Err(error);
+            }
+            DB::fetch_rows(&mut *conn, sql, &[], 0).await
+        })
+        .await;
+        match read {
+            Err(error) if error.is_connection_error() && lost + 1 < LOST_TRIES => {
+                lost += 1;
+                debug!(%error, "reading the keep setting lost its connection; trying again");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => break other?,
+        }
+    };
     Ok(rows.first().map(|row| row.int(0)))
 }
 

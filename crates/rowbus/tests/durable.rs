@@ -23,6 +23,14 @@ async fn listener(env: &Env) -> Listener {
 }
 
 /// `listen_durable`, retried while the name's previous owner's lease runs out.
+/// A new listener takes `name` over on `channel`: it resumes, and everything was
+/// acknowledged before, so nothing comes.
+async fn resumes_with_nothing_left(env: &Env, channel: &str, name: &str) {
+    let mut back = listener(env).await;
+    assert_eq!(take_over(&mut back, channel, name).await, Resume::Resumed);
+    silence(&mut back, Duration::from_millis(400)).await;
+}
+
 async fn take_over(listener: &mut Listener, channel: &str, name: &str) -> Resume {
     for _ in 0..50 {
         match listener.listen_durable(channel, name).await {
@@ -174,10 +182,7 @@ async fn a_durable_channel_survives_a_killed_session(server: Option<&str>) {
     assert_eq!(got.as_deref(), Some("while away"));
     durable.ack(&ch).await.unwrap();
     drop(durable);
-    let mut back = listener(&env).await;
-    assert_eq!(take_over(&mut back, &ch, &name).await, Resume::Resumed);
-    silence(&mut back, Duration::from_millis(400)).await;
-    drop(back);
+    resumes_with_nothing_left(&env, &ch, &name).await;
     env.cleanup().await;
 }
 
@@ -242,10 +247,7 @@ async fn acknowledging_while_the_buffer_is_full_goes_on(server: Option<&str>) {
             .unwrap();
     }
     drop(durable);
-    let mut back = listener(&env).await;
-    assert_eq!(take_over(&mut back, &ch, &name).await, Resume::Resumed);
-    silence(&mut back, Duration::from_millis(400)).await;
-    drop(back);
+    resumes_with_nothing_left(&env, &ch, &name).await;
     env.cleanup().await;
 }
 

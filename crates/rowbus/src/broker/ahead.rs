@@ -50,8 +50,8 @@ fn smooth(old: Option<f64>, sample: Duration) -> Option<f64> {
 fn claim_size(free: usize, workers: usize, cap: usize, handler: Option<f64>, claim: Option<f64>) -> usize {
     let (Some(handler), Some(claim)) = (handler, claim) else { return free };
     // A handler quicker than a microsecond counts as one: the cap bounds the rest.
-    let finished = workers as f64 * claim / handler.max(1.0);
-    let finished = if finished >= (free + cap) as f64 { free + cap } else { finished.ceil() as usize };
+    // `as` saturates: a count too large for `usize` is capped like any other.
+    let finished = (workers as f64 * claim / handler.max(1.0)).ceil() as usize;
     finished.clamp(free, free + cap)
 }
 

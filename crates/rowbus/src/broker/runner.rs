@@ -149,15 +149,15 @@ impl Drop for Begun {
 
 /// What a worker needs besides its handler: where acknowledgements go, the messages
 /// claimed ahead of it, and the leases handed out.
-struct Bench<DB: Db> {
+struct Shared<DB: Db> {
     acks: Arc<PendingAcks>,
     ahead: Arc<Ahead<Delivery<DB>>>,
     in_flight: InFlight<DB>,
 }
 
-impl<DB: Db> Clone for Bench<DB> {
+impl<DB: Db> Clone for Shared<DB> {
     fn clone(&self) -> Self {
-        Bench { acks: self.acks.clone(), ahead: self.ahead.clone(), in_flight: self.in_flight.clone() }
+        Shared { acks: self.acks.clone(), ahead: self.ahead.clone(), in_flight: self.in_flight.clone() }
     }
 }
 
@@ -166,7 +166,7 @@ impl<DB: Db> Clone for Bench<DB> {
 /// one statement.
 async fn handle<DB, F, Fut, O, E>(
     handler: Arc<F>,
-    bench: Bench<DB>,
+    shared: Shared<DB>,
     mut delivery: Delivery<DB>,
     worker: OwnedSemaphorePermit,
     begun: Begun,
@@ -179,13 +179,8 @@ async fn handle<DB, F, Fut, O, E>(
 {
     drop(begun);
     loop {
-        handle_one(&*handler, &bench, delivery).await;
-        let (next, stale) = bench.ahead.next();
-        if !stale.is_empty() {
-            warn!(count = stale.len(), "messages claimed ahead waited half their lease; giving them back");
-            release_all(stale).await;
-        }
-        match next {
+        handle_one(&*handler, &shared, delivery).await;
+        match next_ahead(&shared.ahead).await {
             Some(next) => delivery = next,
             None => break,
         }
@@ -193,7 +188,17 @@ async fn handle<DB, F, Fut, O, E>(
     drop(worker);
 }
 
-async fn handle_one<DB, F, Fut, O, E>(handler: &F, bench: &Bench<DB>, delivery: Delivery<DB>)
+/// The next message claimed ahead, giving back those that waited too long.
+async fn next_ahead<DB: Db>(ahead: &Ahead<Delivery<DB>>) -> Option<Delivery<DB>> {
+    let (next, stale) = ahead.next();
+    if !stale.is_empty() {
+        warn!(count = stale.len(), "messages claimed ahead waited half their lease; giving them back");
+        release_all(stale).await;
+    }
+    next
+}
+
+async fn handle_one<DB, F, Fut, O, E>(handler: &F, shared: &Shared<DB>, delivery: Delivery<DB>)
 where
     DB: Db,
     F: Fn(Delivery<DB>) -> Fut + Send + Sync + 'static,
@@ -204,17 +209,17 @@ where
     let span = info_span!("rowbus.message", id = delivery.id(), attempt = delivery.attempt());
     async move {
         let lease = delivery.lease();
-        bench.in_flight.track([lease.clone()]);
+        shared.in_flight.track([lease.clone()]);
         let started = Instant::now();
         let result = outcome(handler(delivery)).await;
-        bench.ahead.handled(started.elapsed());
+        shared.ahead.handled(started.elapsed());
         match result {
             // A keyed message's acknowledgement goes at once: it frees the key's next
             // message, which other subscriptions wait for.
             Ok(Outcome::Ack) if !lease.is_keyed() && lease.take() => {
                 // Pending while the worker is still taken, so that the claim for that
                 // worker carries it: one commit for the acknowledgement and the next claim.
-                bench.acks.push([(lease.id(), lease.token())]);
+                shared.acks.push([(lease.id(), lease.token())]);
             }
             other => lease.settle(other).await,
         }
@@ -403,7 +408,7 @@ struct Workers<DB: Db, F> {
     max: usize,
     starting: Starting,
     flusher: Flusher,
-    bench: Bench<DB>,
+    shared: Shared<DB>,
 }
 
 impl<DB, F, Fut, O, E> Workers<DB, F>
@@ -416,7 +421,7 @@ where
 {
     fn start(&self, set: &mut JoinSet<()>, delivery: Delivery<DB>, worker: OwnedSemaphorePermit) {
         let begun = self.starting.spawned();
-        set.spawn(handle(self.handler.clone(), self.bench.clone(), delivery, worker, begun));
+        set.spawn(handle(self.handler.clone(), self.shared.clone(), delivery, worker, begun));
     }
 }
 
@@ -442,19 +447,17 @@ where
         // A worker can come free while a message claimed ahead still waits (it looked
         // before the last claim added some): those go first.
         while !workers.is_empty() {
-            let (next, stale) = self.bench.ahead.next();
-            release_all(stale).await;
-            let Some(delivery) = next else { break };
+            let Some(delivery) = next_ahead(&self.shared.ahead).await else { break };
             let worker = workers.pop().expect("not empty");
             self.start(set, delivery, worker);
         }
         if workers.is_empty() {
             return Some(claimer.pace);
         }
-        let size = self.bench.ahead.claim_size(workers.len(), self.max);
+        let size = self.shared.ahead.claim_size(workers.len(), self.max);
         let started = Instant::now();
         let Ok(deliveries) = claimer.claim(size).await else { return Some(claimer.pace) };
-        self.bench.ahead.claimed(started.elapsed());
+        self.shared.ahead.claimed(started.elapsed());
         if *claimer.shutdown.borrow() {
             release_all(deliveries).await;
             return None;
@@ -465,14 +468,14 @@ where
         for (worker, delivery) in workers.into_iter().zip(deliveries.by_ref()) {
             self.start(set, delivery, worker);
         }
-        self.bench.ahead.keep(deliveries);
+        self.shared.ahead.keep(deliveries);
         Some(claimer.pace)
     }
 
     async fn finish(self, set: JoinSet<()>, timeout: Duration) {
         // Claimed ahead, never started: given back at once.
-        release_all(self.bench.ahead.close()).await;
-        finish(set, timeout, self.flusher, self.bench.in_flight).await
+        release_all(self.shared.ahead.close()).await;
+        finish(set, timeout, self.flusher, self.shared.in_flight).await
     }
 }
 
@@ -555,7 +558,7 @@ impl<DB: Db> SubscriptionBuilder<DB> {
             workers,
             max,
             starting,
-            bench: Bench { acks: flusher.acks.clone(), ahead, in_flight: InFlight::default() },
+            shared: Shared { acks: flusher.acks.clone(), ahead, in_flight: InFlight::default() },
             flusher,
         })
         .await

@@ -18,7 +18,26 @@ pub enum Dialect {
         /// The id written as the sender of this process's notifications.
         pid: u32,
     },
+    /// PostgreSQL 12 or later: server time `statement_timestamp()` in UTC, sender
+    /// `pg_backend_pid()`. PostgreSQL has LISTEN/NOTIFY of its own; the notify table
+    /// there is what a listener that must not lose anything reads, woken by a `pg_notify`
+    /// the notification statement sends in the same transaction.
+    Postgres,
 }
+
+impl Dialect {
+    /// Whether ids become visible in the order they were handed out (one writer at a
+    /// time: SQLite). Elsewhere a transaction that took a lower id may commit later, and a
+    /// listener watches for it.
+    pub fn ordered(self) -> bool {
+        matches!(self, Dialect::Sqlite { .. })
+    }
+}
+
+/// The longest notify-table name on PostgreSQL: an identifier is at most 63 bytes, and
+/// the longest index name adds [`PG_LONGEST_SUFFIX`] to the table's.
+pub const PG_MAX_TABLE_LEN: usize = 63 - PG_LONGEST_SUFFIX.len();
+const PG_LONGEST_SUFFIX: &str = "_channel_id";
 
 /// Server time minus a bind, formatted as text that sorts like the time it stands for.
 const MYSQL_CUTOFF: &str = "DATE_FORMAT(UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND, '%Y-%m-%d %H:%i:%s.%f')";
@@ -26,6 +45,21 @@ const MYSQL_CUTOFF: &str = "DATE_FORMAT(UTC_TIMESTAMP(6) - INTERVAL ? MICROSECON
 const MYSQL_NOW: &str = "DATE_FORMAT(UTC_TIMESTAMP(6), '%Y-%m-%d %H:%i:%s.%f')";
 const SQLITE_NOW: &str = "strftime('%Y-%m-%d %H:%M:%f', 'now')";
 const SQLITE_CUTOFF: &str = "strftime('%Y-%m-%d %H:%M:%f', 'now', ?)";
+/// The statement's start in UTC (constant within a statement, as MySQL's
+/// `UTC_TIMESTAMP(6)` is): what `created_at` holds and the cutoffs are taken from.
+const PG_TIME: &str = "(statement_timestamp() AT TIME ZONE 'UTC')";
+/// The text form of a time, sorting like it: the same as MySQL's.
+const PG_FORMAT: &str = "'YYYY-MM-DD HH24:MI:SS.US'";
+
+/// PostgreSQL's server time minus the bind `$n` (µs), formatted like [`MYSQL_CUTOFF`].
+fn pg_cutoff(n: usize) -> String {
+    format!("to_char({PG_TIME} - ${n} * interval '1 microsecond', {PG_FORMAT})")
+}
+
+/// PostgreSQL's server time, formatted like [`MYSQL_NOW`].
+fn pg_now() -> String {
+    format!("to_char({PG_TIME}, {PG_FORMAT})")
+}
 
 /// The statement texts of one table in one dialect.
 #[derive(Debug, Clone)]
@@ -45,7 +79,10 @@ pub(crate) struct Sql {
 
 impl Sql {
     pub fn new(dialect: Dialect, table: &str) -> Self {
-        let t = format!("`{table}`");
+        let t = match dialect {
+            Dialect::Postgres => format!("\"{table}\""),
+            _ => format!("`{table}`"),
+        };
         let (create, notify, subscribe, cleanup) = match dialect {
             Dialect::MySql => (
                 vec![format!(
@@ -111,15 +148,62 @@ impl Sql {
                     "SELECT `id` FROM {t} WHERE `created_at` < {SQLITE_CUTOFF} ORDER BY `created_at` LIMIT ?"
                 ),
             ),
+            Dialect::Postgres => (
+                vec![
+                    format!(
+                        "CREATE TABLE IF NOT EXISTS {t} (\n\
+                         \x20 id BIGSERIAL PRIMARY KEY,\n\
+                         \x20 channel TEXT NOT NULL CHECK (length(channel) BETWEEN 1 AND 255),\n\
+                         \x20 payload TEXT NOT NULL,\n\
+                         \x20 pid BIGINT NOT NULL,\n\
+                         \x20 created_at TIMESTAMP(6) NOT NULL\n\
+                         )"
+                    ),
+                    format!("CREATE INDEX IF NOT EXISTS \"{table}_channel_id\" ON {t} (channel, id)"),
+                    format!("CREATE INDEX IF NOT EXISTS \"{table}_channel_at\" ON {t} (channel, created_at)"),
+                    format!("CREATE INDEX IF NOT EXISTS \"{table}_at\" ON {t} (created_at)"),
+                ],
+                // The row, and a NOTIFY on the channel in the same transaction: LISTENers
+                // on the channel get it as from `pg_notify`, and a durable listener wakes
+                // and reads the row. Both are delivered at commit, never on rollback.
+                format!(
+                    "WITH n AS (INSERT INTO {t} (channel, payload, pid, created_at) \
+                     VALUES ($1, $2, pg_backend_pid(), {PG_TIME}) RETURNING id) \
+                     SELECT pg_notify($1, $2) FROM n"
+                ),
+                format!(
+                    "SELECT COALESCE((SELECT id FROM {t} WHERE channel = $1 ORDER BY id DESC LIMIT 1), 0) AS id, \
+                     '' AS channel, '' AS payload, 0::BIGINT AS pid, {} AS cutoff, {} AS at \
+                     UNION ALL SELECT id, '', '', 0, NULL, NULL FROM {t} \
+                     WHERE channel = $1 AND created_at >= {PG_TIME} - $2 * interval '1 microsecond'",
+                    pg_cutoff(2),
+                    pg_now()
+                ),
+                format!(
+                    "SELECT id FROM {t} WHERE created_at < {PG_TIME} - $1 * interval '1 microsecond' \
+                     ORDER BY created_at LIMIT $2"
+                ),
+            ),
         };
         // The cleanup's ORDER BY stays last; the floor goes before it.
-        let cleanup_below = cleanup.replace(" ORDER BY", " AND `id` < ? ORDER BY");
+        let cleanup_below = match dialect {
+            Dialect::Postgres => format!(
+                "SELECT id FROM {t} WHERE created_at < {PG_TIME} - $1 * interval '1 microsecond' AND id < $2 \
+                 ORDER BY created_at LIMIT $3"
+            ),
+            _ => cleanup.replace(" ORDER BY", " AND `id` < ? ORDER BY"),
+        };
         let resume = match dialect {
             Dialect::MySql => format!(
                 "SELECT CAST(0 AS UNSIGNED) AS `id`, '' AS `channel`, '' AS `payload`, CAST(0 AS UNSIGNED) AS `pid`, \
                  {MYSQL_CUTOFF} AS `cutoff`, {MYSQL_NOW} AS `at`"
             ),
             Dialect::Sqlite { .. } => format!("SELECT 0, '', '', 0, {SQLITE_CUTOFF}, {SQLITE_NOW}"),
+            Dialect::Postgres => format!(
+                "SELECT 0::BIGINT AS id, '' AS channel, '' AS payload, 0::BIGINT AS pid, {} AS cutoff, {} AS at",
+                pg_cutoff(1),
+                pg_now()
+            ),
         };
         Sql {
             dialect,
@@ -136,9 +220,19 @@ impl Sql {
 
     /// The DELETE of `ids` rows by primary key.
     pub fn delete(&self, ids: usize) -> String {
-        let mut sql = format!("DELETE FROM {} WHERE `id` IN (", self.quoted);
+        use std::fmt::Write as _;
+        let mut sql = match self.dialect {
+            Dialect::Postgres => format!("DELETE FROM {} WHERE id IN (", self.quoted),
+            _ => format!("DELETE FROM {} WHERE `id` IN (", self.quoted),
+        };
         for i in 0..ids {
-            sql.push_str(if i == 0 { "?" } else { ", ?" });
+            if i > 0 {
+                sql.push_str(", ");
+            }
+            match self.dialect {
+                Dialect::Postgres => write!(sql, "${}", i + 1).expect("writing to a String"),
+                _ => sql.push('?'),
+            }
         }
         sql.push(')');
         sql
@@ -146,7 +240,8 @@ impl Sql {
 
     /// The poll statement over `channels` subscriptions and `gap_slots` gap ranges. Its
     /// binds are [`Sql::age_bind`] of the lookback, then the first and last id of each gap
-    /// slot (MySQL only; SQLite has no gaps), then per channel those of [`Sql::poll_binds`].
+    /// slot (not on SQLite, which has no gaps), then per channel those of
+    /// [`Sql::poll_binds`].
     pub fn poll(&self, channels: usize, gap_slots: usize) -> String {
         let t = &self.quoted;
         let mut sql = String::with_capacity(256 + channels * 320 + gap_slots * 24);
@@ -206,6 +301,41 @@ impl Sql {
                 sql.push_str(t);
                 sql.push_str(" AS `n` ON `n`.`channel` = `s`.`channel` AND `n`.`id` > `s`.`mark`");
             }
+            Dialect::Postgres => {
+                use std::fmt::Write as _;
+                // The same branches as MySQL's; numbered binds let a channel's branches
+                // share its channel and mark, and text compares exactly.
+                let w = "writing to a String";
+                write!(
+                    sql,
+                    "SELECT 0::BIGINT AS id, '' AS channel, '' AS payload, 0::BIGINT AS pid, {} AS cutoff, {} AS at",
+                    pg_cutoff(1),
+                    pg_now()
+                )
+                .expect(w);
+                let mut n = 2;
+                if gap_slots > 0 {
+                    write!(sql, " UNION ALL SELECT id, channel, payload, pid, NULL, NULL FROM {t} WHERE ")
+                        .expect(w);
+                    for i in 0..gap_slots {
+                        let or = if i == 0 { "" } else { " OR " };
+                        write!(sql, "{or}id BETWEEN ${n} AND ${}", n + 1).expect(w);
+                        n += 2;
+                    }
+                }
+                for _ in 0..channels {
+                    let (channel, mark, upto, cutoff) = (n, n + 1, n + 2, n + 3);
+                    write!(
+                        sql,
+                        " UNION ALL SELECT id, channel, payload, pid, NULL, NULL FROM {t} \
+                         WHERE channel = ${channel} AND id > ${mark} \
+                         UNION ALL SELECT id, channel, payload, pid, NULL, to_char(created_at, {PG_FORMAT}) FROM {t} \
+                         WHERE channel = ${channel} AND id <= ${upto} AND created_at >= CAST(${cutoff} AS TIMESTAMP(6))"
+                    )
+                    .expect(w);
+                    n += 4;
+                }
+            }
         }
         sql
     }
@@ -233,14 +363,20 @@ impl Sql {
                 Value::Text(cutoff.clone()),
             ]),
             Dialect::Sqlite { .. } => binds.extend([channel, mark]),
+            Dialect::Postgres => {
+                binds.extend([channel, mark, Value::Int(id_to_int(upto)), Value::Text(cutoff.clone())]);
+            }
         }
     }
 
     /// The bind that stands for "now minus `age`" in this dialect: microseconds for
-    /// MySQL's `INTERVAL`, a time modifier for SQLite's `strftime`.
+    /// MySQL's `INTERVAL` and PostgreSQL's `interval`, a time modifier for SQLite's
+    /// `strftime`.
     pub fn age_bind(&self, age: Duration) -> Value {
         match self.dialect {
-            Dialect::MySql => Value::Int(i64::try_from(age.as_micros()).unwrap_or(i64::MAX)),
+            Dialect::MySql | Dialect::Postgres => {
+                Value::Int(i64::try_from(age.as_micros()).unwrap_or(i64::MAX))
+            }
             Dialect::Sqlite { .. } => {
                 Value::Text(Arc::from(format!("-{}.{:06} seconds", age.as_secs(), age.subsec_micros())))
             }
@@ -311,6 +447,46 @@ mod tests {
         assert_eq!(placeholders(&sqlite.poll(3, 0)), 1 + 3 * 2);
     }
 
+    /// The highest `$n` in `sql`, and whether every one up to it appears.
+    fn numbered(sql: &str) -> (usize, bool) {
+        let used: Vec<usize> = sql
+            .split('$')
+            .skip(1)
+            .filter_map(|rest| rest.split(|c: char| !c.is_ascii_digit()).next()?.parse().ok())
+            .collect();
+        let max = used.iter().copied().max().unwrap_or(0);
+        (max, (1..=max).all(|n| used.contains(&n)))
+    }
+
+    #[test]
+    fn postgres_statements_number_their_binds_as_the_layouts_say() {
+        let pg = Sql::new(Dialect::Postgres, "t");
+        assert_eq!(&*pg.drop, "DROP TABLE IF EXISTS \"t\"");
+        assert!(pg.create[0].contains("id BIGSERIAL PRIMARY KEY"));
+        assert!(pg.create[3].ends_with("ON \"t\" (created_at)"));
+        for (sql, binds) in [
+            (&*pg.notify, 2),
+            (&*pg.subscribe, 2),
+            (&*pg.cleanup, 2),
+            (&*pg.cleanup_below, 3),
+            (&*pg.resume, 1),
+            (&pg.poll(3, 0), 1 + 3 * 4),
+            (&pg.poll(3, 4), 1 + 4 * 2 + 3 * 4),
+            (&pg.delete(3), 3),
+        ] {
+            assert_eq!(numbered(sql), (binds, true), "{sql}");
+            assert!(!sql.contains('?') && !sql.contains('`'), "{sql}");
+        }
+        assert!(pg.notify.contains("pg_notify($1, $2)"), "LISTENers on the channel are woken");
+        assert_eq!(pg.delete(2), "DELETE FROM \"t\" WHERE id IN ($1, $2)");
+    }
+
+    #[test]
+    fn only_sqlite_hands_out_ids_in_commit_order() {
+        assert!(Dialect::Sqlite { pid: 1 }.ordered());
+        assert!(!Dialect::MySql.ordered() && !Dialect::Postgres.ordered());
+    }
+
     #[test]
     fn poll_text_depends_only_on_the_channel_count_and_gap_slots() {
         let sql = Sql::new(Dialect::MySql, "t");
@@ -324,6 +500,7 @@ mod tests {
     fn age_binds() {
         let age = Duration::from_millis(60_250);
         assert_eq!(Sql::new(Dialect::MySql, "t").age_bind(age), Value::Int(60_250_000));
+        assert_eq!(Sql::new(Dialect::Postgres, "t").age_bind(age), Value::Int(60_250_000));
         assert_eq!(
             Sql::new(Dialect::Sqlite { pid: 1 }, "t").age_bind(age),
             Value::Text(Arc::from("-60.250000 seconds"))

@@ -1,5 +1,6 @@
 //! LISTEN/NOTIFY for databases that have none (MySQL 8.0, MariaDB 10.6+, SQLite),
-//! emulated over a polled *notify table*, without I/O.
+//! emulated over a polled *notify table*, without I/O; on PostgreSQL, the same table read
+//! by listeners that must not lose what was sent while they were away (woken by LISTEN).
 //!
 //! A notifier INSERTs a row; a listener polls the table for rows that are new to it.
 //! This crate is the exact part of that and nothing else: it builds SQL with bind values
@@ -68,7 +69,7 @@ mod table;
 
 pub use channel::{MAX_CHANNEL_CHARS, MAX_PAYLOAD_BYTES, check_channel, check_payload};
 pub use config::{Config, MAX_CLEANUP_LIMIT, MAX_TABLE_LEN};
-pub use dialect::Dialect;
+pub use dialect::{Dialect, PG_MAX_TABLE_LEN};
 pub use duration::{DurationError, DurationRange, MAX_DURATION, MIN_POLL_INTERVAL, parse_duration};
 pub use error::{ConfigError, Error};
 pub use position::{Ahead, FirstWindow, Gap, MAX_GAPS, Position};

@@ -125,9 +125,17 @@ pub struct NotifyTable {
 }
 
 impl NotifyTable {
-    /// A notify table for `dialect`, with the configuration validated.
+    /// A notify table for `dialect`, with the configuration validated (on PostgreSQL the
+    /// table's name is at most [`PG_MAX_TABLE_LEN`](crate::PG_MAX_TABLE_LEN) characters).
     pub fn new(config: Config, dialect: Dialect) -> Result<Self, ConfigError> {
         config.validate()?;
+        if dialect == Dialect::Postgres && config.table.len() > crate::PG_MAX_TABLE_LEN {
+            return Err(ConfigError::Invalid {
+                key: "table",
+                value: config.table.clone(),
+                rule: "must be at most 52 characters on PostgreSQL (its index names add 11 to the 63 an identifier may have)",
+            });
+        }
         Ok(NotifyTable {
             sql: Sql::new(dialect, &config.table),
             config,
@@ -158,7 +166,7 @@ impl NotifyTable {
     }
 
     /// The statements that create the table and its indexes if they do not exist (one on
-    /// MySQL, four on SQLite). Nothing runs them implicitly; MySQL commits around DDL, so
+    /// MySQL, four on SQLite and PostgreSQL). Nothing runs them implicitly; MySQL commits around DDL, so
     /// run them outside any transaction.
     pub fn create_table_sql(&self) -> Vec<Statement> {
         self.sql.create.iter().map(|sql| Statement { sql: sql.clone(), binds: Vec::new() }).collect()
@@ -183,7 +191,8 @@ impl NotifyTable {
     }
 
     /// The statement that takes `channel`'s mark: its highest id, the current cutoff and
-    /// the server's time in the head row, then (MySQL) the ids inside the lookback window.
+    /// the server's time in the head row, then (not on SQLite) the ids inside the lookback
+    /// window.
     /// Hand its rows to [`subscribed`](Self::subscribed).
     pub fn subscribe_sql(&self, channel: &str) -> Result<Statement, Error> {
         let channel = check_channel(channel)?;
@@ -192,7 +201,7 @@ impl NotifyTable {
         let lookback = self.sql.age_bind(self.config.lookback);
         let binds = match self.sql.dialect {
             Dialect::MySql => vec![channel.clone(), channel.clone(), lookback.clone(), channel, lookback],
-            Dialect::Sqlite { .. } => vec![channel, lookback],
+            Dialect::Sqlite { .. } | Dialect::Postgres => vec![channel, lookback],
         };
         Ok(Statement { sql: self.sql.subscribe.clone(), binds })
     }
@@ -201,7 +210,7 @@ impl NotifyTable {
     /// polled, and only what was not visible to that statement is delivered. Replaces an
     /// earlier subscription of the channel.
     ///
-    /// On MySQL the subscription starts with its first window (see
+    /// On MySQL and PostgreSQL the subscription starts with its first window (see
     /// [`FirstWindow`](crate::FirstWindow)): rows below the mark whose transactions were
     /// open at subscribe have ids nothing has told the listener about.
     pub fn subscribed(&mut self, channel: &str, rows: Vec<Row>) -> Result<(), Error> {
@@ -219,11 +228,11 @@ impl NotifyTable {
         }
         let (mark, cutoff, at) = head.ok_or_else(|| Error::MissingMarkRow { channel: channel.to_owned() })?;
         let window = match self.sql.dialect {
-            Dialect::MySql if mark > 0 => {
+            Dialect::MySql | Dialect::Postgres if mark > 0 => {
                 Some(Window { upto: mark, until: at.map(Arc::from), seen, next: HashSet::new() })
             }
             // SQLite: one writer, ids visible in commit order; nothing below the mark
-            // can appear later. MySQL with no row on the channel: nothing below 0.
+            // can appear later. No row on the channel: nothing below 0.
             _ => None,
         };
         self.install(channel, mark, Arc::from(cutoff), Gaps::default(), BTreeMap::new(), window);
@@ -269,7 +278,7 @@ impl NotifyTable {
         let channel = check_channel(channel)?;
         self.check_room_for(channel)?;
         position
-            .check(matches!(self.sql.dialect, Dialect::Sqlite { .. }))
+            .check(self.sql.dialect.ordered())
             .map_err(|reason| Error::InvalidPosition { channel: channel.to_owned(), reason })?;
         let head = rows.into_iter().find(|row| row.cutoff.is_some()).ok_or(Error::MissingCutoffRow)?;
         let expired = head.cutoff.as_deref().expect("found with a cutoff");
@@ -346,7 +355,7 @@ impl NotifyTable {
     /// to fold its rows with; `None` when nothing is subscribed.
     ///
     /// It reads each channel's rows above its mark, the open gaps of every channel as
-    /// primary-key ranges, and on MySQL a subscription's first window while it lasts: what
+    /// primary-key ranges, and (not on SQLite) a subscription's first window while it lasts: what
     /// is new plus what may still arrive late, not the whole lookback window.
     pub fn poll_sql(&mut self) -> Option<(Statement, PollToken)> {
         let n = self.subscriptions.len();
@@ -460,7 +469,7 @@ impl NotifyTable {
             }
         }
 
-        let ordered = matches!(self.sql.dialect, Dialect::Sqlite { .. });
+        let ordered = self.sql.dialect.ordered();
         let mut room = self.max_gaps.saturating_sub(self.open_gaps());
         for sub in self.subscriptions.values_mut() {
             if !current(sub) {
@@ -604,4 +613,18 @@ fn advance(
     sub.mark = cur;
     sub.ahead = ahead;
     room
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn postgres_refuses_a_table_name_its_index_names_would_truncate() {
+        let named = |len: usize| Config { table: "n".repeat(len), ..Config::default() };
+        assert!(NotifyTable::new(named(crate::PG_MAX_TABLE_LEN), Dialect::Postgres).is_ok());
+        let refused = NotifyTable::new(named(crate::PG_MAX_TABLE_LEN + 1), Dialect::Postgres).unwrap_err();
+        assert!(matches!(refused, ConfigError::Invalid { key: "table", .. }), "{refused:?}");
+        assert!(NotifyTable::new(named(crate::PG_MAX_TABLE_LEN + 1), Dialect::MySql).is_ok());
+    }
 }

@@ -56,6 +56,18 @@ fn pg_cutoff(n: usize) -> String {
     format!("to_char({PG_TIME} - ${n} * interval '1 microsecond', {PG_FORMAT})")
 }
 
+/// PostgreSQL's cleanup SELECT with `held` channels' holds (see [`Sql::cleanup_holding`]).
+fn pg_cleanup(t: &str, held: usize) -> String {
+    use std::fmt::Write as _;
+    let mut sql = format!("SELECT id FROM {t} WHERE created_at < {PG_TIME} - $1 * interval '1 microsecond'");
+    for i in 0..held {
+        let (channel, id) = (2 + 2 * i, 3 + 2 * i);
+        write!(sql, " AND NOT (channel = ${channel} AND id >= ${id})").expect("writing to a String");
+    }
+    write!(sql, " ORDER BY created_at LIMIT ${}", 2 + 2 * held).expect("writing to a String");
+    sql
+}
+
 /// PostgreSQL's server time, formatted like [`MYSQL_NOW`].
 fn pg_now() -> String {
     format!("to_char({PG_TIME}, {PG_FORMAT})")
@@ -179,10 +191,7 @@ impl Sql {
                     pg_cutoff(2),
                     pg_now()
                 ),
-                format!(
-                    "SELECT id FROM {t} WHERE created_at < {PG_TIME} - $1 * interval '1 microsecond' \
-                     ORDER BY created_at LIMIT $2"
-                ),
+                pg_cleanup(&t, 0),
             ),
         };
         // The cleanup's ORDER BY stays last; the floor goes before it.
@@ -215,6 +224,21 @@ impl Sql {
             subscribe: Arc::from(subscribe),
             cleanup: Arc::from(cleanup),
             quoted: t,
+        }
+    }
+
+    /// The cleanup's SELECT keeping, for each of `held` channels, its rows from an id on.
+    /// Binds: [`Sql::age_bind`] of the retention, a channel and an id per held channel,
+    /// the limit.
+    pub fn cleanup_holding(&self, held: usize) -> String {
+        match self.dialect {
+            Dialect::Postgres => pg_cleanup(&self.quoted, held),
+            // MySQL's comparison pads trailing spaces: `jobs` holds `jobs ` too, which
+            // only keeps more.
+            _ => self.cleanup.replace(
+                " ORDER BY",
+                &format!("{} ORDER BY", " AND NOT (`channel` = ? AND `id` >= ?)".repeat(held)),
+            ),
         }
     }
 
@@ -469,6 +493,7 @@ mod tests {
             (&*pg.subscribe, 2),
             (&*pg.cleanup, 2),
             (&*pg.cleanup_below, 3),
+            (&pg.cleanup_holding(2), 6),
             (&*pg.resume, 1),
             (&pg.poll(3, 0), 1 + 3 * 4),
             (&pg.poll(3, 4), 1 + 4 * 2 + 3 * 4),

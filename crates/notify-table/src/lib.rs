@@ -74,4 +74,4 @@ pub use duration::{DurationError, DurationRange, MAX_DURATION, MIN_POLL_INTERVAL
 pub use error::{ConfigError, Error};
 pub use position::{Ahead, FirstWindow, Gap, MAX_GAPS, Position};
 pub use statement::{Notification, Row, Statement, Value};
-pub use table::{MAX_CHANNELS, NotifyTable, PollToken};
+pub use table::{MAX_CHANNELS, MAX_HELD_CHANNELS, NotifyTable, PollToken};

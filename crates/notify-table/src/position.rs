@@ -44,8 +44,8 @@ pub struct Position {
 impl Position {
     /// The lowest id this position may still deliver: below it, every row of the channel
     /// has been read (or let go). A cleanup that must not lose what this position has
-    /// not read deletes only rows below it (see
-    /// [`NotifyTable::cleanup_sql_below`](crate::NotifyTable::cleanup_sql_below)). `0`
+    /// not read deletes only the channel's rows below it (see
+    /// [`NotifyTable::cleanup_sql_holding`](crate::NotifyTable::cleanup_sql_holding)). `0`
     /// during a first window, whose unread ids are unknown: then nothing may go.
     pub fn first_unread(&self) -> u64 {
         if self.first_window.is_some() {

@@ -15,6 +15,9 @@ use crate::statement::{Notification, Row, Statement, Value};
 /// [`MAX_GAPS`] gap ranges at 2; SQLite: 32,766 at 2 per channel).
 pub const MAX_CHANNELS: usize = 9_000;
 
+/// Most channels [`NotifyTable::cleanup_sql_holding`] keeps rows for one by one.
+pub const MAX_HELD_CHANNELS: usize = 64;
+
 /// Names the poll statement a [`NotifyTable::poll_sql`] call built: hand it back to
 /// [`NotifyTable::polled`] with that statement's rows.
 ///
@@ -344,6 +347,11 @@ impl NotifyTable {
         self.subscriptions.contains_key(channel)
     }
 
+    /// How many channels are subscribed.
+    pub fn channel_count(&self) -> usize {
+        self.subscriptions.len()
+    }
+
     /// The subscribed channels, sorted.
     pub fn channels(&self) -> Vec<&str> {
         let mut channels: Vec<&str> = self.subscriptions.keys().map(|c| &**c).collect();
@@ -527,6 +535,29 @@ impl NotifyTable {
         let mut stmt = self.cleanup_sql()?;
         stmt.sql = self.sql.cleanup_below.clone();
         stmt.binds.insert(1, Value::Int(id_to_int(floor)));
+        Some(stmt)
+    }
+
+    /// [`cleanup_sql`](Self::cleanup_sql) that also keeps, for each `(channel, id)` of
+    /// `held`, the channel's rows at or above the id: what the listeners that must not
+    /// lose anything have not read yet (the lowest [`Position::first_unread`] stored per
+    /// channel). Other channels' rows go as they expire. With more than
+    /// [`MAX_HELD_CHANNELS`] channels, every row at or above the lowest of the ids is kept
+    /// (the statement stays small; nothing owed is lost).
+    pub fn cleanup_sql_holding(&self, held: &[(&str, u64)]) -> Option<Statement> {
+        if held.len() > MAX_HELD_CHANNELS {
+            return self.cleanup_sql_below(held.iter().map(|&(_, id)| id).min());
+        }
+        let mut stmt = self.cleanup_sql()?;
+        if held.is_empty() {
+            return Some(stmt);
+        }
+        stmt.sql = Arc::from(self.sql.cleanup_holding(held.len()));
+        let limit = stmt.binds.pop().expect("the cleanup binds its limit last");
+        for &(channel, id) in held {
+            stmt.binds.extend([Value::Text(Arc::from(channel)), Value::Int(id_to_int(id))]);
+        }
+        stmt.binds.push(limit);
         Some(stmt)
     }
 

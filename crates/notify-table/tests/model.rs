@@ -433,18 +433,32 @@ impl Server {
         let select = if self.flavor == Flavor::Postgres { "SELECT id FROM " } else { "SELECT `id` FROM " };
         prop_assert!(stmt.sql.starts_with(select), "cleanup statement {}", stmt.sql);
         let b = &stmt.binds;
-        let floor = match b.len() {
-            2 => u64::MAX,
-            3 => uint(&b[1])?,
-            n => return Err(TestCaseError::fail(format!("cleanup binds {n} values"))),
-        };
+        prop_assert!(b.len() >= 2, "cleanup binds {} values", b.len());
+        // Held channels' rows from an id on (`channel`, `id` per channel), or a floor.
+        let mut held = Vec::new();
+        let mut floor = u64::MAX;
+        let middle = &b[1..b.len() - 1];
+        if stmt.sql.contains("AND NOT (") {
+            prop_assert_eq!(middle.len() % 2, 0);
+            for pair in middle.chunks_exact(2) {
+                held.push((known_channel(text(&pair[0])?)?, uint(&pair[1])?));
+            }
+        } else if let [bound] = middle {
+            floor = uint(bound)?;
+        } else {
+            prop_assert!(middle.is_empty(), "cleanup binds {} values", b.len());
+        }
         let retention = self.age_bind(&b[0])?;
         prop_assert_eq!(retention, RETENTION_US, "cleanup retention bind");
         let limit = uint(&b[b.len() - 1])?;
         prop_assert_eq!(limit, u64::from(CLEANUP_LIMIT));
         let before = self.now - retention;
-        let mut old: Vec<&SrvRow> =
-            self.rows.iter().filter(|r| r.visible() && r.created_at < before && r.id < floor).collect();
+        let held_back = |r: &SrvRow| held.iter().any(|&(c, id)| self.channel_eq(r.channel, c) && r.id >= id);
+        let mut old: Vec<&SrvRow> = self
+            .rows
+            .iter()
+            .filter(|r| r.visible() && r.created_at < before && r.id < floor && !held_back(r))
+            .collect();
         old.sort_by_key(|r| (r.created_at, r.id));
         Ok(old.iter().take(limit as usize).map(|r| r.id).collect())
     }
@@ -903,8 +917,11 @@ impl Sim {
 
     fn cleanup(&mut self, failure: CleanupFailure) -> Check {
         let due = self.polls >= self.next_cleanup;
-        let floor = self.current.keys().filter_map(|c| self.nt.position(c)).map(|p| p.first_unread()).min();
-        let select = if self.floor { self.nt.cleanup_sql_below(floor) } else { self.nt.cleanup_sql() };
+        // Each subscription holds its own channel's unread rows (the positions a durable
+        // listener stores).
+        let held: Vec<(&str, u64)> =
+            self.current.keys().filter_map(|&c| Some((c, self.nt.position(c)?.first_unread()))).collect();
+        let select = if self.floor { self.nt.cleanup_sql_holding(&held) } else { self.nt.cleanup_sql() };
         prop_assert_eq!(
             select.is_some(),
             due,

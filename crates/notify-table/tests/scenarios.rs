@@ -1008,3 +1008,35 @@ fn the_cleanup_below_a_floor_binds_it_before_the_limit() {
     assert!(below.sql.contains("`id` < ? ORDER BY"), "{}", below.sql);
     assert_eq!(below.binds, [plain.binds[0].clone(), Value::Int(42), plain.binds[1].clone()]);
 }
+
+#[test]
+fn the_cleanup_holds_each_channel_from_its_own_id() {
+    let (mut nt, mut db) = (mysql(), Db::at(noon(0)));
+    listen(&mut nt, &db, "jobs");
+    tick_for(&mut nt, &mut db, 1);
+    let plain = nt.cleanup_sql().unwrap();
+    assert_eq!(nt.cleanup_sql_holding(&[]), Some(plain.clone()));
+    let held = nt.cleanup_sql_holding(&[("jobs", 42), ("mail", 7)]).unwrap();
+    assert!(
+        held.sql
+            .contains("AND NOT (`channel` = ? AND `id` >= ?) AND NOT (`channel` = ? AND `id` >= ?) ORDER BY"),
+        "{}",
+        held.sql
+    );
+    let text = |s: &str| Value::Text(s.into());
+    assert_eq!(
+        held.binds,
+        [
+            plain.binds[0].clone(),
+            text("jobs"),
+            Value::Int(42),
+            text("mail"),
+            Value::Int(7),
+            plain.binds[1].clone()
+        ]
+    );
+    // Past the bound the statement keeps everything from the lowest id on.
+    let many: Vec<String> = (0..=notify_table::MAX_HELD_CHANNELS).map(|i| format!("c{i}")).collect();
+    let many: Vec<(&str, u64)> = many.iter().enumerate().map(|(i, c)| (c.as_str(), 100 + i as u64)).collect();
+    assert_eq!(nt.cleanup_sql_holding(&many), nt.cleanup_sql_below(Some(100)));
+}

@@ -100,9 +100,14 @@ enum BenchCommand {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Create what rowbus needs: the notify table (nothing on PostgreSQL), queue tables, and a
-    /// missing SQLite file (no other command makes one)
+    /// Create what rowbus needs: the notify table (on PostgreSQL only with --durable), queue
+    /// tables, and a missing SQLite file (no other command makes one)
     Deploy {
+        /// On PostgreSQL, also the notify table and the positions table that durable
+        /// listeners (`listen --durable`) and durable notifications (`notify --durable`)
+        /// use; elsewhere they are always made
+        #[arg(long)]
+        durable: bool,
         /// Also create this queue table, its claim index, its dead-letter table
         /// `<TABLE>_dead` and its pause table `<TABLE>_pause` (repeatable; again on a queue
         /// made by an older rowbus adds what it lacks)
@@ -126,9 +131,10 @@ enum Command {
         /// Print JSON lines {"channel": ..., "payload": ..., "pid": ...}
         #[arg(long)]
         json: bool,
-        /// Listen durably under this name (MySQL/MariaDB, SQLite): resume after the last
-        /// line written by a `listen` with the same name, so that nothing committed while
-        /// none ran is missed (a line written just before a crash may come again)
+        /// Listen durably under this name: resume after the last line written by a
+        /// `listen` with the same name, so that nothing committed while none ran is missed
+        /// (a line written just before a crash may come again). On PostgreSQL it reads what
+        /// `notify --durable` sent (deploy with `deploy --durable`)
         #[arg(long, value_name = "NAME")]
         durable: Option<String>,
         /// How long the durable name stays this process's after it stops checking in
@@ -146,6 +152,10 @@ enum Command {
         /// The payload (empty when left out)
         #[arg(default_value = "")]
         payload: String,
+        /// On PostgreSQL, also write it to the notify table (in the same transaction as its
+        /// pg_notify), for durable listeners (`listen --durable`); elsewhere it always is
+        #[arg(long)]
+        durable: bool,
     },
     /// Queue tables as they stand (per group: depth, ready, delayed, in flight, oldest, dead, paused)
     /// and the notify table's size and lag
@@ -204,9 +214,9 @@ async fn run(cli: Cli) -> Result<(), CliError> {
     let config = cli.notify_table.config()?;
     let url = cli.database_url.as_str();
     match cli.command {
-        Command::Deploy { queues, keep } => {
+        Command::Deploy { queues, keep, durable } => {
             let tables = queue_cmd::parse_tables(&queues)?;
-            on_database(url, 1, &config, QueueCommand::Deploy(tables, keep)).await?;
+            on_database(url, 1, &config, QueueCommand::Deploy(tables, keep, durable)).await?;
         }
         Command::History(args) => {
             queue_cmd::parse_tables(std::slice::from_ref(&args.table))?;
@@ -237,8 +247,8 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             queue_cmd::parse_tables(std::slice::from_ref(&args.table))?;
             on_database(url, 1, &config, QueueCommand::Pause(pause_cmd::Action::Resume, args)).await?;
         }
-        Command::Notify { channel, payload } => {
-            let notifier = Notifier::new(config)?;
+        Command::Notify { channel, payload, durable } => {
+            let notifier = if durable { Notifier::durable(config)? } else { Notifier::new(config)? };
             let db = DbPool::connect_with_size(url, 1).await?;
             let sent = db.notify_with(&notifier, &channel, &payload).await;
             db.close().await;
@@ -261,7 +271,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
 
 /// A command that works on a pool of the URL's database, written once for all three.
 enum QueueCommand {
-    Deploy(Vec<QueueTable>, Option<std::time::Duration>),
+    Deploy(Vec<QueueTable>, Option<std::time::Duration>, bool),
     History(history_cmd::HistoryArgs),
     Publish(publish::PublishArgs),
     Consume(consume::ConsumeArgs),
@@ -286,8 +296,8 @@ impl OnPool for OnDatabase<'_> {
     async fn run<DB: Db>(self, pool: rowbus::sqlx::Pool<DB>) -> Self::Output {
         let (url, config) = (self.url, self.config);
         match self.command {
-            QueueCommand::Deploy(tables, keep) => {
-                queue_cmd::deploy(self.db, pool, config, &tables, keep).await
+            QueueCommand::Deploy(tables, keep, durable) => {
+                queue_cmd::deploy(self.db, pool, config, &tables, keep, durable).await
             }
             QueueCommand::History(args) => history_cmd::history(pool, url, args).await,
             QueueCommand::Publish(args) => publish::publish(pool, url, config, args).await,

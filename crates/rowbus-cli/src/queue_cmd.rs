@@ -106,7 +106,7 @@ pub(crate) async fn existing_queue<DB: Db>(
     if queue.is_deployed().await? { Ok(queue) } else { Err(missing_table(queue.table(), url)) }
 }
 
-/// `rowbus deploy [--queue T...]`: the notify table (nothing on PostgreSQL), then each
+/// `rowbus deploy [--queue T...]`: the notify table (on PostgreSQL with `--durable`), then each
 /// queue table, its claim index and its dead-letter table; one line each. Every name is
 /// checked for this database, and refused where another table has it, before anything is
 /// created (each queue's deploy checks again under its lock).
@@ -116,13 +116,19 @@ pub(crate) async fn deploy<DB: Db>(
     config: &NotifyConfig,
     tables: &[QueueTable],
     keep: Option<Duration>,
+    durable: bool,
 ) -> Result<(), CliError> {
     let broker = Broker::new(pool, BrokerOptions::default()).await?;
     let queues = tables.iter().map(|t| broker.queue(t.channel())).collect::<Result<Vec<_>, _>>()?;
     for queue in &queues {
         queue.is_deployed().await?;
     }
-    outln!("{}", db.deploy_notify_table(config).await?);
+    let notify = if durable {
+        db.deploy_durable_notify_table(config).await?
+    } else {
+        db.deploy_notify_table(config).await?
+    };
+    outln!("{}", notify);
     for queue in queues {
         let table = queue.table();
         match keep {

@@ -129,6 +129,20 @@ pub struct TextsAndInts {
 }
 
 impl TextsAndInts {
+    /// `row`'s first `texts` columns as text, the rest as nullable integers.
+    pub(crate) fn of<R>(row: &R, texts: usize) -> Result<Self, sqlx::Error>
+    where
+        R: sqlx::Row,
+        usize: sqlx::ColumnIndex<R>,
+        for<'r> String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+        for<'r> Option<i64>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    {
+        Ok(TextsAndInts {
+            texts: (0..texts).map(|i| row.try_get::<String, _>(i)).collect::<Result<_, _>>()?,
+            ints: (texts..row.len()).map(|i| row.try_get::<Option<i64>, _>(i)).collect::<Result<_, _>>()?,
+        })
+    }
+
     /// Integer column `i` (after the text columns), 0 for NULL or a missing column.
     pub fn int(&self, i: usize) -> i64 {
         self.ints.get(i).copied().flatten().unwrap_or(0)
@@ -138,6 +152,38 @@ impl TextsAndInts {
     pub fn text(&self, i: usize) -> &str {
         self.texts.get(i).map_or("", String::as_str)
     }
+}
+
+/// A notify-table row whose ids are signed (`BIGINT`, SQLite's `INTEGER`), as the core
+/// takes it.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub(crate) fn notify_row<R>(r: &R) -> Result<notify_table::Row, sqlx::Error>
+where
+    R: sqlx::Row,
+    usize: sqlx::ColumnIndex<R>,
+    for<'r> i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    for<'r> Option<String>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    Ok(notify_table::Row {
+        id: signed_id(r)?,
+        channel: r.try_get(1)?,
+        payload: r.try_get(2)?,
+        pid: u64::try_from(r.try_get::<i64, _>(3)?).unwrap_or_default(),
+        cutoff: r.try_get(4)?,
+        at: r.try_get(5)?,
+    })
+}
+
+/// A signed id in the first column, as the core takes ids.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub(crate) fn signed_id<R>(r: &R) -> Result<u64, sqlx::Error>
+where
+    R: sqlx::Row,
+    usize: sqlx::ColumnIndex<R>,
+    for<'r> i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    Ok(u64::try_from(r.try_get::<i64, _>(0)?).unwrap_or_default())
 }
 
 /// Implements [`sealed::Driver`] and [`Db`] for one sqlx database.
@@ -263,22 +309,10 @@ macro_rules! driver {
                 args: &[$crate::db::Arg<'_>],
                 texts: usize,
             ) -> futures::future::BoxFuture<'c, Result<Vec<$crate::db::TextsAndInts>, sqlx::Error>> {
-                use sqlx::Row as _;
                 let query = $crate::db::query::<$db>(sql, args);
                 Box::pin(async move {
                     let rows = query.fetch_all(conn).await?;
-                    rows.iter()
-                        .map(|row| {
-                            Ok($crate::db::TextsAndInts {
-                                texts: (0..texts)
-                                    .map(|i| row.try_get::<String, _>(i))
-                                    .collect::<Result<_, _>>()?,
-                                ints: (texts..row.len())
-                                    .map(|i| row.try_get::<Option<i64>, _>(i))
-                                    .collect::<Result<_, _>>()?,
-                            })
-                        })
-                        .collect()
+                    rows.iter().map(|row| $crate::db::TextsAndInts::of(row, texts)).collect()
                 })
             }
         }

@@ -21,7 +21,8 @@ pub enum NotifyDeploy {
         /// Its name.
         table: String,
     },
-    /// PostgreSQL has LISTEN/NOTIFY built in: nothing to create.
+    /// PostgreSQL has LISTEN/NOTIFY built in: nothing to create (durable listeners
+    /// need [`DbPool::deploy_durable_notify_table`]).
     Native,
 }
 
@@ -30,7 +31,11 @@ impl std::fmt::Display for NotifyDeploy {
         match self {
             NotifyDeploy::TableReady { table } => write!(f, "notify table `{table}` is ready"),
             NotifyDeploy::Native => {
-                write!(f, "PostgreSQL has LISTEN/NOTIFY built in: no notify table needed, nothing to do")
+                write!(
+                    f,
+                    "PostgreSQL has LISTEN/NOTIFY built in: no notify table needed, nothing to do \
+                     (durable listeners need one: `rowbus deploy --durable`)"
+                )
             }
         }
     }
@@ -41,14 +46,23 @@ impl DbPool {
     /// listeners (`<table>_positions`), if they do not exist (MySQL/MariaDB, SQLite); on
     /// PostgreSQL does nothing and says so.
     pub async fn deploy_notify_table(&self, config: &Config) -> Result<NotifyDeploy, Error> {
-        struct Deploy<'a>(&'a Config);
-        impl OnPool for Deploy<'_> {
-            type Output = Result<NotifyDeploy, Error>;
-            async fn run<DB: Db>(self, pool: Pool<DB>) -> Self::Output {
-                notify_table(&pool, &Notifier::new(self.0.clone())?).await
-            }
-        }
-        self.run(Deploy(config)).await
+        self.run(Deploy(config, Notifier::new)).await
+    }
+
+    /// [`deploy_notify_table`](Self::deploy_notify_table), and on PostgreSQL the same
+    /// tables for its durable mode (see [`Notifier::durable`]).
+    pub async fn deploy_durable_notify_table(&self, config: &Config) -> Result<NotifyDeploy, Error> {
+        self.run(Deploy(config, Notifier::durable)).await
+    }
+}
+
+/// Deploys the notify table of the notifier made from the configuration.
+struct Deploy<'a>(&'a Config, fn(Config) -> Result<Notifier, Error>);
+
+impl OnPool for Deploy<'_> {
+    type Output = Result<NotifyDeploy, Error>;
+    async fn run<DB: Db>(self, pool: Pool<DB>) -> Self::Output {
+        notify_table(&pool, &(self.1)(self.0.clone())?).await
     }
 }
 

@@ -57,8 +57,8 @@ pub enum Error {
     },
     /// The notify table does not exist yet.
     #[error(
-        "the notify table `{table}` does not exist: create it with `rowbus deploy` \
-         (or run the statements of NotifyTable::create_table_sql)"
+        "the notify table `{table}` does not exist: create it with `rowbus deploy` (`rowbus deploy --durable` \
+         on PostgreSQL), or DbPool::deploy_notify_table (deploy_durable_notify_table)"
     )]
     MissingNotifyTable {
         /// The table's name.
@@ -67,7 +67,8 @@ pub enum Error {
     /// The positions table of durable listeners does not exist yet.
     #[error(
         "the positions table `{table}` of durable listeners does not exist: create it with `rowbus deploy` \
-         (or DbPool::deploy_notify_table), which makes it beside the notify table"
+         (`rowbus deploy --durable` on PostgreSQL), or DbPool::deploy_notify_table \
+         (deploy_durable_notify_table), which makes it beside the notify table"
     )]
     MissingPositionsTable {
         /// The table's name.
@@ -137,12 +138,6 @@ pub enum Error {
         /// The channel.
         channel: String,
     },
-    /// Durable listeners read the notify table; PostgreSQL's LISTEN keeps nothing.
-    #[error(
-        "durable listeners need the notify table, which PostgreSQL's native LISTEN/NOTIFY does not use: \
-         use MySQL/MariaDB or SQLite for durable listeners"
-    )]
-    DurableUnsupported,
     /// A channel or payload the notify table cannot hold, or a poll that returned
     /// malformed rows.
     #[error(transparent)]

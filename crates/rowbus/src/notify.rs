@@ -37,6 +37,9 @@ pub fn check_pg_payload(payload: &str) -> Result<(), Error> {
 /// Sends notifications: `pg_notify` on PostgreSQL, an INSERT into the notify table on
 /// MySQL/MariaDB and SQLite. Limits are checked before anything reaches the server.
 ///
+/// On PostgreSQL a [`durable`](Self::durable) notifier does both: the row, for durable
+/// listeners, and `pg_notify`, which wakes them and reaches plain LISTENers as before.
+///
 /// Run it inside a transaction to have the notification delivered when that
 /// transaction commits, and never if it rolls back.
 ///
@@ -57,6 +60,9 @@ pub struct Notifier {
     /// The notify-table core in SQLite's dialect.
     #[cfg(feature = "sqlite")]
     pub(crate) sqlite: NotifyTable,
+    /// The notify-table core in PostgreSQL's dialect, in durable mode only.
+    #[cfg(feature = "postgres")]
+    pub(crate) postgres: Option<NotifyTable>,
     /// The configuration, checked.
     config: Config,
 }
@@ -73,8 +79,38 @@ impl Notifier {
                 config.clone(),
                 notify_table::Dialect::Sqlite { pid: std::process::id() },
             )?,
+            #[cfg(feature = "postgres")]
+            postgres: None,
             config,
         })
+    }
+
+    /// A notifier in PostgreSQL's durable mode: each notification is also a row of the
+    /// notify table `config` names (deploy it with
+    /// [`DbPool::deploy_durable_notify_table`] or `rowbus deploy --durable`), written in
+    /// the caller's transaction, so that durable listeners
+    /// ([`Listener::listen_durable`](crate::Listener::listen_durable)) miss nothing sent
+    /// while they were away; the `pg_notify` it sends as well wakes them at once. Plain
+    /// LISTENers get the notification as from [`new`](Self::new). On MySQL/MariaDB and
+    /// SQLite every notifier writes the row: the same as `new`.
+    ///
+    /// ```no_run
+    /// # async fn f(pool: sqlx::PgPool) -> Result<(), rowbus::Error> {
+    /// let notifier = rowbus::Notifier::durable(rowbus::NotifyConfig::default())?;
+    /// let mut tx = pool.begin().await?;
+    /// notifier.notify(&mut *tx, "jobs", "42").await?;
+    /// tx.commit().await?; // a durable listener named "mailer" gets it, even after a restart
+    /// # Ok(()) }
+    /// ```
+    pub fn durable(config: Config) -> Result<Self, Error> {
+        #[cfg_attr(not(feature = "postgres"), allow(unused_mut))]
+        let mut notifier = Self::new(config)?;
+        #[cfg(feature = "postgres")]
+        {
+            notifier.postgres =
+                Some(NotifyTable::new(notifier.config.clone(), notify_table::Dialect::Postgres)?);
+        }
+        Ok(notifier)
     }
 
     /// The notify table's configuration.

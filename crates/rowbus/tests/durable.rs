@@ -1,19 +1,27 @@
-//! Durable listeners against MariaDB and a temporary SQLite file: a restart resumes after
-//! what was acknowledged, one owner per name, and the cleanup keeps what a durable listener
-//! behind has not read.
+//! Durable listeners against MariaDB, PostgreSQL (durable mode) and a temporary SQLite
+//! file: a restart resumes after what was acknowledged, one owner per name, and the
+//! cleanup keeps what a durable listener behind has not read.
 
 mod common;
 
 use std::time::Duration;
 
-use common::{Env, MARIADB, cp, env_with, event_within, notification, silence, unique};
+use common::{Env, MARIADB, PG, cp, durable_env_with, env_with, event_within, notification, silence, unique};
 use rowbus::{DbPool, Error, Event, Listener, Resume};
 use sqlx::Executor;
 
 /// An environment whose first window (the lookback) ends soon, so that a stored position
 /// soon holds only what it read.
 async fn env(server: Option<&str>) -> Env {
-    env_with(server, |config| config.lookback = Duration::from_secs(1)).await
+    durable_env_with(server, |config| config.lookback = Duration::from_secs(1)).await
+}
+
+/// `name` quoted as the database quotes identifiers.
+fn quoted(env: &Env, name: &str) -> String {
+    match env.db {
+        DbPool::Postgres(_) => format!("\"{name}\""),
+        _ => format!("`{name}`"),
+    }
 }
 
 /// A listener whose durable name is free again a second after it stops checking in.
@@ -104,8 +112,9 @@ impl rowbus::OnPool for Listed {
     }
 }
 
-/// Another listener's cleanup deletes what is below the durable listener's position, but
-/// keeps what it has not read, however old; the listener gets it when it comes back.
+/// Another listener's cleanup deletes what is below the durable listener's position (and
+/// other channels' rows), but keeps what it has not read, however old; the listener gets
+/// it when it comes back.
 async fn the_cleanup_keeps_what_a_durable_listener_behind_has_not_read(server: Option<&str>) {
     let env = env(server).await;
     let (ch, other, name) = (unique("dch"), unique("other"), unique("behind"));
@@ -125,14 +134,17 @@ async fn the_cleanup_keeps_what_a_durable_listener_behind_has_not_read(server: O
     // Five minutes old, all of them.
     let age = match &env.db {
         DbPool::MySql(_) => "UTC_TIMESTAMP(6) - INTERVAL 5 MINUTE",
-        _ => "strftime('%Y-%m-%d %H:%M:%f', 'now', '-300 seconds')",
+        DbPool::Postgres(_) => "(now() AT TIME ZONE 'UTC') - interval '5 minutes'",
+        DbPool::Sqlite(_) => "strftime('%Y-%m-%d %H:%M:%f', 'now', '-300 seconds')",
     };
-    exec(&env, format!("UPDATE `{}` SET created_at = {age}", env.config.table)).await;
+    exec(&env, format!("UPDATE {} SET created_at = {age}", quoted(&env, &env.config.table))).await;
 
     let mut options = env.options();
     options.notify_table.retention = Duration::from_secs(120);
-    let cleaner = Listener::connect_with(&env.url, options).await.unwrap();
-    cleaner.listen(&unique("any")).await.unwrap();
+    let mut cleaner = Listener::connect_with(&env.url, options).await.unwrap();
+    // Durable on a quiet channel (its position stays at the start): it holds its own
+    // channel's rows, not the others'.
+    cleaner.listen_durable(&unique("quiet"), &unique("cleaner")).await.unwrap();
     for _ in 0..200 {
         if env.count(&other).await == 0 && env.count(&ch).await == 5 {
             break;
@@ -164,8 +176,14 @@ async fn a_durable_channel_survives_a_killed_session(server: Option<&str>) {
     let mut durable = listener(&env).await;
     durable.listen_durable(&ch, &name).await.unwrap();
     let id = durable.session_id().expect("a session id");
-    let DbPool::MySql(pool) = &env.db else { unreachable!("MariaDB only") };
-    sqlx::query("KILL CONNECTION ?").bind(id).execute(pool).await.unwrap();
+    match &env.db {
+        DbPool::MySql(pool) => drop(sqlx::query("KILL CONNECTION ?").bind(id).execute(pool).await.unwrap()),
+        DbPool::Postgres(pool) => {
+            let pid = i32::try_from(id).unwrap();
+            drop(sqlx::query("SELECT pg_terminate_backend($1)").bind(pid).execute(pool).await.unwrap());
+        }
+        DbPool::Sqlite(_) => unreachable!("SQLite has no session to kill"),
+    }
     env.notify(&ch, "while away").await;
     let mut got = None;
     for _ in 0..3 {
@@ -191,7 +209,7 @@ async fn a_durable_channel_survives_a_killed_session(server: Option<&str>) {
 async fn a_gap_is_reported_only_when_the_rows_were_not_held(server: Option<&str>) {
     let env = env(server).await;
     let (ch, name) = (unique("gap"), unique("n"));
-    let positions = format!("{}_positions", env.config.table);
+    let positions = quoted(&env, &format!("{}_positions", env.config.table));
     let mut first = listener(&env).await;
     assert_eq!(first.listen_durable(&ch, &name).await.unwrap(), Resume::New);
     first.unlisten(&ch).await.unwrap();
@@ -199,21 +217,21 @@ async fn a_gap_is_reported_only_when_the_rows_were_not_held(server: Option<&str>
     // The stored position, as if its last poll were long ago.
     let stored = env.db.run(Listed(env.config.clone())).await;
     assert!(stored.iter().any(|d| d.name == name));
-    let read = format!("SELECT position FROM `{positions}`");
+    let read = sqlx::AssertSqlSafe(format!("SELECT position FROM {positions}"));
     let text: String = match &env.db {
-        DbPool::MySql(pool) => sqlx::query_scalar(sqlx::AssertSqlSafe(read)).fetch_one(pool).await.unwrap(),
-        DbPool::Sqlite(pool) => sqlx::query_scalar(sqlx::AssertSqlSafe(read)).fetch_one(pool).await.unwrap(),
-        DbPool::Postgres(_) => unreachable!(),
+        DbPool::MySql(pool) => sqlx::query_scalar(read).fetch_one(pool).await.unwrap(),
+        DbPool::Sqlite(pool) => sqlx::query_scalar(read).fetch_one(pool).await.unwrap(),
+        DbPool::Postgres(pool) => sqlx::query_scalar(read).fetch_one(pool).await.unwrap(),
     };
     let mut position: rowbus::notify_table::Position = text.parse().unwrap();
     position.cutoff = "2000-01-01 00:00:00.000000".into();
-    exec(&env, format!("UPDATE `{positions}` SET position = '{position}'")).await;
+    exec(&env, format!("UPDATE {positions} SET position = '{position}'")).await;
     let mut back = listener(&env).await;
     assert_eq!(back.listen_durable(&ch, &name).await.unwrap(), Resume::Resumed, "held: checked in just now");
     back.unlisten(&ch).await.unwrap();
     exec(
         &env,
-        format!("UPDATE `{positions}` SET position = '{position}', checked_in = checked_in - 7200000000"),
+        format!("UPDATE {positions} SET position = '{position}', checked_in = checked_in - 7200000000"),
     )
     .await;
     assert_eq!(
@@ -278,7 +296,7 @@ async fn exec(env: &Env, sql: String) {
     match &env.db {
         DbPool::MySql(pool) => drop(pool.execute(sqlx::query(sql)).await.unwrap()),
         DbPool::Sqlite(pool) => drop(pool.execute(sqlx::query(sql)).await.unwrap()),
-        DbPool::Postgres(_) => unreachable!("no notify table"),
+        DbPool::Postgres(pool) => drop(pool.execute(sqlx::query(sql)).await.unwrap()),
     }
 }
 
@@ -293,12 +311,51 @@ async fn a_lease_shorter_than_three_polls_is_refused() {
     env.cleanup().await;
 }
 
+/// On PostgreSQL a durable listener needs the durable deploy, and says so.
 #[tokio::test]
-async fn postgres_refuses_durable_listeners() {
-    let env = env_with(Some(common::PG), |_| {}).await;
+async fn postgres_durable_listeners_need_the_durable_deploy() {
+    let env = env_with(Some(PG), |_| {}).await;
     let mut listener = env.listener().await;
-    assert!(matches!(listener.listen_durable("jobs", "x").await, Err(Error::DurableUnsupported)));
+    let refused = listener.listen_durable("jobs", "x").await;
+    let positions = format!("{}_positions", env.config.table);
+    assert!(
+        matches!(&refused, Err(Error::MissingPositionsTable { table }) if *table == positions),
+        "{refused:?}"
+    );
+    assert!(refused.unwrap_err().to_string().contains("rowbus deploy --durable"));
     drop(listener);
+    env.cleanup().await;
+}
+
+/// On PostgreSQL a durable notification reaches plain LISTENers too, once; a plain
+/// `pg_notify` on a durable channel wakes its listener but is not delivered to it (it has
+/// no row), and a durable listener's plain channels are LISTEN's as before.
+#[tokio::test]
+async fn postgres_durable_and_plain_listeners_share_a_channel() {
+    let env = env(Some(PG)).await;
+    let (ch, plain_ch, name) = (unique("both"), unique("plain"), unique("n"));
+    let mut durable = listener(&env).await;
+    assert_eq!(durable.listen_durable(&ch, &name).await.unwrap(), Resume::New);
+    durable.listen(&plain_ch).await.unwrap();
+    let mut plain = listener(&env).await;
+    plain.listen(&ch).await.unwrap();
+
+    let not_durable = rowbus::Notifier::new(env.config.clone()).unwrap();
+    env.db.notify_with(&not_durable, &ch, "no row").await.unwrap();
+    env.notify(&ch, "with a row").await;
+    env.db.notify_with(&not_durable, &plain_ch, "plain").await.unwrap();
+    assert_eq!(cp(&notification(&mut plain).await), (ch.as_str(), "no row"));
+    assert_eq!(cp(&notification(&mut plain).await), (ch.as_str(), "with a row"));
+    let mut got = vec![notification(&mut durable).await, notification(&mut durable).await];
+    got.sort_by(|a, b| a.channel.cmp(&b.channel));
+    let got: Vec<(&str, &str)> = got.iter().map(cp).collect();
+    let mut want = vec![(ch.as_str(), "with a row"), (plain_ch.as_str(), "plain")];
+    want.sort();
+    assert_eq!(got, want);
+    silence(&mut durable, Duration::from_millis(300)).await;
+    silence(&mut plain, Duration::from_millis(300)).await;
+    assert_eq!(env.count(&ch).await, 1, "one row: the durable notification's");
+    drop((durable, plain));
     env.cleanup().await;
 }
 
@@ -315,9 +372,9 @@ macro_rules! on {
     };
 }
 
-on!(a_restart_resumes_after_what_was_acknowledged: mariadb = Some(super::MARIADB), sqlite = None);
-on!(the_cleanup_keeps_what_a_durable_listener_behind_has_not_read: mariadb = Some(super::MARIADB), sqlite = None);
-on!(a_durable_channel_survives_a_killed_session: mariadb = Some(super::MARIADB));
-on!(a_trailing_space_makes_another_durable_position: mariadb = Some(super::MARIADB), sqlite = None);
-on!(a_gap_is_reported_only_when_the_rows_were_not_held: mariadb = Some(super::MARIADB), sqlite = None);
-on!(acknowledging_while_the_buffer_is_full_goes_on: mariadb = Some(super::MARIADB), sqlite = None);
+on!(a_restart_resumes_after_what_was_acknowledged: mariadb = Some(super::MARIADB), postgres = Some(super::PG), sqlite = None);
+on!(the_cleanup_keeps_what_a_durable_listener_behind_has_not_read: mariadb = Some(super::MARIADB), postgres = Some(super::PG), sqlite = None);
+on!(a_durable_channel_survives_a_killed_session: mariadb = Some(super::MARIADB), postgres = Some(super::PG));
+on!(a_trailing_space_makes_another_durable_position: mariadb = Some(super::MARIADB), postgres = Some(super::PG), sqlite = None);
+on!(a_gap_is_reported_only_when_the_rows_were_not_held: mariadb = Some(super::MARIADB), postgres = Some(super::PG), sqlite = None);
+on!(acknowledging_while_the_buffer_is_full_goes_on: mariadb = Some(super::MARIADB), postgres = Some(super::PG), sqlite = None);

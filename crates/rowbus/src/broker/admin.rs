@@ -159,10 +159,11 @@ impl<DB: Db> Broker<DB> {
             || find(self, None, &config.table).await? != TableState::Missing)
     }
 
-    /// The size and lag of the notify table `config` names; `None` where the database
-    /// has no notify table (PostgreSQL) or it does not exist.
+    /// The size and lag of the notify table `config` names; `None` where it does not
+    /// exist (on PostgreSQL, unless deployed for durable listeners).
     pub async fn notify_table_stats(&self, config: &NotifyConfig) -> Result<Option<NotifyTableStats>, Error> {
-        let notifier = Notifier::new(config.clone())?;
+        // On PostgreSQL: the table of the durable mode, where it was deployed.
+        let notifier = Notifier::durable(config.clone())?;
         if DB::notify_table(&notifier).is_none()
             || find(self, None, &config.table).await? == TableState::Missing
         {

@@ -134,6 +134,11 @@ pub(crate) trait Session: Sized + Send + 'static {
     fn session_id(&mut self) -> impl Future<Output = Result<Option<u64>, Error>> + Send;
     /// Returns once the subscription is in effect.
     fn listen(&mut self, channel: &str) -> impl Future<Output = Result<(), Error>> + Send;
+    /// Listens on `channel` from now such that its [`position`](Self::position) can be
+    /// kept: on the notify table. The same as `listen` where every channel is read from it.
+    fn listen_table(&mut self, channel: &str) -> impl Future<Output = Result<(), Error>> + Send {
+        self.listen(channel)
+    }
     fn unlisten(&mut self, channel: &str) -> impl Future<Output = Result<(), Error>> + Send;
     /// Listens from `position` (one [`position`](Self::position) gave): whether
     /// notifications it had not read may be gone.
@@ -522,7 +527,7 @@ impl Driver {
                     })
                 }
                 None => {
-                    live.listen(channel).await?;
+                    live.listen_table(channel).await?;
                     let position = live.position(channel);
                     live.store(channel, name, token, position.as_ref()).await?;
                     Ok::<_, Error>(Resume::New)

@@ -33,7 +33,7 @@ pub struct DurableListener {
 }
 
 /// Every durable listener of the notify table `config` names, with its lag, by channel
-/// and name. Empty on PostgreSQL and where the positions table does not exist.
+/// and name. Empty where the positions table does not exist.
 ///
 /// ```no_run
 /// # async fn f(pool: sqlx::MySqlPool) -> Result<(), rowbus::Error> {
@@ -46,7 +46,7 @@ pub async fn durable_listeners<DB: Db>(
     pool: &Pool<DB>,
     config: &Config,
 ) -> Result<Vec<DurableListener>, Error> {
-    let notifier = Notifier::new(config.clone())?;
+    let notifier = Notifier::durable(config.clone())?;
     let Some(table) = DB::notify_table(&notifier) else { return Ok(Vec::new()) };
     let sql = PositionsSql::<DB>::new(&config.table)?;
     let mut conn = pool.acquire().await?;

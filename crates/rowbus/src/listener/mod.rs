@@ -4,7 +4,6 @@ mod driver;
 mod durable;
 #[cfg(feature = "postgres")]
 mod pg;
-#[cfg(any(feature = "mysql", feature = "sqlite"))]
 mod table;
 
 use std::collections::HashMap;
@@ -24,13 +23,15 @@ pub(crate) use driver::Driver as ListenerTask;
 pub use durable::{DurableListener, durable_listeners};
 #[cfg(feature = "postgres")]
 pub(crate) use pg::PgSession;
+pub(crate) use table::TableConn;
 #[cfg(any(feature = "mysql", feature = "sqlite"))]
-pub(crate) use table::{TableConn, TableSession};
+pub(crate) use table::TableSession;
 
 /// How a [`Listener`] listens and reconnects.
 #[derive(Debug, Clone)]
 pub struct ListenerOptions {
-    /// The notify table and its polling (MySQL/MariaDB and SQLite; unused on PostgreSQL).
+    /// The notify table and its polling (MySQL/MariaDB and SQLite; on PostgreSQL, durable
+    /// channels only, whose poll interval is a fallback to LISTEN's wake-ups).
     pub notify_table: Config,
     /// First wait before reconnecting after the connection was lost.
     pub reconnect_min: Duration,
@@ -72,10 +73,11 @@ pub enum Event {
     /// The listener has a new connection and listens again on every channel. On the
     /// notify table (MySQL/MariaDB, SQLite) each channel resumes where it was, so what was
     /// committed while the connection was lost is delivered now, unless it was cleaned up
-    /// meanwhile; PostgreSQL's LISTEN starts afresh, and what was sent meanwhile is gone.
+    /// meanwhile; PostgreSQL's LISTEN starts afresh, and what was sent meanwhile is gone,
+    /// except on its durable channels, which resume from the notify table too.
     Reconnected {
         /// The channels on which notifications may have been missed: resynchronise those
-        /// from the database. Every channel on PostgreSQL; on the notify table only those
+        /// from the database. Every plain channel on PostgreSQL; on the notify table only those
         /// whose position fell behind the retention while disconnected (a durable
         /// channel's rows are kept while it checked in within `durable_live`).
         missed: Vec<String>,
@@ -122,8 +124,9 @@ pub(crate) enum Item {
 /// [`Stream`]. A lost connection is reported as [`Event::Disconnected`], then
 /// reconnected, listened again and reported as [`Event::Reconnected`].
 ///
-/// A *durable* listener ([`listen_durable`](Self::listen_durable), MySQL/MariaDB and
-/// SQLite) keeps its position in the database under a name, advanced by
+/// A *durable* listener ([`listen_durable`](Self::listen_durable); on PostgreSQL with
+/// [`Notifier::durable`](crate::Notifier::durable) notifiers) keeps its position in the
+/// database under a name, advanced by
 /// [`ack`](Self::ack): a process restarted with the same name resumes after what it
 /// acknowledged, and the notify table's cleanup keeps the rows it has not read.
 ///
@@ -219,8 +222,14 @@ impl Listener {
     /// The name is this listener's while it checks in (every third of
     /// [`ListenerOptions::durable_lease`]): another listener asking for it meanwhile is
     /// refused with [`Error::DurableNameTaken`]. Needs the positions table, which
-    /// deploying the notify table creates; MySQL/MariaDB and SQLite only
-    /// ([`Error::DurableUnsupported`] on PostgreSQL).
+    /// deploying the notify table creates.
+    ///
+    /// On PostgreSQL the channel is read from the notify table as well, woken by LISTEN:
+    /// deploy it with `rowbus deploy --durable`
+    /// ([`DbPool::deploy_durable_notify_table`](crate::DbPool::deploy_durable_notify_table)),
+    /// and send with a [`Notifier::durable`](crate::Notifier::durable) (`rowbus notify
+    /// --durable`): a plain `pg_notify` on the channel only wakes the listener, and is not
+    /// delivered.
     pub async fn listen_durable(&mut self, channel: &str, name: &str) -> Result<Resume, Error> {
         (self.check_channel)(channel)?;
         notify_table::check_channel(name)?;

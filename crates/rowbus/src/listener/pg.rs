@@ -1,4 +1,5 @@
-//! PostgreSQL: native LISTEN/NOTIFY on sqlx's `PgListener`.
+//! PostgreSQL: native LISTEN/NOTIFY on sqlx's `PgListener`; durable channels read the
+//! notify table on the same connection, polled when LISTEN wakes them.
 
 use std::time::Duration;
 
@@ -7,13 +8,15 @@ use sqlx::postgres::{PgListener, PgNotification};
 
 use super::ListenerOptions;
 use super::driver::{Claimed, Control, Session, Wake};
-use crate::backend::redact;
+use super::table::TableSession;
 use crate::error::Error;
 use crate::notify::check_pg_channel;
-use crate::sql::postgres::first_host;
 
+/// One LISTEN connection. A plain channel is LISTEN's alone; a durable one is LISTENed
+/// for its wake-ups (a durable notifier sends `pg_notify` with each row) and read from
+/// the notify table by the core, which keeps its position.
 pub(crate) struct PgSession {
-    listener: PgListener,
+    table: TableSession<PgListener>,
 }
 
 fn notification(n: PgNotification) -> Notification {
@@ -25,74 +28,103 @@ fn notification(n: PgNotification) -> Notification {
 }
 
 impl Session for PgSession {
-    async fn connect(url: &str, _: &ListenerOptions) -> Result<Self, Error> {
-        // PgListener connects through a pool, which retries a refused connection until its
-        // acquire timeout and then reports only the timeout: a direct connection to each
-        // host first fails fast, with the real cause, and picks the host. Every reconnect
-        // comes here, so it goes through the host list again.
-        let host = first_host(url).await?;
-        let mut listener = PgListener::connect(&host)
-            .await
-            .map_err(|source| Error::Connect { target: redact(&host), source })?;
-        // A lost connection ends this session; the driver reconnects and reports it.
-        listener.eager_reconnect(false);
-        Ok(PgSession { listener })
+    async fn connect(url: &str, options: &ListenerOptions) -> Result<Self, Error> {
+        Ok(PgSession { table: TableSession::connect(url, options).await? })
     }
 
     async fn session_id(&mut self) -> Result<Option<u64>, Error> {
-        let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(&mut self.listener).await?;
-        Ok(u64::try_from(pid).ok())
+        self.table.session_id().await
     }
 
     async fn listen(&mut self, channel: &str) -> Result<(), Error> {
         check_pg_channel(channel)?;
-        Ok(self.listener.listen(channel).await?)
+        Ok(self.table.conn.listen(channel).await?)
+    }
+
+    /// LISTEN first: a notification committed after the mark is taken wakes a poll.
+    async fn listen_table(&mut self, channel: &str) -> Result<(), Error> {
+        self.listen(channel).await?;
+        self.table.listen(channel).await
     }
 
     async fn unlisten(&mut self, channel: &str) -> Result<(), Error> {
-        Ok(self.listener.unlisten(channel).await?)
+        self.table.unlisten(channel).await?;
+        Ok(self.table.conn.unlisten(channel).await?)
     }
 
-    /// LISTEN keeps no position: a new session listens from now on, and what was sent
-    /// meanwhile may be gone.
-    async fn resume(&mut self, channel: &str, _: Position) -> Result<bool, Error> {
-        self.listen(channel).await.map(|()| true)
+    /// A durable channel resumes from its position in the notify table; a plain one
+    /// listens afresh, and what was sent meanwhile may be gone.
+    async fn resume(&mut self, channel: &str, position: Position) -> Result<bool, Error> {
+        self.listen(channel).await?;
+        self.table.resume(channel, position).await
     }
 
-    fn position(&self, _: &str) -> Option<Position> {
-        None
+    fn position(&self, channel: &str) -> Option<Position> {
+        self.table.position(channel)
     }
 
-    async fn claim(&mut self, _: &str, _: &str, _: i64, _: Duration) -> Result<Claimed, Error> {
-        Err(Error::DurableUnsupported)
+    async fn claim(
+        &mut self,
+        channel: &str,
+        name: &str,
+        token: i64,
+        lease: Duration,
+    ) -> Result<Claimed, Error> {
+        self.table.claim(channel, name, token, lease).await
     }
 
-    async fn store(&mut self, _: &str, _: &str, _: i64, _: Option<&Position>) -> Result<bool, Error> {
-        Err(Error::DurableUnsupported)
+    async fn store(
+        &mut self,
+        channel: &str,
+        name: &str,
+        token: i64,
+        position: Option<&Position>,
+    ) -> Result<bool, Error> {
+        self.table.store(channel, name, token, position).await
     }
 
-    async fn release(&mut self, _: &str, _: &str, _: i64) -> Result<(), Error> {
-        Err(Error::DurableUnsupported)
+    async fn release(&mut self, channel: &str, name: &str, token: i64) -> Result<(), Error> {
+        self.table.release(channel, name, token).await
     }
 
+    /// Waits for LISTEN's notifications or, with durable channels, the poll interval (a
+    /// fallback: gaps age and the cleanup runs even when nothing is sent). A wake-up on a
+    /// durable channel polls the table at once; its payload is not delivered, the row is.
     async fn next(&mut self, control: &mut Control) -> Result<Wake, Error> {
+        let polling = self.table.is_polling();
         let received = tokio::select! {
             biased;
             command = control.commands.recv() => return Ok(Wake::Command(command)),
-            received = self.listener.try_recv() => received?,
+            received = self.table.conn.try_recv() => Some(received?),
+            _ = self.table.ticker.tick(), if polling => None,
         };
-        let Some(first) = received else {
-            return Err(Error::Database(sqlx::Error::Io(std::io::Error::new(
-                std::io::ErrorKind::ConnectionAborted,
-                "the PostgreSQL listening connection was closed",
-            ))));
-        };
-        let mut batch = vec![notification(first)];
-        while let Some(n) = self.listener.next_buffered() {
-            batch.push(notification(n));
+        let mut batch = Vec::new();
+        let mut poll = received.is_none();
+        if let Some(received) = received {
+            let Some(first) = received else {
+                return Err(Error::Database(sqlx::Error::Io(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionAborted,
+                    "the PostgreSQL listening connection was closed",
+                ))));
+            };
+            let mut next = Some(first);
+            while let Some(n) = next {
+                if self.table.is_subscribed(n.channel()) {
+                    poll = true;
+                } else if control.channels.contains(n.channel()) {
+                    // Notifications already on the wire for a channel unlistened since
+                    // are dropped.
+                    batch.push(notification(n));
+                }
+                next = self.table.conn.next_buffered();
+            }
         }
-        // Notifications already on the wire for a channel unlistened since are dropped.
-        batch.retain(|n| control.channels.contains(&n.channel));
+        if poll {
+            match self.table.poll(control).await? {
+                Wake::Notifications(read) => batch.extend(read),
+                command => return Ok(command),
+            }
+        }
         Ok(Wake::Notifications(batch))
     }
 }

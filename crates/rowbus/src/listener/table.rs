@@ -1,5 +1,6 @@
-//! MySQL/MariaDB and SQLite: the notify-table core driven on one connection (each
-//! database's [`TableConn`] is in its `crate::sql` module).
+//! The notify-table core driven on one connection: every listener on MySQL/MariaDB and
+//! SQLite, PostgreSQL's durable channels (each database's [`TableConn`] is in its
+//! `crate::sql` module).
 
 use std::future::Future;
 use std::time::Duration;
@@ -37,9 +38,10 @@ pub(crate) trait TableConn: Send + Sized + 'static {
 /// One listen connection and its own core object: a new connection starts a new core,
 /// resumed from the positions the old one reached.
 pub(crate) struct TableSession<C: TableConn> {
-    conn: C,
+    pub(super) conn: C,
     table: NotifyTable,
-    ticker: Interval,
+    /// Every poll interval; on PostgreSQL only a fallback to LISTEN's wake-ups.
+    pub(super) ticker: Interval,
     /// The positions table's statements; `None` when the notify table's name leaves no
     /// room for its suffix.
     positions: Option<PositionsSql<C::Db>>,
@@ -198,6 +200,25 @@ impl<C: TableConn> Session for TableSession<C> {
             command = control.commands.recv() => return Ok(Wake::Command(command)),
             _ = self.ticker.tick() => {}
         }
+        self.poll(control).await
+    }
+}
+
+// What PostgreSQL's session, which reads only some channels from the table, asks.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+impl<C: TableConn> TableSession<C> {
+    /// Whether `channel` is read from the table.
+    pub(super) fn is_subscribed(&self, channel: &str) -> bool {
+        self.table.is_subscribed(channel)
+    }
+
+    /// Whether any channel is read from the table.
+    pub(super) fn is_polling(&self) -> bool {
+        self.table.channel_count() > 0
+    }
+
+    /// Polls the table now (then cleans up when due): what was committed since.
+    pub(super) async fn poll(&mut self, control: &mut Control) -> Result<Wake, Error> {
         let Some((stmt, token)) = self.table.poll_sql() else {
             return Ok(Wake::Notifications(Vec::new()));
         };
@@ -206,14 +227,12 @@ impl<C: TableConn> Session for TableSession<C> {
         };
         let notifications = self.table.polled(token, rows?)?;
         if self.table.cleanup_sql().is_some() {
-            let floor = self.floor().await;
-            self.clean_up(floor, control).await;
+            let held = self.held().await;
+            self.clean_up(held, control).await;
         }
         Ok(Wake::Notifications(notifications))
     }
-}
 
-impl<C: TableConn> TableSession<C> {
     fn positions_sql(&self) -> Result<&PositionsSql<C::Db>, Error> {
         self.positions.as_ref().ok_or_else(|| Error::PositionsTableName {
             table: self.table.config().table.clone(),
@@ -221,20 +240,22 @@ impl<C: TableConn> TableSession<C> {
         })
     }
 
-    /// The lowest id a live durable listener has not read: the cleanup keeps it and what
-    /// is above. `Err` when that cannot be known: the cleanup waits.
-    async fn floor(&mut self) -> Result<Option<u64>, ()> {
-        let Some(sql) = self.positions.as_ref().filter(|_| !self.no_positions_table) else { return Ok(None) };
-        let stmt = Statement { sql: sql.floor.clone(), binds: vec![micros(self.durable_live)] };
-        match self.conn.rows(&stmt, 0).await {
-            Ok(rows) => {
-                let floor = rows.first().and_then(|r| r.ints.first().copied().flatten());
-                Ok(floor.map(|f| u64::try_from(f).unwrap_or(0)))
-            }
+    /// Per channel, the lowest id a live durable listener of it has not read: the
+    /// cleanup keeps those rows. `Err` when that cannot be known: the cleanup waits.
+    async fn held(&mut self) -> Result<Vec<(String, u64)>, ()> {
+        let Some(sql) = self.positions.as_ref().filter(|_| !self.no_positions_table) else {
+            return Ok(Vec::new());
+        };
+        let stmt = Statement { sql: sql.held.clone(), binds: vec![micros(self.durable_live)] };
+        match self.conn.rows(&stmt, 1).await {
+            Ok(rows) => Ok(rows
+                .iter()
+                .map(|r| (r.text(0).to_owned(), u64::try_from(r.int(0)).unwrap_or(0)))
+                .collect()),
             Err(e) if is_missing_table(&e) => {
                 // Deployed before durable listeners: nothing holds the cleanup back.
                 self.no_positions_table = true;
-                Ok(None)
+                Ok(Vec::new())
             }
             Err(error) => {
                 warn!(%error, "reading the durable listeners' positions failed; the cleanup waits");
@@ -243,13 +264,14 @@ impl<C: TableConn> TableSession<C> {
         }
     }
 
-    /// Runs the retention cleanup below `floor` (`Err`: none this time).
-    async fn clean_up(&mut self, floor: Result<Option<u64>, ()>, control: &mut Control) {
-        let Ok(floor) = floor else {
+    /// Runs the retention cleanup, keeping what `held` holds (`Err`: none this time).
+    async fn clean_up(&mut self, held: Result<Vec<(String, u64)>, ()>, control: &mut Control) {
+        let Ok(held) = held else {
             self.table.cleaned(None);
             return;
         };
-        if let Some(select) = self.table.cleanup_sql_below(floor) {
+        let held: Vec<(&str, u64)> = held.iter().map(|(channel, id)| (channel.as_str(), *id)).collect();
+        if let Some(select) = self.table.cleanup_sql_holding(&held) {
             // The cleanup, too, answers commands while it waits (a table lock stalls it).
             let deleted = match answering(self.conn.fetch_ids(&select), &mut self.table, control).await {
                 Some(Ok(expired)) => match self.table.delete_sql(&expired) {

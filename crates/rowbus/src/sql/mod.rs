@@ -39,9 +39,7 @@ use crate::notify::Notifier;
 pub(crate) use history::HISTORY_INDEX_SUFFIX;
 pub(crate) use history::{HISTORY_SUFFIX, HistorySql, KEEP_SUFFIX, Moved};
 pub(crate) use pause::{PAUSE_SUFFIX, PauseSql};
-pub(crate) use positions::PositionsSql;
-#[cfg(any(feature = "mysql", feature = "sqlite"))]
-pub(crate) use positions::{POSITIONS_SUFFIX, micros, text};
+pub(crate) use positions::{POSITIONS_SUFFIX, PositionsSql, micros, text};
 pub(crate) use schedule::{SCHED_SUFFIX, ScheduleSql, TICKS_SUFFIX};
 pub(crate) use table::{DEAD_FEATURE_COLUMNS, FEATURE_COLUMNS, InsertForm, QUEUE_COLUMNS, TableSql};
 

@@ -3,8 +3,6 @@
 //! form), the lowest id it may still deliver (`first_unread`, what the cleanup keeps),
 //! the owner's token and its last check-in (microseconds since the Unix epoch, server
 //! time). Deploying the notify table creates it.
-// Only the notify table's listener (MySQL/MariaDB, SQLite) runs most of the statements.
-#![cfg_attr(not(any(feature = "mysql", feature = "sqlite")), allow(dead_code))]
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -36,8 +34,9 @@ pub(crate) struct PositionsSql<DB> {
     pub check_in: Arc<str>,
     /// Binds: channel, name, token. Gives the name up.
     pub release: Arc<str>,
-    /// Binds: live µs. The lowest `first_unread` of the positions checked in within it.
-    pub floor: Arc<str>,
+    /// Binds: live µs. Per channel, the lowest `first_unread` of the positions checked in
+    /// within it: what the cleanup keeps of the channel.
+    pub held: Arc<str>,
     /// No binds: every row as channel, name, position, then first unread, owner, µs since
     /// its check-in.
     pub list: Arc<str>,
@@ -86,7 +85,12 @@ impl<DB: Dialect> PositionsSql<DB> {
             .into(),
             check_in: format!("UPDATE {t} SET checked_in = {now} WHERE {key} AND owner = {}", p(3)).into(),
             release: format!("UPDATE {t} SET owner = 0 WHERE {key} AND owner = {}", p(3)).into(),
-            floor: format!("SELECT MIN(first_unread) FROM {t} WHERE checked_in >= {now} - {}", p(1)).into(),
+            held: format!(
+                "SELECT {}, MIN(first_unread) FROM {t} WHERE checked_in >= {now} - {} GROUP BY channel",
+                DB::text_of("channel"),
+                p(1)
+            )
+            .into(),
             list: format!(
                 "SELECT {}, {}, position, first_unread, owner, {now} - checked_in FROM {t} ORDER BY channel, name",
                 DB::text_of("channel"),

@@ -4,19 +4,19 @@ use std::str::FromStr as _;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use notify_table::{NotifyTable, Statement, Value};
-use sqlx::postgres::{PgConnectOptions, PgConnection};
+use notify_table::{Dialect as NotifyDialect, NotifyTable, Row, Statement, Value};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgListener};
 use sqlx::{ConnectOptions as _, Connection as _, Pool, Postgres};
 use tracing::warn;
 
 use super::{DEDUP, DEPLOY_LOCK_WAIT, Dialect, KEYS, READY};
 use crate::backend::{Backend, DbPool, connect_error, invalid_url, pool_options, redact};
 use crate::broker::QueueTable;
-use crate::db::Arg;
 use crate::db::sealed::Driver as _;
+use crate::db::{Arg, TextsAndInts, notify_row, signed_id};
 use crate::error::Error;
 use crate::hosts::{Hosts, connect_first, follow};
-use crate::listener::{ListenerTask, PgSession};
+use crate::listener::{ListenerTask, PgSession, TableConn};
 use crate::notify::{Notifier, check_pg_channel, check_pg_payload};
 
 crate::db::driver!(Postgres, Backend::Postgres);
@@ -326,9 +326,13 @@ impl Dialect for Postgres {
         check_pg_channel(channel)
     }
 
-    fn notify_sql(_: &Notifier, channel: &str, payload: &str) -> Result<Statement, Error> {
+    /// `pg_notify`; in durable mode, the notify-table row with it.
+    fn notify_sql(notifier: &Notifier, channel: &str, payload: &str) -> Result<Statement, Error> {
         check_pg_channel(channel)?;
         check_pg_payload(payload)?;
+        if let Some(table) = &notifier.postgres {
+            return Ok(table.notify_sql(channel, payload)?);
+        }
         Ok(Statement {
             sql: PG_NOTIFY.into(),
             binds: vec![Value::Text(channel.into()), Value::Text(payload.into())],
@@ -349,8 +353,9 @@ impl Dialect for Postgres {
         )
     }
 
-    fn notify_table(_: &Notifier) -> Option<&NotifyTable> {
-        None
+    /// Only in durable mode: LISTEN/NOTIFY needs no table.
+    fn notify_table(notifier: &Notifier) -> Option<&NotifyTable> {
+        notifier.postgres.as_ref()
     }
 
     /// Nothing before the commit: a failed `pg_notify` would abort the caller's
@@ -548,5 +553,51 @@ mod tests {
         let n = Notifier::new(notify_table::Config::default()).unwrap();
         assert!(matches!(Postgres::notify_sql(&n, &"c".repeat(64), ""), Err(Error::PgChannelTooLong { .. })));
         assert_eq!(Postgres::notify_sql(&n, "jobs", "x").unwrap().sql.as_ref(), PG_NOTIFY);
+    }
+}
+
+/// PostgreSQL's durable channels read the notify table on the LISTEN connection itself:
+/// its wake-ups and its statements share one session.
+impl TableConn for PgListener {
+    type Db = Postgres;
+
+    async fn rows(&mut self, stmt: &Statement, texts: usize) -> Result<Vec<TextsAndInts>, sqlx::Error> {
+        let rows = Postgres::statement(stmt).fetch_all(self).await?;
+        rows.iter().map(|row| TextsAndInts::of(row, texts)).collect()
+    }
+
+    fn dialect() -> NotifyDialect {
+        NotifyDialect::Postgres
+    }
+
+    async fn open(url: &str) -> Result<Self, Error> {
+        // PgListener connects through a pool, which retries a refused connection until its
+        // acquire timeout and then reports only the timeout: a direct connection to each
+        // host first fails fast, with the real cause, and picks the host. Every reconnect
+        // comes here, so it goes through the host list again.
+        let host = first_host(url).await?;
+        let mut listener = PgListener::connect(&host)
+            .await
+            .map_err(|source| Error::Connect { target: redact(&host), source })?;
+        // A lost connection ends this session; the driver reconnects and reports it.
+        listener.eager_reconnect(false);
+        Ok(listener)
+    }
+
+    async fn session_id(&mut self) -> Result<Option<u64>, Error> {
+        let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(self).await?;
+        Ok(u64::try_from(pid).ok())
+    }
+
+    async fn fetch(&mut self, stmt: &Statement) -> Result<Vec<Row>, sqlx::Error> {
+        Postgres::statement(stmt).fetch_all(self).await?.iter().map(notify_row).collect()
+    }
+
+    async fn execute(&mut self, stmt: &Statement) -> Result<u64, sqlx::Error> {
+        Ok(Postgres::statement(stmt).execute(self).await?.rows_affected())
+    }
+
+    async fn fetch_ids(&mut self, stmt: &Statement) -> Result<Vec<u64>, sqlx::Error> {
+        Postgres::statement(stmt).fetch_all(self).await?.iter().map(signed_id).collect()
     }
 }

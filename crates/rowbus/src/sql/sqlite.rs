@@ -7,12 +7,13 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use notify_table::{Dialect as NotifyDialect, NotifyTable, Row, Statement};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode};
-use sqlx::{Connection as _, Pool, Row as _, Sqlite};
+use sqlx::{Connection as _, Pool, Sqlite};
 
 use super::{DEDUP, Dialect, KEYS, READY};
 use crate::backend::{Backend, DbPool, connect_error, invalid_url, pool_options};
 use crate::broker::QueueTable;
 use crate::db::sealed::Driver as _;
+use crate::db::{notify_row, signed_id};
 use crate::error::Error;
 use crate::listener::{ListenerTask, TableConn, TableSession};
 use crate::notify::Notifier;
@@ -415,20 +416,7 @@ impl TableConn for SqliteConnection {
     }
 
     async fn fetch(&mut self, stmt: &Statement) -> Result<Vec<Row>, sqlx::Error> {
-        let rows = Sqlite::statement(stmt).fetch_all(self).await?;
-        let unsigned = |v: i64| u64::try_from(v).unwrap_or_default();
-        rows.iter()
-            .map(|r| {
-                Ok(Row {
-                    id: unsigned(r.try_get(0)?),
-                    channel: r.try_get(1)?,
-                    payload: r.try_get(2)?,
-                    pid: unsigned(r.try_get(3)?),
-                    cutoff: r.try_get(4)?,
-                    at: r.try_get(5)?,
-                })
-            })
-            .collect()
+        Sqlite::statement(stmt).fetch_all(self).await?.iter().map(notify_row).collect()
     }
 
     async fn execute(&mut self, stmt: &Statement) -> Result<u64, sqlx::Error> {
@@ -436,8 +424,7 @@ impl TableConn for SqliteConnection {
     }
 
     async fn fetch_ids(&mut self, stmt: &Statement) -> Result<Vec<u64>, sqlx::Error> {
-        let rows = Sqlite::statement(stmt).fetch_all(self).await?;
-        rows.iter().map(|r| Ok(u64::try_from(r.try_get::<i64, _>(0)?).unwrap_or_default())).collect()
+        Sqlite::statement(stmt).fetch_all(self).await?.iter().map(signed_id).collect()
     }
 }
 

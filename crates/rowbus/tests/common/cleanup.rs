@@ -72,12 +72,10 @@ impl Cleanup {
     }
 
     /// Drops the notify table `name` and its durable listeners' positions table at the
-    /// end (PostgreSQL has none: nothing to drop); returns the name.
+    /// end (on PostgreSQL, where a durable deploy made them); returns the name.
     pub fn notify_table(&self, name: &str) -> String {
-        if self.server != Some(Backend::Postgres) {
-            self.table(name);
-            self.table(&format!("{name}_positions"));
-        }
+        self.table(name);
+        self.table(&format!("{name}_positions"));
         name.to_owned()
     }
 

@@ -106,6 +106,16 @@ pub async fn env(url: Option<&str>) -> Env {
 }
 
 pub async fn env_with(url: Option<&str>, adjust: impl FnOnce(&mut NotifyConfig)) -> Env {
+    env_made(url, adjust, false).await
+}
+
+/// [`env_with`] whose notifier and notify table are durable ones: on PostgreSQL, the
+/// notify table is deployed and notifications write rows to it as well.
+pub async fn durable_env_with(url: Option<&str>, adjust: impl FnOnce(&mut NotifyConfig)) -> Env {
+    env_made(url, adjust, true).await
+}
+
+async fn env_made(url: Option<&str>, adjust: impl FnOnce(&mut NotifyConfig), durable: bool) -> Env {
     let (url, sqlite) = url_for(url);
     let db = DbPool::connect_creating(&url, 8).await.unwrap_or_else(|e| {
         panic!("the test database {url} must be reachable (run scripts/services.sh): {e}")
@@ -119,8 +129,13 @@ pub async fn env_with(url: Option<&str>, adjust: impl FnOnce(&mut NotifyConfig))
     adjust(&mut config);
     let guard = Cleanup::new(db.backend());
     guard.notify_table(&config.table);
-    db.deploy_notify_table(&config).await.expect("deploy the notify table");
-    let notifier = Notifier::new(config.clone()).unwrap();
+    let notifier = if durable {
+        db.deploy_durable_notify_table(&config).await.expect("deploy the notify table");
+        Notifier::durable(config.clone()).unwrap()
+    } else {
+        db.deploy_notify_table(&config).await.expect("deploy the notify table");
+        Notifier::new(config.clone()).unwrap()
+    };
     Env { url, db, config, notifier, _sqlite: sqlite, guard }
 }
 
@@ -161,21 +176,36 @@ impl Env {
 
     /// Rows in the notify table on `channel`.
     pub async fn count(&self, channel: &str) -> i64 {
-        let sql = format!("SELECT COUNT(*) FROM `{}` WHERE channel = ?", self.config.table);
-        let sql = sqlx::AssertSqlSafe(sql);
+        let table = &self.config.table;
         match &self.db {
-            DbPool::MySql(pool) => sqlx::query_scalar(sql).bind(channel).fetch_one(pool).await.unwrap(),
-            DbPool::Sqlite(pool) => sqlx::query_scalar(sql).bind(channel).fetch_one(pool).await.unwrap(),
-            DbPool::Postgres(_) => panic!("PostgreSQL has no notify table"),
+            DbPool::MySql(pool) => {
+                let sql = sqlx::AssertSqlSafe(format!("SELECT COUNT(*) FROM `{table}` WHERE channel = ?"));
+                sqlx::query_scalar(sql).bind(channel).fetch_one(pool).await.unwrap()
+            }
+            DbPool::Sqlite(pool) => {
+                let sql = sqlx::AssertSqlSafe(format!("SELECT COUNT(*) FROM `{table}` WHERE channel = ?"));
+                sqlx::query_scalar(sql).bind(channel).fetch_one(pool).await.unwrap()
+            }
+            DbPool::Postgres(pool) => {
+                let sql = sqlx::AssertSqlSafe(format!("SELECT COUNT(*) FROM \"{table}\" WHERE channel = $1"));
+                sqlx::query_scalar(sql).bind(channel).fetch_one(pool).await.unwrap()
+            }
         }
     }
 
     /// Drops the test's notify table (MariaDB keeps tables across runs).
     pub async fn cleanup(self) {
         let positions = format!("{}_positions", self.config.table);
-        if let DbPool::MySql(pool) = &self.db {
-            let sql = format!("DROP TABLE IF EXISTS `{}`, `{positions}`", self.config.table);
-            pool.execute(sqlx::query(sqlx::AssertSqlSafe(sql))).await.unwrap();
+        match &self.db {
+            DbPool::MySql(pool) => {
+                let sql = format!("DROP TABLE IF EXISTS `{}`, `{positions}`", self.config.table);
+                pool.execute(sqlx::query(sqlx::AssertSqlSafe(sql))).await.unwrap();
+            }
+            DbPool::Postgres(pool) => {
+                let sql = format!("DROP TABLE IF EXISTS \"{}\", \"{positions}\"", self.config.table);
+                pool.execute(sqlx::query(sqlx::AssertSqlSafe(sql))).await.unwrap();
+            }
+            DbPool::Sqlite(_) => {}
         }
         self.guard.forget(&self.config.table);
         self.guard.forget(&positions);

@@ -76,7 +76,12 @@ async fn notify_until(
                     tokio::time::sleep(hold).await;
                     if commit { tx.commit().await } else { tx.rollback().await }
                 }
-                DbPool::Postgres(_) => unreachable!("no durable listeners on PostgreSQL"),
+                DbPool::Postgres(pool) => {
+                    let mut tx = pool.begin().await.expect("begin");
+                    notifier.notify(&mut *tx, channel, &payload).await.expect("notify");
+                    tokio::time::sleep(hold).await;
+                    if commit { tx.commit().await } else { tx.rollback().await }
+                }
             };
             done.expect("end the transaction");
             if commit { committed.push(payload) } else { rolled_back.push(payload) }
@@ -96,7 +101,7 @@ fn sigkill_and_restart_miss_nothing(kind: Kind) {
     let database = Database::new(kind, &table);
     database.cleanup.notify_table(&table);
     let db = Db { database, table };
-    let deployed = run(db.rowbus(&["deploy"]));
+    let deployed = run(db.rowbus(&["deploy", "--durable"]));
     assert!(deployed.status.success(), "deploy failed\n{}", show(&deployed));
     let (channel, name) = (unique("dch"), unique("reader"));
     let prefix = format!("{channel}: ");
@@ -104,7 +109,8 @@ fn sigkill_and_restart_miss_nothing(kind: Kind) {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let pool = runtime.block_on(DbPool::connect_with_size(&db.database.url, SESSIONS as u32 + 1)).unwrap();
     let config = NotifyConfig { table: db.table.clone(), ..NotifyConfig::default() };
-    let notifier = Notifier::new(config).unwrap();
+    // On PostgreSQL the notify table's rows come from durable notifiers only.
+    let notifier = Notifier::durable(config).unwrap();
 
     let mut first = listen(&db, &channel, &name);
     let start = Instant::now();
@@ -184,4 +190,43 @@ fn sigkill_and_restart_miss_nothing(kind: Kind) {
     );
     runtime.block_on(pool.close());
 }
-on_each_database!(sigkill_and_restart_miss_nothing on mariadb, sqlite);
+on_each_database!(sigkill_and_restart_miss_nothing);
+
+/// `rowbus notify --durable` on PostgreSQL writes the row a durable `listen` reads, and
+/// still reaches a plain `listen`; a plain `notify` reaches only the plain one.
+fn postgres_durable_notify_reaches_both_listeners(kind: Kind) {
+    let table = unique("dcli");
+    let database = Database::new(kind, &table);
+    database.cleanup.notify_table(&table);
+    let db = Db { database, table };
+    let plain_deploy = run(db.rowbus(&["deploy"]));
+    let said = String::from_utf8_lossy(&plain_deploy.stdout);
+    assert!(plain_deploy.status.success() && said.contains("deploy --durable"), "{}", show(&plain_deploy));
+    let refused = run(db.rowbus(&["notify", "x", "--durable"]));
+    assert!(!refused.status.success(), "notified durably without the table");
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("rowbus deploy --durable"),
+        "{}",
+        show(&refused)
+    );
+    let deployed = run(db.rowbus(&["deploy", "--durable"]));
+    assert!(deployed.status.success(), "deploy failed\n{}", show(&deployed));
+
+    let channel = unique("both");
+    let mut durable = listen(&db, &channel, &unique("reader"));
+    let mut plain = Running::spawn(db.rowbus(&["listen", &channel]), TIMEOUT);
+    plain.await_stderr("listening on", TIMEOUT, |line| line.contains("listening on"));
+    for args in [["notify", &channel, "plain"].as_slice(), &["notify", &channel, "kept", "--durable"]] {
+        let sent = run(db.rowbus(args));
+        assert!(sent.status.success(), "{}", show(&sent));
+    }
+    assert_eq!(plain.next_line("the plain notification"), format!("{channel}: plain"));
+    assert_eq!(plain.next_line("the durable notification"), format!("{channel}: kept"));
+    assert_eq!(durable.next_line("the durable notification"), format!("{channel}: kept"));
+    durable.no_line(Duration::from_millis(500), "the plain notification has no row");
+    for mut running in [durable, plain] {
+        let (status, _, stderr) = running.stop("TERM");
+        assert!(status.success(), "{status}, {stderr:?}");
+    }
+}
+on_each_database!(postgres_durable_notify_reaches_both_listeners on postgres);

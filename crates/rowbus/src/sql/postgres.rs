@@ -474,6 +474,11 @@ impl Dialect for Postgres {
         format!("(EXTRACT(EPOCH FROM now() - {expr}) * 1000000)::BIGINT")
     }
 
+    /// The notify table keeps UTC times without a zone (as MySQL's does).
+    fn notify_age(expr: &str) -> String {
+        format!("(EXTRACT(EPOCH FROM (now() AT TIME ZONE 'UTC') - {expr}) * 1000000)::BIGINT")
+    }
+
     /// The identity sequence's last value: `pg_sequence_last_value` is NULL until the
     /// sequence is first used (`is_called` false), and refuses a role with neither SELECT
     /// nor USAGE on it (the `pg_sequences` view would say NULL, read as 0).

@@ -34,7 +34,7 @@ status=0
 # (scripts/galera.sh) and a PostgreSQL primary and standby (scripts/pg-standby.sh) when
 # they are down; they are throwaway and CPU-heavy: stopped after the run, however it went.
 trap 'scripts/galera.sh down >/dev/null 2>&1 || true; scripts/pg-standby.sh down >/dev/null 2>&1 || true' EXIT
-cargo test --workspace "$@" || status=$?
+cargo test --workspace --no-fail-fast "$@" || status=$?
 after=$(test_tables)
 
 extra=$(LC_ALL=C comm -13 <(printf '%s\n' "$before") <(printf '%s\n' "$after") | grep -vxF "$shared" || true)

@@ -62,7 +62,8 @@ impl Db {
             Kind::Postgres => {
                 assert_eq!(
                     stdout,
-                    "PostgreSQL has LISTEN/NOTIFY built in: no notify table needed, nothing to do\n"
+                    "PostgreSQL has LISTEN/NOTIFY built in: no notify table needed, nothing to do \
+                     (durable listeners need one: `rowbus deploy --durable`)\n"
                 );
             }
             Kind::MariaDb | Kind::Sqlite => {

@@ -71,9 +71,9 @@ impl Db {
         }
         let stdout = self.ok(&args);
         let mut expected = match self.database.kind {
-            Kind::Postgres => {
-                "PostgreSQL has LISTEN/NOTIFY built in: no notify table needed, nothing to do\n".to_owned()
-            }
+            Kind::Postgres => "PostgreSQL has LISTEN/NOTIFY built in: no notify table needed, nothing to do \
+                 (durable listeners need one: `rowbus deploy --durable`)\n"
+                .to_owned(),
             _ => format!("notify table `{}` is ready\n", self.notify_table),
         };
         for q in queues {

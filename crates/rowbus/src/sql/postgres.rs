@@ -489,6 +489,52 @@ impl Dialect for Postgres {
     }
 }
 
+/// PostgreSQL's durable channels read the notify table on the LISTEN connection itself:
+/// its wake-ups and its statements share one session.
+impl TableConn for PgListener {
+    type Db = Postgres;
+
+    async fn rows(&mut self, stmt: &Statement, texts: usize) -> Result<Vec<TextsAndInts>, sqlx::Error> {
+        let rows = Postgres::statement(stmt).fetch_all(self).await?;
+        rows.iter().map(|row| TextsAndInts::of(row, texts)).collect()
+    }
+
+    fn dialect() -> NotifyDialect {
+        NotifyDialect::Postgres
+    }
+
+    async fn open(url: &str) -> Result<Self, Error> {
+        // PgListener connects through a pool, which retries a refused connection until its
+        // acquire timeout and then reports only the timeout: a direct connection to each
+        // host first fails fast, with the real cause, and picks the host. Every reconnect
+        // comes here, so it goes through the host list again.
+        let host = first_host(url).await?;
+        let mut listener = PgListener::connect(&host)
+            .await
+            .map_err(|source| Error::Connect { target: redact(&host), source })?;
+        // A lost connection ends this session; the driver reconnects and reports it.
+        listener.eager_reconnect(false);
+        Ok(listener)
+    }
+
+    async fn session_id(&mut self) -> Result<Option<u64>, Error> {
+        let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(self).await?;
+        Ok(u64::try_from(pid).ok())
+    }
+
+    async fn fetch(&mut self, stmt: &Statement) -> Result<Vec<Row>, sqlx::Error> {
+        Postgres::statement(stmt).fetch_all(self).await?.iter().map(notify_row).collect()
+    }
+
+    async fn execute(&mut self, stmt: &Statement) -> Result<u64, sqlx::Error> {
+        Ok(Postgres::statement(stmt).execute(self).await?.rows_affected())
+    }
+
+    async fn fetch_ids(&mut self, stmt: &Statement) -> Result<Vec<u64>, sqlx::Error> {
+        Postgres::statement(stmt).fetch_all(self).await?.iter().map(signed_id).collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -558,51 +604,5 @@ mod tests {
         let n = Notifier::new(notify_table::Config::default()).unwrap();
         assert!(matches!(Postgres::notify_sql(&n, &"c".repeat(64), ""), Err(Error::PgChannelTooLong { .. })));
         assert_eq!(Postgres::notify_sql(&n, "jobs", "x").unwrap().sql.as_ref(), PG_NOTIFY);
-    }
-}
-
-/// PostgreSQL's durable channels read the notify table on the LISTEN connection itself:
-/// its wake-ups and its statements share one session.
-impl TableConn for PgListener {
-    type Db = Postgres;
-
-    async fn rows(&mut self, stmt: &Statement, texts: usize) -> Result<Vec<TextsAndInts>, sqlx::Error> {
-        let rows = Postgres::statement(stmt).fetch_all(self).await?;
-        rows.iter().map(|row| TextsAndInts::of(row, texts)).collect()
-    }
-
-    fn dialect() -> NotifyDialect {
-        NotifyDialect::Postgres
-    }
-
-    async fn open(url: &str) -> Result<Self, Error> {
-        // PgListener connects through a pool, which retries a refused connection until its
-        // acquire timeout and then reports only the timeout: a direct connection to each
-        // host first fails fast, with the real cause, and picks the host. Every reconnect
-        // comes here, so it goes through the host list again.
-        let host = first_host(url).await?;
-        let mut listener = PgListener::connect(&host)
-            .await
-            .map_err(|source| Error::Connect { target: redact(&host), source })?;
-        // A lost connection ends this session; the driver reconnects and reports it.
-        listener.eager_reconnect(false);
-        Ok(listener)
-    }
-
-    async fn session_id(&mut self) -> Result<Option<u64>, Error> {
-        let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()").fetch_one(self).await?;
-        Ok(u64::try_from(pid).ok())
-    }
-
-    async fn fetch(&mut self, stmt: &Statement) -> Result<Vec<Row>, sqlx::Error> {
-        Postgres::statement(stmt).fetch_all(self).await?.iter().map(notify_row).collect()
-    }
-
-    async fn execute(&mut self, stmt: &Statement) -> Result<u64, sqlx::Error> {
-        Ok(Postgres::statement(stmt).execute(self).await?.rows_affected())
-    }
-
-    async fn fetch_ids(&mut self, stmt: &Statement) -> Result<Vec<u64>, sqlx::Error> {
-        Postgres::statement(stmt).fetch_all(self).await?.iter().map(signed_id).collect()
     }
 }

@@ -30,6 +30,10 @@ pub struct NotifyBench {
     /// Print the results as one JSON object
     #[arg(long)]
     json: bool,
+    /// Durable notifications and listeners (on PostgreSQL: the notify table woken by
+    /// LISTEN); the names are forgotten at the end
+    #[arg(long)]
+    durable: bool,
 }
 
 /// Latency percentiles, in milliseconds.
@@ -88,17 +92,28 @@ pub(crate) async fn joined<T>(task: tokio::task::JoinHandle<T>) -> T {
 
 pub async fn notify(url: &str, config: NotifyConfig, args: NotifyBench) -> Result<(), rowbus::Error> {
     let db = DbPool::connect_with_size(url, args.notifiers.max(1)).await?;
-    db.deploy_notify_table(&config).await?;
-    let notifier = Arc::new(Notifier::new(config.clone())?);
+    let notifier = if args.durable {
+        db.deploy_durable_notify_table(&config).await?;
+        Arc::new(Notifier::durable(config.clone())?)
+    } else {
+        db.deploy_notify_table(&config).await?;
+        Arc::new(Notifier::new(config.clone())?)
+    };
     let options = ListenerOptions { notify_table: config.clone(), ..ListenerOptions::default() };
+    let lease = options.durable_lease;
     let mut listener = Listener::connect_with(url, options).await?;
     let run = format!("bench_{}", std::process::id());
     let (latency_channel, load_channel) = (format!("{run}_latency"), format!("{run}_load"));
-    listener.listen(&latency_channel).await?;
-    listener.listen(&load_channel).await?;
+    for channel in [&latency_channel, &load_channel] {
+        if args.durable {
+            listener.listen_durable(channel, &run).await?;
+        } else {
+            listener.listen(channel).await?;
+        }
+    }
 
     // Latency: one notification at a time, spaced at random so they land on every phase
-    // of the poll interval.
+    // of the poll interval (PostgreSQL's LISTEN wakes at once, durable or not).
     let poll = if db.backend() == rowbus::Backend::Postgres { Duration::ZERO } else { config.poll_interval };
     let progress = bar(u64::from(args.samples), "latency");
     let sent_at: Arc<Mutex<HashMap<u64, Instant>>> = Arc::default();
@@ -191,11 +206,18 @@ pub async fn notify(url: &str, config: NotifyConfig, args: NotifyBench) -> Resul
     let total = sent.load(Ordering::Relaxed);
     let window = args.duration.as_secs_f64();
     let receive_window = (last_received_at - started).as_secs_f64().max(window);
+    if args.durable {
+        for channel in [&latency_channel, &load_channel] {
+            listener.unlisten(channel).await?;
+            db.run(Forget { config: &config, channel, name: &run, lease }).await?;
+        }
+    }
     drop(listener);
     db.close().await;
 
     let results = serde_json::json!({
         "backend": db.backend().name(),
+        "durable": args.durable,
         "poll_interval_ms": poll.as_secs_f64() * 1000.0,
         "latency_samples": args.samples,
         "latency_lost": lost_samples,
@@ -238,6 +260,21 @@ pub async fn notify(url: &str, config: NotifyConfig, args: NotifyBench) -> Resul
         }
     }
     Ok(())
+}
+
+/// Forgets a durable name of the run.
+struct Forget<'a> {
+    config: &'a NotifyConfig,
+    channel: &'a str,
+    name: &'a str,
+    lease: Duration,
+}
+
+impl rowbus::OnPool for Forget<'_> {
+    type Output = Result<bool, rowbus::Error>;
+    async fn run<DB: rowbus::Db>(self, pool: rowbus::sqlx::Pool<DB>) -> Self::Output {
+        rowbus::forget_durable_listener(&pool, self.config, self.channel, self.name, self.lease).await
+    }
 }
 
 #[cfg(test)]

@@ -85,6 +85,7 @@ pub use deploy::NotifyDeploy;
 pub use error::Error;
 pub use listener::{
     DurableListener, Event, Listener, ListenerHandle, ListenerOptions, Resume, durable_listeners,
+    forget_durable_listener,
 };
 pub use notify::{
     Notifier, PG_MAX_CHANNEL_BYTES, PG_PAYLOAD_LIMIT_BYTES, check_pg_channel, check_pg_payload, notify,

@@ -180,7 +180,7 @@ async fn a_durable_channel_survives_a_killed_session(server: Option<&str>) {
         DbPool::MySql(pool) => drop(sqlx::query("KILL CONNECTION ?").bind(id).execute(pool).await.unwrap()),
         DbPool::Postgres(pool) => {
             let pid = i32::try_from(id).unwrap();
-            drop(sqlx::query("SELECT pg_terminate_backend($1)").bind(pid).execute(pool).await.unwrap());
+            sqlx::query("SELECT pg_terminate_backend($1)").bind(pid).execute(pool).await.unwrap();
         }
         DbPool::Sqlite(_) => unreachable!("SQLite has no session to kill"),
     }
@@ -291,6 +291,37 @@ async fn a_trailing_space_makes_another_durable_position(server: Option<&str>) {
     env.cleanup().await;
 }
 
+/// A durable name's stored position can be forgotten once no process holds it: it is no
+/// longer listed, and the name starts afresh.
+async fn a_free_name_can_be_forgotten(server: Option<&str>) {
+    let env = env(server).await;
+    let (ch, name) = (unique("forget"), unique("n"));
+    let mut held = listener(&env).await;
+    assert_eq!(held.listen_durable(&ch, &name).await.unwrap(), Resume::New);
+    let lease = Duration::from_secs(1);
+    let refused = env.db.run(Forget(env.config.clone(), ch.clone(), name.clone(), lease)).await;
+    assert!(matches!(refused, Err(Error::DurableNameTaken { .. })), "{refused:?}");
+    held.unlisten(&ch).await.unwrap();
+    let forgot = env.db.run(Forget(env.config.clone(), ch.clone(), name.clone(), lease)).await;
+    assert!(forgot.unwrap(), "a free name's position is deleted");
+    assert!(!env.db.run(Listed(env.config.clone())).await.iter().any(|d| d.name == name));
+    let again = env.db.run(Forget(env.config.clone(), ch.clone(), name.clone(), lease)).await;
+    assert!(!again.unwrap(), "nothing left to delete");
+    assert_eq!(held.listen_durable(&ch, &name).await.unwrap(), Resume::New);
+    drop(held);
+    env.cleanup().await;
+}
+
+/// [`rowbus::forget_durable_listener`] on any database.
+struct Forget(rowbus::NotifyConfig, String, String, Duration);
+
+impl rowbus::OnPool for Forget {
+    type Output = Result<bool, Error>;
+    async fn run<DB: rowbus::Db>(self, pool: sqlx::Pool<DB>) -> Self::Output {
+        rowbus::forget_durable_listener(&pool, &self.0, &self.1, &self.2, self.3).await
+    }
+}
+
 async fn exec(env: &Env, sql: String) {
     let sql = sqlx::AssertSqlSafe(sql);
     match &env.db {
@@ -346,7 +377,7 @@ async fn postgres_durable_and_plain_listeners_share_a_channel() {
     env.db.notify_with(&not_durable, &plain_ch, "plain").await.unwrap();
     assert_eq!(cp(&notification(&mut plain).await), (ch.as_str(), "no row"));
     assert_eq!(cp(&notification(&mut plain).await), (ch.as_str(), "with a row"));
-    let mut got = vec![notification(&mut durable).await, notification(&mut durable).await];
+    let mut got = [notification(&mut durable).await, notification(&mut durable).await];
     got.sort_by(|a, b| a.channel.cmp(&b.channel));
     let got: Vec<(&str, &str)> = got.iter().map(cp).collect();
     let mut want = vec![(ch.as_str(), "with a row"), (plain_ch.as_str(), "plain")];
@@ -377,4 +408,5 @@ on!(the_cleanup_keeps_what_a_durable_listener_behind_has_not_read: mariadb = Som
 on!(a_durable_channel_survives_a_killed_session: mariadb = Some(super::MARIADB), postgres = Some(super::PG));
 on!(a_trailing_space_makes_another_durable_position: mariadb = Some(super::MARIADB), postgres = Some(super::PG), sqlite = None);
 on!(a_gap_is_reported_only_when_the_rows_were_not_held: mariadb = Some(super::MARIADB), postgres = Some(super::PG), sqlite = None);
+on!(a_free_name_can_be_forgotten: mariadb = Some(super::MARIADB), postgres = Some(super::PG), sqlite = None);
 on!(acknowledging_while_the_buffer_is_full_goes_on: mariadb = Some(super::MARIADB), postgres = Some(super::PG), sqlite = None);

@@ -84,3 +84,45 @@ pub async fn durable_listeners<DB: Db>(
     }
     Ok(out)
 }
+
+/// Deletes durable listener `name`'s stored position on `channel`, so that it no longer
+/// shows in [`durable_listeners`] and a listener taking the name next starts afresh
+/// ([`Resume::New`](crate::Resume::New)). Refuses ([`Error::DurableNameTaken`]) a name
+/// a process holds and checked in within `lease` (its
+/// [`durable_lease`](crate::ListenerOptions::durable_lease)): stop it first. Returns
+/// whether there was a position to delete.
+///
+/// ```no_run
+/// # async fn f(pool: sqlx::MySqlPool) -> Result<(), rowbus::Error> {
+/// let lease = rowbus::ListenerOptions::default().durable_lease;
+/// rowbus::forget_durable_listener(&pool, &Default::default(), "jobs", "old-mailer", lease).await?;
+/// # Ok(()) }
+/// ```
+pub async fn forget_durable_listener<DB: Db>(
+    pool: &Pool<DB>,
+    config: &Config,
+    channel: &str,
+    name: &str,
+    lease: Duration,
+) -> Result<bool, Error> {
+    let sql = PositionsSql::<DB>::new(&config.table)?;
+    let mut conn = pool.acquire().await?;
+    let key = [Arg::Text(channel), Arg::Text(name)];
+    let lease_micros = i64::try_from(lease.as_micros()).unwrap_or(i64::MAX);
+    match DB::execute(&mut conn, &sql.forget, &[key[0], key[1], Arg::Int(lease_micros)]).await {
+        Ok(deleted) if deleted > 0 => return Ok(true),
+        Ok(_) => {}
+        Err(e) if is_missing_table(&e) => return Ok(false),
+        Err(e) => return Err(e.into()),
+    }
+    // Nothing deleted: no such name, or one a process holds.
+    let held = DB::fetch_rows(&mut conn, &sql.read, &key, 1).await?;
+    match held.first() {
+        Some(row) => {
+            let since = Duration::from_micros(u64::try_from(row.int(1)).unwrap_or(0));
+            let (channel, name) = (channel.to_owned(), name.to_owned());
+            Err(Error::DurableNameTaken { channel, name, since, expires_in: lease.saturating_sub(since) })
+        }
+        None => Ok(false),
+    }
+}

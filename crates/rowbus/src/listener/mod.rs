@@ -20,7 +20,7 @@ use crate::db::Db;
 use crate::error::Error;
 use driver::Command;
 pub(crate) use driver::Driver as ListenerTask;
-pub use durable::{DurableListener, durable_listeners};
+pub use durable::{DurableListener, durable_listeners, forget_durable_listener};
 #[cfg(feature = "postgres")]
 pub(crate) use pg::PgSession;
 pub(crate) use table::TableConn;

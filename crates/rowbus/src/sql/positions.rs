@@ -34,6 +34,9 @@ pub(crate) struct PositionsSql<DB> {
     pub check_in: Arc<str>,
     /// Binds: channel, name, token. Gives the name up.
     pub release: Arc<str>,
+    /// Binds: channel, name, lease µs. Deletes the name's row unless a process holds it
+    /// and checked in within the lease.
+    pub forget: Arc<str>,
     /// Binds: live µs. Per channel, the lowest `first_unread` of the positions checked in
     /// within it: what the cleanup keeps of the channel.
     pub held: Arc<str>,
@@ -85,6 +88,7 @@ impl<DB: Dialect> PositionsSql<DB> {
             .into(),
             check_in: format!("UPDATE {t} SET checked_in = {now} WHERE {key} AND owner = {}", p(3)).into(),
             release: format!("UPDATE {t} SET owner = 0 WHERE {key} AND owner = {}", p(3)).into(),
+            forget: format!("DELETE FROM {t} WHERE {key} AND (owner = 0 OR checked_in < {now} - {})", p(3)).into(),
             held: format!(
                 "SELECT {}, MIN(first_unread) FROM {t} WHERE checked_in >= {now} - {} GROUP BY channel",
                 DB::text_of("channel"),

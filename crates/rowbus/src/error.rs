@@ -313,6 +313,12 @@ pub enum Error {
     /// A statement failed.
     #[error("database error: {}", without_server_line(&.0.to_string()))]
     Database(#[from] sqlx::Error),
+    /// The statement that carried this publish together with others made at the same
+    /// moment ([`Queue::publish`](crate::Queue::publish)) failed: its error, which each
+    /// of them gets. As with any failed statement, nothing of it was stored, unless the
+    /// connection was lost after the commit.
+    #[error(transparent)]
+    Shared(std::sync::Arc<Error>),
 }
 
 impl Error {
@@ -322,6 +328,7 @@ impl Error {
         match self {
             Error::Connect { .. } | Error::NoHost { .. } | Error::ReadOnlyHost { .. } => true,
             Error::Database(e) => is_connection_lost(e),
+            Error::Shared(e) => e.is_connection_error(),
             _ => false,
         }
     }
@@ -351,8 +358,29 @@ impl Error {
                         .iter()
                         .any(|m| db.message().contains(m))
             }
+            Error::Shared(e) => e.is_permanent(),
             _ => false,
         }
+    }
+
+    /// This error for each of several callers: a copy where it holds only its
+    /// description (a missing table, say), else one [`Error::Shared`] for all.
+    pub(crate) fn for_each(self, callers: usize) -> Vec<Error> {
+        let copy = |e: &Error| match e {
+            Error::MissingQueueTable { table } => Some(Error::MissingQueueTable { table: table.clone() }),
+            Error::MissingPauseTable { table } => Some(Error::MissingPauseTable { table: table.clone() }),
+            Error::MissingHistoryTable { table } => Some(Error::MissingHistoryTable { table: table.clone() }),
+            Error::ShuttingDown => Some(Error::ShuttingDown),
+            _ => None,
+        };
+        if callers <= 1 {
+            return vec![self];
+        }
+        if let Some(first) = copy(&self) {
+            return std::iter::once(first).chain((1..callers).filter_map(|_| copy(&self))).collect();
+        }
+        let shared = std::sync::Arc::new(self);
+        (0..callers).map(|_| Error::Shared(shared.clone())).collect()
     }
 
     /// The error and its causes, on one line.

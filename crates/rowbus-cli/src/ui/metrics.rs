@@ -52,8 +52,13 @@ impl Exposition {
 type Counter = (&'static str, &'static str, fn(&Stats) -> u64);
 
 /// The counters of [`Stats`] exported.
-const COUNTERS: [Counter; 6] = [
+const COUNTERS: [Counter; 7] = [
     ("rowbus_published_total", "Messages this process published.", |s| s.published),
+    (
+        "rowbus_publish_statements_total",
+        "INSERT statements that carried this process's publishes (a batch shares one, and so do publishes made at the same moment).",
+        |s| s.publishes,
+    ),
     ("rowbus_acknowledged_total", "Messages this process acknowledged (deleted after handling).", |s| {
         s.acked
     }),
@@ -214,6 +219,7 @@ mod tests {
             NotifyTableStats { table: "rowbus_notify".into(), rows: 7, oldest: Some(Duration::from_secs(3)) };
         let stats = Stats {
             published: 5,
+            publishes: 2,
             acked: 4,
             retried: 3,
             dead_lettered: 2,
@@ -255,6 +261,7 @@ mod tests {
                 "rowbus_notify_table_rows",
                 "rowbus_notify_table_oldest_age_seconds",
                 "rowbus_published_total",
+                "rowbus_publish_statements_total",
                 "rowbus_acknowledged_total",
                 "rowbus_retried_total",
                 "rowbus_dead_lettered_total",
@@ -268,6 +275,7 @@ mod tests {
             "rowbus_notify_table_rows{table=\"rowbus_notify\"} 7",
             "rowbus_notify_table_oldest_age_seconds{table=\"rowbus_notify\"} 3",
             "rowbus_published_total 5",
+            "rowbus_publish_statements_total 2",
             "rowbus_acknowledged_total 4",
             "rowbus_retried_total 3",
             "rowbus_dead_lettered_total 2",

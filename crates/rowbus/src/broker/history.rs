@@ -306,6 +306,7 @@ pub(crate) fn start_cleanup<DB: Db>(queue: &Queue<DB>) {
     }
     let inner: Weak<Inner<DB>> = Arc::downgrade(queue.inner());
     let (sql, keeping): (Arc<TableSql<DB>>, Arc<Keeping>) = (queue.sql.clone(), queue.keeping.clone());
+    let publishing = queue.publishing.clone();
     let mut shutdown = queue.inner().shutdown.subscribe();
     let span = info_span!("rowbus.history", table = %queue.table());
     tokio::spawn(
@@ -313,7 +314,12 @@ pub(crate) fn start_cleanup<DB: Db>(queue: &Queue<DB>) {
             loop {
                 // A queue handle for this pass only: the task must not keep the broker alive.
                 let Some(inner) = inner.upgrade() else { return };
-                let queue = Queue { broker: Broker { inner }, sql: sql.clone(), keeping: keeping.clone() };
+                let queue = Queue {
+                    broker: Broker { inner },
+                    sql: sql.clone(),
+                    keeping: keeping.clone(),
+                    publishing: publishing.clone(),
+                };
                 match clean(&queue).await {
                     Ok(pruned) if pruned.rows > 0 => debug!(rows = pruned.rows, "expired history deleted"),
                     Ok(_) => {}

@@ -4,6 +4,7 @@ mod acks;
 mod admin;
 mod ahead;
 mod claim;
+mod coalesce;
 mod dead;
 mod delivery;
 mod exec;
@@ -199,6 +200,8 @@ pub(crate) struct Inner<DB: Db> {
     tables: Mutex<HashMap<QueueTable, Arc<TableSql<DB>>>>,
     /// Each queue's keep setting as this broker last read it.
     keeping: Mutex<HashMap<QueueTable, Arc<history::Keeping>>>,
+    /// Each queue's autocommitted publishes on their way.
+    publishing: Mutex<HashMap<QueueTable, Arc<coalesce::Coalescer>>>,
     /// Wakes other processes: set when `listen_notify` is on.
     pub notifier: Option<Notifier>,
     pub listen: Option<ListenerHandle>,
@@ -273,6 +276,7 @@ impl<DB: Db> Broker<DB> {
             schedulers: scheduler::Schedulers::default(),
             tables: Mutex::default(),
             keeping: Mutex::default(),
+            publishing: Mutex::default(),
             notifier,
             listen: listener.as_ref().map(Listener::handle),
             listen_task: Mutex::default(),
@@ -307,7 +311,9 @@ impl<DB: Db> Broker<DB> {
         drop(tables);
         let mut keeping = self.inner.keeping.lock().unwrap_or_else(|e| e.into_inner());
         let keeping = keeping.entry(sql.table.clone()).or_default().clone();
-        Ok(Queue { broker: self.clone(), sql, keeping })
+        let mut publishing = self.inner.publishing.lock().unwrap_or_else(|e| e.into_inner());
+        let publishing = publishing.entry(sql.table.clone()).or_default().clone();
+        Ok(Queue { broker: self.clone(), sql, keeping, publishing })
     }
 
     /// The pool the broker works on.
@@ -398,11 +404,17 @@ pub struct Queue<DB: Db> {
     broker: Broker<DB>,
     sql: Arc<TableSql<DB>>,
     keeping: Arc<history::Keeping>,
+    publishing: Arc<coalesce::Coalescer>,
 }
 
 impl<DB: Db> Clone for Queue<DB> {
     fn clone(&self) -> Self {
-        Queue { broker: self.broker.clone(), sql: self.sql.clone(), keeping: self.keeping.clone() }
+        Queue {
+            broker: self.broker.clone(),
+            sql: self.sql.clone(),
+            keeping: self.keeping.clone(),
+            publishing: self.publishing.clone(),
+        }
     }
 }
 
@@ -424,28 +436,30 @@ impl<DB: Db> Queue<DB> {
     /// Publishes one message; wakes this broker's subscriptions of its table and group.
     /// Stores nothing when it carries a [`dedup_id`](Message::dedup_id) a message in the
     /// queue has: [`Published::duplicates`] then names it.
+    ///
+    /// Publishes of one queue that overlap share statements: while two of its statements
+    /// are on the way, the publishes that arrive wait, and the next statement carries all
+    /// of them as one multi-row INSERT (one commit for many callers; a lone publisher
+    /// never waits). Each publish still returns only when its own messages are stored,
+    /// and a failed statement fails each publish it carried ([`Error::Shared`]). A publish
+    /// whose future is dropped may still be stored, as with any statement already sent.
+    /// Publishes with a deduplication id, and batches too large for one statement, go on
+    /// their own. Inside a transaction ([`BrokerTx::publish`]) nothing is shared.
     pub async fn publish(&self, message: Message) -> Result<Published, Error> {
         self.publish_batch(std::iter::once(message)).await
     }
 
     /// Publishes many messages in one statement (per 1,000; a message with a
     /// deduplication id in one of its own); says how many were stored and which ids were
-    /// duplicates. Wakes each group's subscriptions once.
+    /// duplicates. Wakes each group's subscriptions once. Shares statements with other
+    /// publishes of the queue made at the same moment, as [`publish`](Self::publish) says.
     pub async fn publish_batch(
         &self,
         messages: impl IntoIterator<Item = Message>,
     ) -> Result<Published, Error> {
         let messages: Vec<Message> = messages.into_iter().collect();
         let limit = publish::checked(self, &messages).await?;
-        let mut conn = self.inner().pool.acquire().await?;
-        let n = publish::insert(self, &mut conn, &messages, limit, true).await?;
-        let groups = groups_of(&messages);
-        publish::wake_others(self, &mut conn, &groups).await;
-        drop(conn);
-        for group in &groups {
-            self.inner().wakers.wake(self.sql.table.channel(), Some(group));
-        }
-        Ok(n)
+        publish::autocommitted(self, messages, limit).await
     }
 
     /// The largest message (payload and group, in bytes) the database takes: a publish of

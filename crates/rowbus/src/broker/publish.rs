@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use notify_table::DurationRange;
 
+use super::coalesce::{Entry, Merged, SHARED_AT_MOST};
 use super::exec::{DEADLOCK_TRIES, micros, queue_error};
 use super::{Message, Published, Queue, check_group};
 use crate::db::{Arg, Db};
@@ -59,6 +60,80 @@ pub(crate) async fn checked<DB: Db>(queue: &Queue<DB>, messages: &[Message]) -> 
     Ok(limit)
 }
 
+/// Publishes `messages` (checked, see [`checked`]) outside any transaction, merged with
+/// the publishes of the queue made at the same moment when they fit one statement (see
+/// [`coalesce`](super::coalesce)), then wakes their groups' subscriptions.
+pub(crate) async fn autocommitted<DB: Db>(
+    queue: &Queue<DB>,
+    messages: Vec<Message>,
+    limit: u64,
+) -> Result<Published, Error> {
+    let bytes = statement_bytes(&messages);
+    let mergeable = !messages.is_empty()
+        && messages.len() <= if DB::ONE_WRITER { INSERT_CHUNK } else { SHARED_AT_MOST }
+        && bytes <= limit
+        && messages.iter().all(|m| m.dedup_id.is_none());
+    if !mergeable {
+        return send(queue, &messages, limit).await;
+    }
+    match queue.publishing.enter(messages, bytes) {
+        Entry::Send(messages) => {
+            let slot = Slot { queue: queue.clone(), limit };
+            let sent = send(queue, &messages, limit).await;
+            drop(slot);
+            sent
+        }
+        // The statement's task only goes away with the runtime.
+        Entry::Wait(carried) => carried.await.unwrap_or(Err(Error::ShuttingDown)),
+    }
+}
+
+/// One INSERT's worth of the queue's publishes in flight. Dropped (its statement done, or
+/// its publish's future dropped), it hands over to the publishes that waited meanwhile: a
+/// task sends them, holding the slot in turn.
+struct Slot<DB: Db> {
+    queue: Queue<DB>,
+    limit: u64,
+}
+
+impl<DB: Db> Drop for Slot<DB> {
+    fn drop(&mut self) {
+        let Some(merged) = self.queue.publishing.next(INSERT_CHUNK, self.limit) else { return };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            merged.settle(Err(Error::ShuttingDown));
+            self.queue.publishing.abandon(|| Error::ShuttingDown);
+            return;
+        };
+        let slot = Slot { queue: self.queue.clone(), limit: self.limit };
+        runtime.spawn(send_merged(slot, merged));
+    }
+}
+
+async fn send_merged<DB: Db>(slot: Slot<DB>, merged: Merged) {
+    let sent = send(&slot.queue, &merged.messages, slot.limit).await;
+    merged.settle(sent.map(drop));
+    drop(slot);
+}
+
+/// Inserts `messages` on a pooled connection, then wakes their groups' subscriptions,
+/// here and (with `listen_notify`) in other processes.
+async fn send<DB: Db>(queue: &Queue<DB>, messages: &[Message], limit: u64) -> Result<Published, Error> {
+    let mut conn = queue.inner().pool.acquire().await?;
+    let published = insert(queue, &mut conn, messages, limit, true).await?;
+    let groups = groups_of(messages);
+    wake_others(queue, &mut conn, &groups).await;
+    drop(conn);
+    for group in &groups {
+        queue.inner().wakers.wake(queue.table().channel(), Some(group));
+    }
+    Ok(published)
+}
+
+/// What `messages` weigh against a statement's limit, as [`statements`] counts.
+fn statement_bytes(messages: &[Message]) -> u64 {
+    messages.iter().map(|m| m.size() + ROW_OVERHEAD).sum()
+}
+
 /// `messages` in runs that one INSERT each carries: at most [`INSERT_CHUNK`] rows whose
 /// bytes stay within `limit`.
 fn statements(messages: &[Message], limit: u64) -> impl Iterator<Item = &[Message]> {
@@ -95,6 +170,7 @@ pub(crate) async fn insert<DB: Db>(
     alone: bool,
 ) -> Result<Published, Error> {
     let mut published = Published::default();
+    let mut sent = 0;
     let unique: Vec<&Message> = messages.iter().filter(|m| m.dedup_id.is_some()).collect();
     // Copies only when a batch mixes the two kinds.
     let plain: std::borrow::Cow<'_, [Message]> = match unique.len() {
@@ -109,6 +185,7 @@ pub(crate) async fn insert<DB: Db>(
         let (skip, take) = form.binds();
         let args: Vec<Arg<'_>> = rows.iter().flat_map(|r| r.args().skip(skip).take(take)).collect();
         published.stored += DB::execute(conn, &sql, &args).await.map_err(|e| queue_error(queue, e))?;
+        sent += 1;
     }
     if !unique.is_empty() {
         let sql = Arc::from(queue.sql.insert_dedup());
@@ -117,6 +194,7 @@ pub(crate) async fn insert<DB: Db>(
             let id = m.dedup_id.as_deref().unwrap_or_default();
             let args: Vec<Arg<'_>> = row.args().chain([Arg::Text(id)]).collect();
             let mut tries = 0;
+            sent += 1;
             let stored = loop {
                 tries += 1;
                 match DB::execute(conn, &sql, &args).await {
@@ -130,7 +208,7 @@ pub(crate) async fn insert<DB: Db>(
             }
         }
     }
-    queue.inner().counters.published(published.stored);
+    queue.inner().counters.published(published.stored, sent);
     Ok(published)
 }
 

@@ -7,6 +7,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub struct Stats {
     /// Messages published through the broker.
     pub published: u64,
+    /// INSERT statements that carried them (`published / publishes` is the mean messages
+    /// per statement: a batch shares one, and so do publishes made at the same moment).
+    pub publishes: u64,
     /// Messages claimed by its subscriptions.
     pub claimed: u64,
     /// Claims that ran (`claimed / claims` is the mean claim size).
@@ -52,6 +55,7 @@ pub struct ClaimFailure {
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
     published: AtomicU64,
+    publishes: AtomicU64,
     claimed: AtomicU64,
     claims: AtomicU64,
     acked: AtomicU64,
@@ -70,8 +74,10 @@ fn add(counter: &AtomicU64, n: u64) {
 }
 
 impl Counters {
-    pub fn published(&self, n: u64) {
+    /// `statements` INSERTs that stored `n` messages.
+    pub fn published(&self, n: u64, statements: u64) {
         add(&self.published, n);
+        add(&self.publishes, statements);
     }
 
     /// A claim that took `rows` messages.
@@ -132,6 +138,7 @@ impl Counters {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         Stats {
             published: get(&self.published),
+            publishes: get(&self.publishes),
             claimed: get(&self.claimed),
             claims: get(&self.claims),
             acked: get(&self.acked),

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# rowbus against ruststream-sqlx 0.7.1: drain a backlog of N messages with 8 workers (single
-# messages), interleaved in one run so that the ratio is measured under the same conditions:
+# rowbus against ruststream-sqlx 0.7.1: publish N single messages from 8 publishers, then drain
+# that backlog with 8 workers (single messages), interleaved in one run so that the ratios are
+# measured under the same conditions:
 #   rowbus, peer (row lock form), peer (lease form), rowbus, peer, peer, ... (ROUNDS rounds)
 # then the medians and the ratio rowbus / peer per database and form. The peer's row lock
 # form is its default; SQLite has no row locks, so there the peer runs in the lease form only.
@@ -36,8 +37,8 @@ for url in "$@"; do
   esac
   for round in $(seq 1 "$ROUNDS"); do
     echo "== $url, round $round of $ROUNDS" >&2
-    "$rowbus" --database-url "$url" bench broker --only drain8 --rounds 1 --messages "$MESSAGES" --json \
-      | python3 -c 'import json,sys; d=json.load(sys.stdin); print(json.dumps({"url": sys.argv[1], "who": "rowbus", "msgs_per_s": d["throughput"]["drain8"]["msgs_per_s"]}))' "$url" \
+    "$rowbus" --database-url "$url" bench broker --only publish1,drain8 --rounds 1 --messages "$MESSAGES" --json \
+      | python3 -c 'import json,sys; d=json.load(sys.stdin); t=d["throughput"]; print(json.dumps({"url": sys.argv[1], "who": "rowbus", "msgs_per_s": t["drain8"]["msgs_per_s"], "publish_msgs_per_s": t["publish1"]["msgs_per_s"]}))' "$url" \
       | tee -a "$results" >&2
     for form in $forms; do
       "$peer" --database-url "$url" --messages "$MESSAGES" --workers 8 --form "$form" --json \
@@ -51,20 +52,22 @@ python3 - "$results" "$MESSAGES" "$ROUNDS" <<'EOF'
 import json, statistics, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
 messages, rounds = sys.argv[2], sys.argv[3]
-print(f"drain of {messages} messages, 8 workers, single messages: medians of {rounds} interleaved rounds")
-print(f"{'database':<42} {'who':<16} {'msgs/s':>9}  {'runs':<26} {'rowbus / this':>13}")
-for url in dict.fromkeys(r["url"] for r in rows):
-    mine = [r for r in rows if r["url"] == url]
-    by = {}
-    for r in mine:
-        by.setdefault(r["who"], []).append(r["msgs_per_s"])
-    ours = statistics.median(by.get("rowbus", [0]))
-    for who, runs in by.items():
-        med = statistics.median(runs)
-        ratio = "" if who == "rowbus" or med == 0 else f"{ours / med:.2f}x"
-        print(f"{url:<42} {who:<16} {med:>9,.0f}  {' '.join(f'{v:,.0f}' for v in runs):<26} {ratio:>13}")
-    peers = {w: statistics.median(v) for w, v in by.items() if w != "rowbus"}
-    if peers:
-        best = max(peers, key=peers.get)
-        print(f"{url:<42} {'ratio vs best':<16} {'':>9}  {best:<26} {ours / peers[best]:>12.2f}x")
+for what, key in (("publish", "publish_msgs_per_s"), ("drain", "msgs_per_s")):
+    print(f"{what} of {messages} messages, 8 at a time, single messages: medians of {rounds} interleaved rounds")
+    print(f"{'database':<42} {'who':<16} {'msgs/s':>9}  {'runs':<26} {'rowbus / this':>13}")
+    for url in dict.fromkeys(r["url"] for r in rows):
+        mine = [r for r in rows if r["url"] == url]
+        by = {}
+        for r in mine:
+            by.setdefault(r["who"], []).append(r[key])
+        ours = statistics.median(by.get("rowbus", [0]))
+        for who, runs in by.items():
+            med = statistics.median(runs)
+            ratio = "" if who == "rowbus" or med == 0 else f"{ours / med:.2f}x"
+            print(f"{url:<42} {who:<16} {med:>9,.0f}  {' '.join(f'{v:,.0f}' for v in runs):<26} {ratio:>13}")
+        peers = {w: statistics.median(v) for w, v in by.items() if w != "rowbus"}
+        if peers:
+            best = max(peers, key=peers.get)
+            print(f"{url:<42} {'ratio vs best':<16} {'':>9}  {best:<26} {ours / peers[best]:>12.2f}x")
+    print()
 EOF

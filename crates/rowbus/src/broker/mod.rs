@@ -49,7 +49,7 @@ pub use delivery::{Delivery, Outcome, Received, TxMessage};
 pub use history::{
     HISTORY_CLEANUP_BATCH, HISTORY_CLEANUP_INTERVAL, HistoryEntry, HistoryOutcome, HistoryPage, Pruned,
 };
-#[cfg(feature = "mysql")]
+#[cfg(any(feature = "mysql", feature = "sqlite"))]
 pub(crate) use lease::ACK_BATCH;
 pub use message::{Headers, MAX_KEY_CHARS, Message, Published};
 pub use pause::Paused;

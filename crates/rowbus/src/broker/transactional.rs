@@ -211,8 +211,8 @@ async fn transactional<DB, H>(
     let mut keyed: Vec<&str> = claimed.iter().filter(|r| r.key.is_some()).map(|r| r.group.as_str()).collect();
     keyed.sort_unstable();
     keyed.dedup();
+    // The claim set the handler's savepoint.
     let settled = async {
-        DB::simple(&mut tx, DB::HANDLER_SAVEPOINT).await?;
         let (error, after) = match handler(&mut tx, rows).await {
             Ok(done @ (Outcome::Ack | Outcome::Drop)) => {
                 if queue.keeps() {

@@ -266,15 +266,23 @@ pub trait Dialect: Driver + Sized {
     /// keeps its claims to the node's own lane for a while; other databases do nothing.
     fn claim_conflicted() {}
 
-    /// Takes up to `limit` ready rows of `group` in the caller's transaction: locked
-    /// and deleted.
+    /// Takes up to `limit` ready rows of `group` in the caller's transaction, locked and
+    /// deleted, then (when it took some) sets [`HANDLER_SAVEPOINT`](Self::HANDLER_SAVEPOINT)
+    /// for the handler that gets them.
     fn take_locked<'c>(
         conn: &'c mut Self::Connection,
         sql: &'c TableSql<Self>,
         group: &'c str,
         limit: i64,
     ) -> BoxFuture<'c, Result<Vec<ClaimedRow>, sqlx::Error>> {
-        Self::fetch_claimed(conn, &sql.claim_locked, &[Arg::Text(group), Arg::Int(limit)])
+        Box::pin(async move {
+            let rows =
+                Self::fetch_claimed(conn, &sql.claim_locked, &[Arg::Text(group), Arg::Int(limit)]).await?;
+            if !rows.is_empty() {
+                Self::simple(conn, Self::HANDLER_SAVEPOINT).await?;
+            }
+            Ok(rows)
+        })
     }
 
     // --- Notifications.

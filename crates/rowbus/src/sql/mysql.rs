@@ -238,11 +238,6 @@ fn lock_name(table: &str) -> String {
     format!("rowbus deploy {table}").chars().take(64).collect()
 }
 
-/// Deletes rows the caller's transaction holds locked. Binds: the ids.
-fn delete_locked(t: &str, ids: usize) -> String {
-    format!("DELETE FROM {t} WHERE id IN ({})", placeholders::<MySql>(1, ids))
-}
-
 impl Dialect for MySql {
     fn quote(part: &str) -> String {
         format!("`{part}`")
@@ -556,9 +551,12 @@ impl Dialect for MySql {
         Box::pin(async move {
             let rows = claim_in_lanes(conn, &sql.claim_locked, &sql.quoted, group, limit).await?;
             for chunk in rows.chunks(ACK_BATCH) {
-                let delete = Arc::from(delete_locked(&sql.quoted, chunk.len()));
+                let delete = sql.delete_ids(chunk.len());
                 let args: Vec<Arg<'_>> = chunk.iter().map(|row| Arg::Int(row.id)).collect();
                 Self::execute(conn, &delete, &args).await?;
+            }
+            if !rows.is_empty() {
+                Self::simple(conn, Self::HANDLER_SAVEPOINT).await?;
             }
             Ok(rows)
         })
@@ -762,7 +760,7 @@ mod tests {
         assert!(t.claim.contains("ORDER BY priority, visible_at, id LIMIT ? FOR UPDATE SKIP LOCKED"));
         assert!(t.claim_locked.starts_with("SELECT CAST(id AS SIGNED)"));
         assert_eq!(claim_mark("`jobs`", 2).matches('?').count(), 4);
-        assert_eq!(delete_locked("`jobs`", 2), "DELETE FROM `jobs` WHERE id IN (?, ?)");
+        assert_eq!(&*t.delete_ids(2), "DELETE FROM `jobs` WHERE id IN (?, ?)");
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! time (the claim's own write is its lock), the notify table.
 
 use std::str::FromStr as _;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -13,7 +14,7 @@ use super::{DEDUP, Dialect, KEYS, READY};
 use crate::backend::{Backend, DbPool, connect_error, invalid_url, pool_options};
 use crate::broker::QueueTable;
 use crate::db::sealed::Driver as _;
-use crate::db::{notify_row, signed_id};
+use crate::db::{Arg, notify_row, signed_id};
 use crate::error::Error;
 use crate::listener::{ListenerTask, TableConn, TableSession};
 use crate::notify::Notifier;
@@ -36,12 +37,17 @@ const NOW: &str = epoch_micros!("'now'");
 /// What a claim returns: id, group, payload, attempts, created_at µs.
 const CLAIMED: &str = "id, group_name, payload, attempts, created_at, priority, msg_key, dedup_id, headers";
 
-/// Rows ready to claim, by priority then oldest first, unless paused or held behind an
-/// earlier message of their key (binds: group, limit).
+/// The ids of the rows ready to claim, by priority then oldest first, unless paused or
+/// held behind an earlier message of their key (binds: group, limit).
 fn select_ready(table: &QueueTable) -> String {
+    ready_rows(table, "id")
+}
+
+/// [`select_ready`] returning `columns` of the rows.
+fn ready_rows(table: &QueueTable, columns: &str) -> String {
     let t = super::quoted::<Sqlite>(table, "");
     format!(
-        "SELECT id FROM {t} AS q WHERE group_name = ?1 AND visible_at <= {NOW} \
+        "SELECT {columns} FROM {t} AS q WHERE group_name = ?1 AND visible_at <= {NOW} \
          AND (lease_until IS NULL OR lease_until <= {NOW}) AND {} AND {} \
          ORDER BY priority, visible_at, id LIMIT ?2",
         Sqlite::not_paused(table, "?1"),
@@ -287,9 +293,40 @@ impl Dialect for Sqlite {
         )
     }
 
+    /// Only reads: [`take_locked`](Self::take_locked) deletes the rows next, by id. The
+    /// transaction holds the write lock, so nothing changes between the two. One
+    /// `DELETE ... WHERE id IN (the ready rows) RETURNING` costs more: SQLite keeps the
+    /// subquery's ids and the returned rows in temporary b-trees before the first row
+    /// goes out (measured with callgrind, 100-row claims: 3.14M instructions against 2.65M,
+    /// the second statement's round trip included).
     fn claim_locked_sql(table: &QueueTable) -> String {
-        let t = super::quoted::<Self>(table, "");
-        format!("DELETE FROM {t} WHERE id IN ({}) RETURNING {CLAIMED}", select_ready(table))
+        ready_rows(table, CLAIMED)
+    }
+
+    fn take_locked<'c>(
+        conn: &'c mut Self::Connection,
+        sql: &'c super::TableSql<Self>,
+        group: &'c str,
+        limit: i64,
+    ) -> BoxFuture<'c, Result<Vec<crate::db::ClaimedRow>, sqlx::Error>> {
+        Box::pin(async move {
+            let rows =
+                Self::fetch_claimed(conn, &sql.claim_locked, &[Arg::Text(group), Arg::Int(limit)]).await?;
+            let chunks = rows.chunks(crate::broker::ACK_BATCH);
+            let last = chunks.len();
+            for (i, chunk) in chunks.enumerate() {
+                // The last DELETE carries the handler's savepoint: one round trip less.
+                let delete = match i + 1 == last {
+                    true => {
+                        Arc::from(format!("{}; {}", sql.delete_ids(chunk.len()), Self::HANDLER_SAVEPOINT))
+                    }
+                    false => sql.delete_ids(chunk.len()),
+                };
+                let args: Vec<Arg<'_>> = chunk.iter().map(|row| Arg::Int(row.id)).collect();
+                Self::execute(conn, &delete, &args).await?;
+            }
+            Ok(rows)
+        })
     }
 
     fn check_channel(channel: &str) -> Result<(), Error> {
@@ -496,7 +533,9 @@ mod tests {
         assert!(
             t.claim.contains("group_name = ?1") && t.claim.contains("LIMIT ?2) RETURNING id, group_name")
         );
-        assert!(t.claim_locked.starts_with("DELETE FROM `jobs` WHERE id IN (SELECT id FROM `jobs`"));
+        assert!(t.claim_locked.starts_with("SELECT id, group_name, payload, attempts, created_at"));
+        assert!(t.claim_locked.ends_with("ORDER BY priority, visible_at, id LIMIT ?2"));
+        assert_eq!(&*t.delete_ids(2), "DELETE FROM `jobs` WHERE id IN (?, ?)");
         assert!(t.claim_locked.contains("LIMIT ?2) RETURNING id, group_name"));
         assert_eq!(t.restore(1).matches('?').count(), 11);
         assert_eq!(t.ack_pairs(1), "DELETE FROM `jobs` WHERE id IN (?) AND (id, lease) IN ((?, ?))");

@@ -192,6 +192,12 @@ impl<DB: Dialect> TableSql<DB> {
         format!("DELETE FROM {} WHERE {}", self.quoted, pairs_filter::<DB>(pairs))
     }
 
+    /// Deletes rows the caller's transaction took (locked, or under SQLite's write lock).
+    /// Binds: the ids.
+    pub fn delete_ids(&self, ids: usize) -> Arc<str> {
+        format!("DELETE FROM {} WHERE id IN ({})", self.quoted, placeholders::<DB>(1, ids)).into()
+    }
+
     /// Deletes acknowledged rows of one claim. Binds: token, then the ids.
     pub fn ack_many(&self, ids: usize) -> String {
         format!(

@@ -153,11 +153,35 @@ struct Shared<DB: Db> {
     acks: Arc<PendingAcks>,
     ahead: Arc<Ahead<Delivery<DB>>>,
     in_flight: InFlight<DB>,
+    /// What stops the runner: a worker takes no message claimed ahead once it has.
+    stop: Stop,
 }
 
 impl<DB: Db> Clone for Shared<DB> {
     fn clone(&self) -> Self {
-        Shared { acks: self.acks.clone(), ahead: self.ahead.clone(), in_flight: self.in_flight.clone() }
+        Shared {
+            acks: self.acks.clone(),
+            ahead: self.ahead.clone(),
+            in_flight: self.in_flight.clone(),
+            stop: self.stop.clone(),
+        }
+    }
+}
+
+/// The broker's shutdown and the runner's [`until`](SubscriptionBuilder::until), as a
+/// worker checks them between two messages.
+#[derive(Clone)]
+struct Stop {
+    shutdown: tokio::sync::watch::Receiver<bool>,
+    until: Option<super::subscription::Until>,
+}
+
+impl Stop {
+    /// Whether the runner is to stop: the drive loop learns it too, but a worker that has
+    /// just finished a message must not start one claimed ahead meanwhile.
+    fn now(&self) -> bool {
+        *self.shutdown.borrow()
+            || self.until.as_ref().is_some_and(|until| until.0.clone().now_or_never().is_some())
     }
 }
 
@@ -180,6 +204,10 @@ async fn handle<DB, F, Fut, O, E>(
     drop(begun);
     loop {
         handle_one(&*handler, &shared, delivery).await;
+        if shared.stop.now() {
+            // What waits ahead goes back with the runner's end.
+            break;
+        }
         match next_ahead(&shared.ahead).await {
             Some(next) => delivery = next,
             None => break,
@@ -553,12 +581,13 @@ impl<DB: Db> SubscriptionBuilder<DB> {
         let workers = Arc::new(Semaphore::new(self.workers));
         let (handler, max, starting) = (Arc::new(handler), self.workers, Starting::default());
         let ahead = Arc::new(Ahead::new(self.claim_ahead.unwrap_or(self.workers), self.lease / 2));
+        let stop = Stop { shutdown: self.queue.inner().shutdown.subscribe(), until: self.until.clone() };
         self.leased(|flusher| Workers {
             handler,
             workers,
             max,
             starting,
-            shared: Shared { acks: flusher.acks.clone(), ahead, in_flight: InFlight::default() },
+            shared: Shared { acks: flusher.acks.clone(), ahead, in_flight: InFlight::default(), stop },
             flusher,
         })
         .await

@@ -9,7 +9,7 @@ use tracing::warn;
 use sqlx::Transaction;
 
 use super::Queue;
-use super::exec::{micros, retrying};
+use super::exec::{micros, queue_error, retrying};
 use super::lease::ack_in;
 use crate::db::{ClaimedRow, Db};
 use crate::error::{Error, is_retryable};
@@ -85,16 +85,34 @@ pub(crate) async fn claim_locked<DB: Db>(
     limit: usize,
 ) -> Result<(Transaction<'static, DB>, Vec<ClaimedRow>), Error> {
     let (pool, sql) = (&queue.inner().pool, &*queue.sql);
-    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let (tx, mut rows) = retrying(queue, || async move {
+    let max = i64::try_from(limit).unwrap_or(i64::MAX);
+    let (tx, rows) = retrying(queue, || async move {
         let mut tx = pool.begin_with(DB::LOCKED_CLAIM_BEGIN).await?;
-        let rows = DB::take_locked(&mut tx, sql, group, limit).await.inspect_err(conflicted::<DB>)?;
+        let rows = DB::take_locked(&mut tx, sql, group, max).await.inspect_err(conflicted::<DB>)?;
         Ok((tx, rows))
     })
     .await?;
+    Ok((tx, taken(queue, rows)))
+}
+
+/// [`claim_locked`] in the transaction `tx` already open (on a database with one writer,
+/// where it cannot deadlock).
+pub(crate) async fn take_in<DB: Db>(
+    queue: &Queue<DB>,
+    tx: &mut Transaction<'static, DB>,
+    group: &str,
+    limit: usize,
+) -> Result<Vec<ClaimedRow>, Error> {
+    let max = i64::try_from(limit).unwrap_or(i64::MAX);
+    let rows = DB::take_locked(tx, &queue.sql, group, max).await.map_err(|e| queue_error(queue, e))?;
+    Ok(taken(queue, rows))
+}
+
+/// Counts what a transactional claim took, and puts it in the order handlers get it.
+fn taken<DB: Db>(queue: &Queue<DB>, mut rows: Vec<ClaimedRow>) -> Vec<ClaimedRow> {
     if !rows.is_empty() {
         queue.inner().counters.claimed(rows.len());
     }
     rows.sort_unstable_by_key(|r| (r.priority, r.id));
-    Ok((tx, rows))
+    rows
 }

@@ -24,6 +24,7 @@ mod table;
 mod ticks;
 mod transactional;
 mod wake;
+mod writer;
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -212,8 +213,9 @@ pub(crate) struct Inner<DB: Db> {
     /// The largest statement the database takes, once read.
     pub statement_limit: tokio::sync::OnceCell<u64>,
     /// Where transactional claims wait their turn on a database with one writer
-    /// ([`Dialect::ONE_WRITER`](crate::sql::Dialect::ONE_WRITER)).
-    write_turn: Arc<tokio::sync::Mutex<()>>,
+    /// ([`Dialect::ONE_WRITER`](crate::sql::Dialect::ONE_WRITER)), and the transaction
+    /// they share.
+    pub turns: writer::Turns<DB>,
     /// Runners still running, and a signal when one ends.
     pub running: AtomicUsize,
     pub ended: Notify,
@@ -222,12 +224,6 @@ pub(crate) struct Inner<DB: Db> {
 }
 
 impl<DB: Db> Inner<DB> {
-    /// This process's turn to open a write transaction, on a database with one writer;
-    /// held until it ends. `None` elsewhere: there transactions run side by side.
-    pub async fn write_turn(&self) -> Option<tokio::sync::OwnedMutexGuard<()>> {
-        if DB::ONE_WRITER { Some(self.write_turn.clone().lock_owned().await) } else { None }
-    }
-
     /// A lease token no other claim, here or in another process, has.
     pub fn token(&self) -> i64 {
         let n = self.tokens.fetch_add(1, Ordering::Relaxed);
@@ -283,7 +279,7 @@ impl<DB: Db> Broker<DB> {
             shutdown: watch::Sender::new(false),
             claim_failure: watch::Sender::new(None),
             statement_limit: tokio::sync::OnceCell::new(),
-            write_turn: Arc::default(),
+            turns: writer::Turns::default(),
             running: AtomicUsize::new(0),
             ended: Notify::new(),
             tokens: AtomicU64::new(0),

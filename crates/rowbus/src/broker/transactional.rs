@@ -11,11 +11,11 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 use tokio::task::JoinSet;
 use tracing::{Instrument as _, debug, info_span, warn};
 
-use super::claim::claim_locked;
 use super::history::record;
 use super::lease::{handler_retry, restore_failed};
 use super::runner::{Turn, drain, drive, free_workers, outcome};
 use super::subscription::{Claimer, Pace, SubscriptionBuilder};
+use super::writer::Write;
 use super::{Outcome, Queue, TxMessage};
 use crate::db::{ClaimedRow, Db};
 use crate::error::Error;
@@ -174,7 +174,8 @@ where
 }
 
 /// One transactional attempt: take up to `limit` rows in a transaction (locked and deleted
-/// at once), run the handler in it and commit; or undo the handler's writes, put the rows
+/// at once; on a database with one writer, the transaction consecutive batches share, see
+/// [`Write`]), run the handler in it and commit; or undo the handler's writes, put the rows
 /// back with the failure counted and commit that. `found` learns whether the claim filled
 /// its limit.
 async fn transactional<DB, H>(
@@ -188,10 +189,12 @@ async fn transactional<DB, H>(
     H: for<'c> Fn(&'c mut DB::Connection, Vec<ClaimedRow>) -> BoxFuture<'c, Result<Outcome, String>>,
 {
     let counters = &queue.inner().counters;
-    let turn = queue.inner().write_turn().await;
-    let (mut tx, rows) = match claim_locked(queue, group, limit).await {
-        Ok((tx, rows)) if !rows.is_empty() => (tx, rows),
-        Ok(_) => {
+    let (mut write, rows) = match Write::claim(queue, group, limit).await {
+        Ok((write, rows)) if !rows.is_empty() => (write, rows),
+        Ok((write, _)) => {
+            if let Err(error) = write.finish(true, false).await {
+                warn!(%error, table = %queue.table(), "ending an empty transactional claim failed");
+            }
             let _ = found.send(Ok(false));
             return;
         }
@@ -213,19 +216,14 @@ async fn transactional<DB, H>(
     keyed.dedup();
     // The claim set the handler's savepoint.
     let settled = async {
-        let (error, after) = match handler(&mut tx, rows).await {
+        let tx = write.tx();
+        let (error, after) = match handler(tx, rows).await {
             Ok(done @ (Outcome::Ack | Outcome::Drop)) => {
                 if queue.keeps() {
                     let outcome = if done == Outcome::Drop { Moved::Dropped } else { Moved::Acked };
-                    record(queue, &mut tx, &claimed, outcome, None).await?;
+                    record(queue, tx, &claimed, outcome, None).await?;
                 }
-                tx.commit().await?;
-                if done == Outcome::Drop {
-                    counters.dropped(n)
-                } else {
-                    counters.acknowledged(n as usize, n)
-                }
-                return Ok(true);
+                return Ok(if done == Outcome::Drop { Settled::Dropped } else { Settled::Acked });
             }
             Ok(Outcome::Retry(after)) => handler_retry(after),
             Err(error) => {
@@ -233,24 +231,51 @@ async fn transactional<DB, H>(
                 (error, None)
             }
         };
-        DB::simple(&mut tx, "ROLLBACK TO SAVEPOINT rowbus_handler").await?;
-        let dead = restore_failed(queue, &mut tx, &claimed, &error, after).await?;
-        tx.commit().await?;
-        counters.failed_batch(n, dead);
-        Ok::<_, Error>(dead > 0)
+        DB::simple(tx, "ROLLBACK TO SAVEPOINT rowbus_handler").await?;
+        let dead = restore_failed(queue, tx, &claimed, &error, after).await?;
+        Ok::<_, Error>(Settled::Failed { dead })
     }
     .await;
-    drop(turn);
-    match settled {
-        // Some left the queue: wake who can take their keys' next messages.
-        Ok(true) => {
-            for group in keyed {
-                super::publish::wake_group(queue, group).await;
-            }
+    let committed = write.finish(settled.is_ok(), true).await;
+    let settled = match (settled, committed) {
+        (Ok(settled), Ok(true)) => settled,
+        (Ok(_), Ok(false)) => {
+            warn!(table = %queue.table(), "the transaction this batch shared failed; its messages are claimable again");
+            return;
         }
-        Ok(false) => {}
-        Err(error) => {
+        (Err(error), _) | (_, Err(error)) => {
             warn!(%error, table = %queue.table(), "settling transactional messages failed; they are claimable again");
+            return;
+        }
+    };
+    let left = match settled {
+        Settled::Acked => {
+            counters.acknowledged(n as usize, n);
+            true
+        }
+        Settled::Dropped => {
+            counters.dropped(n);
+            true
+        }
+        Settled::Failed { dead } => {
+            counters.failed_batch(n, dead);
+            dead > 0
+        }
+    };
+    // Some left the queue: wake who can take their keys' next messages.
+    if left {
+        for group in keyed {
+            super::publish::wake_group(queue, group).await;
         }
     }
+}
+
+/// How a transactional batch's messages were settled, once committed.
+enum Settled {
+    Acked,
+    Dropped,
+    /// Put back to run again, `dead` of them dead-lettered.
+    Failed {
+        dead: u64,
+    },
 }

@@ -239,7 +239,8 @@ pub trait Dialect: Driver + Sized {
     /// Whether the database runs one write transaction at a time (SQLite): a broker's
     /// transactional claims then wait for each other in the process, handed over the
     /// moment one commits, rather than in the database's busy handler, which retries
-    /// after sleeps of up to 100 ms.
+    /// after sleeps of up to 100 ms; and consecutive ones share a commit (see
+    /// `broker::writer`). Publishes that fit one statement merge whatever their size.
     const ONE_WRITER: bool = false;
     /// The lease claim statement: binds group, limit, lease µs, token; a database whose
     /// claim has another shape says so in [`claim`](Self::claim).

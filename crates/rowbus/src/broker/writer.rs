@@ -1,0 +1,231 @@
+//! The transaction a transactional batch runs in: its own where writers run side by side;
+//! on a database with one writer (SQLite), one that consecutive batches of the broker share.
+//!
+//! SQLite runs one write transaction at a time, so a broker's transactional batches take
+//! turns anyway (see [`Dialect::ONE_WRITER`](crate::sql::Dialect::ONE_WRITER)), and each
+//! paid a commit of its own: a WAL write and an fsync, about a third of a 100-row batch's
+//! time. A batch that finds others waiting for the turn now leaves its transaction open
+//! for the next one instead of committing it, and waits for the commit that ends the group:
+//! the last batch of a group (no one waiting, [`MAX_BATCHES`] taken, or the transaction
+//! open for [`MAX_OPEN`]) commits for all of them. Each batch's handler runs inside the
+//! group's transaction behind its own savepoint, so a failed handler still undoes only its
+//! own writes and puts only its own rows back. A batch's writes and its messages'
+//! deletion still commit together, or not at all: a group commits or rolls back as one,
+//! and a batch reports its messages handled only once the commit succeeded.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use sqlx::Transaction;
+use tokio::sync::{Mutex, OwnedMutexGuard, oneshot};
+
+use super::Queue;
+use super::claim::{claim_locked, take_in};
+use crate::db::{ClaimedRow, Db};
+use crate::error::Error;
+
+/// The most batches one shared transaction carries.
+const MAX_BATCHES: usize = 16;
+/// The longest a shared transaction takes more batches: a batch's commit waits at most
+/// about this long for the batches after it.
+const MAX_OPEN: Duration = Duration::from_millis(10);
+/// How long a batch waits to be told its group committed before it looks for itself: a
+/// batch counted as waiting for the turn may have gone away (its task aborted) before it
+/// came to take the group on.
+const UNCLAIMED_GROUP: Duration = Duration::from_millis(25);
+
+/// The turn to write on a database with one writer, and the transaction left open for
+/// the next batch.
+#[derive(Debug)]
+pub(crate) struct Turns<DB: Db> {
+    turn: Arc<Mutex<Turn<DB>>>,
+    /// Batches waiting for the turn.
+    waiting: Arc<AtomicUsize>,
+}
+
+impl<DB: Db> Default for Turns<DB> {
+    fn default() -> Self {
+        Turns { turn: Arc::new(Mutex::new(Turn { open: None, groups: 0 })), waiting: Arc::default() }
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct Turn<DB: Db> {
+    open: Option<Group<DB>>,
+    /// Groups begun so far: each its number.
+    groups: u64,
+}
+
+/// A transaction consecutive batches share.
+struct Group<DB: Db> {
+    tx: Transaction<'static, DB>,
+    number: u64,
+    batches: usize,
+    began: Instant,
+    /// The batches before this one, each told whether the group committed.
+    waiting: Vec<oneshot::Sender<bool>>,
+}
+
+impl<DB: Db> std::fmt::Debug for Group<DB> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Group").field("number", &self.number).field("batches", &self.batches).finish()
+    }
+}
+
+impl<DB: Db> Group<DB> {
+    /// Commits (or, when `commit` is false, rolls back) and tells every batch of it.
+    async fn end(mut self, commit: bool) -> Result<bool, Error> {
+        let waiting = std::mem::take(&mut self.waiting);
+        let ended = match commit {
+            true => self.tx.commit().await.map(|()| true),
+            false => self.tx.rollback().await.map(|()| false),
+        };
+        let committed = matches!(ended, Ok(true));
+        for batch in waiting {
+            let _ = batch.send(committed);
+        }
+        Ok(ended?)
+    }
+}
+
+/// Counts a batch as waiting for the turn while it exists.
+struct Waiting(Arc<AtomicUsize>);
+
+impl Waiting {
+    fn new(count: &Arc<AtomicUsize>) -> Self {
+        count.fetch_add(1, Ordering::AcqRel);
+        Waiting(count.clone())
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The transaction one transactional batch runs in.
+pub(crate) struct Write<DB: Db>(Kind<DB>);
+
+enum Kind<DB: Db> {
+    /// Its own.
+    Own(Transaction<'static, DB>),
+    /// Its group's, with the turn.
+    Shared { turn: OwnedMutexGuard<Turn<DB>>, group: Group<DB>, waiting: Arc<AtomicUsize> },
+}
+
+impl<DB: Db> Write<DB> {
+    /// Takes up to `limit` ready messages of `group` for a transactional handler (see
+    /// [`claim_locked`]), in a transaction of its own or, on a database with one writer,
+    /// its turn's.
+    pub async fn claim(
+        queue: &Queue<DB>,
+        group: &str,
+        limit: usize,
+    ) -> Result<(Self, Vec<ClaimedRow>), Error> {
+        if !DB::ONE_WRITER {
+            let (tx, rows) = claim_locked(queue, group, limit).await?;
+            return Ok((Write(Kind::Own(tx)), rows));
+        }
+        let turns = &queue.inner().turns;
+        let waiting = Waiting::new(&turns.waiting);
+        let mut turn = turns.turn.clone().lock_owned().await;
+        drop(waiting);
+        let (mut group, rows) = match turn.open.take() {
+            Some(mut open) => match take_in(queue, &mut open.tx, group, limit).await {
+                Ok(rows) => (open, rows),
+                Err(error) => {
+                    // The batches before it are undone with it: they learn so.
+                    let _ = open.end(false).await;
+                    return Err(error);
+                }
+            },
+            None => {
+                let (tx, rows) = claim_locked(queue, group, limit).await?;
+                turn.groups += 1;
+                let began = Instant::now();
+                (Group { tx, number: turn.groups, batches: 0, began, waiting: Vec::new() }, rows)
+            }
+        };
+        if !rows.is_empty() {
+            group.batches += 1;
+        }
+        Ok((Write(Kind::Shared { turn, group, waiting: turns.waiting.clone() }), rows))
+    }
+
+    /// The transaction, for the handler and the batch's own statements.
+    pub fn tx(&mut self) -> &mut Transaction<'static, DB> {
+        match &mut self.0 {
+            Kind::Own(tx) => tx,
+            Kind::Shared { group, .. } => &mut group.tx,
+        }
+    }
+
+    /// Ends the batch: `ok` when its statements all went through. Whether its writes
+    /// committed (`false`: rolled back, with its group's when it had one). `took` says
+    /// whether the batch took any rows; one that took none waits for nobody.
+    pub async fn finish(self, ok: bool, took: bool) -> Result<bool, Error> {
+        let (turn, mut group, waiting) = match self.0 {
+            Kind::Own(tx) if ok && took => return tx.commit().await.map(|()| true).map_err(Error::from),
+            Kind::Own(tx) if ok => return tx.rollback().await.map(|()| true).map_err(Error::from),
+            Kind::Own(tx) => return tx.rollback().await.map(|()| false).map_err(Error::from),
+            Kind::Shared { turn, group, waiting } => (turn, group, waiting),
+        };
+        if !ok {
+            let ended = group.end(false).await;
+            drop(turn);
+            return ended;
+        }
+        if group.batches == 0 {
+            // A fresh transaction that took nothing.
+            let ended = group.end(false).await;
+            drop(turn);
+            return ended.map(|_| true);
+        }
+        let more = waiting.load(Ordering::Acquire) > 0
+            && group.batches < MAX_BATCHES
+            && group.began.elapsed() < MAX_OPEN;
+        if !more {
+            let ended = group.end(true).await;
+            drop(turn);
+            return ended;
+        }
+        // Leave it open for the next batch, and wait for the commit that ends it.
+        let (told, outcome) = oneshot::channel();
+        if took {
+            group.waiting.push(told);
+        }
+        let number = group.number;
+        let mut turn = turn;
+        turn.open = Some(group);
+        let shared = OwnedMutexGuard::mutex(&turn).clone();
+        drop(turn);
+        if !took {
+            return Ok(true);
+        }
+        wait_for_group(outcome, shared, number).await
+    }
+}
+
+/// Waits until the group `number` ends; if nobody takes it on for a while (the batch that
+/// was to come went away), takes the turn and commits it.
+async fn wait_for_group<DB: Db>(
+    mut outcome: oneshot::Receiver<bool>,
+    turn: Arc<Mutex<Turn<DB>>>,
+    number: u64,
+) -> Result<bool, Error> {
+    loop {
+        tokio::select! {
+            told = &mut outcome => return Ok(told.unwrap_or(false)),
+            () = tokio::time::sleep(UNCLAIMED_GROUP) => {
+                let mut turn = turn.lock().await;
+                if turn.open.as_ref().is_some_and(|group| group.number == number) {
+                    let group = turn.open.take().expect("just seen");
+                    // Tells this batch too, through `outcome` (false if it failed).
+                    let _ = group.end(true).await;
+                }
+            }
+        }
+    }
+}

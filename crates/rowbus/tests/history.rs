@@ -310,9 +310,11 @@ async fn cleanup_deletes_expired_rows_in_batches<DB: Db>(env: Env<DB>) {
     let q = new_queue(&env.broker, &cleanup);
     q.deploy_keeping(Duration::from_secs(3600)).await.unwrap();
     ack_some(&q, "old", 5).await;
-    // Both acknowledged before any row is backdated: a subscription's start runs a cleanup
-    // pass, which would race the prune below for the expired rows.
     ack_some(&q, "new", 1).await;
+    // A subscription's start sets off a cleanup pass, which would race the prune below for
+    // the expired rows: it ends before any row is backdated.
+    eventually("the subscriptions' cleanup pass ends", || async { env.broker.stats().history_cleanups > 0 })
+        .await;
     assert_eq!(backdate(&env.db, &q, b"new 0").await, 5);
     assert_eq!(q.prune_history(2).await.unwrap(), Pruned { rows: 5, batches: 3 });
     let kept = history(&q).await;

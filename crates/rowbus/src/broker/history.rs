@@ -320,11 +320,19 @@ pub(crate) fn start_cleanup<DB: Db>(queue: &Queue<DB>) {
                     keeping: keeping.clone(),
                     publishing: publishing.clone(),
                 };
-                match clean(&queue).await {
-                    Ok(pruned) if pruned.rows > 0 => debug!(rows = pruned.rows, "expired history deleted"),
-                    Ok(_) => {}
-                    Err(error) => warn!(%error, "history cleanup failed; the next pass tries again"),
-                }
+                let rows = match clean(&queue).await {
+                    Ok(pruned) => {
+                        if pruned.rows > 0 {
+                            debug!(rows = pruned.rows, "expired history deleted");
+                        }
+                        pruned.rows
+                    }
+                    Err(error) => {
+                        warn!(%error, "history cleanup failed; the next pass tries again");
+                        0
+                    }
+                };
+                queue.inner().counters.history_cleaned(rows);
                 drop(queue);
                 tokio::select! {
                     _ = shutdown.wait_for(|stop| *stop) => return,

@@ -37,6 +37,11 @@ pub struct Stats {
     /// a serialization failure or, on a Galera cluster, a certification conflict with
     /// another node. None of them is a failed claim.
     pub conflicts: u64,
+    /// Passes of the cleanup of kept history ([`Queue::deploy_keeping`](super::Queue::deploy_keeping))
+    /// this broker ran, each deleting what had expired (failed ones too).
+    pub history_cleanups: u64,
+    /// History rows those passes deleted.
+    pub history_pruned: u64,
 }
 
 /// A claim that failed, as [`Broker::claim_failures`](super::Broker::claim_failures)
@@ -67,6 +72,8 @@ pub(crate) struct Counters {
     claim_errors: AtomicU64,
     leases_lost: AtomicU64,
     conflicts: AtomicU64,
+    history_cleanups: AtomicU64,
+    history_pruned: AtomicU64,
 }
 
 fn add(counter: &AtomicU64, n: u64) {
@@ -122,6 +129,12 @@ impl Counters {
         add(&self.conflicts, 1);
     }
 
+    /// A pass of the history cleanup ended, having deleted `rows`.
+    pub fn history_cleaned(&self, rows: u64) {
+        add(&self.history_pruned, rows);
+        add(&self.history_cleanups, 1);
+    }
+
     pub fn leases_lost(&self, n: u64) {
         add(&self.leases_lost, n);
     }
@@ -151,6 +164,8 @@ impl Counters {
             claim_errors: get(&self.claim_errors),
             leases_lost: get(&self.leases_lost),
             conflicts: get(&self.conflicts),
+            history_cleanups: get(&self.history_cleanups),
+            history_pruned: get(&self.history_pruned),
         }
     }
 }

@@ -3,7 +3,8 @@
 -- Each `-- @section NAME` is applied on its own; placeholders are substituted first:
 --   @PREFIX@ user-name prefix, @PASSWORD@ the users' password, @SCHEMA@ the database of the
 --   tables, @NOTIFY@ the notify table, @QUEUE@ a queue table (its dead letters: @QUEUE@_dead, its pauses: @QUEUE@_pause, its history:
---   @QUEUE@_hist and @QUEUE@_keep, its schedules: @QUEUE@_sched and @QUEUE@_ticks).
+--   @QUEUE@_hist and @QUEUE@_keep, its schedules: @QUEUE@_sched and @QUEUE@_ticks, its
+--   deduplication ids: @QUEUE@_dedup).
 -- Every statement is idempotent: run it again after adding a queue. The tables must exist.
 
 -- @section roles
@@ -23,6 +24,11 @@ GRANT SELECT, DELETE ON `@SCHEMA@`.`@NOTIFY@` TO '@PREFIX@listener'@'%';
 
 -- @section queue
 GRANT INSERT ON `@SCHEMA@`.`@QUEUE@` TO '@PREFIX@publisher'@'%';
+-- A publish with a deduplication id takes the id's row in @QUEUE@_dedup, or hands over the
+-- row of a message gone (it reads that message's id and dedup_id, no more), and now and
+-- then deletes rows whose messages are gone.
+GRANT SELECT (`id`, `dedup_id`) ON `@SCHEMA@`.`@QUEUE@` TO '@PREFIX@publisher'@'%';
+GRANT SELECT, INSERT, UPDATE, DELETE ON `@SCHEMA@`.`@QUEUE@_dedup` TO '@PREFIX@publisher'@'%';
 -- Claims are SELECT ... FOR UPDATE SKIP LOCKED then UPDATE; acks delete; dead letters are
 -- INSERT ... SELECT into @QUEUE@_dead.
 -- INSERT: a failed transactional handler (run_tx, run_batch_tx) puts its rows back.

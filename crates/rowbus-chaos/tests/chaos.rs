@@ -195,8 +195,8 @@ fn roles_script(db: &str) {
     let cleanup = Cleanup::new(backend);
     cleanup.queue(queue);
     cleanup.table(notify);
-    for statement in [
-        format!("CREATE TABLE IF NOT EXISTS {queue} (id BIGINT, v TEXT)"),
+    let mut statements = vec![
+        format!("CREATE TABLE IF NOT EXISTS {queue} (id BIGINT, dedup_id TEXT, v TEXT)"),
         format!("CREATE TABLE IF NOT EXISTS {queue}_dead (id BIGINT, v TEXT)"),
         format!("CREATE TABLE IF NOT EXISTS {queue}_pause (id BIGINT, v TEXT)"),
         format!("CREATE TABLE IF NOT EXISTS {queue}_hist (id BIGINT, v TEXT)"),
@@ -204,7 +204,13 @@ fn roles_script(db: &str) {
         format!("CREATE TABLE IF NOT EXISTS {queue}_sched (id BIGINT, v TEXT)"),
         format!("CREATE TABLE IF NOT EXISTS {queue}_ticks (id BIGINT, v TEXT)"),
         format!("CREATE TABLE IF NOT EXISTS {notify} (id BIGINT, v TEXT)"),
-    ] {
+    ];
+    if db == "mariadb" {
+        // MySQL/MariaDB keeps deduplication ids in a table of their own.
+        statements
+            .push(format!("CREATE TABLE IF NOT EXISTS {queue}_dedup (dedup_id VARCHAR(255), id BIGINT)"));
+    }
+    for statement in statements {
         assert!(sql_as(db, admin, &statement), "{statement}");
     }
     for _ in 0..2 {
@@ -244,6 +250,20 @@ fn roles_script(db: &str) {
     ];
     if db == "mariadb" {
         checks.extend([
+            // A deduplicated publish: the id's row, and whether its message is still there.
+            allowed(
+                "roles_ci_publisher",
+                format!("INSERT INTO {queue}_dedup (dedup_id, id) VALUES ('d', 1)"),
+            ),
+            allowed(
+                "roles_ci_publisher",
+                format!("SELECT id FROM {queue}_dedup WHERE dedup_id = 'd' FOR UPDATE"),
+            ),
+            allowed("roles_ci_publisher", format!("UPDATE {queue}_dedup SET id = 2 WHERE dedup_id = 'd'")),
+            allowed("roles_ci_publisher", format!("DELETE FROM {queue}_dedup WHERE dedup_id = 'd'")),
+            allowed("roles_ci_publisher", format!("SELECT 1 FROM {queue} WHERE id = 1 AND dedup_id = 'd'")),
+            refused("roles_ci_publisher", format!("SELECT v FROM {queue}")),
+            refused("roles_ci_consumer", format!("INSERT INTO {queue}_dedup (dedup_id, id) VALUES ('e', 1)")),
             allowed("roles_ci_notifier", format!("INSERT INTO {notify} (id) VALUES (1)")),
             refused("roles_ci_notifier", format!("SELECT * FROM {notify}")),
             allowed("roles_ci_listener", format!("SELECT * FROM {notify}")),

@@ -16,7 +16,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use common::{queue_tables, read_all, read_lines, rowbus, run_quietly, run_with, show, text, unique};
+use common::{queue_tables_on, read_all, read_lines, rowbus, run_quietly, run_with, show, text, unique};
 use rowbus::sqlx::MySql;
 use rowbus::{DbPool, Event, Listener, ListenerOptions, Notifier, NotifyConfig};
 
@@ -90,7 +90,7 @@ impl Drop for Tables {
 /// own notify table; each node then has every one of them.
 fn deploy(name: &str) -> Tables {
     let notify = format!("{name}_nt");
-    let mut names = queue_tables(name);
+    let mut names = queue_tables_on(rowbus::Backend::MySql, name);
     names.push(notify.clone());
     let tables = Tables(names);
     for node in [1, 3] {

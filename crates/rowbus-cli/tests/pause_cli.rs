@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    Database, Kind, LINE_TIMEOUT, Running, on_each_database, queue_tables, rowbus, run, show, text, unique,
+    Database, Kind, LINE_TIMEOUT, Running, on_each_database, queue_tables_on, rowbus, run, show, text, unique,
 };
 use serde_json::Value;
 
@@ -45,7 +45,11 @@ fn pause_holds_a_running_consumer_until_resume(kind: Kind) {
     let rowbus_ok = |args: &[&str]| ok(&database, &notify_table, args);
     let cleanup = Cleanup {
         database: &database,
-        tables: [queue_tables(&q), vec![notify_table.clone(), format!("{notify_table}_positions")]].concat(),
+        tables: [
+            queue_tables_on(kind.backend(), &q),
+            vec![notify_table.clone(), format!("{notify_table}_positions")],
+        ]
+        .concat(),
     };
 
     rowbus_ok(&["deploy", "--queue", &q]);

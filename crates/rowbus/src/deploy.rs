@@ -8,7 +8,7 @@ use sqlx::{Connection as _, Pool};
 
 use crate::backend::{DbPool, OnPool};
 use crate::broker::{QueueTable, columns_on, find_on, lacking, refuse_foreign};
-use crate::db::{Db, args_of};
+use crate::db::{Arg, Db, args_of};
 use crate::error::Error;
 use crate::notify::Notifier;
 use crate::sql::{DEAD_FEATURE_COLUMNS, FEATURE_COLUMNS, PositionsSql};
@@ -151,5 +151,13 @@ async fn migration<DB: Db>(conn: &mut DB::Connection, queue: &QueueTable) -> Res
         Some(present) => lacking(&present, &DEAD_FEATURE_COLUMNS),
         None => Vec::new(),
     };
-    Ok(DB::migrate_queue(queue, &lacking(&present, &FEATURE_COLUMNS), &dead_missing))
+    let mut statements = DB::migrate_queue(queue, &lacking(&present, &FEATURE_COLUMNS), &dead_missing);
+    if let Some((check, binds, upgrade)) = DB::index_upgrade(queue) {
+        let args: Vec<Arg<'_>> = binds.iter().map(|b| Arg::Text(b)).collect();
+        let rows = DB::fetch_rows(conn, &check.into(), &args, 0).await?;
+        if rows.first().is_some_and(|row| row.int(0) > 0) {
+            statements.extend(upgrade);
+        }
+    }
+    Ok(statements)
 }

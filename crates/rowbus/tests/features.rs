@@ -498,3 +498,94 @@ async fn headers_are_size_limited<DB: Brokers>(place: Place) {
 async fn headers_are_size_limited_on_mariadb() {
     headers_are_size_limited::<MySql>(Place::MariaDb).await;
 }
+
+/// The statistics of table `t`'s index `index` on MariaDB: how many columns it has (0: no
+/// such index).
+async fn index_columns(place: &Place, t: &str, index: &str) -> i64 {
+    let sql = format!(
+        "SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.statistics \
+         WHERE table_schema = DATABASE() AND table_name = '{t}' AND index_name = '{index}'"
+    );
+    place.ints(sql).await[0]
+}
+
+/// On MySQL/MariaDB deduplication ids live in `<queue>_dedup`: a deploy moves those of a
+/// queue table made with a unique index on them there and drops the index; the ids
+/// already taken stay taken, and free again once their message is acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deploy_moves_deduplication_ids_to_their_table_on_mariadb() {
+    let place = Place::MariaDb;
+    let broker = MySql::broker(&place, quick()).await;
+    let cleanup = Cleanup::new(rowbus::Backend::MySql);
+    let name = cleanup.queue(&unique("dedup_up"));
+    let q = broker.queue(&name).unwrap();
+    q.deploy().await.unwrap();
+    // As the previous version left it: the ids in a unique index, no table of their own.
+    run_sql(
+        &place,
+        &[
+            format!("DROP TABLE `{name}_dedup`"),
+            format!("ALTER TABLE `{name}` ADD UNIQUE KEY `{name}_dedup` (`dedup_id`)"),
+            format!("INSERT INTO `{name}` (payload, dedup_id) VALUES ('old', 'd')"),
+        ],
+    )
+    .await;
+    assert_eq!(index_columns(&place, &name, &format!("{name}_dedup")).await, 1);
+    q.deploy().await.unwrap();
+    q.deploy().await.unwrap();
+    assert_eq!(index_columns(&place, &name, &format!("{name}_dedup")).await, 0, "the index is gone");
+    let rows =
+        place.ints(format!("SELECT CAST(COUNT(*) AS SIGNED) FROM `{name}_dedup` WHERE dedup_id = 'd'")).await;
+    assert_eq!(rows, [1], "the id taken before moved to the table");
+
+    assert_eq!(q.publish(Message::text("again").dedup_id("d")).await.unwrap().duplicates, ["d"]);
+    assert_eq!(q.publish(Message::text("e").dedup_id("e")).await.unwrap().stored, 1);
+    let mut sub = stream(&q).await;
+    let got = take(&mut sub, 2, "the old message and e").await;
+    assert_eq!(texts(&got), ["old", "e"]);
+    for delivery in got {
+        delivery.ack().await.unwrap();
+    }
+    assert_eq!(
+        q.publish(Message::text("new d").dedup_id("d")).await.unwrap().stored,
+        1,
+        "free once acknowledged"
+    );
+    drop(sub);
+    broker.shutdown(Duration::from_secs(1)).await;
+    q.undeploy().await.unwrap();
+    let left = place.ints(format!("SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = '{name}_dedup'")).await;
+    assert_eq!(left, [0], "undeploy drops the ids' table");
+}
+
+/// The ids' table keeps a row per id taken, also after its message left (nothing that
+/// removes a message looks at it); publishers delete those rows now and then, and keep
+/// every row whose message is still there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_of_deduplication_ids_gone_are_cleaned_up_on_mariadb() {
+    let place = Place::MariaDb;
+    let broker = MySql::broker(&place, quick()).await;
+    let cleanup = Cleanup::new(rowbus::Backend::MySql);
+    let q = queue(&broker, &cleanup, "dedup_clean").await;
+    let rows = || place.ints(format!("SELECT CAST(COUNT(*) AS SIGNED) FROM `{}_dedup`", q.table()));
+    for i in 0..10 {
+        q.publish(Message::text(format!("gone {i}")).dedup_id(format!("g{i}"))).await.unwrap();
+    }
+    let mut sub = stream(&q).await;
+    for delivery in take(&mut sub, 10, "the ten to acknowledge").await {
+        delivery.ack().await.unwrap();
+    }
+    drop(sub);
+    assert_eq!(rows().await, [10], "acknowledging leaves the rows");
+    // Enough publishes for a cleanup to run (one in 256).
+    for i in 0..256 {
+        q.publish(Message::text(format!("live {i}")).dedup_id(format!("l{i}"))).await.unwrap();
+    }
+    let (depth, _) = q.depth("").await.unwrap();
+    assert_eq!(depth, 256);
+    assert_eq!(rows().await, [256], "the rows of the acknowledged ten are gone, the live ones stay");
+    assert_eq!(q.publish(Message::text("g0 again").dedup_id("g0")).await.unwrap().stored, 1);
+    assert_eq!(q.publish(Message::text("l0 again").dedup_id("l0")).await.unwrap().duplicates, ["l0"]);
+    broker.shutdown(Duration::from_secs(1)).await;
+    q.undeploy().await.unwrap();
+}

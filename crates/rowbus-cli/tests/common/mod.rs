@@ -15,7 +15,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 #[allow(unused_imports)]
-pub use cleanup::{Cleanup, MARIADB_URL, PG_URL, queue_tables};
+pub use cleanup::{Cleanup, MARIADB_URL, PG_URL, queue_tables, queue_tables_on};
 use rowbus::Backend;
 
 /// How long a one-shot command (`deploy`, `notify`, `publish`...) may run.

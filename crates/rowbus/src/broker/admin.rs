@@ -208,7 +208,8 @@ impl<DB: Db> Queue<DB> {
     }
 
     /// Drops the queue table, its dead-letter table, its pause table, its schedule and
-    /// tick tables and its history tables, with every message and schedule in them.
+    /// tick tables, its history tables and (on MySQL/MariaDB) its deduplication ids'
+    /// table, with every message and schedule in them.
     pub async fn undeploy(&self) -> Result<(), Error> {
         let mut conn = self.inner().pool.acquire().await?;
         let (schedule, history) = (&self.sql.schedule, &self.sql.history);
@@ -220,7 +221,11 @@ impl<DB: Db> Queue<DB> {
             &schedule.ticks,
             &history.quoted,
             &history.keep,
-        ] {
+        ]
+        .into_iter()
+        .cloned()
+        .chain(DB::side_tables(self.table()))
+        {
             DB::execute(&mut conn, &Arc::from(format!("DROP TABLE IF EXISTS {table}")), &[]).await?;
         }
         Ok(())

@@ -187,25 +187,22 @@ pub(crate) async fn insert<DB: Db>(
         published.stored += DB::execute(conn, &sql, &args).await.map_err(|e| queue_error(queue, e))?;
         sent += 1;
     }
-    if !unique.is_empty() {
-        let sql = Arc::from(queue.sql.insert_dedup());
-        for m in unique {
-            let row = Row::of(m);
-            let id = m.dedup_id.as_deref().unwrap_or_default();
-            let args: Vec<Arg<'_>> = row.args().chain([Arg::Text(id)]).collect();
-            let mut tries = 0;
-            sent += 1;
-            let stored = loop {
-                tries += 1;
-                match DB::execute(conn, &sql, &args).await {
-                    Err(e) if alone && is_retryable(&e) && tries < DEADLOCK_TRIES => continue,
-                    done => break done.map_err(|e| queue_error(queue, e))?,
-                }
-            };
-            match stored {
-                0 => published.duplicates.push(id.to_owned()),
-                n => published.stored += n,
+    for m in unique {
+        let row = Row::of(m);
+        let id = m.dedup_id.as_deref().unwrap_or_default();
+        let args: Vec<Arg<'_>> = row.args().chain([Arg::Text(id)]).collect();
+        let mut tries = 0;
+        sent += 1;
+        let stored = loop {
+            tries += 1;
+            match DB::insert_deduplicated(conn, &queue.sql, &args, alone).await {
+                Err(e) if alone && is_retryable(&e) && tries < DEADLOCK_TRIES => continue,
+                done => break done.map_err(|e| queue_error(queue, e))?,
             }
+        };
+        match stored {
+            false => published.duplicates.push(id.to_owned()),
+            true => published.stored += 1,
         }
     }
     queue.inner().counters.published(published.stored, sent);

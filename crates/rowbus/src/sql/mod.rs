@@ -151,6 +151,33 @@ pub trait Dialect: Driver + Sized {
         }
         statements
     }
+    /// Stores one message with a deduplication id unless a message with that id is in the
+    /// queue (ready, delayed or in flight); whether it stored it. Binds: those of
+    /// [`TableSql::insert`], then the id. `alone`: no transaction is open on `conn` (else
+    /// this runs in the caller's, and leaves it as it found it when it stores nothing). By
+    /// default one `INSERT` that a partial unique index on the id refuses
+    /// ([`TableSql::insert_dedup`]).
+    fn insert_deduplicated<'c>(
+        conn: &'c mut Self::Connection,
+        sql: &'c TableSql<Self>,
+        args: &'c [Arg<'c>],
+        alone: bool,
+    ) -> BoxFuture<'c, Result<bool, sqlx::Error>> {
+        let _ = alone;
+        Box::pin(async move { Ok(Self::execute(conn, &sql.insert_dedup, args).await? > 0) })
+    }
+    /// The tables of a queue besides those every database gives it (dropped with it),
+    /// quoted.
+    fn side_tables(_table: &QueueTable) -> Vec<String> {
+        Vec::new()
+    }
+    /// What brings an older queue table's indexes up to date, run by a deploy after the
+    /// columns ([`migrate_queue`](Self::migrate_queue)): a query returning one integer,
+    /// how many obsolete indexes the table has (its binds are texts), and the statements
+    /// to run when it has any.
+    fn index_upgrade(_table: &QueueTable) -> Option<(String, Vec<String>, Vec<String>)> {
+        None
+    }
     /// `INSERT INTO table (columns) VALUES (values)` that does nothing (and counts no
     /// row) where the key is taken.
     fn insert_ignore(table: &str, columns: &str, values: &str) -> String {

@@ -22,6 +22,8 @@ use crate::hosts::{Hosts, connect_first, follow};
 use crate::listener::{ListenerTask, TableConn, TableSession};
 use crate::notify::Notifier;
 
+mod dedup;
+
 crate::db::driver!(MySql, Backend::MySql);
 
 /// What a claim returns: id, group, payload, attempts, created_at µs, priority, key,
@@ -298,12 +300,10 @@ impl Dialect for MySql {
                  \x20 `last_error` TEXT NULL,\n\
                  \x20 {CLAIM_ORDER},\n\
                  \x20 UNIQUE KEY {} (`id`),\n\
-                 \x20 KEY {} (`msg_key`, `id`),\n\
-                 \x20 UNIQUE KEY {} (`dedup_id`)\n\
+                 \x20 KEY {} (`msg_key`, `id`)\n\
                  ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
                 index("_id"),
-                index(KEYS),
-                index(DEDUP)
+                index(KEYS)
             ),
             format!(
                 "CREATE TABLE IF NOT EXISTS {dead} (\n\
@@ -320,6 +320,7 @@ impl Dialect for MySql {
                  \x20 PRIMARY KEY (`id`)\n\
                  ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
             ),
+            dedup::create(table),
         ]
     }
 
@@ -332,8 +333,8 @@ impl Dialect for MySql {
     }
 
     /// One `ALTER TABLE` per table (each rebuilds it): the columns, and with the priority
-    /// the clustered key that orders claims by it; the key and deduplication indexes with
-    /// their columns.
+    /// the clustered key that orders claims by it; the key index with its column (the
+    /// deduplication ids have a table: see [`index_upgrade`](Self::index_upgrade)).
     fn migrate_queue(table: &QueueTable, missing: &[&str], dead_missing: &[&str]) -> Vec<String> {
         let index = |suffix: &str| Self::quote(&format!("{}{suffix}", table.name()));
         let add = |c: &&str| format!("ADD COLUMN {} {}", Self::quote(c), Self::column_def(c));
@@ -344,7 +345,6 @@ impl Dialect for MySql {
                 match *column {
                     "priority" => changes.push(format!("DROP PRIMARY KEY, ADD {CLAIM_ORDER}")),
                     "msg_key" => changes.push(format!("ADD KEY {} (`msg_key`, `id`)", index(KEYS))),
-                    "dedup_id" => changes.push(format!("ADD UNIQUE KEY {} (`dedup_id`)", index(DEDUP))),
                     _ => {}
                 }
             }
@@ -409,6 +409,25 @@ impl Dialect for MySql {
 
     fn prune_history_sql(h: &str, cutoff: &str, limit: &str) -> String {
         format!("DELETE FROM {h} WHERE `handled_at` < {cutoff} ORDER BY `handled_at` LIMIT {limit}")
+    }
+
+    /// In the ids' table `<queue>_dedup`: see the `dedup` module.
+    fn insert_deduplicated<'c>(
+        conn: &'c mut Self::Connection,
+        sql: &'c super::TableSql<Self>,
+        args: &'c [Arg<'c>],
+        alone: bool,
+    ) -> BoxFuture<'c, Result<bool, sqlx::Error>> {
+        dedup::insert(conn, sql, args, alone)
+    }
+
+    fn side_tables(table: &QueueTable) -> Vec<String> {
+        vec![super::quoted::<Self>(table, DEDUP)]
+    }
+
+    /// A queue table of an older rowbus kept its deduplication ids in a unique index.
+    fn index_upgrade(table: &QueueTable) -> Option<(String, Vec<String>, Vec<String>)> {
+        Some(dedup::upgrade(table))
     }
 
     fn insert_ignore(table: &str, columns: &str, values: &str) -> String {
@@ -756,7 +775,8 @@ mod tests {
         let t = sql("jobs");
         assert!(t.create[0].contains("PRIMARY KEY (`group_name`, `priority`, `visible_at`, `id`)"));
         assert!(t.create[0].contains("UNIQUE KEY `jobs_id` (`id`)"));
-        assert!(t.create[0].contains("UNIQUE KEY `jobs_dedup` (`dedup_id`)"));
+        assert!(!t.create[0].contains("`jobs_dedup`"), "deduplication ids have a table of their own");
+        assert!(t.create[2].starts_with("CREATE TABLE IF NOT EXISTS `jobs_dedup`"));
         assert!(t.claim.contains("ORDER BY priority, visible_at, id LIMIT ? FOR UPDATE SKIP LOCKED"));
         assert!(t.claim_locked.starts_with("SELECT CAST(id AS SIGNED)"));
         assert_eq!(claim_mark("`jobs`", 2).matches('?').count(), 4);
@@ -806,7 +826,7 @@ mod tests {
                 .starts_with("INSERT INTO `app`.`jobs_dead` (id, group_name, payload, attempts, created_at")
         );
         assert_eq!(t.insert(3).matches('?').count(), 18);
-        assert!(t.insert_dedup().starts_with("INSERT IGNORE INTO `app`.`jobs` ("));
+        assert!(t.insert_dedup.starts_with("INSERT IGNORE INTO `app`.`jobs` ("));
         assert_eq!(
             t.insert_plain(1),
             "INSERT INTO `app`.`jobs` (group_name, payload, visible_at) VALUES (?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)"

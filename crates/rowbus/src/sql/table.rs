@@ -53,6 +53,12 @@ pub struct TableSql<DB> {
     pub schedule: ScheduleSql<DB>,
     /// The kept history's statements.
     pub history: HistorySql<DB>,
+    /// One message with a deduplication id, refused while a message with the id is in the
+    /// queue (see [`insert_dedup_sql`](Self::insert_dedup_sql)).
+    pub insert_dedup: Arc<str>,
+    /// Messages with a deduplication id this process published: where the dialect
+    /// cleans up after them now and then ([`Dialect::insert_deduplicated`]).
+    pub deduplicated: std::sync::atomic::AtomicU64,
     /// The INSERTs publishes used, by form and rows (see [`insert_sql`](Self::insert_sql)).
     inserts: Mutex<HashMap<(InsertForm, usize), Arc<str>>>,
     db: PhantomData<fn() -> DB>,
@@ -120,6 +126,8 @@ impl<DB: Dialect> TableSql<DB> {
             pause: PauseSql::new(table),
             schedule: ScheduleSql::new(table),
             history: HistorySql::new(table),
+            insert_dedup: Self::insert_dedup_sql(&t).into(),
+            deduplicated: Default::default(),
             inserts: Mutex::default(),
             quoted: t,
             dead,
@@ -175,16 +183,30 @@ impl<DB: Dialect> TableSql<DB> {
         sql
     }
 
-    /// `INSERT` of one message with a deduplication id that stores nothing (and counts no
-    /// row) while a message with that id is in the table. Binds: those of
+    /// `INSERT` of one message with a deduplication id into table `t` that stores nothing
+    /// (and counts no row) while a message with that id is in the table. Binds: those of
     /// [`insert`](Self::insert), then the id.
-    pub fn insert_dedup(&self) -> String {
-        let p = DB::param;
+    fn insert_dedup_sql(t: &str) -> String {
         DB::insert_ignore(
-            &self.quoted,
+            t,
             "group_name, payload, visible_at, priority, msg_key, headers, dedup_id",
-            &format!("{}, {}, {}, {}, {}, {}, {}", p(1), p(2), DB::later(&p(3)), p(4), p(5), p(6), p(7)),
+            &Self::dedup_values(),
         )
+    }
+
+    /// `INSERT` of one message with a deduplication id, no conflict clause: where the
+    /// dialect checks the id itself. Binds: those of [`insert`](Self::insert), then the id.
+    pub fn insert_with_dedup(&self) -> String {
+        format!(
+            "INSERT INTO {} (group_name, payload, visible_at, priority, msg_key, headers, dedup_id) VALUES ({})",
+            self.quoted,
+            Self::dedup_values()
+        )
+    }
+
+    fn dedup_values() -> String {
+        let p = DB::param;
+        format!("{}, {}, {}, {}, {}, {}, {}", p(1), p(2), DB::later(&p(3)), p(4), p(5), p(6), p(7))
     }
 
     /// Deletes acknowledged rows, each under its own lease. Binds: the ids, then (id, token) pairs.

@@ -195,9 +195,20 @@ pub fn remove_sqlite(path: &Path) {
 /// ticks, kept history and its setting.
 const QUEUE_SUFFIXES: [&str; 6] = ["_dead", "_pause", "_sched", "_ticks", "_hist", "_keep"];
 
-/// Every table a deploy of queue `q` makes, the queue table first.
+/// Every table a deploy of queue `q` makes on every database, the queue table first.
 pub fn queue_tables(q: &str) -> Vec<String> {
     std::iter::once(q.to_owned()).chain(QUEUE_SUFFIXES.iter().map(|s| format!("{q}{s}"))).collect()
+}
+
+/// [`queue_tables`] and those of `backend` alone: MySQL/MariaDB keeps deduplication ids
+/// in `<q>_dedup` (elsewhere that name is the queue table's index, which a `DROP TABLE`
+/// refuses).
+pub fn queue_tables_on(backend: Backend, q: &str) -> Vec<String> {
+    let mut tables = queue_tables(q);
+    if backend == Backend::MySql {
+        tables.push(format!("{q}_dedup"));
+    }
+    tables
 }
 
 impl Drop for Cleanup {
@@ -211,7 +222,7 @@ impl Drop for Cleanup {
         }
         let Some(server) = self.server else { return };
         let mut tables = made.tables;
-        tables.extend(made.queues.iter().flat_map(|q| queue_tables(q)));
+        tables.extend(made.queues.iter().flat_map(|q| queue_tables_on(server, q)));
         for prefix in &made.prefixes {
             match Self::tables_under(server, prefix) {
                 Ok(found) => tables.extend(found),

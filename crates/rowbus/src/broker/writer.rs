@@ -30,9 +30,9 @@ const MAX_BATCHES: usize = 16;
 /// The longest a shared transaction takes more batches: a batch's commit waits at most
 /// about this long for the batches after it.
 const MAX_OPEN: Duration = Duration::from_millis(10);
-/// How long a batch waits to be told its group committed before it looks for itself: a
-/// batch counted as waiting for the turn may have gone away (its task aborted) before it
-/// came to take the group on.
+/// How long a group left open for the next batch waits for it before a task of its own
+/// commits it: a batch counted as waiting for the turn may have gone away (its task
+/// aborted) before it came to take the group on.
 const UNCLAIMED_GROUP: Duration = Duration::from_millis(25);
 
 /// The turn to write on a database with one writer, and the transaction left open for
@@ -199,33 +199,27 @@ impl<DB: Db> Write<DB> {
         let number = group.number;
         let mut turn = turn;
         turn.open = Some(group);
-        let shared = OwnedMutexGuard::mutex(&turn).clone();
+        // Not this batch's task, which its runner may abort: the group must end even then.
+        tokio::spawn(close_unclaimed(OwnedMutexGuard::mutex(&turn).clone(), number));
         drop(turn);
         if !took {
             return Ok(true);
         }
-        wait_for_group(outcome, shared, number).await
+        // Dropped without a word: the group went with a task that was aborted (rolled back).
+        Ok(outcome.await.unwrap_or(false))
     }
 }
 
-/// Waits until the group `number` ends; if nobody takes it on for a while (the batch that
-/// was to come went away), takes the turn and commits it.
-async fn wait_for_group<DB: Db>(
-    mut outcome: oneshot::Receiver<bool>,
-    turn: Arc<Mutex<Turn<DB>>>,
-    number: u64,
-) -> Result<bool, Error> {
-    loop {
-        tokio::select! {
-            told = &mut outcome => return Ok(told.unwrap_or(false)),
-            () = tokio::time::sleep(UNCLAIMED_GROUP) => {
-                let mut turn = turn.lock().await;
-                if turn.open.as_ref().is_some_and(|group| group.number == number) {
-                    let group = turn.open.take().expect("just seen");
-                    // Tells this batch too, through `outcome` (false if it failed).
-                    let _ = group.end(true).await;
-                }
-            }
+/// Commits the group `number` if it is still open after [`UNCLAIMED_GROUP`]: the batch
+/// counted as waiting for the turn went away, or its runner was stopped.
+async fn close_unclaimed<DB: Db>(turn: Arc<Mutex<Turn<DB>>>, number: u64) {
+    tokio::time::sleep(UNCLAIMED_GROUP).await;
+    let mut turn = turn.lock().await;
+    if turn.open.as_ref().is_some_and(|group| group.number == number) {
+        let group = turn.open.take().expect("just seen");
+        // Its batches learn the outcome (false if the commit failed).
+        if let Err(error) = group.end(true).await {
+            tracing::warn!(%error, "committing a shared transactional group failed; its messages are claimable again");
         }
     }
 }

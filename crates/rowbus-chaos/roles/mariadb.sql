@@ -4,7 +4,7 @@
 --   @PREFIX@ user-name prefix, @PASSWORD@ the users' password, @SCHEMA@ the database of the
 --   tables, @NOTIFY@ the notify table, @QUEUE@ a queue table (its dead letters: @QUEUE@_dead, its pauses: @QUEUE@_pause, its history:
 --   @QUEUE@_hist and @QUEUE@_keep, its schedules: @QUEUE@_sched and @QUEUE@_ticks, its
---   deduplication ids: @QUEUE@_dedup).
+--   deduplication ids: @QUEUE@_dedup, its ordering keys: @QUEUE@_keys).
 -- Every statement is idempotent: run it again after adding a queue. The tables must exist.
 
 -- @section roles
@@ -26,9 +26,15 @@ GRANT SELECT, DELETE ON `@SCHEMA@`.`@NOTIFY@` TO '@PREFIX@listener'@'%';
 GRANT INSERT ON `@SCHEMA@`.`@QUEUE@` TO '@PREFIX@publisher'@'%';
 -- A publish with a deduplication id takes the id's row in @QUEUE@_dedup, or hands over the
 -- row of a message gone (it reads that message's id and dedup_id, no more), and now and
--- then deletes rows whose messages are gone.
-GRANT SELECT (`id`, `dedup_id`) ON `@SCHEMA@`.`@QUEUE@` TO '@PREFIX@publisher'@'%';
+-- then deletes rows whose messages are gone. A keyed message's row in @QUEUE@_keys is
+-- written with it (INSERT ... SELECT of the ids and keys just inserted).
+GRANT SELECT (`id`, `msg_key`, `dedup_id`) ON `@SCHEMA@`.`@QUEUE@` TO '@PREFIX@publisher'@'%';
 GRANT SELECT, INSERT, UPDATE, DELETE ON `@SCHEMA@`.`@QUEUE@_dedup` TO '@PREFIX@publisher'@'%';
+GRANT INSERT ON `@SCHEMA@`.`@QUEUE@_keys` TO '@PREFIX@publisher'@'%';
+-- Claims read the keys' rows; once keyed messages are settled, their consumer deletes the
+-- rows of those in neither the queue nor its dead letters (it reads the dead letters' ids).
+GRANT SELECT, DELETE ON `@SCHEMA@`.`@QUEUE@_keys` TO '@PREFIX@consumer'@'%';
+GRANT SELECT (`id`) ON `@SCHEMA@`.`@QUEUE@_dead` TO '@PREFIX@consumer'@'%';
 -- Claims are SELECT ... FOR UPDATE SKIP LOCKED then UPDATE; acks delete; dead letters are
 -- INSERT ... SELECT into @QUEUE@_dead.
 -- INSERT: a failed transactional handler (run_tx, run_batch_tx) puts its rows back.

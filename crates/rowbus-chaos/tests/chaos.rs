@@ -196,7 +196,7 @@ fn roles_script(db: &str) {
     cleanup.queue(queue);
     cleanup.table(notify);
     let mut statements = vec![
-        format!("CREATE TABLE IF NOT EXISTS {queue} (id BIGINT, dedup_id TEXT, v TEXT)"),
+        format!("CREATE TABLE IF NOT EXISTS {queue} (id BIGINT, msg_key TEXT, dedup_id TEXT, v TEXT)"),
         format!("CREATE TABLE IF NOT EXISTS {queue}_dead (id BIGINT, v TEXT)"),
         format!("CREATE TABLE IF NOT EXISTS {queue}_pause (id BIGINT, v TEXT)"),
         format!("CREATE TABLE IF NOT EXISTS {queue}_hist (id BIGINT, v TEXT)"),
@@ -206,9 +206,10 @@ fn roles_script(db: &str) {
         format!("CREATE TABLE IF NOT EXISTS {notify} (id BIGINT, v TEXT)"),
     ];
     if db == "mariadb" {
-        // MySQL/MariaDB keeps deduplication ids in a table of their own.
+        // MySQL/MariaDB keeps deduplication ids and ordering keys in tables of their own.
         statements
             .push(format!("CREATE TABLE IF NOT EXISTS {queue}_dedup (dedup_id VARCHAR(255), id BIGINT)"));
+        statements.push(format!("CREATE TABLE IF NOT EXISTS {queue}_keys (id BIGINT, msg_key VARCHAR(255))"));
     }
     for statement in statements {
         assert!(sql_as(db, admin, &statement), "{statement}");
@@ -264,6 +265,21 @@ fn roles_script(db: &str) {
             allowed("roles_ci_publisher", format!("SELECT 1 FROM {queue} WHERE id = 1 AND dedup_id = 'd'")),
             refused("roles_ci_publisher", format!("SELECT v FROM {queue}")),
             refused("roles_ci_consumer", format!("INSERT INTO {queue}_dedup (dedup_id, id) VALUES ('e', 1)")),
+            // Keyed messages' rows: written with them, read by claims, deleted once settled.
+            allowed(
+                "roles_ci_publisher",
+                format!("INSERT INTO {queue}_keys (id, msg_key) SELECT id, msg_key FROM {queue} WHERE id >= 1"),
+            ),
+            refused("roles_ci_publisher", format!("DELETE FROM {queue}_keys")),
+            allowed("roles_ci_consumer", format!("SELECT * FROM {queue}_keys")),
+            allowed(
+                "roles_ci_consumer",
+                format!(
+                    "DELETE FROM {queue}_keys WHERE id IN (1) AND NOT EXISTS (SELECT 1 FROM {queue}_dead AS d WHERE d.id = {queue}_keys.id)"
+                ),
+            ),
+            refused("roles_ci_consumer", format!("INSERT INTO {queue}_keys (id, msg_key) VALUES (1, 'k')")),
+            refused("roles_ci_consumer", format!("SELECT v FROM {queue}_dead")),
             allowed("roles_ci_notifier", format!("INSERT INTO {notify} (id) VALUES (1)")),
             refused("roles_ci_notifier", format!("SELECT * FROM {notify}")),
             allowed("roles_ci_listener", format!("SELECT * FROM {notify}")),

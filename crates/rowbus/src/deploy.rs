@@ -152,7 +152,7 @@ async fn migration<DB: Db>(conn: &mut DB::Connection, queue: &QueueTable) -> Res
         None => Vec::new(),
     };
     let mut statements = DB::migrate_queue(queue, &lacking(&present, &FEATURE_COLUMNS), &dead_missing);
-    if let Some((check, binds, upgrade)) = DB::index_upgrade(queue) {
+    for (check, binds, upgrade) in DB::index_upgrades(queue) {
         let args: Vec<Arg<'_>> = binds.iter().map(|b| Arg::Text(b)).collect();
         let rows = DB::fetch_rows(conn, &check.into(), &args, 0).await?;
         if rows.first().is_some_and(|row| row.int(0) > 0) {

@@ -509,43 +509,52 @@ async fn index_columns(place: &Place, t: &str, index: &str) -> i64 {
     place.ints(sql).await[0]
 }
 
-/// On MySQL/MariaDB deduplication ids live in `<queue>_dedup`: a deploy moves those of a
-/// queue table made with a unique index on them there and drops the index; the ids
-/// already taken stay taken, and free again once their message is acknowledged.
+/// On MySQL/MariaDB deduplication ids live in `<queue>_dedup` and ordering keys in
+/// `<queue>_keys`: a deploy moves those of a queue table made with indexes on them there
+/// and drops the indexes; the ids and keys already held stay held, and free again once
+/// their message is acknowledged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_deploy_moves_deduplication_ids_to_their_table_on_mariadb() {
+async fn a_deploy_moves_deduplication_ids_and_keys_to_their_tables_on_mariadb() {
     let place = Place::MariaDb;
     let broker = MySql::broker(&place, quick()).await;
     let cleanup = Cleanup::new(rowbus::Backend::MySql);
     let name = cleanup.queue(&unique("dedup_up"));
     let q = broker.queue(&name).unwrap();
     q.deploy().await.unwrap();
-    // As the previous version left it: the ids in a unique index, no table of their own.
+    // As the previous version left it: ids and keys in indexes, no tables of their own.
     run_sql(
         &place,
         &[
-            format!("DROP TABLE `{name}_dedup`"),
-            format!("ALTER TABLE `{name}` ADD UNIQUE KEY `{name}_dedup` (`dedup_id`)"),
+            format!("DROP TABLE `{name}_dedup`, `{name}_keys`"),
+            format!("ALTER TABLE `{name}` ADD UNIQUE KEY `{name}_dedup` (`dedup_id`), ADD KEY `{name}_key` (`msg_key`, `id`)"),
             format!("INSERT INTO `{name}` (payload, dedup_id) VALUES ('old', 'd')"),
+            format!("INSERT INTO `{name}` (payload, msg_key) VALUES ('old keyed', 'k')"),
         ],
     )
     .await;
     assert_eq!(index_columns(&place, &name, &format!("{name}_dedup")).await, 1);
+    assert_eq!(index_columns(&place, &name, &format!("{name}_key")).await, 2);
     q.deploy().await.unwrap();
     q.deploy().await.unwrap();
     assert_eq!(index_columns(&place, &name, &format!("{name}_dedup")).await, 0, "the index is gone");
-    let rows =
-        place.ints(format!("SELECT CAST(COUNT(*) AS SIGNED) FROM `{name}_dedup` WHERE dedup_id = 'd'")).await;
-    assert_eq!(rows, [1], "the id taken before moved to the table");
+    assert_eq!(index_columns(&place, &name, &format!("{name}_key")).await, 0, "the index is gone");
+    let count = |sql: String| place.ints(sql);
+    let ids =
+        count(format!("SELECT CAST(COUNT(*) AS SIGNED) FROM `{name}_dedup` WHERE dedup_id = 'd'")).await;
+    assert_eq!(ids, [1], "the id taken before moved to the table");
+    let keys = count(format!("SELECT CAST(COUNT(*) AS SIGNED) FROM `{name}_keys` WHERE msg_key = 'k'")).await;
+    assert_eq!(keys, [1], "the key held before moved to the table");
 
     assert_eq!(q.publish(Message::text("again").dedup_id("d")).await.unwrap().duplicates, ["d"]);
-    assert_eq!(q.publish(Message::text("e").dedup_id("e")).await.unwrap().stored, 1);
+    q.publish(Message::text("new keyed").key("k")).await.unwrap();
     let mut sub = stream(&q).await;
-    let got = take(&mut sub, 2, "the old message and e").await;
-    assert_eq!(texts(&got), ["old", "e"]);
+    let got = take(&mut sub, 2, "the old message and the old keyed one").await;
+    assert_eq!(texts(&got), ["old", "old keyed"]);
+    nothing(&mut sub, "the new keyed message waits for the old one").await;
     for delivery in got {
         delivery.ack().await.unwrap();
     }
+    assert_eq!(texts(&take(&mut sub, 1, "the new keyed one").await), ["new keyed"]);
     assert_eq!(
         q.publish(Message::text("new d").dedup_id("d")).await.unwrap().stored,
         1,
@@ -554,8 +563,12 @@ async fn a_deploy_moves_deduplication_ids_to_their_table_on_mariadb() {
     drop(sub);
     broker.shutdown(Duration::from_secs(1)).await;
     q.undeploy().await.unwrap();
-    let left = place.ints(format!("SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = '{name}_dedup'")).await;
-    assert_eq!(left, [0], "undeploy drops the ids' table");
+    let left = count(format!(
+        "SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.tables WHERE table_schema = DATABASE() \
+         AND table_name IN ('{name}_dedup', '{name}_keys')"
+    ))
+    .await;
+    assert_eq!(left, [0], "undeploy drops the ids' and the keys' tables");
 }
 
 /// The ids' table keeps a row per id taken, also after its message left (nothing that
@@ -586,6 +599,67 @@ async fn rows_of_deduplication_ids_gone_are_cleaned_up_on_mariadb() {
     assert_eq!(rows().await, [256], "the rows of the acknowledged ten are gone, the live ones stay");
     assert_eq!(q.publish(Message::text("g0 again").dedup_id("g0")).await.unwrap().stored, 1);
     assert_eq!(q.publish(Message::text("l0 again").dedup_id("l0")).await.unwrap().duplicates, ["l0"]);
+    broker.shutdown(Duration::from_secs(1)).await;
+    q.undeploy().await.unwrap();
+}
+
+/// A dead-lettered keyed message frees its key; requeued, it holds it again before the
+/// key's later messages (it comes back under its id).
+async fn a_requeued_keyed_message_holds_its_key_again<DB: Brokers>(place: Place) {
+    let broker = DB::broker(&place, quick()).await;
+    let cleanup = Cleanup::new(DB::BACKEND);
+    let q = queue(&broker, &cleanup, "requeue_key").await;
+    q.publish_batch([Message::text("k1").key("k"), Message::text("k2").key("k")]).await.unwrap();
+    let mut sub = stream(&q).await;
+    let first = next(&mut sub, "the key's first").await;
+    assert_eq!(first.text().unwrap(), "k1");
+    drop(sub);
+    first.dead_letter("gave up").await.unwrap();
+    assert_eq!(q.requeue_dead(&rowbus::DeadLetters::All, Duration::ZERO).await.unwrap(), 1);
+    let mut sub = stream(&q).await;
+    let again = next(&mut sub, "the requeued first").await;
+    assert_eq!(again.text().unwrap(), "k1", "the requeued message comes before the key's later one");
+    nothing(&mut sub, "the key's second waits for the requeued first").await;
+    again.ack().await.unwrap();
+    assert_eq!(next(&mut sub, "the key's second").await.text().unwrap(), "k2");
+    drop(sub);
+    broker.shutdown(Duration::from_secs(1)).await;
+    q.undeploy().await.unwrap();
+}
+on_each_database!(a_requeued_keyed_message_holds_its_key_again);
+
+/// On MySQL/MariaDB the keys' table keeps a row per keyed message in the queue or its dead
+/// letters: acknowledging deletes it, a dead letter keeps it, and the rows nothing needs
+/// (left by a process that died, or by a purged dead letter) go in a vacuum now and then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_of_keys_follow_their_messages_on_mariadb() {
+    let place = Place::MariaDb;
+    let broker = MySql::broker(&place, quick()).await;
+    let cleanup = Cleanup::new(rowbus::Backend::MySql);
+    let q = queue(&broker, &cleanup, "keys_rows").await;
+    let rows = || place.ints(format!("SELECT CAST(COUNT(*) AS SIGNED) FROM `{}_keys`", q.table()));
+    q.publish_batch((0..4).map(|i| Message::text(format!("m{i}")).key(format!("k{i}")))).await.unwrap();
+    assert_eq!(rows().await, [4], "one row per keyed message");
+    let mut sub = stream(&q).await;
+    let mut got = take(&mut sub, 4, "four keyed").await;
+    drop(sub);
+    got.pop().unwrap().dead_letter("dead").await.unwrap();
+    for delivery in got {
+        delivery.ack().await.unwrap();
+    }
+    assert_eq!(rows().await, [1], "acknowledged ones' rows go, the dead letter's stays");
+    // A row nothing needs: a message that left while its process died before cleaning up.
+    run_sql(&place, &[format!("INSERT INTO `{}_keys` (id, msg_key) VALUES (999999999, 'gone')", q.table())])
+        .await;
+    q.purge_dead(&rowbus::DeadLetters::All).await.unwrap();
+    // Enough settled keyed messages for a vacuum (one cleanup in 256).
+    q.publish_batch((0..256).map(|i| Message::text(format!("v{i}")).key("v"))).await.unwrap();
+    let mut sub = stream(&q).await;
+    for i in 0..256 {
+        next(&mut sub, &format!("v{i}")).await.ack().await.unwrap();
+    }
+    drop(sub);
+    assert_eq!(rows().await, [0], "the vacuum took the purged dead letter's row and the orphan");
     broker.shutdown(Duration::from_secs(1)).await;
     q.undeploy().await.unwrap();
 }

@@ -182,6 +182,7 @@ impl<DB: Db> Queue<DB> {
             let insert_args: Vec<Arg<'_>> =
                 std::iter::once(Arg::Int(delay)).chain(ids.iter().copied()).collect();
             DB::execute(&mut tx, &insert, &insert_args).await?;
+            DB::requeued(&mut tx, sql, &ids).await?;
             let moved = DB::execute(&mut tx, &Arc::from(sql.dead_delete(ids.len())), &ids).await?;
             tx.commit().await?;
             Ok((moved, rows))

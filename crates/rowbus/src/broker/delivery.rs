@@ -102,9 +102,10 @@ impl<DB: Db> Lease<DB> {
     }
 
     /// After the message left the queue: wakes the subscriptions that can take the next
-    /// message of its key, if it has one.
+    /// message of its key, if it has one, and cleans up after it.
     pub async fn free_key(&self) {
         if let Some(group) = &self.keyed {
+            lease::keys_gone(&self.queue, &[self.id]).await;
             super::publish::wake_group(&self.queue, group).await;
         }
     }

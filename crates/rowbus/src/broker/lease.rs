@@ -79,6 +79,18 @@ fn lease_lost<DB: Db>(queue: &Queue<DB>, id: i64) -> Error {
     Error::LeaseLost { table: queue.table().to_string(), id }
 }
 
+/// After keyed messages `ids` were settled (committed): the dialect's cleanup of what it
+/// keeps about their keys ([`Dialect::keyed_gone`](crate::sql::Dialect::keyed_gone)). A
+/// failure is logged: the dialect catches up later.
+pub(crate) async fn keys_gone<DB: Db>(queue: &Queue<DB>, ids: &[i64]) {
+    if ids.is_empty() {
+        return;
+    }
+    if let Err(error) = DB::keyed_gone(&queue.inner().pool, &queue.sql, ids).await {
+        tracing::debug!(%error, table = %queue.table(), "cleaning up after keyed messages failed; a later cleanup does it");
+    }
+}
+
 /// Deletes a leased message: acknowledged, or `dropped` by its handler.
 pub(crate) async fn ack<DB: Db>(queue: &Queue<DB>, id: i64, token: i64, dropped: bool) -> Result<(), Error> {
     let args = [Arg::Int(id), Arg::Int(token)];

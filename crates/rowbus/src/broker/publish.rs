@@ -184,7 +184,10 @@ pub(crate) async fn insert<DB: Db>(
         let sql = queue.sql.insert_sql(form, chunk.len());
         let (skip, take) = form.binds();
         let args: Vec<Arg<'_>> = rows.iter().flat_map(|r| r.args().skip(skip).take(take)).collect();
-        published.stored += DB::execute(conn, &sql, &args).await.map_err(|e| queue_error(queue, e))?;
+        let keyed = chunk.iter().any(|m| m.key.is_some());
+        published.stored += DB::insert_messages(conn, &queue.sql, &sql, &args, keyed)
+            .await
+            .map_err(|e| queue_error(queue, e))?;
         sent += 1;
     }
     for m in unique {

@@ -627,14 +627,14 @@ impl<DB: Db> SubscriptionBuilder<DB> {
 
 /// Wakes, once per group, the subscriptions that can take the next messages of the keys
 /// the keyed ones of `leases` held.
-async fn free_keys<DB: Db>(leases: &[Lease<DB>]) {
+async fn free_keys<DB: Db>(queue: &Queue<DB>, leases: &[Lease<DB>]) {
+    let keyed: Vec<i64> = leases.iter().filter(|l| l.is_keyed()).map(Lease::id).collect();
+    lease::keys_gone(queue, &keyed).await;
     let mut seen: Vec<&str> = Vec::new();
-    for lease in leases {
-        if let Some(group) = lease.keyed_group()
-            && !seen.contains(&group)
-        {
+    for group in leases.iter().filter_map(Lease::keyed_group) {
+        if !seen.contains(&group) {
             seen.push(group);
-            lease.free_key().await;
+            super::publish::wake_group(queue, group).await;
         }
     }
 }
@@ -659,7 +659,7 @@ async fn settle_batch<DB: Db>(
                 warn!(%error, table = %queue.table(), "acknowledging a batch failed; it comes back when its lease runs out");
                 return;
             }
-            free_keys(&keyed).await;
+            free_keys(queue, &keyed).await;
         }
         Ok(Outcome::Drop) => {
             let Some(first) = open.first() else { return };
@@ -668,7 +668,7 @@ async fn settle_batch<DB: Db>(
                 warn!(%error, table = %queue.table(), "dropping a batch failed; it comes back when its lease runs out");
                 return;
             }
-            free_keys(&open).await;
+            free_keys(queue, &open).await;
         }
         other => {
             for lease in open {

@@ -214,6 +214,7 @@ async fn transactional<DB, H>(
     let mut keyed: Vec<&str> = claimed.iter().filter(|r| r.key.is_some()).map(|r| r.group.as_str()).collect();
     keyed.sort_unstable();
     keyed.dedup();
+    let keyed_ids: Vec<i64> = claimed.iter().filter(|r| r.key.is_some()).map(|r| r.id).collect();
     // The claim set the handler's savepoint.
     let settled = async {
         let tx = write.tx();
@@ -264,6 +265,7 @@ async fn transactional<DB, H>(
     };
     // Some left the queue: wake who can take their keys' next messages.
     if left {
+        super::lease::keys_gone(queue, &keyed_ids).await;
         for group in keyed {
             super::publish::wake_group(queue, group).await;
         }

@@ -166,17 +166,52 @@ pub trait Dialect: Driver + Sized {
         let _ = alone;
         Box::pin(async move { Ok(Self::execute(conn, &sql.insert_dedup, args).await? > 0) })
     }
+    /// Runs `insert` (binds `args`), an INSERT of messages into the queue table; `keyed`:
+    /// some of them have an ordering key. The rows it stored. By default the statement
+    /// alone.
+    fn insert_messages<'c>(
+        conn: &'c mut Self::Connection,
+        sql: &'c TableSql<Self>,
+        insert: &'c Arc<str>,
+        args: &'c [Arg<'c>],
+        keyed: bool,
+    ) -> BoxFuture<'c, Result<u64, sqlx::Error>> {
+        let _ = (sql, keyed);
+        Self::execute(conn, insert, args)
+    }
+    /// After keyed messages `ids` were settled (committed): what the dialect keeps about
+    /// their keys goes for those that left for good, on a connection of `pool`; those
+    /// still in the queue or its dead letters keep it. A failure leaves the cleanup to
+    /// later. By default nothing.
+    fn keyed_gone<'c>(
+        pool: &'c Pool<Self>,
+        sql: &'c TableSql<Self>,
+        ids: &'c [i64],
+    ) -> BoxFuture<'c, Result<(), sqlx::Error>> {
+        let _ = (pool, sql, ids);
+        Box::pin(async { Ok(()) })
+    }
+    /// In a requeue's transaction, after the dead letters `ids` were copied back into the
+    /// queue table: what the dialect keeps about keys, for them too. By default nothing.
+    fn requeued<'c>(
+        conn: &'c mut Self::Connection,
+        sql: &'c TableSql<Self>,
+        ids: &'c [Arg<'c>],
+    ) -> BoxFuture<'c, Result<(), sqlx::Error>> {
+        let _ = (conn, sql, ids);
+        Box::pin(async { Ok(()) })
+    }
     /// The tables of a queue besides those every database gives it (dropped with it),
     /// quoted.
     fn side_tables(_table: &QueueTable) -> Vec<String> {
         Vec::new()
     }
     /// What brings an older queue table's indexes up to date, run by a deploy after the
-    /// columns ([`migrate_queue`](Self::migrate_queue)): a query returning one integer,
-    /// how many obsolete indexes the table has (its binds are texts), and the statements
-    /// to run when it has any.
-    fn index_upgrade(_table: &QueueTable) -> Option<(String, Vec<String>, Vec<String>)> {
-        None
+    /// columns ([`migrate_queue`](Self::migrate_queue)): for each change, a query returning
+    /// one integer, non-zero when the table needs it (its binds are texts), and the
+    /// statements that make it.
+    fn index_upgrades(_table: &QueueTable) -> Vec<(String, Vec<String>, Vec<String>)> {
+        Vec::new()
     }
     /// `INSERT INTO table (columns) VALUES (values)` that does nothing (and counts no
     /// row) where the key is taken.

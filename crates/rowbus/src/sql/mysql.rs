@@ -12,7 +12,7 @@ use notify_table::{Dialect as NotifyDialect, NotifyTable, Row, Statement};
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
 use sqlx::{ConnectOptions as _, Connection as _, MySql, Pool, Row as _};
 
-use super::{DEDUP, DEPLOY_LOCK_WAIT, Dialect, KEYS, placeholders};
+use super::{DEDUP, DEPLOY_LOCK_WAIT, Dialect, placeholders};
 use crate::backend::{Backend, DbPool, connect_error, invalid_url, pool_options, redact};
 use crate::broker::{ACK_BATCH, QueueTable};
 use crate::db::sealed::Driver as _;
@@ -23,6 +23,7 @@ use crate::listener::{ListenerTask, TableConn, TableSession};
 use crate::notify::Notifier;
 
 mod dedup;
+mod keys;
 
 crate::db::driver!(MySql, Backend::MySql);
 
@@ -234,6 +235,21 @@ fn claim_mark(t: &str, ids: usize) -> String {
     )
 }
 
+/// Whether table `table` has the index `<table><suffix>`: a query returning how many
+/// columns it has (0: none), and its binds.
+fn index_check(table: &QueueTable, suffix: &str) -> (String, Vec<String>) {
+    let (in_schema, mut binds) = match table.schema() {
+        Some(schema) => ("?", vec![schema.to_owned()]),
+        None => ("DATABASE()", vec![]),
+    };
+    binds.extend([table.name().to_owned(), format!("{}{suffix}", table.name())]);
+    let check = format!(
+        "SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.statistics \
+         WHERE table_schema = {in_schema} AND table_name = ? AND index_name = ?"
+    );
+    (check, binds)
+}
+
 /// The `GET_LOCK` name of a deploy of `table`: MySQL refuses names over 64 characters,
 /// and two long names cut to the same one only make their deploys take turns.
 fn lock_name(table: &str) -> String {
@@ -299,11 +315,9 @@ impl Dialect for MySql {
                  \x20 `created_at` DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),\n\
                  \x20 `last_error` TEXT NULL,\n\
                  \x20 {CLAIM_ORDER},\n\
-                 \x20 UNIQUE KEY {} (`id`),\n\
-                 \x20 KEY {} (`msg_key`, `id`)\n\
+                 \x20 UNIQUE KEY {} (`id`)\n\
                  ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
-                index("_id"),
-                index(KEYS)
+                index("_id")
             ),
             format!(
                 "CREATE TABLE IF NOT EXISTS {dead} (\n\
@@ -321,6 +335,7 @@ impl Dialect for MySql {
                  ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
             ),
             dedup::create(table),
+            keys::create(table),
         ]
     }
 
@@ -333,10 +348,9 @@ impl Dialect for MySql {
     }
 
     /// One `ALTER TABLE` per table (each rebuilds it): the columns, and with the priority
-    /// the clustered key that orders claims by it; the key index with its column (the
-    /// deduplication ids have a table: see [`index_upgrade`](Self::index_upgrade)).
+    /// the clustered key that orders claims by it (keys and deduplication ids have tables
+    /// of their own: see [`index_upgrades`](Self::index_upgrades)).
     fn migrate_queue(table: &QueueTable, missing: &[&str], dead_missing: &[&str]) -> Vec<String> {
-        let index = |suffix: &str| Self::quote(&format!("{}{suffix}", table.name()));
         let add = |c: &&str| format!("ADD COLUMN {} {}", Self::quote(c), Self::column_def(c));
         let mut statements = Vec::new();
         if !missing.is_empty() {
@@ -344,7 +358,6 @@ impl Dialect for MySql {
             for column in missing {
                 match *column {
                     "priority" => changes.push(format!("DROP PRIMARY KEY, ADD {CLAIM_ORDER}")),
-                    "msg_key" => changes.push(format!("ADD KEY {} (`msg_key`, `id`)", index(KEYS))),
                     _ => {}
                 }
             }
@@ -421,13 +434,46 @@ impl Dialect for MySql {
         dedup::insert(conn, sql, args, alone)
     }
 
-    fn side_tables(table: &QueueTable) -> Vec<String> {
-        vec![super::quoted::<Self>(table, DEDUP)]
+    /// Into the keys' table too, in one transaction: see the `keys` module.
+    fn insert_messages<'c>(
+        conn: &'c mut Self::Connection,
+        sql: &'c super::TableSql<Self>,
+        insert: &'c Arc<str>,
+        args: &'c [Arg<'c>],
+        keyed: bool,
+    ) -> BoxFuture<'c, Result<u64, sqlx::Error>> {
+        keys::insert(conn, sql, insert, args, keyed)
     }
 
-    /// A queue table of an older rowbus kept its deduplication ids in a unique index.
-    fn index_upgrade(table: &QueueTable) -> Option<(String, Vec<String>, Vec<String>)> {
-        Some(dedup::upgrade(table))
+    fn keyed_gone<'c>(
+        pool: &'c Pool<Self>,
+        sql: &'c super::TableSql<Self>,
+        ids: &'c [i64],
+    ) -> BoxFuture<'c, Result<(), sqlx::Error>> {
+        keys::gone(pool, sql, ids)
+    }
+
+    fn requeued<'c>(
+        conn: &'c mut Self::Connection,
+        sql: &'c super::TableSql<Self>,
+        ids: &'c [Arg<'c>],
+    ) -> BoxFuture<'c, Result<(), sqlx::Error>> {
+        keys::requeued(conn, sql, ids)
+    }
+
+    /// The keys' table and the deduplication ids' table.
+    fn side_tables(table: &QueueTable) -> Vec<String> {
+        vec![super::quoted::<Self>(table, DEDUP), super::quoted::<Self>(table, keys::KEYS_TABLE)]
+    }
+
+    /// A queue table of an older rowbus kept its keys and deduplication ids in indexes.
+    fn index_upgrades(table: &QueueTable) -> Vec<(String, Vec<String>, Vec<String>)> {
+        vec![dedup::upgrade(table), keys::upgrade(table)]
+    }
+
+    /// The keys' table: see the `keys` module.
+    fn key_free(table: &QueueTable) -> String {
+        keys::key_free(table)
     }
 
     fn insert_ignore(table: &str, columns: &str, values: &str) -> String {
@@ -777,6 +823,8 @@ mod tests {
         assert!(t.create[0].contains("UNIQUE KEY `jobs_id` (`id`)"));
         assert!(!t.create[0].contains("`jobs_dedup`"), "deduplication ids have a table of their own");
         assert!(t.create[2].starts_with("CREATE TABLE IF NOT EXISTS `jobs_dedup`"));
+        assert!(!t.create[0].contains("msg_key`, `id`"), "keys have a table of their own");
+        assert!(t.create[3].starts_with("CREATE TABLE IF NOT EXISTS `jobs_keys`"));
         assert!(t.claim.contains("ORDER BY priority, visible_at, id LIMIT ? FOR UPDATE SKIP LOCKED"));
         assert!(t.claim_locked.starts_with("SELECT CAST(id AS SIGNED)"));
         assert_eq!(claim_mark("`jobs`", 2).matches('?').count(), 4);

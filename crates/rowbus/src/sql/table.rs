@@ -59,6 +59,9 @@ pub struct TableSql<DB> {
     /// Messages with a deduplication id this process published: where the dialect
     /// cleans up after them now and then ([`Dialect::insert_deduplicated`]).
     pub deduplicated: std::sync::atomic::AtomicU64,
+    /// Cleanups after keyed messages left ([`Dialect::keyed_gone`]): where the dialect
+    /// vacuums now and then.
+    pub keyed_gone: std::sync::atomic::AtomicU64,
     /// The INSERTs publishes used, by form and rows (see [`insert_sql`](Self::insert_sql)).
     inserts: Mutex<HashMap<(InsertForm, usize), Arc<str>>>,
     db: PhantomData<fn() -> DB>,
@@ -128,6 +131,7 @@ impl<DB: Dialect> TableSql<DB> {
             history: HistorySql::new(table),
             insert_dedup: Self::insert_dedup_sql(&t).into(),
             deduplicated: Default::default(),
+            keyed_gone: Default::default(),
             inserts: Mutex::default(),
             quoted: t,
             dead,

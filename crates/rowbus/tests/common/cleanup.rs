@@ -202,11 +202,11 @@ pub fn queue_tables(q: &str) -> Vec<String> {
 
 /// [`queue_tables`] and those of `backend` alone: MySQL/MariaDB keeps deduplication ids
 /// in `<q>_dedup` (elsewhere that name is the queue table's index, which a `DROP TABLE`
-/// refuses).
+/// refuses) and ordering keys in `<q>_keys`.
 pub fn queue_tables_on(backend: Backend, q: &str) -> Vec<String> {
     let mut tables = queue_tables(q);
     if backend == Backend::MySql {
-        tables.push(format!("{q}_dedup"));
+        tables.extend([format!("{q}_dedup"), format!("{q}_keys")]);
     }
     tables
 }

@@ -51,15 +51,7 @@ pub(super) fn create(table: &QueueTable) -> String {
 /// `<queue>_dedup`, to the ids' table: whether the index is there (binds: schema if any,
 /// table, index), then the ids' table, the ids copied into it and the index dropped.
 pub(super) fn upgrade(table: &QueueTable) -> (String, Vec<String>, Vec<String>) {
-    let (in_schema, mut binds) = match table.schema() {
-        Some(schema) => ("?", vec![schema.to_owned()]),
-        None => ("DATABASE()", vec![]),
-    };
-    binds.extend([table.name().to_owned(), format!("{}{DEDUP}", table.name())]);
-    let check = format!(
-        "SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.statistics \
-         WHERE table_schema = {in_schema} AND table_name = ? AND index_name = ?"
-    );
+    let (check, binds) = super::index_check(table, DEDUP);
     let (q, d) = (quoted::<MySql>(table, ""), quoted::<MySql>(table, DEDUP));
     let index = MySql::quote(&format!("{}{DEDUP}", table.name()));
     let statements = vec![
@@ -137,6 +129,10 @@ async fn take(
 ) -> Result<bool, sqlx::Error> {
     let ids = Ids::of(sql);
     MySql::execute(conn, &sql.insert_with_dedup().into(), args).await?;
+    // A keyed message's row in the keys' table goes with it (see `keys`).
+    if let Some(Arg::Text(key)) = args.get(super::keys::KEY_BIND) {
+        super::keys::take(conn, sql, key).await?;
+    }
     // A row that vanishes between the failed insert and its lock was cleaned up: again.
     for _ in 0..3 {
         match MySql::execute(conn, &ids.take.as_str().into(), &[Arg::Text(id)]).await {

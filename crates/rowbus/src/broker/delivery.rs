@@ -105,8 +105,8 @@ impl<DB: Db> Lease<DB> {
     /// message of its key, if it has one, and cleans up after it.
     pub async fn free_key(&self) {
         if let Some(group) = &self.keyed {
-            lease::keys_gone(&self.queue, &[self.id]).await;
             super::publish::wake_group(&self.queue, group).await;
+            lease::keys_gone(&self.queue, &[self.id]).await;
         }
     }
 

@@ -628,8 +628,6 @@ impl<DB: Db> SubscriptionBuilder<DB> {
 /// Wakes, once per group, the subscriptions that can take the next messages of the keys
 /// the keyed ones of `leases` held.
 async fn free_keys<DB: Db>(queue: &Queue<DB>, leases: &[Lease<DB>]) {
-    let keyed: Vec<i64> = leases.iter().filter(|l| l.is_keyed()).map(Lease::id).collect();
-    lease::keys_gone(queue, &keyed).await;
     let mut seen: Vec<&str> = Vec::new();
     for group in leases.iter().filter_map(Lease::keyed_group) {
         if !seen.contains(&group) {
@@ -637,6 +635,8 @@ async fn free_keys<DB: Db>(queue: &Queue<DB>, leases: &[Lease<DB>]) {
             super::publish::wake_group(queue, group).await;
         }
     }
+    let keyed: Vec<i64> = leases.iter().filter(|l| l.is_keyed()).map(Lease::id).collect();
+    lease::keys_gone(queue, &keyed).await;
 }
 
 /// Settles a batch: an acknowledgement joins the pending ones (the next claim carries

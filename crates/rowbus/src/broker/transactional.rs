@@ -265,10 +265,10 @@ async fn transactional<DB, H>(
     };
     // Some left the queue: wake who can take their keys' next messages.
     if left {
-        super::lease::keys_gone(queue, &keyed_ids).await;
         for group in keyed {
             super::publish::wake_group(queue, group).await;
         }
+        super::lease::keys_gone(queue, &keyed_ids).await;
     }
 }
 

@@ -180,12 +180,12 @@ pub trait Dialect: Driver + Sized {
         Self::execute(conn, insert, args)
     }
     /// After keyed messages `ids` were settled (committed): what the dialect keeps about
-    /// their keys goes for those that left for good, on a connection of `pool`; those
-    /// still in the queue or its dead letters keep it. A failure leaves the cleanup to
-    /// later. By default nothing.
+    /// their keys goes, now or a little later, for those that left for good, on a
+    /// connection of `pool`; those still in the queue or its dead letters keep it. A
+    /// failure leaves the cleanup to later. By default nothing.
     fn keyed_gone<'c>(
         pool: &'c Pool<Self>,
-        sql: &'c TableSql<Self>,
+        sql: &'c Arc<TableSql<Self>>,
         ids: &'c [i64],
     ) -> BoxFuture<'c, Result<(), sqlx::Error>> {
         let _ = (pool, sql, ids);

@@ -447,7 +447,7 @@ impl Dialect for MySql {
 
     fn keyed_gone<'c>(
         pool: &'c Pool<Self>,
-        sql: &'c super::TableSql<Self>,
+        sql: &'c Arc<super::TableSql<Self>>,
         ids: &'c [i64],
     ) -> BoxFuture<'c, Result<(), sqlx::Error>> {
         keys::gone(pool, sql, ids)

@@ -59,9 +59,16 @@ pub struct TableSql<DB> {
     /// Messages with a deduplication id this process published: where the dialect
     /// cleans up after them now and then ([`Dialect::insert_deduplicated`]).
     pub deduplicated: std::sync::atomic::AtomicU64,
-    /// Cleanups after keyed messages left ([`Dialect::keyed_gone`]): where the dialect
-    /// vacuums now and then.
+    /// Keyed messages settled ([`Dialect::keyed_gone`]): where the dialect vacuums now
+    /// and then.
     pub keyed_gone: std::sync::atomic::AtomicU64,
+    /// Settled keyed messages whose cleanup ([`Dialect::keyed_gone`]) the dialect holds
+    /// back to do for several at once, and whether a task is to do it for them shortly.
+    pub keyed_settled: Mutex<(Vec<i64>, bool)>,
+    /// Where the dialect's next sweep of what it keeps about deduplication ids or keys
+    /// starts: each looks at a window of rows, the next one after it (a sweep of the whole
+    /// table would read every live row each time).
+    pub swept_to: Mutex<(String, i64)>,
     /// The INSERTs publishes used, by form and rows (see [`insert_sql`](Self::insert_sql)).
     inserts: Mutex<HashMap<(InsertForm, usize), Arc<str>>>,
     db: PhantomData<fn() -> DB>,
@@ -132,6 +139,8 @@ impl<DB: Dialect> TableSql<DB> {
             insert_dedup: Self::insert_dedup_sql(&t).into(),
             deduplicated: Default::default(),
             keyed_gone: Default::default(),
+            keyed_settled: Default::default(),
+            swept_to: Default::default(),
             inserts: Mutex::default(),
             quoted: t,
             dead,

@@ -29,8 +29,11 @@ use crate::db::Arg;
 use crate::db::sealed::Driver as _;
 use crate::sql::{DEDUP, Dialect, TableSql, placeholders, quoted};
 
-/// One in this many publishes of a deduplicated message runs a cleanup of rows whose
-/// messages are gone, at most [`CLEANUP_ROWS`] of them.
+/// One in this many publishes of a deduplicated message runs a cleanup: it looks at
+/// [`CLEANUP_ROWS`] rows, the next ones after the last cleanup's, and deletes those whose
+/// messages are gone. A cleanup so costs the same however many live rows the table holds,
+/// and the stale rows stay in proportion to them (a cleanup takes in the rows about 256
+/// publishes left behind, about a quarter of those it looks at).
 const CLEANUP_EVERY: u64 = 256;
 const CLEANUP_ROWS: i64 = 1000;
 
@@ -155,16 +158,27 @@ async fn take(
     Err(sqlx::Error::Protocol(format!("deduplication id {id:?}: its row kept vanishing; publish again")))
 }
 
-/// Deletes up to [`CLEANUP_ROWS`] rows whose messages are gone. A row handed to a new
-/// message meanwhile names another message and stays.
+/// Looks at the next [`CLEANUP_ROWS`] rows by deduplication id (from where the last
+/// cleanup stopped, from the start once it reached the end) and deletes those whose
+/// messages are gone. A row handed to a new message meanwhile names another message and
+/// stays.
 async fn clean_up(conn: &mut MySqlConnection, sql: &TableSql<MySql>) -> Result<(), sqlx::Error> {
     let (q, d) = (&sql.quoted, quoted::<MySql>(&sql.table, DEDUP));
-    let stale = format!(
-        "SELECT {}, CAST(d.id AS SIGNED) FROM {d} AS d LEFT JOIN {q} AS q ON q.id = d.id AND q.dedup_id = d.dedup_id \
-         WHERE q.id IS NULL LIMIT ?",
+    let window = format!(
+        "SELECT {}, CAST(d.id AS SIGNED), CAST(q.id IS NULL AS SIGNED) \
+         FROM (SELECT dedup_id, id FROM {d} WHERE dedup_id > ? ORDER BY dedup_id LIMIT ?) AS d \
+         LEFT JOIN {q} AS q ON q.id = d.id AND q.dedup_id = d.dedup_id ORDER BY d.dedup_id",
         MySql::text_of("d.dedup_id")
     );
-    let rows = MySql::fetch_rows(conn, &stale.into(), &[Arg::Int(CLEANUP_ROWS)], 1).await?;
+    let from = sql.swept_to.lock().expect("sweep position").0.clone();
+    let window =
+        MySql::fetch_rows(conn, &window.into(), &[Arg::Text(&from), Arg::Int(CLEANUP_ROWS)], 1).await?;
+    let next = match window.last() {
+        Some(last) if window.len() as i64 == CLEANUP_ROWS => last.text(0).to_owned(),
+        _ => String::new(),
+    };
+    sql.swept_to.lock().expect("sweep position").0 = next;
+    let rows: Vec<_> = window.iter().filter(|row| row.int(1) == 1).collect();
     if rows.is_empty() {
         return Ok(());
     }

@@ -355,11 +355,8 @@ impl Dialect for MySql {
         let mut statements = Vec::new();
         if !missing.is_empty() {
             let mut changes: Vec<String> = missing.iter().map(add).collect();
-            for column in missing {
-                match *column {
-                    "priority" => changes.push(format!("DROP PRIMARY KEY, ADD {CLAIM_ORDER}")),
-                    _ => {}
-                }
+            if missing.contains(&"priority") {
+                changes.push(format!("DROP PRIMARY KEY, ADD {CLAIM_ORDER}"));
             }
             statements.push(format!(
                 "ALTER TABLE {} {}",

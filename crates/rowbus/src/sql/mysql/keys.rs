@@ -55,7 +55,7 @@ pub(super) fn create(table: &QueueTable) -> String {
          ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
         quoted::<MySql>(table, KEYS_TABLE),
         super::SHORT_TEXT,
-        key_index(table)
+        key_index()
     )
 }
 
@@ -69,14 +69,15 @@ pub(super) fn key_free(table: &QueueTable) -> String {
         "(q.msg_key IS NULL OR NOT EXISTS (SELECT 1 FROM {} AS k FORCE INDEX ({}) STRAIGHT_JOIN {} AS e \
          ON e.id = k.id WHERE k.msg_key = q.msg_key AND k.id < q.id))",
         quoted::<MySql>(table, KEYS_TABLE),
-        key_index(table),
+        key_index(),
         quoted::<MySql>(table, "")
     )
 }
 
-/// The keys' index `(msg_key, id)`.
-fn key_index(table: &QueueTable) -> String {
-    MySql::quote(&format!("{}{KEYS_TABLE}_key", table.name()))
+/// The keys' index `(msg_key, id)`. MySQL names indexes per table, and a name made from
+/// the table's would pass the 64 characters of an identifier for the longest table names.
+fn key_index() -> String {
+    MySql::quote("by_key")
 }
 
 /// What moves a queue table of an older rowbus, whose keys have an index `<queue>_key`,
@@ -258,7 +259,7 @@ mod tests {
     fn keys_have_a_table_and_older_tables_move_to_it() {
         let table: QueueTable = "app.jobs".parse().unwrap();
         assert!(create(&table).starts_with("CREATE TABLE IF NOT EXISTS `app`.`jobs_keys` ("));
-        assert!(create(&table).contains("KEY `jobs_keys_key` (`msg_key`, `id`)"));
+        assert!(create(&table).contains("KEY `by_key` (`msg_key`, `id`)"));
         let (check, binds, statements) = upgrade(&table);
         assert!(check.contains("index_name = ?"), "{check}");
         assert_eq!(binds, ["app", "jobs", "jobs_key"]);
@@ -274,7 +275,7 @@ mod tests {
         let free = key_free(&"jobs".parse().unwrap());
         assert_eq!(
             free,
-            "(q.msg_key IS NULL OR NOT EXISTS (SELECT 1 FROM `jobs_keys` AS k FORCE INDEX (`jobs_keys_key`) \
+            "(q.msg_key IS NULL OR NOT EXISTS (SELECT 1 FROM `jobs_keys` AS k FORCE INDEX (`by_key`) \
              STRAIGHT_JOIN `jobs` AS e ON e.id = k.id WHERE k.msg_key = q.msg_key AND k.id < q.id))"
         );
     }

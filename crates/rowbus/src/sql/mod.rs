@@ -64,6 +64,12 @@ pub(crate) const DEPLOY_LOCK_WAIT: std::time::Duration = std::time::Duration::fr
 /// One database's SQL and connection behaviour. Sealed: implemented for
 /// [`sqlx::Postgres`], [`sqlx::MySql`] and [`sqlx::Sqlite`] in this module's children.
 pub trait Dialect: Driver + Sized {
+    /// What a queue's statements keep on this database beside the shared ones (the
+    /// statements and counters of tables of its own); `()` where there is nothing.
+    type TableState: std::fmt::Debug + Send + Sync + 'static;
+    /// The [`TableState`](Self::TableState) of queue `table`.
+    fn table_state(table: &QueueTable) -> Self::TableState;
+
     // --- Identifiers and values.
 
     /// One identifier part, quoted. Only for validated plain identifiers.

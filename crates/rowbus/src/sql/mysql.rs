@@ -27,6 +27,14 @@ mod keys;
 
 crate::db::driver!(MySql, Backend::MySql);
 
+/// A queue's tables of its own on MySQL/MariaDB (see the `dedup` and `keys` modules): their
+/// statements, built once, and what their cleanups keep between two runs.
+#[derive(Debug)]
+pub struct SideTables {
+    dedup: dedup::State,
+    keys: keys::State,
+}
+
 /// What a claim returns: id, group, payload, attempts, created_at µs, priority, key,
 /// dedup id, headers.
 const CLAIMED: &str = "CAST(id AS SIGNED), group_name, payload, CAST(attempts AS SIGNED), \
@@ -235,19 +243,29 @@ fn claim_mark(t: &str, ids: usize) -> String {
     )
 }
 
-/// Whether table `table` has the index `<table><suffix>`: a query returning how many
-/// columns it has (0: none), and its binds.
-fn index_check(table: &QueueTable, suffix: &str) -> (String, Vec<String>) {
+/// The [`index_upgrades`](Dialect::index_upgrades) entry that moves what the index
+/// `<table><suffix>` held into a table of its own: whether the index is there (a query
+/// returning how many columns it has, and its binds: schema if any, table, index), then
+/// `create` (the table), `copy` (its rows from the queue table) and the index dropped.
+fn index_to_table(
+    table: &QueueTable,
+    suffix: &str,
+    create: String,
+    copy: String,
+) -> (String, Vec<String>, Vec<String>) {
     let (in_schema, mut binds) = match table.schema() {
         Some(schema) => ("?", vec![schema.to_owned()]),
         None => ("DATABASE()", vec![]),
     };
-    binds.extend([table.name().to_owned(), format!("{}{suffix}", table.name())]);
+    let index = format!("{}{suffix}", table.name());
+    let drop =
+        format!("ALTER TABLE {} DROP INDEX {}", super::quoted::<MySql>(table, ""), MySql::quote(&index));
+    binds.extend([table.name().to_owned(), index]);
     let check = format!(
         "SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.statistics \
          WHERE table_schema = {in_schema} AND table_name = ? AND index_name = ?"
     );
-    (check, binds)
+    (check, binds, vec![create, copy, drop])
 }
 
 /// The `GET_LOCK` name of a deploy of `table`: MySQL refuses names over 64 characters,
@@ -257,6 +275,12 @@ fn lock_name(table: &str) -> String {
 }
 
 impl Dialect for MySql {
+    type TableState = SideTables;
+
+    fn table_state(table: &QueueTable) -> SideTables {
+        SideTables { dedup: dedup::State::of(table), keys: keys::State::of(table) }
+    }
+
     fn quote(part: &str) -> String {
         format!("`{part}`")
     }

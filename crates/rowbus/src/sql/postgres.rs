@@ -74,6 +74,10 @@ const PG_NOTIFY: &str = "SELECT pg_notify($1, $2)";
 const LOCK_NOT_AVAILABLE: &str = "55P03";
 
 impl Dialect for Postgres {
+    type TableState = ();
+
+    fn table_state(_table: &QueueTable) {}
+
     fn quote(part: &str) -> String {
         format!("\"{part}\"")
     }

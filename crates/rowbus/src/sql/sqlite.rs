@@ -93,6 +93,10 @@ fn open_error<'a>(
 }
 
 impl Dialect for Sqlite {
+    type TableState = ();
+
+    fn table_state(_table: &QueueTable) {}
+
     fn quote(part: &str) -> String {
         format!("`{part}`")
     }

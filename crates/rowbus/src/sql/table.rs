@@ -24,7 +24,7 @@ pub(crate) const DEAD_FEATURE_COLUMNS: [&str; 3] = ["priority", "msg_key", "head
 
 /// The statements of one queue table.
 #[derive(Debug)]
-pub struct TableSql<DB> {
+pub struct TableSql<DB: Dialect> {
     pub table: QueueTable,
     /// The table, quoted.
     pub quoted: String,
@@ -56,19 +56,8 @@ pub struct TableSql<DB> {
     /// One message with a deduplication id, refused while a message with the id is in the
     /// queue (see [`insert_dedup_sql`](Self::insert_dedup_sql)).
     pub insert_dedup: Arc<str>,
-    /// Messages with a deduplication id this process published: where the dialect
-    /// cleans up after them now and then ([`Dialect::insert_deduplicated`]).
-    pub deduplicated: std::sync::atomic::AtomicU64,
-    /// Keyed messages settled ([`Dialect::keyed_gone`]): where the dialect vacuums now
-    /// and then.
-    pub keyed_gone: std::sync::atomic::AtomicU64,
-    /// Settled keyed messages whose cleanup ([`Dialect::keyed_gone`]) the dialect holds
-    /// back to do for several at once, and whether a task is to do it for them shortly.
-    pub keyed_settled: Mutex<(Vec<i64>, bool)>,
-    /// Where the dialect's next sweep of what it keeps about deduplication ids or keys
-    /// starts: each looks at a window of rows, the next one after it (a sweep of the whole
-    /// table would read every live row each time).
-    pub swept_to: Mutex<(String, i64)>,
+    /// What the dialect keeps for this queue ([`Dialect::TableState`]).
+    pub state: DB::TableState,
     /// The INSERTs publishes used, by form and rows (see [`insert_sql`](Self::insert_sql)).
     inserts: Mutex<HashMap<(InsertForm, usize), Arc<str>>>,
     db: PhantomData<fn() -> DB>,
@@ -137,10 +126,7 @@ impl<DB: Dialect> TableSql<DB> {
             schedule: ScheduleSql::new(table),
             history: HistorySql::new(table),
             insert_dedup: Self::insert_dedup_sql(&t).into(),
-            deduplicated: Default::default(),
-            keyed_gone: Default::default(),
-            keyed_settled: Default::default(),
-            swept_to: Default::default(),
+            state: DB::table_state(table),
             inserts: Mutex::default(),
             quoted: t,
             dead,
@@ -207,12 +193,12 @@ impl<DB: Dialect> TableSql<DB> {
         )
     }
 
-    /// `INSERT` of one message with a deduplication id, no conflict clause: where the
-    /// dialect checks the id itself. Binds: those of [`insert`](Self::insert), then the id.
-    pub fn insert_with_dedup(&self) -> String {
+    /// `INSERT` of one message with a deduplication id into table `t`, no conflict clause:
+    /// where the dialect checks the id itself. Binds: those of [`insert`](Self::insert),
+    /// then the id.
+    pub fn insert_with_dedup_sql(t: &str) -> String {
         format!(
-            "INSERT INTO {} (group_name, payload, visible_at, priority, msg_key, headers, dedup_id) VALUES ({})",
-            self.quoted,
+            "INSERT INTO {t} (group_name, payload, visible_at, priority, msg_key, headers, dedup_id) VALUES ({})",
             Self::dedup_values()
         )
     }

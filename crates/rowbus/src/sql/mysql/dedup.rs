@@ -19,7 +19,8 @@
 //! the first's message). Rows whose messages are gone are deleted now and then by the
 //! publishers ([`CLEANUP_EVERY`]).
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 use sqlx::{MySql, MySqlConnection};
@@ -54,39 +55,43 @@ pub(super) fn create(table: &QueueTable) -> String {
 /// `<queue>_dedup`, to the ids' table: whether the index is there (binds: schema if any,
 /// table, index), then the ids' table, the ids copied into it and the index dropped.
 pub(super) fn upgrade(table: &QueueTable) -> (String, Vec<String>, Vec<String>) {
-    let (check, binds) = super::index_check(table, DEDUP);
     let (q, d) = (quoted::<MySql>(table, ""), quoted::<MySql>(table, DEDUP));
-    let index = MySql::quote(&format!("{}{DEDUP}", table.name()));
-    let statements = vec![
-        create(table),
-        format!(
-            "INSERT IGNORE INTO {d} (dedup_id, id) SELECT dedup_id, id FROM {q} WHERE dedup_id IS NOT NULL"
-        ),
-        format!("ALTER TABLE {q} DROP INDEX {index}"),
-    ];
-    (check, binds, statements)
+    let copy = format!(
+        "INSERT IGNORE INTO {d} (dedup_id, id) SELECT dedup_id, id FROM {q} WHERE dedup_id IS NOT NULL"
+    );
+    super::index_to_table(table, DEDUP, create(table), copy)
 }
 
-/// The statements of one queue's ids.
-struct Ids {
+/// One queue's ids: the statements of a publish, and the cleanup's count and position.
+#[derive(Debug)]
+pub(super) struct State {
+    /// Binds: those of [`TableSql::insert`], then the id. The message, no conflict clause.
+    insert: Arc<str>,
     /// Binds: the id. The row of the message just inserted.
-    take: String,
+    take: Arc<str>,
     /// Binds: the id. Locks its row; the message it names.
-    lock: String,
+    lock: Arc<str>,
     /// Binds: message id, dedup id. Whether that message is still there with that id.
-    live: String,
+    live: Arc<str>,
     /// Binds: the id. Hands the row to the message just inserted.
-    hand_over: String,
+    hand_over: Arc<str>,
+    /// Messages with an id this process published: one in [`CLEANUP_EVERY`] cleans up.
+    published: AtomicU64,
+    /// The id after which the next cleanup looks (empty: from the start).
+    swept_to: Mutex<String>,
 }
 
-impl Ids {
-    fn of(sql: &TableSql<MySql>) -> Self {
-        let (q, d) = (&sql.quoted, quoted::<MySql>(&sql.table, DEDUP));
-        Ids {
-            take: format!("INSERT INTO {d} (dedup_id, id) VALUES (?, LAST_INSERT_ID())"),
-            lock: format!("SELECT CAST(id AS SIGNED) FROM {d} WHERE dedup_id = ? FOR UPDATE"),
-            live: format!("SELECT 1 FROM {q} WHERE id = ? AND dedup_id = ?"),
-            hand_over: format!("UPDATE {d} SET id = LAST_INSERT_ID() WHERE dedup_id = ?"),
+impl State {
+    pub(super) fn of(table: &QueueTable) -> Self {
+        let (q, d) = (quoted::<MySql>(table, ""), quoted::<MySql>(table, DEDUP));
+        State {
+            insert: TableSql::<MySql>::insert_with_dedup_sql(&q).into(),
+            take: format!("INSERT INTO {d} (dedup_id, id) VALUES (?, LAST_INSERT_ID())").into(),
+            lock: format!("SELECT CAST(id AS SIGNED) FROM {d} WHERE dedup_id = ? FOR UPDATE").into(),
+            live: format!("SELECT 1 FROM {q} WHERE id = ? AND dedup_id = ?").into(),
+            hand_over: format!("UPDATE {d} SET id = LAST_INSERT_ID() WHERE dedup_id = ?").into(),
+            published: AtomicU64::new(0),
+            swept_to: Mutex::default(),
         }
     }
 }
@@ -116,7 +121,9 @@ pub(super) fn insert<'c>(
         } else {
             tx.rollback().await?;
         }
-        if alone && sql.deduplicated.fetch_add(1, Ordering::Relaxed) % CLEANUP_EVERY == CLEANUP_EVERY - 1 {
+        if alone
+            && sql.state.dedup.published.fetch_add(1, Ordering::Relaxed) % CLEANUP_EVERY == CLEANUP_EVERY - 1
+        {
             clean_up(conn, sql).await?;
         }
         Ok(stored)
@@ -130,29 +137,28 @@ async fn take(
     args: &[Arg<'_>],
     id: &str,
 ) -> Result<bool, sqlx::Error> {
-    let ids = Ids::of(sql);
-    MySql::execute(conn, &sql.insert_with_dedup().into(), args).await?;
+    let ids = &sql.state.dedup;
+    MySql::execute(conn, &ids.insert, args).await?;
     // A keyed message's row in the keys' table goes with it (see `keys`).
     if let Some(Arg::Text(key)) = args.get(super::keys::KEY_BIND) {
         super::keys::take(conn, sql, key).await?;
     }
     // A row that vanishes between the failed insert and its lock was cleaned up: again.
     for _ in 0..3 {
-        match MySql::execute(conn, &ids.take.as_str().into(), &[Arg::Text(id)]).await {
+        match MySql::execute(conn, &ids.take, &[Arg::Text(id)]).await {
             Ok(_) => return Ok(true),
             Err(e) if is_duplicate_key(&e) => {}
             Err(e) => return Err(e),
         }
-        let held = MySql::fetch_rows(conn, &ids.lock.as_str().into(), &[Arg::Text(id)], 0).await?;
+        let held = MySql::fetch_rows(conn, &ids.lock, &[Arg::Text(id)], 0).await?;
         let Some(holder) = held.first().map(|row| row.int(0)) else { continue };
         // A statement of its own: under READ COMMITTED it sees what committed before it,
         // the holder's message too when it committed while this waited for the lock.
-        let live =
-            MySql::fetch_rows(conn, &ids.live.as_str().into(), &[Arg::Int(holder), Arg::Text(id)], 0).await?;
+        let live = MySql::fetch_rows(conn, &ids.live, &[Arg::Int(holder), Arg::Text(id)], 0).await?;
         if !live.is_empty() {
             return Ok(false);
         }
-        MySql::execute(conn, &ids.hand_over.as_str().into(), &[Arg::Text(id)]).await?;
+        MySql::execute(conn, &ids.hand_over, &[Arg::Text(id)]).await?;
         return Ok(true);
     }
     Err(sqlx::Error::Protocol(format!("deduplication id {id:?}: its row kept vanishing; publish again")))
@@ -170,14 +176,14 @@ async fn clean_up(conn: &mut MySqlConnection, sql: &TableSql<MySql>) -> Result<(
          LEFT JOIN {q} AS q ON q.id = d.id AND q.dedup_id = d.dedup_id ORDER BY d.dedup_id",
         MySql::text_of("d.dedup_id")
     );
-    let from = sql.swept_to.lock().expect("sweep position").0.clone();
+    let from = sql.state.dedup.swept_to.lock().expect("sweep position").clone();
     let window =
         MySql::fetch_rows(conn, &window.into(), &[Arg::Text(&from), Arg::Int(CLEANUP_ROWS)], 1).await?;
     let next = match window.last() {
         Some(last) if window.len() as i64 == CLEANUP_ROWS => last.text(0).to_owned(),
         _ => String::new(),
     };
-    sql.swept_to.lock().expect("sweep position").0 = next;
+    *sql.state.dedup.swept_to.lock().expect("sweep position") = next;
     let rows: Vec<_> = window.iter().filter(|row| row.int(1) == 1).collect();
     if rows.is_empty() {
         return Ok(());
@@ -220,10 +226,10 @@ mod tests {
     #[test]
     fn an_id_is_taken_by_the_message_just_inserted() {
         let sql = TableSql::<MySql>::new(&"jobs".parse().unwrap()).unwrap();
-        let ids = Ids::of(&sql);
-        assert_eq!(ids.take, "INSERT INTO `jobs_dedup` (dedup_id, id) VALUES (?, LAST_INSERT_ID())");
+        let ids = &sql.state.dedup;
+        assert_eq!(&*ids.take, "INSERT INTO `jobs_dedup` (dedup_id, id) VALUES (?, LAST_INSERT_ID())");
         assert!(ids.lock.ends_with("WHERE dedup_id = ? FOR UPDATE"));
-        assert_eq!(ids.live, "SELECT 1 FROM `jobs` WHERE id = ? AND dedup_id = ?");
-        assert!(sql.insert_with_dedup().starts_with("INSERT INTO `jobs` (group_name"), "no IGNORE");
+        assert_eq!(&*ids.live, "SELECT 1 FROM `jobs` WHERE id = ? AND dedup_id = ?");
+        assert!(ids.insert.starts_with("INSERT INTO `jobs` (group_name"), "no IGNORE");
     }
 }

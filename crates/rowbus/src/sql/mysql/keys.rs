@@ -19,8 +19,8 @@
 //! transaction. A message in neither table in a consistent read never comes back, so
 //! neither ever takes a row a message needs.
 
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -43,6 +43,46 @@ const GONE_BATCH: usize = 128;
 /// How long the rows of fewer settled keyed messages wait for more.
 const GONE_AFTER: Duration = Duration::from_millis(500);
 const VACUUM_ROWS: i64 = 1000;
+
+/// One queue's keys: the statements of a publish, the settled messages whose rows wait to
+/// be deleted, and the vacuum's count and position.
+#[derive(Debug)]
+pub(super) struct State {
+    /// After an INSERT of keyed messages: their rows (see [`insert`]).
+    rows: Arc<str>,
+    /// Binds: the key. The row of the message just inserted.
+    take: Arc<str>,
+    /// Keyed messages settled: a vacuum each [`VACUUM_EVERY`].
+    settled: AtomicU64,
+    pending: Mutex<Pending>,
+    /// The id after which the next vacuum looks (0: from the start).
+    swept_to: AtomicI64,
+}
+
+/// Settled keyed messages whose rows are held back to be deleted together.
+#[derive(Debug, Default)]
+struct Pending {
+    ids: Vec<i64>,
+    /// A task is to delete them shortly.
+    timer: bool,
+}
+
+impl State {
+    pub(super) fn of(table: &QueueTable) -> Self {
+        let (q, k) = (quoted::<MySql>(table, ""), quoted::<MySql>(table, KEYS_TABLE));
+        State {
+            rows: format!(
+                "INSERT IGNORE INTO {k} (id, msg_key) SELECT id, msg_key FROM {q} \
+                 WHERE id >= LAST_INSERT_ID() AND msg_key IS NOT NULL"
+            )
+            .into(),
+            take: format!("INSERT INTO {k} (id, msg_key) VALUES (LAST_INSERT_ID(), ?)").into(),
+            settled: AtomicU64::new(0),
+            pending: Mutex::default(),
+            swept_to: AtomicI64::new(0),
+        }
+    }
+}
 
 /// The keys' table, if missing.
 pub(super) fn create(table: &QueueTable) -> String {
@@ -84,14 +124,9 @@ fn key_index() -> String {
 /// to the keys' table (as [`Dialect::index_upgrades`] says).
 pub(super) fn upgrade(table: &QueueTable) -> (String, Vec<String>, Vec<String>) {
     let (q, k) = (quoted::<MySql>(table, ""), quoted::<MySql>(table, KEYS_TABLE));
-    let index = MySql::quote(&format!("{}{KEYS}", table.name()));
-    let statements = vec![
-        create(table),
-        format!("INSERT IGNORE INTO {k} (id, msg_key) SELECT id, msg_key FROM {q} WHERE msg_key IS NOT NULL"),
-        format!("ALTER TABLE {q} DROP INDEX {index}"),
-    ];
-    let (check, binds) = super::index_check(table, KEYS);
-    (check, binds, statements)
+    let copy =
+        format!("INSERT IGNORE INTO {k} (id, msg_key) SELECT id, msg_key FROM {q} WHERE msg_key IS NOT NULL");
+    super::index_to_table(table, KEYS, create(table), copy)
 }
 
 /// [`Dialect::insert_messages`]: keyed ones in a transaction (a savepoint of the caller's)
@@ -109,14 +144,9 @@ pub(super) fn insert<'c>(
         if !keyed {
             return MySql::execute(conn, insert, args).await;
         }
-        let (q, k) = (&sql.quoted, quoted::<MySql>(&sql.table, KEYS_TABLE));
-        let rows = format!(
-            "INSERT IGNORE INTO {k} (id, msg_key) SELECT id, msg_key FROM {q} \
-             WHERE id >= LAST_INSERT_ID() AND msg_key IS NOT NULL"
-        );
         let mut tx = sqlx::Connection::begin(&mut *conn).await?;
         let stored = MySql::execute(&mut tx, insert, args).await?;
-        MySql::execute(&mut tx, &rows.into(), &[]).await?;
+        MySql::execute(&mut tx, &sql.state.keys.rows, &[]).await?;
         tx.commit().await?;
         Ok(stored)
     })
@@ -131,9 +161,7 @@ pub(super) async fn take(
     sql: &TableSql<MySql>,
     key: &str,
 ) -> Result<(), sqlx::Error> {
-    let k = quoted::<MySql>(&sql.table, KEYS_TABLE);
-    let row = format!("INSERT INTO {k} (id, msg_key) VALUES (LAST_INSERT_ID(), ?)");
-    MySql::execute(conn, &row.into(), &[Arg::Text(key)]).await.map(drop)
+    MySql::execute(conn, &sql.state.keys.take, &[Arg::Text(key)]).await.map(drop)
 }
 
 /// [`Dialect::requeued`]: the requeued dead letters' rows, from the dead letters.
@@ -164,21 +192,17 @@ pub(super) fn gone<'c>(
     ids: &'c [i64],
 ) -> BoxFuture<'c, Result<(), sqlx::Error>> {
     Box::pin(async move {
-        if ids.is_empty() {
-            return Ok(());
-        }
         let (full, timer) = {
-            let mut settled = sql.keyed_settled.lock().expect("keys' buffer");
-            settled.0.extend_from_slice(ids);
-            let timer = !settled.1;
-            settled.1 = true;
-            (settled.0.len() >= GONE_BATCH, timer)
+            let mut pending = sql.state.keys.pending.lock().expect("keys' buffer");
+            pending.ids.extend_from_slice(ids);
+            let timer = !std::mem::replace(&mut pending.timer, true);
+            (pending.ids.len() >= GONE_BATCH, timer)
         };
         if timer {
             let (pool, sql) = (pool.clone(), sql.clone());
             tokio::spawn(async move {
                 tokio::time::sleep(GONE_AFTER).await;
-                sql.keyed_settled.lock().expect("keys' buffer").1 = false;
+                sql.state.keys.pending.lock().expect("keys' buffer").timer = false;
                 if let Err(error) = delete_settled(&pool, &sql).await {
                     tracing::debug!(%error, "cleaning up after keyed messages failed; a vacuum does it");
                 }
@@ -194,14 +218,14 @@ pub(super) fn gone<'c>(
 /// Deletes the rows of the settled messages held back, and vacuums when their count
 /// passed a multiple of [`VACUUM_EVERY`].
 async fn delete_settled(pool: &Pool<MySql>, sql: &TableSql<MySql>) -> Result<(), sqlx::Error> {
-    let ids = std::mem::take(&mut sql.keyed_settled.lock().expect("keys' buffer").0);
+    let ids = std::mem::take(&mut sql.state.keys.pending.lock().expect("keys' buffer").ids);
     if ids.is_empty() {
         return Ok(());
     }
     let mut conn = pool.acquire().await?;
     let args: Vec<Arg<'_>> = ids.iter().copied().map(Arg::Int).collect();
     MySql::execute(&mut conn, &gone_sql(sql, ids.len()).into(), &args).await?;
-    let before = sql.keyed_gone.fetch_add(ids.len() as u64, Ordering::Relaxed);
+    let before = sql.state.keys.settled.fetch_add(ids.len() as u64, Ordering::Relaxed);
     if before / VACUUM_EVERY != (before + ids.len() as u64) / VACUUM_EVERY {
         vacuum(&mut conn, sql).await?;
     }
@@ -235,13 +259,13 @@ async fn vacuum(conn: &mut MySqlConnection, sql: &TableSql<MySql>) -> Result<(),
          LEFT JOIN {} AS q ON q.id = k.id LEFT JOIN {} AS d ON d.id = k.id ORDER BY k.id",
         sql.quoted, sql.dead
     );
-    let from = sql.swept_to.lock().expect("sweep position").1;
+    let from = sql.state.keys.swept_to.load(Ordering::Relaxed);
     let rows = MySql::fetch_rows(conn, &window.into(), &[Arg::Int(from), Arg::Int(VACUUM_ROWS)], 0).await?;
     let next = match rows.last() {
         Some(last) if rows.len() as i64 == VACUUM_ROWS => last.int(0),
         _ => 0,
     };
-    sql.swept_to.lock().expect("sweep position").1 = next;
+    sql.state.keys.swept_to.store(next, Ordering::Relaxed);
     // The same check again, on the rows found: as for `gone_sql`.
     let args: Vec<Arg<'_>> =
         rows.iter().filter(|row| row.int(1) == 1).map(|row| Arg::Int(row.int(0))).collect();

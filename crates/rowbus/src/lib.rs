@@ -58,16 +58,17 @@
 
 mod backend;
 mod broker;
-mod db;
 mod deploy;
+mod driver;
 mod error;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod hosts;
 mod listener;
+mod names;
 mod notify;
 mod sql;
 
-pub use backend::{Backend, DbPool, OnPool, connect, connect_creating, redact};
+pub use backend::{Backend, redact};
 pub use broker::Paused;
 pub use broker::{
     Broker, BrokerOptions, BrokerTx, DeadLetter, DeadLetterPage, DeadLetters, Delivery, GroupStats,
@@ -80,16 +81,15 @@ pub use broker::{
     MAX_SCHEDULE_NAME, MAX_SCHEDULE_PAYLOAD, MIN_EVERY, SCHEDULE_HEADER, Schedule, ScheduleChange,
     ScheduleInfo, TICK_HEADER, When,
 };
-pub use db::Db;
 pub use deploy::NotifyDeploy;
 pub use error::Error;
 pub use listener::{
     DurableListener, Event, Listener, ListenerHandle, ListenerOptions, Resume, durable_listeners,
     forget_durable_listener,
 };
-pub use notify::{
-    Notifier, PG_MAX_CHANNEL_BYTES, PG_PAYLOAD_LIMIT_BYTES, check_pg_channel, check_pg_payload, notify,
-};
+pub use notify::notify;
+pub use sql::{Db, DbPool, OnPool, connect, connect_creating};
+pub use sql::{Notifier, PG_MAX_CHANNEL_BYTES, PG_PAYLOAD_LIMIT_BYTES, check_pg_channel, check_pg_payload};
 
 pub use notify_table::{
     self, Config as NotifyConfig, DurationError, DurationRange, MAX_DURATION, MIN_POLL_INTERVAL,

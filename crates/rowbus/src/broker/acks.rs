@@ -13,7 +13,7 @@ use tokio::time::{Duration, Instant};
 use tracing::warn;
 
 use super::{Queue, lease};
-use crate::db::Db;
+use crate::sql::Db;
 
 /// Longest an acknowledgement waits for a claim to carry it.
 pub(crate) const CARRY_WAIT: Duration = Duration::from_millis(100);
@@ -128,7 +128,7 @@ impl PendingAcks {
         while let Some(pairs) = self.flushable().await {
             // A call per statement: a deadlock retried repeats only its own chunk, never
             // one that committed (which would count as lost leases).
-            for chunk in pairs.chunks(lease::ACK_BATCH) {
+            for chunk in pairs.chunks(crate::sql::ACK_BATCH) {
                 if let Err(error) = lease::ack_pairs(&queue, chunk).await {
                     warn!(%error, table = %queue.table(), count = chunk.len(), "acknowledging failed; the messages come back when their leases run out");
                 }

@@ -7,26 +7,15 @@ use std::time::Duration;
 use notify_table::{Config as NotifyConfig, Statement};
 
 use super::exec::queue_error;
-use super::{Broker, Queue, QueueTable};
-use crate::db::{Arg, Db, TextsAndInts};
+use super::{Broker, Queue};
 use crate::deploy;
+pub use crate::deploy::TableState;
+use crate::deploy::{fetch_on, find_on, refuse_foreign};
+use crate::driver::{Arg, TextsAndInts};
 use crate::error::Error;
-use crate::notify::Notifier;
-use crate::sql::{QUEUE_COLUMNS, quoted};
-
-/// What the database holds under a queue's table name.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TableState {
-    /// No such table.
-    Missing,
-    /// A queue table: it has every column the broker needs.
-    Deployed,
-    /// Some other table.
-    NotAQueue {
-        /// The queue table's columns it lacks.
-        missing: Vec<&'static str>,
-    },
-}
+use crate::sql::Db;
+use crate::sql::Notifier;
+use crate::sql::quoted;
 
 /// One group of one queue table, as it stands.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -81,65 +70,10 @@ async fn fetch<DB: Db>(
     fetch_on::<DB>(&mut *broker.pool().acquire().await?, sql, binds, texts).await
 }
 
-async fn fetch_on<DB: Db>(
-    conn: &mut DB::Connection,
-    sql: String,
-    binds: &[String],
-    texts: usize,
-) -> Result<Vec<TextsAndInts>, sqlx::Error> {
-    let args: Vec<Arg<'_>> = binds.iter().map(|b| Arg::Text(b)).collect();
-    DB::fetch_rows(conn, &Arc::from(sql), &args, texts).await
-}
-
 /// Whether `name` (in `schema`, or where an unqualified name resolves) is a table, and
 /// which queue columns it lacks.
 async fn find<DB: Db>(broker: &Broker<DB>, schema: Option<&str>, name: &str) -> Result<TableState, Error> {
     find_on::<DB>(&mut *broker.pool().acquire().await?, schema, name).await
-}
-
-/// [`find`] on `conn` (a deploy's, inside its lock).
-pub(crate) async fn find_on<DB: Db>(
-    conn: &mut DB::Connection,
-    schema: Option<&str>,
-    name: &str,
-) -> Result<TableState, Error> {
-    Ok(match columns_on::<DB>(conn, schema, name).await? {
-        None => TableState::Missing,
-        Some(present) => {
-            let missing = lacking(&present, &QUEUE_COLUMNS);
-            if missing.is_empty() { TableState::Deployed } else { TableState::NotAQueue { missing } }
-        }
-    })
-}
-
-/// Which of the columns rowbus knows table `name` has (`None`: no such table).
-pub(crate) async fn columns_on<DB: Db>(
-    conn: &mut DB::Connection,
-    schema: Option<&str>,
-    name: &str,
-) -> Result<Option<Vec<String>>, Error> {
-    let (sql, binds) = DB::find_table_sql(schema, name);
-    let row = fetch_on::<DB>(conn, sql, &binds, 1).await?.into_iter().next().unwrap_or_default();
-    if row.int(0) == 0 {
-        return Ok(None);
-    }
-    Ok(Some(row.text(0).split(',').filter(|c| !c.is_empty()).map(str::to_owned).collect()))
-}
-
-/// The `wanted` columns missing from `present`, matched as the catalog matched them:
-/// without regard to case on MySQL/MariaDB and SQLite.
-pub(crate) fn lacking(present: &[String], wanted: &[&'static str]) -> Vec<&'static str> {
-    wanted.iter().copied().filter(|column| !present.iter().any(|p| p.eq_ignore_ascii_case(column))).collect()
-}
-
-/// Whether `state` is a deployed queue table: `false` when missing, and
-/// [`Error::NotAQueueTable`] when `table` names some other table.
-pub(crate) fn refuse_foreign(table: &QueueTable, state: TableState) -> Result<bool, Error> {
-    match state {
-        TableState::Missing => Ok(false),
-        TableState::Deployed => Ok(true),
-        TableState::NotAQueue { missing } => Err(Error::NotAQueueTable { table: table.to_string(), missing }),
-    }
 }
 
 impl<DB: Db> Broker<DB> {

@@ -11,8 +11,9 @@ use sqlx::Transaction;
 use super::Queue;
 use super::exec::{micros, queue_error, retrying};
 use super::lease::ack_in;
-use crate::db::{ClaimedRow, Db};
+use crate::driver::ClaimedRow;
 use crate::error::{Error, is_retryable};
+use crate::sql::Db;
 
 /// What a claim brought back.
 pub(crate) struct Claim {

@@ -8,8 +8,9 @@ use notify_table::DurationRange;
 
 use super::exec::{micros, retrying};
 use super::{Queue, check_group, publish};
-use crate::db::{Arg, Db, DeadRow};
+use crate::driver::{Arg, DeadRow};
 use crate::error::{Error, check_duration};
+use crate::sql::Db;
 
 /// Most dead letters one statement (or one requeue's transaction) takes: well under every
 /// database's limit on binds.

@@ -8,8 +8,9 @@ use tracing::{debug, warn};
 
 use super::message::decode_headers;
 use super::{Headers, Queue, lease};
-use crate::db::{ClaimedRow, Db};
+use crate::driver::ClaimedRow;
 use crate::error::Error;
+use crate::sql::Db;
 
 /// What a handler decided about its message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,8 +5,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use super::Queue;
-use crate::db::Db;
 use crate::error::{Error, is_missing_table, is_retryable};
+use crate::sql::Db;
 
 /// Tries of a statement that deadlocked (MySQL/MariaDB take row locks in index order) or
 /// lost a Galera certification. InnoDB detects a deadlock at once, so a try costs a round

@@ -14,9 +14,10 @@ use tracing::{Instrument as _, debug, info_span, warn};
 
 use super::exec::{micros, queue_error, retrying};
 use super::{Broker, Inner, Queue, check_group};
-use crate::db::{Arg, ClaimedRow, Db, HistoryRow};
 use crate::deploy;
+use crate::driver::{Arg, ClaimedRow, HistoryRow};
 use crate::error::{Error, check_duration, is_missing_table};
+use crate::sql::Db;
 use crate::sql::{HISTORY_SUFFIX, KEEP_SUFFIX, Moved, TableSql};
 
 /// How often a broker consuming a queue deletes its expired history (and reads its keep

@@ -11,8 +11,9 @@ use sqlx::Transaction;
 use super::Queue;
 use super::exec::{micros, queue_error, retrying};
 use super::history::{arcs, move_in, moved, record};
-use crate::db::{Arg, ClaimedRow, Db};
+use crate::driver::{Arg, ClaimedRow};
 use crate::error::{Error, check_duration};
+use crate::sql::Db;
 use crate::sql::{Moved, TableSql};
 
 /// What [`Error::InvalidDuration`] names a retry's delay.
@@ -30,9 +31,6 @@ pub(crate) fn handler_retry(after: Duration) -> (String, Option<Duration>) {
     }
 }
 
-/// Most acknowledgements one statement carries.
-pub(crate) const ACK_BATCH: usize = 256;
-
 /// Rows a statement puts back after a failed transactional handler (11 binds each, well
 /// under every database's limit on binds).
 const RESTORE_BATCH: usize = 256;
@@ -47,7 +45,7 @@ pub(super) async fn ack_in<DB: Db>(
     keeping: bool,
 ) -> Result<u64, sqlx::Error> {
     let mut acked = 0;
-    for chunk in acks.chunks(ACK_BATCH) {
+    for chunk in acks.chunks(crate::sql::ACK_BATCH) {
         let ids = chunk.iter().map(|&(id, _)| Arg::Int(id));
         let pairs = chunk.iter().flat_map(|&(id, token)| [Arg::Int(id), Arg::Int(token)]);
         let args: Vec<Arg<'_>> = ids.chain(pairs).collect();

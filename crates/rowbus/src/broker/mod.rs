@@ -20,7 +20,6 @@ mod schedule;
 mod scheduler;
 mod stats;
 mod subscription;
-mod table;
 mod ticks;
 mod transactional;
 mod wake;
@@ -37,21 +36,19 @@ use sqlx::{ConnectOptions as _, Pool, Transaction};
 use tokio::sync::{Notify, watch};
 use tracing::{debug, info, warn};
 
-use crate::db::Db;
 use crate::error::{Error, check_duration};
 use crate::listener::{Event, Listener, ListenerHandle, ListenerOptions};
-use crate::notify::Notifier;
+use crate::sql::Db;
+use crate::sql::Notifier;
 use crate::sql::TableSql;
 
+pub use crate::names::{MAX_GROUP_CHARS, MAX_TABLE_NAME, QueueTable, check_group};
 pub use admin::{GroupStats, NotifyTableStats, TableState};
-pub(crate) use admin::{columns_on, find_on, lacking, refuse_foreign};
 pub use dead::{DeadLetter, DeadLetterPage, DeadLetters};
 pub use delivery::{Delivery, Outcome, Received, TxMessage};
 pub use history::{
     HISTORY_CLEANUP_BATCH, HISTORY_CLEANUP_INTERVAL, HistoryEntry, HistoryOutcome, HistoryPage, Pruned,
 };
-#[cfg(any(feature = "mysql", feature = "sqlite"))]
-pub(crate) use lease::ACK_BATCH;
 pub use message::{Headers, MAX_KEY_CHARS, Message, Published};
 pub use pause::Paused;
 pub use retry::RetryPolicy;
@@ -61,7 +58,6 @@ pub use schedule::{
 pub use scheduler::{SCHEDULE_HEADER, TICK_HEADER};
 pub use stats::{ClaimFailure, Stats};
 pub use subscription::{Subscription, SubscriptionBuilder};
-pub use table::{MAX_GROUP_CHARS, MAX_TABLE_NAME, QueueTable, check_group};
 
 use publish::groups_of;
 use stats::Counters;

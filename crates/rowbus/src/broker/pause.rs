@@ -7,8 +7,9 @@ use std::sync::Arc;
 
 use super::exec::queue_error;
 use super::{GroupStats, Queue, check_group, publish};
-use crate::db::{Arg, Db};
+use crate::driver::Arg;
 use crate::error::{Error, is_missing_table};
+use crate::sql::Db;
 
 /// What is paused in a queue, as [`Queue::paused`] reads it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -8,8 +8,9 @@ use notify_table::DurationRange;
 use super::coalesce::{Entry, Merged, SHARED_AT_MOST};
 use super::exec::{DEADLOCK_TRIES, micros, queue_error};
 use super::{Message, Published, Queue, check_group};
-use crate::db::{Arg, Db};
+use crate::driver::Arg;
 use crate::error::{Error, check_duration, is_retryable};
+use crate::sql::Db;
 use crate::sql::InsertForm;
 
 /// Most messages one INSERT carries (at most six binds each).

@@ -6,8 +6,9 @@ use std::sync::Arc;
 
 use super::Queue;
 use super::exec::queue_error;
-use crate::db::{Arg, Db};
+use crate::driver::Arg;
 use crate::error::Error;
+use crate::sql::Db;
 
 impl<DB: Db> Queue<DB> {
     /// The highest id the queue table has handed out (0 before its first message): how

@@ -22,8 +22,8 @@ use super::ahead::Ahead;
 use super::delivery::Lease;
 use super::subscription::{Claimer, Pace, SubscriptionBuilder};
 use super::{Delivery, Inner, Outcome, Queue, lease};
-use crate::db::Db;
 use crate::error::{Error, chain_line};
+use crate::sql::Db;
 
 /// Counts a runner as running until dropped, so that shutdown can wait for it.
 pub(super) struct Running<DB: Db>(Arc<Inner<DB>>);

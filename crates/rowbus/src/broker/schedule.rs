@@ -13,8 +13,9 @@ use super::exec::queue_error;
 use super::scheduler;
 use super::ticks::{Plan, Rule, parse_cron};
 use super::{Queue, check_group};
-use crate::db::{Arg, Db, TextsAndInts};
+use crate::driver::{Arg, TextsAndInts};
 use crate::error::{Error, check_duration, is_missing_table};
+use crate::sql::Db;
 use crate::sql::{SCHED_SUFFIX, TICKS_SUFFIX};
 
 /// The shortest interval of [`Schedule::every`]: each tick is a transaction, and a

@@ -21,8 +21,9 @@ use tracing::{debug, info, warn};
 use super::schedule::{Stored, db_now, decode, schedule_error};
 use super::ticks::HORIZON_US;
 use super::{Message, Queue, QueueTable};
-use crate::db::{Arg, Db};
+use crate::driver::Arg;
 use crate::error::{Error, is_retryable};
+use crate::sql::Db;
 
 /// How long tick rows are kept (the latest of each schedule always): ten times the
 /// horizon within which a running broker may still publish an older tick, so that the

@@ -21,8 +21,8 @@ use super::claim::{Claim, claim};
 use super::scheduler::{self, SchedulerGuard};
 use super::wake::Registration;
 use super::{Delivery, Queue};
-use crate::db::Db;
 use crate::error::{Error, check_duration};
+use crate::sql::Db;
 
 /// Configures a subscription to a [`Queue`]; finish with [`stream`](Self::stream) or one
 /// of the runners ([`run`](Self::run), [`run_batch`](Self::run_batch),
@@ -251,7 +251,7 @@ impl<DB: Db> Claimer<DB> {
     /// both before the first claim. Refuses a group name, poll interval or lease out of
     /// its rule first.
     pub async fn start(builder: &SubscriptionBuilder<DB>) -> Result<Self, Error> {
-        super::table::check_group(&builder.group)?;
+        crate::names::check_group(&builder.group)?;
         check_duration("poll_interval", builder.poll_interval, DurationRange::PollInterval)?;
         check_duration("lease", builder.lease, DurationRange::Positive)?;
         let inner = builder.queue.inner();

@@ -17,8 +17,9 @@ use super::runner::{Turn, drain, drive, free_workers, outcome};
 use super::subscription::{Claimer, Pace, SubscriptionBuilder};
 use super::writer::Write;
 use super::{Outcome, Queue, TxMessage};
-use crate::db::{ClaimedRow, Db};
+use crate::driver::ClaimedRow;
 use crate::error::Error;
+use crate::sql::Db;
 use crate::sql::Moved;
 
 impl<DB: Db> SubscriptionBuilder<DB> {

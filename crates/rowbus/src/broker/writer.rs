@@ -22,8 +22,9 @@ use tokio::sync::{Mutex, OwnedMutexGuard, oneshot};
 
 use super::Queue;
 use super::claim::{claim_locked, take_in};
-use crate::db::{ClaimedRow, Db};
+use crate::driver::ClaimedRow;
 use crate::error::Error;
+use crate::sql::Db;
 
 /// The most batches one shared transaction carries.
 const MAX_BATCHES: usize = 16;

@@ -5,9 +5,10 @@ use std::time::Duration;
 use notify_table::{Config, Position};
 use sqlx::Pool;
 
-use crate::db::{Arg, Db};
+use crate::driver::Arg;
 use crate::error::{Error, is_missing_table};
-use crate::notify::Notifier;
+use crate::sql::Db;
+use crate::sql::Notifier;
 use crate::sql::PositionsSql;
 
 /// A durable listener's stored position, as [`durable_listeners`] reads it.

@@ -15,17 +15,16 @@ use futures::Stream;
 use notify_table::{Config, Notification};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::backend::{Backend, ForBackend};
-use crate::db::Db;
+use crate::backend::Backend;
 use crate::error::Error;
+use crate::sql::Db;
+use crate::sql::ForBackend;
 use driver::Command;
-pub(crate) use driver::Driver as ListenerTask;
+use driver::Driver as ListenerTask;
 pub use durable::{DurableListener, durable_listeners, forget_durable_listener};
 #[cfg(feature = "postgres")]
-pub(crate) use pg::PgSession;
-pub(crate) use table::TableConn;
-#[cfg(any(feature = "mysql", feature = "sqlite"))]
-pub(crate) use table::TableSession;
+use pg::PgSession;
+use table::TableSession;
 
 /// How a [`Listener`] listens and reconnects.
 #[derive(Debug, Clone)]
@@ -356,8 +355,21 @@ impl ForBackend for Start {
     type Output = Started;
 
     fn run<DB: Db>(self) -> Started {
-        (DB::start_listener(self.0), DB::check_channel)
+        (start::<DB>(self.0), DB::check_channel)
     }
+}
+
+/// Connects a listener's first session on database `DB` and starts its task: PostgreSQL's
+/// own LISTEN where the database has it, the notify table on its listen connection
+/// otherwise.
+fn start<DB: Db>(
+    task: ListenerTask,
+) -> futures::future::BoxFuture<'static, Result<tokio::task::JoinHandle<()>, Error>> {
+    #[cfg(feature = "postgres")]
+    if DB::NATIVE_LISTEN {
+        return Box::pin(task.start::<PgSession>());
+    }
+    Box::pin(task.start::<TableSession<DB::ListenConn>>())
 }
 
 impl Stream for Listener {

@@ -10,7 +10,7 @@ use super::ListenerOptions;
 use super::driver::{Claimed, Control, Session, Wake};
 use super::table::TableSession;
 use crate::error::Error;
-use crate::notify::check_pg_channel;
+use crate::sql::check_pg_channel;
 
 /// One LISTEN connection. A plain channel is LISTEN's alone; a durable one is LISTENed
 /// for its wake-ups (a durable notifier sends `pg_notify` with each row) and read from

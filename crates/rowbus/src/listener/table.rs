@@ -1,39 +1,19 @@
 //! The notify-table core driven on one connection: every listener on MySQL/MariaDB and
 //! SQLite, PostgreSQL's durable channels (each database's [`TableConn`] is in its
-//! `crate::sql` module).
+//! dialect's module).
 
-use std::future::Future;
 use std::time::Duration;
 
-use notify_table::{Dialect, NotifyTable, Position, Row, Statement, Value};
+use notify_table::{NotifyTable, Position, Statement, Value};
 use tokio::time::{Interval, MissedTickBehavior};
 use tracing::{debug, warn};
 
 use super::ListenerOptions;
 use super::driver::{Claimed, Command, Control, Session, Wake};
-use crate::db::{Db, TextsAndInts};
 use crate::error::{Error, is_missing_table};
 use crate::notify::missing;
+use crate::sql::TableConn;
 use crate::sql::{POSITIONS_SUFFIX, PositionsSql, micros, text};
-
-/// A connection the notify-table core can run its statements on.
-pub(crate) trait TableConn: Send + Sized + 'static {
-    /// The database, for the positions table's statements.
-    type Db: Db;
-    fn dialect() -> Dialect;
-    /// Each row's first `texts` columns as text, the rest as integers.
-    fn rows(
-        &mut self,
-        stmt: &Statement,
-        texts: usize,
-    ) -> impl Future<Output = Result<Vec<TextsAndInts>, sqlx::Error>> + Send;
-    fn open(url: &str) -> impl Future<Output = Result<Self, Error>> + Send;
-    fn session_id(&mut self) -> impl Future<Output = Result<Option<u64>, Error>> + Send;
-    fn fetch(&mut self, stmt: &Statement) -> impl Future<Output = Result<Vec<Row>, sqlx::Error>> + Send;
-    fn execute(&mut self, stmt: &Statement) -> impl Future<Output = Result<u64, sqlx::Error>> + Send;
-    /// The first column of every row, as ids.
-    fn fetch_ids(&mut self, stmt: &Statement) -> impl Future<Output = Result<Vec<u64>, sqlx::Error>> + Send;
-}
 
 /// One listen connection and its own core object: a new connection starts a new core,
 /// resumed from the positions the old one reached.

@@ -1,10 +1,10 @@
 //! A queue's dead-letter statements: reading dead letters, putting them back in the queue
 //! table, purging them. Binds are documented with each statement.
 
-use super::{Dialect, TableSql, placeholders};
+use super::{Db, TableSql, placeholders};
 
-impl<DB: Dialect> TableSql<DB> {
-    /// A dead letter's columns as [`DeadRow`](crate::db::DeadRow) reads them: id, group,
+impl<DB: Db> TableSql<DB> {
+    /// A dead letter's columns as [`DeadRow`](crate::driver::DeadRow) reads them: id, group,
     /// payload, attempts, created_at µs, failed_at µs, last_error, priority, key, headers.
     fn dead_columns() -> String {
         format!(

@@ -10,8 +10,8 @@
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use super::{Dialect, placeholders, quoted};
-use crate::broker::QueueTable;
+use super::{Db, Naming, placeholders, quoted};
+use crate::names::QueueTable;
 
 /// The suffix of a queue's history table: `jobs_hist`. At most six characters, so that the
 /// longest table name (57) still fits PostgreSQL's 63 with it.
@@ -77,7 +77,7 @@ pub struct HistorySql<DB> {
     db: PhantomData<fn() -> DB>,
 }
 
-impl<DB: Dialect> HistorySql<DB> {
+impl<DB: Db> HistorySql<DB> {
     pub fn new(table: &QueueTable) -> Self {
         let (h, k, t) =
             (quoted::<DB>(table, HISTORY_SUFFIX), quoted::<DB>(table, KEEP_SUFFIX), quoted::<DB>(table, ""));
@@ -151,7 +151,7 @@ impl<DB: Dialect> HistorySql<DB> {
     }
 
     /// History rows, newest first (the latest handled, then the highest id), as
-    /// [`HistoryRow`](crate::db::HistoryRow) reads them. Binds: the group when `by_group`,
+    /// [`HistoryRow`](crate::driver::HistoryRow) reads them. Binds: the group when `by_group`,
     /// then limit, offset.
     pub fn list(&self, by_group: bool) -> String {
         let filter = if by_group { format!(" WHERE group_name = {}", DB::param(1)) } else { String::new() };
@@ -175,7 +175,7 @@ impl<DB: Dialect> HistorySql<DB> {
 /// their last error: copy, then delete, in one transaction. The last statement's count is
 /// the rows moved. The copy locks what it reads (`FOR UPDATE` where rows are locked one by
 /// one), so that the delete removes what was copied.
-pub(crate) fn copy_then_delete<DB: Dialect>(
+pub(crate) fn copy_then_delete<DB: Naming>(
     t: &str,
     h: &str,
     filter: &str,
@@ -233,5 +233,36 @@ mod tests {
         assert!(sql.ends_with("VALUES (?, ?, ?, ?, ?, 'dead', ?), (?, ?, ?, ?, ?, 'dead', ?)"), "{sql}");
         let sql = h.insert(1, Moved::Acked, false);
         assert!(sql.ends_with("VALUES (?, ?, ?, ?, ?, 'acked', NULL)"), "{sql}");
+    }
+}
+
+/// Kept history: the history table and the statements that move, write and prune it.
+pub trait Keeping: Naming {
+    /// The queue's history table (see [`HistorySql`]), its index on `handled_at` and its
+    /// keep setting table, if missing. History: `id`, `group_name`, `payload`, `attempts`,
+    /// `created_at` as the queue table has them, `outcome` (short text), `handled_at`
+    /// (defaults to now), `last_error`; no key (a requeued dead letter comes back under its
+    /// id and may be handled again). Keep setting: `id` (the key, always 1) and `keep_us`
+    /// (a BIGINT).
+    fn create_history(table: &QueueTable) -> Vec<String>;
+
+    /// Deletes up to `limit` (a placeholder) of history table `h`'s oldest rows handled
+    /// before the time `cutoff` (an expression), oldest first.
+    fn prune_history_sql(h: &str, cutoff: &str, limit: &str) -> String;
+
+    /// One statement that writes rows a transactional claim took into history table `h`,
+    /// given as one JSON text (binds: the rows, then their outcome): an array of
+    /// `{"i": id, "g": group, "p": payload in hex, "a": attempts, "c": created_at µs,
+    /// "e": error or null}`. `None` where the rows go as binds, a `VALUES` tuple each.
+    fn history_json_insert(_h: &str) -> Option<String> {
+        None
+    }
+
+    /// The statements that move the rows of queue table `t` matching `filter` into history
+    /// table `h` as `outcome`, with `error` (a placeholder, or `last_error`: the row's own)
+    /// as their last error, run in one transaction; the last one's count is the rows moved.
+    /// By default a copy, then a delete, with the same binds.
+    fn move_to_history(t: &str, h: &str, filter: &str, outcome: &str, error: &str) -> Vec<String> {
+        copy_then_delete::<Self>(t, h, filter, outcome, error)
     }
 }

@@ -12,20 +12,29 @@ use notify_table::{Dialect as NotifyDialect, NotifyTable, Row, Statement};
 use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
 use sqlx::{ConnectOptions as _, Connection as _, MySql, Pool, Row as _};
 
-use super::{DEDUP, DEPLOY_LOCK_WAIT, Dialect, placeholders};
-use crate::backend::{Backend, DbPool, connect_error, invalid_url, pool_options, redact};
-use crate::broker::{ACK_BATCH, QueueTable};
-use crate::db::sealed::Driver as _;
-use crate::db::{Arg, ClaimedRow};
+use super::{
+    Catalog, Claiming, Connecting, DEDUP, DEPLOY_LOCK_WAIT, Db, Keeping, Naming, Pausing, Positions,
+    Publishing, Scheduling, Schema, Waking, placeholders,
+};
+use crate::backend::{Backend, connect_error, invalid_url, pool_options, redact};
+use crate::driver::sealed::Driver as _;
+use crate::driver::{Arg, ClaimedRow};
 use crate::error::Error;
 use crate::hosts::{Hosts, connect_first, follow};
-use crate::listener::{ListenerTask, TableConn, TableSession};
-use crate::notify::Notifier;
+use crate::names::QueueTable;
+use crate::sql::ACK_BATCH;
+use crate::sql::DbPool;
+use crate::sql::Notifier;
+use crate::sql::TableConn;
 
 mod dedup;
 mod keys;
 
-crate::db::driver!(MySql, Backend::MySql);
+crate::driver::driver!(MySql);
+
+impl Db for MySql {
+    const BACKEND: Backend = Backend::MySql;
+}
 
 /// A queue's tables of its own on MySQL/MariaDB (see the `dedup` and `keys` modules): their
 /// statements, built once, and what their cleanups keep between two runs.
@@ -274,13 +283,7 @@ fn lock_name(table: &str) -> String {
     format!("rowbus deploy {table}").chars().take(64).collect()
 }
 
-impl Dialect for MySql {
-    type TableState = SideTables;
-
-    fn table_state(table: &QueueTable) -> SideTables {
-        SideTables { dedup: dedup::State::of(table), keys: keys::State::of(table) }
-    }
-
+impl Naming for MySql {
     fn quote(part: &str) -> String {
         format!("`{part}`")
     }
@@ -290,10 +293,6 @@ impl Dialect for MySql {
     }
 
     const NOW: &'static str = "UTC_TIMESTAMP(6)";
-    /// A statement and its binds travel in one packet: the server refuses (and drops the
-    /// connection of) one over `max_allowed_packet`, 16 MiB by default.
-    const STATEMENT_LIMIT: (u64, &'static str) = (16 << 20, "the server's max_allowed_packet");
-    const STATEMENT_LIMIT_SQL: Option<&'static str> = Some("SELECT CAST(@@max_allowed_packet AS SIGNED)");
 
     fn later(p: &str) -> String {
         format!("UTC_TIMESTAMP(6) + INTERVAL {p} MICROSECOND")
@@ -311,6 +310,38 @@ impl Dialect for MySql {
 
     fn bigint(expr: &str) -> String {
         format!("CAST({expr} AS SIGNED)")
+    }
+
+    fn insert_ignore(table: &str, columns: &str, values: &str) -> String {
+        format!("INSERT IGNORE INTO {table} ({columns}) VALUES ({values})")
+    }
+
+    fn insert_select_ignore(table: &str, columns: &str, select: &str) -> String {
+        format!("INSERT IGNORE INTO {table} ({columns}) {select}")
+    }
+
+    /// `ON DUPLICATE KEY UPDATE`: MySQL has no `ON CONFLICT` (MariaDB has no `AS new`
+    /// row alias either, so the values are named with `VALUES()`).
+    fn upsert(table: &str, columns: &str, values: &str, _key: &str, updates: &[&str]) -> String {
+        let set: Vec<String> = updates.iter().map(|c| format!("{c} = VALUES({c})")).collect();
+        format!(
+            "INSERT INTO {table} ({columns}) VALUES ({values}) ON DUPLICATE KEY UPDATE {}",
+            set.join(", ")
+        )
+    }
+
+    /// The bytes of a `VARBINARY` column as the UTF-8 text they hold (the driver decodes
+    /// no binary column as a string).
+    fn text_of(expr: &str) -> String {
+        format!("CAST({expr} AS CHAR CHARACTER SET utf8mb4)")
+    }
+}
+
+impl Schema for MySql {
+    type TableState = SideTables;
+
+    fn table_state(table: &QueueTable) -> SideTables {
+        SideTables { dedup: dedup::State::of(table), keys: keys::State::of(table) }
     }
 
     /// The claim order is the clustered primary key itself and the `_id` index holds `id`
@@ -399,51 +430,50 @@ impl Dialect for MySql {
         statements
     }
 
-    fn create_pause(table: &QueueTable) -> String {
-        format!(
-            "CREATE TABLE IF NOT EXISTS {} (\n\
-             \x20 `whole_queue` BIGINT NOT NULL,\n\
-             \x20 `group_name` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n\
-             \x20 `paused_at` DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),\n\
-             \x20 PRIMARY KEY (`whole_queue`, `group_name`)\n\
-             ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
-            super::quoted::<Self>(table, super::PAUSE_SUFFIX)
-        )
+    /// The keys' table and the deduplication ids' table.
+    fn side_tables(table: &QueueTable) -> Vec<String> {
+        vec![super::quoted::<Self>(table, DEDUP), super::quoted::<Self>(table, keys::KEYS_TABLE)]
     }
 
-    /// `INSERT IGNORE`: MySQL has no `ON CONFLICT`.
-    /// Clustered on `(handled_at, id)`: the order the cleanup deletes in and `history`
-    /// reads in, with no secondary index to write and no hidden row id (InnoDB hands
-    /// those out under one server-wide mutex). A message is in one settlement at a time,
-    /// and a settlement's rows share its statement's time, so no key repeats.
-    fn create_history(table: &QueueTable) -> Vec<String> {
-        let group = "VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL";
-        vec![
-            format!(
-                "CREATE TABLE IF NOT EXISTS {} (\n\
-                 \x20 `id` BIGINT UNSIGNED NOT NULL,\n\
-                 \x20 `group_name` {group},\n\
-                 \x20 `payload` LONGBLOB NOT NULL,\n\
-                 \x20 `attempts` INT NOT NULL,\n\
-                 \x20 `created_at` DATETIME(6) NOT NULL,\n\
-                 \x20 `outcome` VARCHAR(16) NOT NULL,\n\
-                 \x20 `handled_at` DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),\n\
-                 \x20 `last_error` TEXT NULL,\n\
-                 \x20 PRIMARY KEY (`handled_at`, `id`)\n\
-                 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
-                super::quoted::<Self>(table, super::HISTORY_SUFFIX)
-            ),
-            format!(
-                "CREATE TABLE IF NOT EXISTS {} (`id` SMALLINT NOT NULL PRIMARY KEY, `keep_us` BIGINT NOT NULL) \
-                 ENGINE=InnoDB",
-                super::quoted::<Self>(table, super::KEEP_SUFFIX)
-            ),
-        ]
+    /// A queue table of an older rowbus kept its keys and deduplication ids in indexes.
+    fn index_upgrades(table: &QueueTable) -> Vec<(String, Vec<String>, Vec<String>)> {
+        vec![dedup::upgrade(table), keys::upgrade(table)]
     }
 
-    fn prune_history_sql(h: &str, cutoff: &str, limit: &str) -> String {
-        format!("DELETE FROM {h} WHERE `handled_at` < {cutoff} ORDER BY `handled_at` LIMIT {limit}")
+    /// `GET_LOCK`, a session's named lock (DDL commits at once here, so no transaction
+    /// could hold one): one name per table, server-wide. [`unlock_deploy`](Self::unlock_deploy)
+    /// releases it.
+    fn lock_deploy<'c>(conn: &'c mut Self::Connection, table: &'c str) -> BoxFuture<'c, Result<(), Error>> {
+        Box::pin(async move {
+            let wait = i64::try_from(DEPLOY_LOCK_WAIT.as_secs()).unwrap_or(i64::MAX);
+            let sql = Arc::<str>::from("SELECT CAST(GET_LOCK(?, ?) AS SIGNED)");
+            let rows =
+                Self::fetch_rows(conn, &sql, &[Arg::Text(&lock_name(table)), Arg::Int(wait)], 0).await?;
+            // 1 taken; 0 the wait ran out (NULL, an error, is not expected here).
+            match rows.first().map(|row| row.int(0)) {
+                Some(1) => Ok(()),
+                _ => Err(Error::DeployLocked { table: table.to_owned(), waited: DEPLOY_LOCK_WAIT }),
+            }
+        })
     }
+
+    fn unlock_deploy<'c>(
+        conn: &'c mut Self::Connection,
+        table: &'c str,
+    ) -> BoxFuture<'c, Result<(), sqlx::Error>> {
+        Box::pin(async move {
+            let sql = Arc::<str>::from("SELECT RELEASE_LOCK(?)");
+            Self::execute(conn, &sql, &[Arg::Text(&lock_name(table))]).await.map(drop)
+        })
+    }
+}
+
+impl Publishing for MySql {
+    /// A statement and its binds travel in one packet: the server refuses (and drops the
+    /// connection of) one over `max_allowed_packet`, 16 MiB by default.
+    const STATEMENT_LIMIT: (u64, &'static str) = (16 << 20, "the server's max_allowed_packet");
+
+    const STATEMENT_LIMIT_SQL: Option<&'static str> = Some("SELECT CAST(@@max_allowed_packet AS SIGNED)");
 
     /// In the ids' table `<queue>_dedup`: see the `dedup` module.
     fn insert_deduplicated<'c>(
@@ -481,95 +511,16 @@ impl Dialect for MySql {
     ) -> BoxFuture<'c, Result<(), sqlx::Error>> {
         keys::requeued(conn, sql, ids)
     }
+}
 
-    /// The keys' table and the deduplication ids' table.
-    fn side_tables(table: &QueueTable) -> Vec<String> {
-        vec![super::quoted::<Self>(table, DEDUP), super::quoted::<Self>(table, keys::KEYS_TABLE)]
-    }
-
-    /// A queue table of an older rowbus kept its keys and deduplication ids in indexes.
-    fn index_upgrades(table: &QueueTable) -> Vec<(String, Vec<String>, Vec<String>)> {
-        vec![dedup::upgrade(table), keys::upgrade(table)]
-    }
-
+impl Claiming for MySql {
     /// The keys' table: see the `keys` module.
     fn key_free(table: &QueueTable) -> String {
         keys::key_free(table)
     }
 
-    fn insert_ignore(table: &str, columns: &str, values: &str) -> String {
-        format!("INSERT IGNORE INTO {table} ({columns}) VALUES ({values})")
-    }
-
-    fn insert_select_ignore(table: &str, columns: &str, select: &str) -> String {
-        format!("INSERT IGNORE INTO {table} ({columns}) {select}")
-    }
-
-    /// `ON DUPLICATE KEY UPDATE`: MySQL has no `ON CONFLICT` (MariaDB has no `AS new`
-    /// row alias either, so the values are named with `VALUES()`).
-    fn upsert(table: &str, columns: &str, values: &str, _key: &str, updates: &[&str]) -> String {
-        let set: Vec<String> = updates.iter().map(|c| format!("{c} = VALUES({c})")).collect();
-        format!(
-            "INSERT INTO {table} ({columns}) VALUES ({values}) ON DUPLICATE KEY UPDATE {}",
-            set.join(", ")
-        )
-    }
-
-    fn create_schedules(table: &QueueTable) -> Vec<String> {
-        vec![
-            format!(
-                "CREATE TABLE IF NOT EXISTS {} (\n\
-                 \x20 `name` VARCHAR(100) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n\
-                 \x20 `cron` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n\
-                 \x20 `payload` MEDIUMTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n\
-                 \x20 `group_name` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n\
-                 \x20 `every_us` BIGINT NOT NULL,\n\
-                 \x20 `since_us` BIGINT NOT NULL,\n\
-                 \x20 `version` BIGINT NOT NULL,\n\
-                 \x20 PRIMARY KEY (`name`)\n\
-                 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
-                super::quoted::<Self>(table, super::SCHED_SUFFIX)
-            ),
-            format!(
-                "CREATE TABLE IF NOT EXISTS {} (\n\
-                 \x20 `schedule_name` VARCHAR(100) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n\
-                 \x20 `tick_us` BIGINT NOT NULL,\n\
-                 \x20 `published_at` DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),\n\
-                 \x20 PRIMARY KEY (`schedule_name`, `tick_us`)\n\
-                 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
-                super::quoted::<Self>(table, super::TICKS_SUFFIX)
-            ),
-        ]
-    }
-
-    /// `GET_LOCK`, a session's named lock (DDL commits at once here, so no transaction
-    /// could hold one): one name per table, server-wide. [`unlock_deploy`](Self::unlock_deploy)
-    /// releases it.
-    fn lock_deploy<'c>(conn: &'c mut Self::Connection, table: &'c str) -> BoxFuture<'c, Result<(), Error>> {
-        Box::pin(async move {
-            let wait = i64::try_from(DEPLOY_LOCK_WAIT.as_secs()).unwrap_or(i64::MAX);
-            let sql = Arc::<str>::from("SELECT CAST(GET_LOCK(?, ?) AS SIGNED)");
-            let rows =
-                Self::fetch_rows(conn, &sql, &[Arg::Text(&lock_name(table)), Arg::Int(wait)], 0).await?;
-            // 1 taken; 0 the wait ran out (NULL, an error, is not expected here).
-            match rows.first().map(|row| row.int(0)) {
-                Some(1) => Ok(()),
-                _ => Err(Error::DeployLocked { table: table.to_owned(), waited: DEPLOY_LOCK_WAIT }),
-            }
-        })
-    }
-
-    fn unlock_deploy<'c>(
-        conn: &'c mut Self::Connection,
-        table: &'c str,
-    ) -> BoxFuture<'c, Result<(), sqlx::Error>> {
-        Box::pin(async move {
-            let sql = Arc::<str>::from("SELECT RELEASE_LOCK(?)");
-            Self::execute(conn, &sql, &[Arg::Text(&lock_name(table))]).await.map(drop)
-        })
-    }
-
     const LEASE_CLAIM_BEGIN: &'static str = "BEGIN";
+
     const LOCKED_CLAIM_BEGIN: &'static str = "BEGIN";
 
     /// The locking read of a claim, unless paused or held behind an earlier message of
@@ -647,7 +598,9 @@ impl Dialect for MySql {
             Ok(rows)
         })
     }
+}
 
+impl Waking for MySql {
     fn check_channel(channel: &str) -> Result<(), Error> {
         Ok(notify_table::check_channel(channel).map(drop)?)
     }
@@ -656,32 +609,12 @@ impl Dialect for MySql {
         Ok(notifier.mysql.notify_sql(channel, payload)?)
     }
 
-    /// The bytes of a `VARBINARY` column as the UTF-8 text they hold (the driver decodes
-    /// no binary column as a string).
-    fn text_of(expr: &str) -> String {
-        format!("CAST({expr} AS CHAR CHARACTER SET utf8mb4)")
-    }
-
-    /// `channel` and `name` are binary: their comparisons are exact (the notify table's
-    /// `utf8mb4_bin` pads trailing spaces, and would make `jobs ` and `jobs` one key).
-    fn create_positions(t: &str) -> String {
-        format!(
-            "CREATE TABLE IF NOT EXISTS {t} (\n\
-             \x20 `channel` VARBINARY(1020) NOT NULL,\n\
-             \x20 `name` VARBINARY(1020) NOT NULL,\n\
-             \x20 `position` MEDIUMTEXT CHARACTER SET utf8mb4 NOT NULL,\n\
-             \x20 `first_unread` BIGINT NOT NULL,\n\
-             \x20 `owner` BIGINT NOT NULL,\n\
-             \x20 `checked_in` BIGINT NOT NULL,\n\
-             \x20 PRIMARY KEY (`channel`, `name`)\n\
-             ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
-        )
-    }
-
     fn notify_table(notifier: &Notifier) -> Option<&NotifyTable> {
         Some(&notifier.mysql)
     }
+}
 
+impl Connecting for MySql {
     fn connect_pool(url: &str, max: u32, _create: bool) -> BoxFuture<'static, Result<Pool<Self>, Error>> {
         let url = url.to_owned();
         Box::pin(async move {
@@ -715,10 +648,10 @@ impl Dialect for MySql {
         DbPool::MySql(pool)
     }
 
-    fn start_listener(task: ListenerTask) -> BoxFuture<'static, Result<tokio::task::JoinHandle<()>, Error>> {
-        Box::pin(task.start::<TableSession<MySqlConnection>>())
-    }
+    type ListenConn = MySqlConnection;
+}
 
+impl Catalog for MySql {
     fn find_table_sql(schema: Option<&str>, name: &str) -> (String, Vec<String>) {
         let (in_schema, mut binds) = match schema {
             Some(schema) => ("?", vec![schema.to_owned()]),
@@ -780,6 +713,103 @@ impl Dialect for MySql {
         Some("SET SESSION information_schema_stats_expiry = 0");
 }
 
+impl Keeping for MySql {
+    /// `INSERT IGNORE`: MySQL has no `ON CONFLICT`.
+    /// Clustered on `(handled_at, id)`: the order the cleanup deletes in and `history`
+    /// reads in, with no secondary index to write and no hidden row id (InnoDB hands
+    /// those out under one server-wide mutex). A message is in one settlement at a time,
+    /// and a settlement's rows share its statement's time, so no key repeats.
+    fn create_history(table: &QueueTable) -> Vec<String> {
+        let group = "VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL";
+        vec![
+            format!(
+                "CREATE TABLE IF NOT EXISTS {} (\n\
+                 \x20 `id` BIGINT UNSIGNED NOT NULL,\n\
+                 \x20 `group_name` {group},\n\
+                 \x20 `payload` LONGBLOB NOT NULL,\n\
+                 \x20 `attempts` INT NOT NULL,\n\
+                 \x20 `created_at` DATETIME(6) NOT NULL,\n\
+                 \x20 `outcome` VARCHAR(16) NOT NULL,\n\
+                 \x20 `handled_at` DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),\n\
+                 \x20 `last_error` TEXT NULL,\n\
+                 \x20 PRIMARY KEY (`handled_at`, `id`)\n\
+                 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+                super::quoted::<Self>(table, super::HISTORY_SUFFIX)
+            ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {} (`id` SMALLINT NOT NULL PRIMARY KEY, `keep_us` BIGINT NOT NULL) \
+                 ENGINE=InnoDB",
+                super::quoted::<Self>(table, super::KEEP_SUFFIX)
+            ),
+        ]
+    }
+
+    fn prune_history_sql(h: &str, cutoff: &str, limit: &str) -> String {
+        format!("DELETE FROM {h} WHERE `handled_at` < {cutoff} ORDER BY `handled_at` LIMIT {limit}")
+    }
+}
+
+impl Pausing for MySql {
+    fn create_pause(table: &QueueTable) -> String {
+        format!(
+            "CREATE TABLE IF NOT EXISTS {} (\n\
+             \x20 `whole_queue` BIGINT NOT NULL,\n\
+             \x20 `group_name` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n\
+             \x20 `paused_at` DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),\n\
+             \x20 PRIMARY KEY (`whole_queue`, `group_name`)\n\
+             ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+            super::quoted::<Self>(table, super::PAUSE_SUFFIX)
+        )
+    }
+}
+
+impl Scheduling for MySql {
+    fn create_schedules(table: &QueueTable) -> Vec<String> {
+        vec![
+            format!(
+                "CREATE TABLE IF NOT EXISTS {} (\n\
+                 \x20 `name` VARCHAR(100) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n\
+                 \x20 `cron` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n\
+                 \x20 `payload` MEDIUMTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n\
+                 \x20 `group_name` VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n\
+                 \x20 `every_us` BIGINT NOT NULL,\n\
+                 \x20 `since_us` BIGINT NOT NULL,\n\
+                 \x20 `version` BIGINT NOT NULL,\n\
+                 \x20 PRIMARY KEY (`name`)\n\
+                 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+                super::quoted::<Self>(table, super::SCHED_SUFFIX)
+            ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {} (\n\
+                 \x20 `schedule_name` VARCHAR(100) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,\n\
+                 \x20 `tick_us` BIGINT NOT NULL,\n\
+                 \x20 `published_at` DATETIME(6) NOT NULL DEFAULT (UTC_TIMESTAMP(6)),\n\
+                 \x20 PRIMARY KEY (`schedule_name`, `tick_us`)\n\
+                 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+                super::quoted::<Self>(table, super::TICKS_SUFFIX)
+            ),
+        ]
+    }
+}
+
+impl Positions for MySql {
+    /// `channel` and `name` are binary: their comparisons are exact (the notify table's
+    /// `utf8mb4_bin` pads trailing spaces, and would make `jobs ` and `jobs` one key).
+    fn create_positions(t: &str) -> String {
+        format!(
+            "CREATE TABLE IF NOT EXISTS {t} (\n\
+             \x20 `channel` VARBINARY(1020) NOT NULL,\n\
+             \x20 `name` VARBINARY(1020) NOT NULL,\n\
+             \x20 `position` MEDIUMTEXT CHARACTER SET utf8mb4 NOT NULL,\n\
+             \x20 `first_unread` BIGINT NOT NULL,\n\
+             \x20 `owner` BIGINT NOT NULL,\n\
+             \x20 `checked_in` BIGINT NOT NULL,\n\
+             \x20 PRIMARY KEY (`channel`, `name`)\n\
+             ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
+        )
+    }
+}
+
 impl TableConn for MySqlConnection {
     type Db = MySql;
 
@@ -787,8 +817,8 @@ impl TableConn for MySqlConnection {
         &mut self,
         stmt: &Statement,
         texts: usize,
-    ) -> Result<Vec<crate::db::TextsAndInts>, sqlx::Error> {
-        MySql::fetch_rows(self, &stmt.sql, &crate::db::args_of(stmt), texts).await
+    ) -> Result<Vec<crate::driver::TextsAndInts>, sqlx::Error> {
+        MySql::fetch_rows(self, &stmt.sql, &crate::driver::args_of(stmt), texts).await
     }
 
     fn dialect() -> NotifyDialect {

@@ -9,8 +9,8 @@
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use super::{Dialect, quoted};
-use crate::broker::QueueTable;
+use super::{Db, Naming, quoted};
+use crate::names::QueueTable;
 
 /// The suffix of a queue's pause table: `jobs_pause`. Six characters, so that the longest
 /// table name (57) still fits PostgreSQL's 63 with it.
@@ -34,7 +34,7 @@ pub struct PauseSql<DB> {
     db: PhantomData<fn() -> DB>,
 }
 
-impl<DB: Dialect> PauseSql<DB> {
+impl<DB: Db> PauseSql<DB> {
     pub fn new(table: &QueueTable) -> Self {
         let p = quoted::<DB>(table, PAUSE_SUFFIX);
         let columns = "whole_queue, group_name";
@@ -49,5 +49,23 @@ impl<DB: Dialect> PauseSql<DB> {
             quoted: p,
             db: PhantomData,
         }
+    }
+}
+
+/// Pausing: the pause table and the condition every claim carries.
+pub trait Pausing: Naming {
+    /// The queue's pause table (see [`PauseSql`]), if missing: `whole_queue` (0 or 1, a
+    /// BIGINT where that is what the driver reads as `i64`), `group_name` as the queue
+    /// table has it, `paused_at`; the key `(whole_queue, group_name)`.
+    fn create_pause(table: &QueueTable) -> String;
+
+    /// A condition true while neither the queue (in table `table`) nor the group in
+    /// placeholder `group` is paused: one lookup in the pause table, which the claims
+    /// carry.
+    fn not_paused(table: &QueueTable, group: &str) -> String {
+        format!(
+            "NOT EXISTS (SELECT 1 FROM {} WHERE whole_queue = 1 OR group_name = {group})",
+            quoted::<Self>(table, PAUSE_SUFFIX)
+        )
     }
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use notify_table::{MAX_TABLE_LEN, Value};
 
-use super::Dialect;
+use super::{Db, Naming};
 use crate::error::Error;
 
 /// The suffix of the positions table: `rowbus_notify_positions`.
@@ -46,7 +46,7 @@ pub(crate) struct PositionsSql<DB> {
     db: PhantomData<fn() -> DB>,
 }
 
-impl<DB: Dialect> PositionsSql<DB> {
+impl<DB: Db> PositionsSql<DB> {
     /// The statements for the positions table of notify table `table` (a validated
     /// identifier); refuses a name too long for the database with the suffix.
     pub fn new(table: &str) -> Result<Self, Error> {
@@ -114,4 +114,12 @@ pub(crate) fn text(s: &str) -> Value {
 /// A duration as a µs bind.
 pub(crate) fn micros(d: std::time::Duration) -> Value {
     Value::Int(i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+}
+
+/// Durable listeners: their positions table.
+pub trait Positions: Naming {
+    /// The positions table of durable listeners (see [`PositionsSql`]), quoted as `t`, if
+    /// missing: `channel` and `name` as the notify table holds a channel (the key),
+    /// `position` (text), `first_unread`, `owner`, `checked_in` (BIGINT).
+    fn create_positions(t: &str) -> String;
 }

@@ -11,8 +11,8 @@
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use super::{Dialect, quoted};
-use crate::broker::QueueTable;
+use super::{Db, Naming, quoted};
+use crate::names::QueueTable;
 
 /// The suffix of a queue's schedule table: `jobs_sched`. Six characters, as the pause
 /// table's, so that the longest table name (57) still fits PostgreSQL's 63 with it.
@@ -55,7 +55,7 @@ pub struct ScheduleSql<DB> {
 /// Most tick rows one cleanup statement deletes.
 pub(crate) const CLEANUP_BATCH: usize = 1000;
 
-impl<DB: Dialect> ScheduleSql<DB> {
+impl<DB: Db> ScheduleSql<DB> {
     pub fn new(table: &QueueTable) -> Self {
         let s = quoted::<DB>(table, SCHED_SUFFIX);
         let k = quoted::<DB>(table, TICKS_SUFFIX);
@@ -95,4 +95,13 @@ impl<DB: Dialect> ScheduleSql<DB> {
             db: PhantomData,
         }
     }
+}
+
+/// Schedules: the schedule and tick tables.
+pub trait Scheduling: Naming {
+    /// The queue's schedule table and tick table (see [`ScheduleSql`]), if missing:
+    /// `<table>_sched` (`name` the key, `cron`, `payload`, `group_name`, `every_us`,
+    /// `since_us`, `version`) and `<table>_ticks` (`schedule_name`, `tick_us`,
+    /// `published_at`; the key `(schedule_name, tick_us)`).
+    fn create_schedules(table: &QueueTable) -> Vec<String>;
 }

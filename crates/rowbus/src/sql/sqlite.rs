@@ -10,16 +10,24 @@ use notify_table::{Dialect as NotifyDialect, NotifyTable, Row, Statement};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode};
 use sqlx::{Connection as _, Pool, Sqlite};
 
-use super::{DEDUP, Dialect, KEYS, READY};
-use crate::backend::{Backend, DbPool, connect_error, invalid_url, pool_options};
-use crate::broker::QueueTable;
-use crate::db::sealed::Driver as _;
-use crate::db::{Arg, notify_row, signed_id};
+use super::{
+    Catalog, Claiming, Connecting, DEDUP, Db, KEYS, Keeping, Naming, Pausing, Positions, Publishing, READY,
+    Scheduling, Schema, Waking,
+};
+use crate::backend::{Backend, connect_error, invalid_url, pool_options};
+use crate::driver::sealed::Driver as _;
+use crate::driver::{Arg, notify_row, signed_id};
 use crate::error::Error;
-use crate::listener::{ListenerTask, TableConn, TableSession};
-use crate::notify::Notifier;
+use crate::names::QueueTable;
+use crate::sql::DbPool;
+use crate::sql::Notifier;
+use crate::sql::TableConn;
 
-crate::db::driver!(Sqlite, Backend::Sqlite);
+crate::driver::driver!(Sqlite);
+
+impl Db for Sqlite {
+    const BACKEND: Backend = Backend::Sqlite;
+}
 
 /// Microseconds since the Unix epoch of the time that SQLite's date-function arguments
 /// `$time` name. SQLite 3.35 has no `unixepoch`, and the table's defaults run in whichever
@@ -92,10 +100,9 @@ fn open_error<'a>(
     }
 }
 
-impl Dialect for Sqlite {
-    type TableState = ();
-
-    fn table_state(_table: &QueueTable) {}
+impl Naming for Sqlite {
+    /// No row locks: `BEGIN IMMEDIATE` holds the database's one write lock.
+    const FOR_UPDATE: &'static str = "";
 
     fn quote(part: &str) -> String {
         format!("`{part}`")
@@ -109,8 +116,6 @@ impl Dialect for Sqlite {
     }
 
     const NOW: &'static str = NOW;
-    /// SQLite's default `SQLITE_MAX_LENGTH`, the most a string or blob holds.
-    const STATEMENT_LIMIT: (u64, &'static str) = (1_000_000_000, "SQLite's SQLITE_MAX_LENGTH");
 
     fn later(p: &str) -> String {
         format!("{NOW} + {p}")
@@ -133,6 +138,12 @@ impl Dialect for Sqlite {
             None => Ok(()),
         }
     }
+}
+
+impl Schema for Sqlite {
+    type TableState = ();
+
+    fn table_state(_table: &QueueTable) {}
 
     fn create_queue(table: &QueueTable) -> Vec<String> {
         let (t, dead) = (super::quoted::<Self>(table, ""), super::quoted::<Self>(table, "_dead"));
@@ -191,76 +202,6 @@ impl Dialect for Sqlite {
         }
     }
 
-    fn create_pause(table: &QueueTable) -> String {
-        format!(
-            "CREATE TABLE IF NOT EXISTS {} (\n\
-             \x20 `whole_queue` INTEGER NOT NULL,\n\
-             \x20 `group_name` TEXT NOT NULL,\n\
-             \x20 `paused_at` INTEGER NOT NULL DEFAULT ({NOW}),\n\
-             \x20 PRIMARY KEY (`whole_queue`, `group_name`)\n\
-             )",
-            super::quoted::<Self>(table, super::PAUSE_SUFFIX)
-        )
-    }
-
-    fn create_schedules(table: &QueueTable) -> Vec<String> {
-        vec![
-            format!(
-                "CREATE TABLE IF NOT EXISTS {} (\n\
-                 \x20 `name` TEXT PRIMARY KEY,\n\
-                 \x20 `cron` TEXT NOT NULL,\n\
-                 \x20 `payload` TEXT NOT NULL,\n\
-                 \x20 `group_name` TEXT NOT NULL,\n\
-                 \x20 `every_us` INTEGER NOT NULL,\n\
-                 \x20 `since_us` INTEGER NOT NULL,\n\
-                 \x20 `version` INTEGER NOT NULL\n\
-                 )",
-                super::quoted::<Self>(table, super::SCHED_SUFFIX)
-            ),
-            format!(
-                "CREATE TABLE IF NOT EXISTS {} (\n\
-                 \x20 `schedule_name` TEXT NOT NULL,\n\
-                 \x20 `tick_us` INTEGER NOT NULL,\n\
-                 \x20 `published_at` INTEGER NOT NULL DEFAULT ({NOW}),\n\
-                 \x20 PRIMARY KEY (`schedule_name`, `tick_us`)\n\
-                 )",
-                super::quoted::<Self>(table, super::TICKS_SUFFIX)
-            ),
-        ]
-    }
-
-    fn create_history(table: &QueueTable) -> Vec<String> {
-        let h = super::quoted::<Self>(table, super::HISTORY_SUFFIX);
-        let index = Self::quote(&format!("{}{}", table.name(), super::HISTORY_INDEX_SUFFIX));
-        vec![
-            format!(
-                "CREATE TABLE IF NOT EXISTS {h} (\n\
-                 \x20 `id` INTEGER NOT NULL,\n\
-                 \x20 `group_name` TEXT NOT NULL,\n\
-                 \x20 `payload` BLOB NOT NULL,\n\
-                 \x20 `attempts` INTEGER NOT NULL,\n\
-                 \x20 `created_at` INTEGER NOT NULL,\n\
-                 \x20 `outcome` TEXT NOT NULL,\n\
-                 \x20 `handled_at` INTEGER NOT NULL DEFAULT ({NOW}),\n\
-                 \x20 `last_error` TEXT\n\
-                 )"
-            ),
-            format!("CREATE INDEX IF NOT EXISTS {index} ON {h} (`handled_at`)"),
-            format!(
-                "CREATE TABLE IF NOT EXISTS {} (`id` INTEGER PRIMARY KEY, `keep_us` INTEGER NOT NULL)",
-                super::quoted::<Self>(table, super::KEEP_SUFFIX)
-            ),
-        ]
-    }
-
-    /// `DELETE ... LIMIT` only where SQLite was built with it: the oldest rows' rowids.
-    fn prune_history_sql(h: &str, cutoff: &str, limit: &str) -> String {
-        format!(
-            "DELETE FROM {h} WHERE rowid IN (SELECT rowid FROM {h} WHERE `handled_at` < {cutoff} \
-             ORDER BY `handled_at` LIMIT {limit})"
-        )
-    }
-
     /// The database's one write lock, taken at the start.
     const DEPLOY_BEGIN: &'static str = "BEGIN IMMEDIATE";
 
@@ -269,21 +210,31 @@ impl Dialect for Sqlite {
     fn lock_deploy<'c>(_: &'c mut Self::Connection, _: &'c str) -> BoxFuture<'c, Result<(), Error>> {
         Box::pin(async { Ok(()) })
     }
+}
 
+impl Publishing for Sqlite {
+    /// SQLite's default `SQLITE_MAX_LENGTH`, the most a string or blob holds.
+    const STATEMENT_LIMIT: (u64, &'static str) = (1_000_000_000, "SQLite's SQLITE_MAX_LENGTH");
+}
+
+impl Claiming for Sqlite {
     /// `BEGIN IMMEDIATE` everywhere: a transaction that will write takes the write lock
     /// first instead of failing to upgrade a read lock.
     const LEASE_CLAIM_BEGIN: &'static str = "BEGIN IMMEDIATE";
+
     const LOCKED_CLAIM_BEGIN: &'static str = "BEGIN IMMEDIATE";
+
     const WRITE_BEGIN: &'static str = "BEGIN IMMEDIATE";
-    /// No row locks: `BEGIN IMMEDIATE` holds the database's one write lock.
-    const FOR_UPDATE: &'static str = "";
+
     /// The claim is one `UPDATE ... RETURNING`, its own transaction.
     const CLAIM_IN_TRANSACTION: bool = false;
+
     /// One writer: an acknowledgement that rides on the next claim saves a write
     /// transaction and its sync. (On PostgreSQL and MariaDB it would hold its row locks
     /// while the claim runs, and other claims' deletions queue behind them: measured no
     /// faster there, and slower for batches of 100 on PostgreSQL.)
     const CLAIMS_CARRY_ACKS: bool = true;
+
     const ONE_WRITER: bool = true;
 
     /// One writer: the UPDATE's own read is the lock.
@@ -312,11 +263,11 @@ impl Dialect for Sqlite {
         sql: &'c super::TableSql<Self>,
         group: &'c str,
         limit: i64,
-    ) -> BoxFuture<'c, Result<Vec<crate::db::ClaimedRow>, sqlx::Error>> {
+    ) -> BoxFuture<'c, Result<Vec<crate::driver::ClaimedRow>, sqlx::Error>> {
         Box::pin(async move {
             let rows =
                 Self::fetch_claimed(conn, &sql.claim_locked, &[Arg::Text(group), Arg::Int(limit)]).await?;
-            let chunks = rows.chunks(crate::broker::ACK_BATCH);
+            let chunks = rows.chunks(crate::sql::ACK_BATCH);
             let last = chunks.len();
             for (i, chunk) in chunks.enumerate() {
                 // The last DELETE carries the handler's savepoint: one round trip less.
@@ -332,7 +283,9 @@ impl Dialect for Sqlite {
             Ok(rows)
         })
     }
+}
 
+impl Waking for Sqlite {
     fn check_channel(channel: &str) -> Result<(), Error> {
         Ok(notify_table::check_channel(channel).map(drop)?)
     }
@@ -341,24 +294,12 @@ impl Dialect for Sqlite {
         Ok(notifier.sqlite.notify_sql(channel, payload)?)
     }
 
-    fn create_positions(t: &str) -> String {
-        format!(
-            "CREATE TABLE IF NOT EXISTS {t} (\n\
-             \x20 `channel` TEXT NOT NULL,\n\
-             \x20 `name` TEXT NOT NULL,\n\
-             \x20 `position` TEXT NOT NULL,\n\
-             \x20 `first_unread` INTEGER NOT NULL,\n\
-             \x20 `owner` INTEGER NOT NULL,\n\
-             \x20 `checked_in` INTEGER NOT NULL,\n\
-             \x20 PRIMARY KEY (`channel`, `name`)\n\
-             )"
-        )
-    }
-
     fn notify_table(notifier: &Notifier) -> Option<&NotifyTable> {
         Some(&notifier.sqlite)
     }
+}
 
+impl Connecting for Sqlite {
     fn connect_pool(url: &str, max: u32, create: bool) -> BoxFuture<'static, Result<Pool<Self>, Error>> {
         let url = url.to_owned();
         Box::pin(async move {
@@ -384,10 +325,10 @@ impl Dialect for Sqlite {
         DbPool::Sqlite(pool)
     }
 
-    fn start_listener(task: ListenerTask) -> BoxFuture<'static, Result<tokio::task::JoinHandle<()>, Error>> {
-        Box::pin(task.start::<TableSession<SqliteConnection>>())
-    }
+    type ListenConn = SqliteConnection;
+}
 
+impl Catalog for Sqlite {
     fn find_table_sql(_: Option<&str>, name: &str) -> (String, Vec<String>) {
         let sql = format!(
             "SELECT COALESCE((SELECT group_concat(name, ',') FROM pragma_table_info(?1) WHERE name IN ({})), ''), \
@@ -431,6 +372,98 @@ impl Dialect for Sqlite {
     }
 }
 
+impl Keeping for Sqlite {
+    fn create_history(table: &QueueTable) -> Vec<String> {
+        let h = super::quoted::<Self>(table, super::HISTORY_SUFFIX);
+        let index = Self::quote(&format!("{}{}", table.name(), super::HISTORY_INDEX_SUFFIX));
+        vec![
+            format!(
+                "CREATE TABLE IF NOT EXISTS {h} (\n\
+                 \x20 `id` INTEGER NOT NULL,\n\
+                 \x20 `group_name` TEXT NOT NULL,\n\
+                 \x20 `payload` BLOB NOT NULL,\n\
+                 \x20 `attempts` INTEGER NOT NULL,\n\
+                 \x20 `created_at` INTEGER NOT NULL,\n\
+                 \x20 `outcome` TEXT NOT NULL,\n\
+                 \x20 `handled_at` INTEGER NOT NULL DEFAULT ({NOW}),\n\
+                 \x20 `last_error` TEXT\n\
+                 )"
+            ),
+            format!("CREATE INDEX IF NOT EXISTS {index} ON {h} (`handled_at`)"),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {} (`id` INTEGER PRIMARY KEY, `keep_us` INTEGER NOT NULL)",
+                super::quoted::<Self>(table, super::KEEP_SUFFIX)
+            ),
+        ]
+    }
+
+    /// `DELETE ... LIMIT` only where SQLite was built with it: the oldest rows' rowids.
+    fn prune_history_sql(h: &str, cutoff: &str, limit: &str) -> String {
+        format!(
+            "DELETE FROM {h} WHERE rowid IN (SELECT rowid FROM {h} WHERE `handled_at` < {cutoff} \
+             ORDER BY `handled_at` LIMIT {limit})"
+        )
+    }
+}
+
+impl Pausing for Sqlite {
+    fn create_pause(table: &QueueTable) -> String {
+        format!(
+            "CREATE TABLE IF NOT EXISTS {} (\n\
+             \x20 `whole_queue` INTEGER NOT NULL,\n\
+             \x20 `group_name` TEXT NOT NULL,\n\
+             \x20 `paused_at` INTEGER NOT NULL DEFAULT ({NOW}),\n\
+             \x20 PRIMARY KEY (`whole_queue`, `group_name`)\n\
+             )",
+            super::quoted::<Self>(table, super::PAUSE_SUFFIX)
+        )
+    }
+}
+
+impl Scheduling for Sqlite {
+    fn create_schedules(table: &QueueTable) -> Vec<String> {
+        vec![
+            format!(
+                "CREATE TABLE IF NOT EXISTS {} (\n\
+                 \x20 `name` TEXT PRIMARY KEY,\n\
+                 \x20 `cron` TEXT NOT NULL,\n\
+                 \x20 `payload` TEXT NOT NULL,\n\
+                 \x20 `group_name` TEXT NOT NULL,\n\
+                 \x20 `every_us` INTEGER NOT NULL,\n\
+                 \x20 `since_us` INTEGER NOT NULL,\n\
+                 \x20 `version` INTEGER NOT NULL\n\
+                 )",
+                super::quoted::<Self>(table, super::SCHED_SUFFIX)
+            ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {} (\n\
+                 \x20 `schedule_name` TEXT NOT NULL,\n\
+                 \x20 `tick_us` INTEGER NOT NULL,\n\
+                 \x20 `published_at` INTEGER NOT NULL DEFAULT ({NOW}),\n\
+                 \x20 PRIMARY KEY (`schedule_name`, `tick_us`)\n\
+                 )",
+                super::quoted::<Self>(table, super::TICKS_SUFFIX)
+            ),
+        ]
+    }
+}
+
+impl Positions for Sqlite {
+    fn create_positions(t: &str) -> String {
+        format!(
+            "CREATE TABLE IF NOT EXISTS {t} (\n\
+             \x20 `channel` TEXT NOT NULL,\n\
+             \x20 `name` TEXT NOT NULL,\n\
+             \x20 `position` TEXT NOT NULL,\n\
+             \x20 `first_unread` INTEGER NOT NULL,\n\
+             \x20 `owner` INTEGER NOT NULL,\n\
+             \x20 `checked_in` INTEGER NOT NULL,\n\
+             \x20 PRIMARY KEY (`channel`, `name`)\n\
+             )"
+        )
+    }
+}
+
 impl TableConn for SqliteConnection {
     type Db = Sqlite;
 
@@ -438,8 +471,8 @@ impl TableConn for SqliteConnection {
         &mut self,
         stmt: &Statement,
         texts: usize,
-    ) -> Result<Vec<crate::db::TextsAndInts>, sqlx::Error> {
-        Sqlite::fetch_rows(self, &stmt.sql, &crate::db::args_of(stmt), texts).await
+    ) -> Result<Vec<crate::driver::TextsAndInts>, sqlx::Error> {
+        Sqlite::fetch_rows(self, &stmt.sql, &crate::driver::args_of(stmt), texts).await
     }
 
     fn dialect() -> NotifyDialect {

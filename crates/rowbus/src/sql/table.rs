@@ -5,9 +5,9 @@ use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 
-use super::{Dialect, HistorySql, PauseSql, ScheduleSql, placeholders, quoted};
-use crate::broker::QueueTable;
+use super::{Db, HistorySql, PauseSql, ScheduleSql, Schema, placeholders, quoted};
 use crate::error::Error;
+use crate::names::QueueTable;
 
 /// The columns every queue table has (the broker's claim needs them all): how the
 /// catalog recognises a queue table.
@@ -24,16 +24,16 @@ pub(crate) const DEAD_FEATURE_COLUMNS: [&str; 3] = ["priority", "msg_key", "head
 
 /// The statements of one queue table.
 #[derive(Debug)]
-pub struct TableSql<DB: Dialect> {
+pub struct TableSql<DB: Schema> {
     pub table: QueueTable,
     /// The table, quoted.
     pub quoted: String,
     /// Its dead-letter table, quoted.
     pub dead: String,
     pub create: Vec<String>,
-    /// The lease claim (see [`Dialect::claim_sql`]).
+    /// The lease claim (see [`Claiming::claim_sql`](super::Claiming::claim_sql)).
     pub claim: Arc<str>,
-    /// The transactional claim (see [`Dialect::claim_locked_sql`]).
+    /// The transactional claim (see [`Claiming::claim_locked_sql`](super::Claiming::claim_locked_sql)).
     pub claim_locked: Arc<str>,
     /// Binds: id, token.
     pub ack: Arc<str>,
@@ -56,14 +56,14 @@ pub struct TableSql<DB: Dialect> {
     /// One message with a deduplication id, refused while a message with the id is in the
     /// queue (see [`insert_dedup_sql`](Self::insert_dedup_sql)).
     pub insert_dedup: Arc<str>,
-    /// What the dialect keeps for this queue ([`Dialect::TableState`]).
+    /// What the dialect keeps for this queue ([`Schema::TableState`]).
     pub state: DB::TableState,
     /// The INSERTs publishes used, by form and rows (see [`insert_sql`](Self::insert_sql)).
     inserts: Mutex<HashMap<(InsertForm, usize), Arc<str>>>,
     db: PhantomData<fn() -> DB>,
 }
 
-impl<DB: Dialect> TableSql<DB> {
+impl<DB: Db> TableSql<DB> {
     pub fn new(table: &QueueTable) -> Result<Self, Error> {
         DB::check_table(table)?;
         let t = quoted::<DB>(table, "");
@@ -301,7 +301,7 @@ impl InsertForm {
 }
 
 /// The rows of `pairs` `(id, token)` pairs. Binds: the ids, then the pairs.
-pub(crate) fn pairs_filter<DB: Dialect>(pairs: usize) -> String {
+pub(crate) fn pairs_filter<DB: Db>(pairs: usize) -> String {
     // `id IN (...)` finds the rows by index everywhere; a row-value `(id, lease) IN`
     // alone is a full table scan on SQLite at any length and on MariaDB at length one.
     let first = pairs + 1;

@@ -25,10 +25,10 @@ use std::sync::{Arc, Mutex};
 use futures::future::BoxFuture;
 use sqlx::{MySql, MySqlConnection};
 
-use crate::broker::QueueTable;
-use crate::db::Arg;
-use crate::db::sealed::Driver as _;
-use crate::sql::{DEDUP, Dialect, TableSql, placeholders, quoted};
+use crate::driver::Arg;
+use crate::driver::sealed::Driver as _;
+use crate::names::QueueTable;
+use crate::sql::{DEDUP, Naming, TableSql, placeholders, quoted};
 
 /// One in this many publishes of a deduplicated message runs a cleanup: it looks at
 /// [`CLEANUP_ROWS`] rows, the next ones after the last cleanup's, and deletes those whose

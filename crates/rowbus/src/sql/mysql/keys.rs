@@ -26,10 +26,10 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use sqlx::{MySql, MySqlConnection, Pool};
 
-use crate::broker::QueueTable;
-use crate::db::Arg;
-use crate::db::sealed::Driver as _;
-use crate::sql::{Dialect, KEYS, TableSql, placeholders, quoted};
+use crate::driver::Arg;
+use crate::driver::sealed::Driver as _;
+use crate::names::QueueTable;
+use crate::sql::{KEYS, Naming, TableSql, placeholders, quoted};
 
 /// The suffix of the keys' table.
 pub(super) const KEYS_TABLE: &str = "_keys";

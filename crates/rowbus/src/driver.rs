@@ -1,5 +1,7 @@
-//! The three sqlx databases behind one trait, so the listener and the broker are written
-//! once. What differs between them lives in [`crate::sql`], one module per database.
+//! The driver mechanics shared by the three sqlx databases: running a statement with its
+//! binds and decoding the rows rowbus reads, behind the sealed [`sealed::Driver`] trait (a
+//! database is one of rowbus's when it implements it, through [`driver!`]). What differs
+//! between the databases is their dialect, one level up.
 
 use std::sync::Arc;
 
@@ -7,8 +9,6 @@ use futures::future::BoxFuture;
 use notify_table::{Statement, Value};
 use sqlx::query::Query;
 use sqlx::{AssertSqlSafe, Database, Encode, Type};
-
-use crate::backend::Backend;
 
 /// A bind value of a broker statement.
 #[derive(Debug, Clone, Copy)]
@@ -60,17 +60,6 @@ pub struct DeadRow {
 pub struct HistoryRow {
     pub row: DeadRow,
     pub outcome: String,
-}
-
-/// The sqlx databases rowbus works on: [`Postgres`](sqlx::Postgres),
-/// [`MySql`](sqlx::MySql) and [`Sqlite`](sqlx::Sqlite), each behind its cargo feature
-/// (`postgres`, `mysql`, `sqlite`; all on by default).
-///
-/// Write code once for all three as `async fn f<DB: rowbus::Db>(pool: sqlx::Pool<DB>)`,
-/// and run it on whichever database a URL names with [`DbPool::run`](crate::DbPool::run).
-pub trait Db: Database<Arguments: sqlx::IntoArguments<Self>> + crate::sql::Dialect {
-    /// Which backend this is.
-    const BACKEND: Backend;
 }
 
 /// Sealed: the driver mechanics, the same for every database, as trait methods rather
@@ -186,26 +175,22 @@ where
     Ok(u64::try_from(r.try_get::<i64, _>(0)?).unwrap_or_default())
 }
 
-/// Implements [`sealed::Driver`] and [`Db`] for one sqlx database.
+/// Implements [`sealed::Driver`] for one sqlx database.
 macro_rules! driver {
-    ($db:ty, $backend:expr) => {
-        impl $crate::db::Db for $db {
-            const BACKEND: $crate::backend::Backend = $backend;
-        }
-
-        impl $crate::db::sealed::Driver for $db {
+    ($db:ty) => {
+        impl $crate::driver::sealed::Driver for $db {
             fn statement(
                 stmt: &notify_table::Statement,
             ) -> sqlx::query::Query<'static, Self, Self::Arguments> {
-                $crate::db::query(&stmt.sql, &$crate::db::args_of(stmt))
+                $crate::driver::query(&stmt.sql, &$crate::driver::args_of(stmt))
             }
 
             fn execute<'c>(
                 conn: &'c mut Self::Connection,
                 sql: &std::sync::Arc<str>,
-                args: &[$crate::db::Arg<'_>],
+                args: &[$crate::driver::Arg<'_>],
             ) -> futures::future::BoxFuture<'c, Result<u64, sqlx::Error>> {
-                let query = $crate::db::query::<$db>(sql, args);
+                let query = $crate::driver::query::<$db>(sql, args);
                 Box::pin(async move { Ok(query.execute(conn).await?.rows_affected()) })
             }
 
@@ -219,15 +204,15 @@ macro_rules! driver {
             fn fetch_claimed<'c>(
                 conn: &'c mut Self::Connection,
                 sql: &std::sync::Arc<str>,
-                args: &[$crate::db::Arg<'_>],
-            ) -> futures::future::BoxFuture<'c, Result<Vec<$crate::db::ClaimedRow>, sqlx::Error>> {
+                args: &[$crate::driver::Arg<'_>],
+            ) -> futures::future::BoxFuture<'c, Result<Vec<$crate::driver::ClaimedRow>, sqlx::Error>> {
                 use sqlx::Row as _;
-                let query = $crate::db::query::<$db>(sql, args);
+                let query = $crate::driver::query::<$db>(sql, args);
                 Box::pin(async move {
                     let rows = query.fetch_all(conn).await?;
                     rows.iter()
                         .map(|row| {
-                            Ok($crate::db::ClaimedRow {
+                            Ok($crate::driver::ClaimedRow {
                                 id: row.try_get(0)?,
                                 group: row.try_get(1)?,
                                 payload: row.try_get(2)?,
@@ -246,15 +231,15 @@ macro_rules! driver {
             fn fetch_dead<'c>(
                 conn: &'c mut Self::Connection,
                 sql: &std::sync::Arc<str>,
-                args: &[$crate::db::Arg<'_>],
-            ) -> futures::future::BoxFuture<'c, Result<Vec<$crate::db::DeadRow>, sqlx::Error>> {
+                args: &[$crate::driver::Arg<'_>],
+            ) -> futures::future::BoxFuture<'c, Result<Vec<$crate::driver::DeadRow>, sqlx::Error>> {
                 use sqlx::Row as _;
-                let query = $crate::db::query::<$db>(sql, args);
+                let query = $crate::driver::query::<$db>(sql, args);
                 Box::pin(async move {
                     let rows = query.fetch_all(conn).await?;
                     rows.iter()
                         .map(|row| {
-                            Ok($crate::db::DeadRow {
+                            Ok($crate::driver::DeadRow {
                                 id: row.try_get(0)?,
                                 group: row.try_get(1)?,
                                 payload: row.try_get(2)?,
@@ -274,16 +259,16 @@ macro_rules! driver {
             fn fetch_history<'c>(
                 conn: &'c mut Self::Connection,
                 sql: &std::sync::Arc<str>,
-                args: &[$crate::db::Arg<'_>],
-            ) -> futures::future::BoxFuture<'c, Result<Vec<$crate::db::HistoryRow>, sqlx::Error>> {
+                args: &[$crate::driver::Arg<'_>],
+            ) -> futures::future::BoxFuture<'c, Result<Vec<$crate::driver::HistoryRow>, sqlx::Error>> {
                 use sqlx::Row as _;
-                let query = $crate::db::query::<$db>(sql, args);
+                let query = $crate::driver::query::<$db>(sql, args);
                 Box::pin(async move {
                     let rows = query.fetch_all(conn).await?;
                     rows.iter()
                         .map(|row| {
-                            Ok($crate::db::HistoryRow {
-                                row: $crate::db::DeadRow {
+                            Ok($crate::driver::HistoryRow {
+                                row: $crate::driver::DeadRow {
                                     id: row.try_get(0)?,
                                     group: row.try_get(1)?,
                                     payload: row.try_get(2)?,
@@ -306,13 +291,13 @@ macro_rules! driver {
             fn fetch_rows<'c>(
                 conn: &'c mut Self::Connection,
                 sql: &std::sync::Arc<str>,
-                args: &[$crate::db::Arg<'_>],
+                args: &[$crate::driver::Arg<'_>],
                 texts: usize,
-            ) -> futures::future::BoxFuture<'c, Result<Vec<$crate::db::TextsAndInts>, sqlx::Error>> {
-                let query = $crate::db::query::<$db>(sql, args);
+            ) -> futures::future::BoxFuture<'c, Result<Vec<$crate::driver::TextsAndInts>, sqlx::Error>> {
+                let query = $crate::driver::query::<$db>(sql, args);
                 Box::pin(async move {
                     let rows = query.fetch_all(conn).await?;
-                    rows.iter().map(|row| $crate::db::TextsAndInts::of(row, texts)).collect()
+                    rows.iter().map(|row| $crate::driver::TextsAndInts::of(row, texts)).collect()
                 })
             }
         }

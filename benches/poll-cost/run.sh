@@ -6,9 +6,10 @@
 #
 # BASE (default `main`) is exported with `git archive` into $BASE_DIR (default
 # ${TMPDIR:-/tmp}/poll-cost-SHA) and built there, into $BASE_TARGET (default
-# $BASE_DIR/target), with this checkout's poll_cost example; a core older than issue 16
-# has no `at` column, so that line of the example's decoders is dropped for it. Settings go
-# to the example unchanged (rate=1000 lookback=60 poll=1 warmup=65 measure=20 by default).
+# $BASE_DIR/target), with this checkout's poll_cost example; an older core (one that
+# re-read the lookback window on every poll, such as 4c992a0) has no `at` column, so that
+# line of the example's decoders is dropped for it. Settings go to the example unchanged
+# (rate=1000 lookback=60 poll=1 warmup=65 measure=20 by default).
 # ROUNDS (default 2) rounds, each running BASE then this checkout on every URL in URLS
 # (default: the test MariaDB and a temporary SQLite file).
 set -euo pipefail

@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use super::Queue;
+use crate::broker::Queue;
 use crate::error::{Error, is_missing_table, is_retryable};
 use crate::sql::Db;
 
@@ -29,7 +29,7 @@ const MAX_JITTER: Duration = Duration::from_millis(64);
 /// times, after a short random pause; any other error, or the last, is named for the
 /// queue. Each attempt must be a whole transaction (or one statement): what a failed one
 /// did is undone by the database. The broker counts each try again
-/// ([`Stats::conflicts`](super::Stats::conflicts)).
+/// ([`Stats::conflicts`](crate::broker::Stats::conflicts)).
 pub(crate) async fn retrying<DB, T, F, Fut>(queue: &Queue<DB>, mut attempt: F) -> Result<T, Error>
 where
     DB: Db,
@@ -62,9 +62,9 @@ fn jitter(tries: usize, random: u64) -> Duration {
 /// A driver error, named for the queue when it says the table (or its pause table) is
 /// missing.
 pub(crate) fn queue_error<DB: Db>(queue: &Queue<DB>, e: sqlx::Error) -> Error {
-    if super::pause::is_missing_pause_table(queue, &e) {
+    if crate::broker::operate::pause::is_missing_pause_table(queue, &e) {
         Error::MissingPauseTable { table: queue.table().to_string() }
-    } else if super::history::is_missing_history_table(queue, &e) {
+    } else if crate::broker::operate::history::is_missing_history_table(queue, &e) {
         Error::MissingHistoryTable { table: queue.table().to_string() }
     } else if is_missing_table(&e) {
         Error::MissingQueueTable { table: queue.table().to_string() }

@@ -1,29 +1,22 @@
 //! The table broker: queues are tables, subscriptions claim rows for workers or batches.
+//!
+//! This module holds the [`Broker`] (one pool, the process's subscriptions and wake-ups)
+//! and its [`Queue`]s; what a queue does is in rooms by concept, each entered through
+//! `Queue`'s methods:
+//!
+//! - `publish/`: messages, publishing, publishes that share a statement;
+//! - `claim/`: claims, claim-ahead, subscriptions, the runner, waking;
+//! - `settle/`: deliveries, leases, acknowledgements, retries, transactional handlers;
+//! - `operate/`: the operator's side: deploy, dead letters, pause, history, schedules,
+//!   statistics.
+//!
+//! `exec` runs every statement that can deadlock, retried, with errors that name the queue.
 
-mod acks;
-mod admin;
-mod ahead;
 mod claim;
-mod coalesce;
-mod dead;
-mod delivery;
 mod exec;
-mod history;
-mod lease;
-mod message;
-mod pause;
+mod operate;
 mod publish;
-mod published;
-mod retry;
-mod runner;
-mod schedule;
-mod scheduler;
-mod stats;
-mod subscription;
-mod ticks;
-mod transactional;
-mod wake;
-mod writer;
+mod settle;
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -43,25 +36,25 @@ use crate::sql::Notifier;
 use crate::sql::TableSql;
 
 pub use crate::names::{MAX_GROUP_CHARS, MAX_TABLE_NAME, QueueTable, check_group};
-pub use admin::{GroupStats, NotifyTableStats, TableState};
-pub use dead::{DeadLetter, DeadLetterPage, DeadLetters};
-pub use delivery::{Delivery, Outcome, Received, TxMessage};
-pub use history::{
+pub use claim::subscription::{Subscription, SubscriptionBuilder};
+pub use operate::admin::{GroupStats, NotifyTableStats, TableState};
+pub use operate::dead::{DeadLetter, DeadLetterPage, DeadLetters};
+pub use operate::history::{
     HISTORY_CLEANUP_BATCH, HISTORY_CLEANUP_INTERVAL, HistoryEntry, HistoryOutcome, HistoryPage, Pruned,
 };
-pub use message::{Headers, MAX_KEY_CHARS, Message, Published};
-pub use pause::Paused;
-pub use retry::RetryPolicy;
-pub use schedule::{
+pub use operate::pause::Paused;
+pub use operate::schedule::{
     MAX_SCHEDULE_NAME, MAX_SCHEDULE_PAYLOAD, MIN_EVERY, Schedule, ScheduleChange, ScheduleInfo, When,
 };
-pub use scheduler::{SCHEDULE_HEADER, TICK_HEADER};
-pub use stats::{ClaimFailure, Stats};
-pub use subscription::{Subscription, SubscriptionBuilder};
+pub use operate::scheduler::{SCHEDULE_HEADER, TICK_HEADER};
+pub use operate::stats::{ClaimFailure, Stats};
+pub use publish::message::{Headers, MAX_KEY_CHARS, Message, Published};
+pub use settle::delivery::{Delivery, Outcome, Received, TxMessage};
+pub use settle::retry::RetryPolicy;
 
-use publish::groups_of;
-use stats::Counters;
-use wake::Wakers;
+use claim::wake::Wakers;
+use operate::stats::Counters;
+use publish::insert::groups_of;
 
 /// How a [`Broker`] claims, leases, retries and wakes.
 #[derive(Clone)]
@@ -193,12 +186,12 @@ pub(crate) struct Inner<DB: Db> {
     pub wakers: Arc<Wakers>,
     pub counters: Counters,
     /// The schedulers running in this broker, by queue.
-    pub schedulers: scheduler::Schedulers,
+    pub schedulers: operate::scheduler::Schedulers,
     tables: Mutex<HashMap<QueueTable, Arc<TableSql<DB>>>>,
     /// Each queue's keep setting as this broker last read it.
-    keeping: Mutex<HashMap<QueueTable, Arc<history::Keeping>>>,
+    keeping: Mutex<HashMap<QueueTable, Arc<operate::history::Keeping>>>,
     /// Each queue's autocommitted publishes on their way.
-    publishing: Mutex<HashMap<QueueTable, Arc<coalesce::Coalescer>>>,
+    publishing: Mutex<HashMap<QueueTable, Arc<publish::coalesce::Coalescer>>>,
     /// Wakes other processes: set when `listen_notify` is on.
     pub notifier: Option<Notifier>,
     pub listen: Option<ListenerHandle>,
@@ -211,7 +204,7 @@ pub(crate) struct Inner<DB: Db> {
     /// Where transactional claims wait their turn on a database with one writer
     /// ([`Dialect::ONE_WRITER`](crate::sql::Dialect::ONE_WRITER)), and the transaction
     /// they share.
-    pub turns: writer::Turns<DB>,
+    pub turns: settle::writer::Turns<DB>,
     /// Runners still running, and a signal when one ends.
     pub running: AtomicUsize,
     pub ended: Notify,
@@ -265,7 +258,7 @@ impl<DB: Db> Broker<DB> {
             options,
             wakers: Arc::default(),
             counters: Counters::default(),
-            schedulers: scheduler::Schedulers::default(),
+            schedulers: operate::scheduler::Schedulers::default(),
             tables: Mutex::default(),
             keeping: Mutex::default(),
             publishing: Mutex::default(),
@@ -275,7 +268,7 @@ impl<DB: Db> Broker<DB> {
             shutdown: watch::Sender::new(false),
             claim_failure: watch::Sender::new(None),
             statement_limit: tokio::sync::OnceCell::new(),
-            turns: writer::Turns::default(),
+            turns: settle::writer::Turns::default(),
             running: AtomicUsize::new(0),
             ended: Notify::new(),
             tokens: AtomicU64::new(0),
@@ -395,8 +388,8 @@ async fn wake_from_notifications(mut listener: Listener, wakers: Arc<Wakers>) {
 pub struct Queue<DB: Db> {
     broker: Broker<DB>,
     sql: Arc<TableSql<DB>>,
-    keeping: Arc<history::Keeping>,
-    publishing: Arc<coalesce::Coalescer>,
+    keeping: Arc<operate::history::Keeping>,
+    publishing: Arc<publish::coalesce::Coalescer>,
 }
 
 impl<DB: Db> Clone for Queue<DB> {
@@ -450,15 +443,15 @@ impl<DB: Db> Queue<DB> {
         messages: impl IntoIterator<Item = Message>,
     ) -> Result<Published, Error> {
         let messages: Vec<Message> = messages.into_iter().collect();
-        let limit = publish::checked(self, &messages).await?;
-        publish::autocommitted(self, messages, limit).await
+        let limit = publish::insert::checked(self, &messages).await?;
+        publish::insert::autocommitted(self, messages, limit).await
     }
 
     /// The largest message (payload and group, in bytes) the database takes: a publish of
     /// a larger one is refused with [`Error::MessageTooLarge`] before anything is sent.
     /// On MySQL/MariaDB it follows the server's `max_allowed_packet` (read once).
     pub async fn max_message_bytes(&self) -> Result<u64, Error> {
-        publish::message_limit(self).await
+        publish::insert::message_limit(self).await
     }
 
     /// A subscription to this queue (the default group unless you name one).
@@ -502,8 +495,8 @@ impl<DB: Db> BrokerTx<DB> {
         messages: impl IntoIterator<Item = Message>,
     ) -> Result<Published, Error> {
         let messages: Vec<Message> = messages.into_iter().collect();
-        let limit = publish::checked(queue, &messages).await?;
-        let n = publish::insert(queue, &mut **self.tx(), &messages, limit, false).await?;
+        let limit = publish::insert::checked(queue, &messages).await?;
+        let n = publish::insert::insert(queue, &mut **self.tx(), &messages, limit, false).await?;
         let channel = queue.table().channel_arc();
         let mut fresh = Vec::new();
         for group in groups_of(&messages) {
@@ -512,7 +505,7 @@ impl<DB: Db> BrokerTx<DB> {
                 self.woken.push((channel.clone(), group));
             }
         }
-        publish::wake_others_in_tx(queue, &mut **self.tx(), &fresh).await;
+        publish::insert::wake_others_in_tx(queue, &mut **self.tx(), &fresh).await;
         Ok(n)
     }
 

@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use super::Queue;
-use super::exec::queue_error;
+use crate::broker::Queue;
+use crate::broker::exec::queue_error;
 use crate::driver::Arg;
 use crate::error::Error;
 use crate::sql::Db;

@@ -6,8 +6,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tracing::{debug, warn};
 
-use super::message::decode_headers;
-use super::{Headers, Queue, lease};
+use crate::broker::publish::message::decode_headers;
+use crate::broker::settle::lease;
+use crate::broker::{Headers, Queue};
 use crate::driver::ClaimedRow;
 use crate::error::Error;
 use crate::sql::Db;
@@ -106,7 +107,7 @@ impl<DB: Db> Lease<DB> {
     /// message of its key, if it has one, and cleans up after it.
     pub async fn free_key(&self) {
         if let Some(group) = &self.keyed {
-            super::publish::wake_group(&self.queue, group).await;
+            crate::broker::publish::insert::wake_group(&self.queue, group).await;
             lease::keys_gone(&self.queue, &[self.id]).await;
         }
     }

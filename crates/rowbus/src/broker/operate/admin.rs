@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use notify_table::{Config as NotifyConfig, Statement};
 
-use super::exec::queue_error;
-use super::{Broker, Queue};
+use crate::broker::exec::queue_error;
+use crate::broker::{Broker, Queue};
 use crate::deploy;
 pub use crate::deploy::TableState;
 use crate::deploy::{fetch_on, find_on, refuse_foreign};
@@ -233,7 +233,10 @@ impl<DB: Db> Queue<DB> {
         if groups.is_empty() {
             groups.push(GroupStats { dead: dead_exists.then_some(0), ..GroupStats::default() });
         }
-        super::pause::mark_paused(&mut groups, &super::pause::paused_for_stats(self).await?);
+        crate::broker::operate::pause::mark_paused(
+            &mut groups,
+            &crate::broker::operate::pause::paused_for_stats(self).await?,
+        );
         Ok(groups)
     }
 }

@@ -11,12 +11,12 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 use tokio::task::JoinSet;
 use tracing::{Instrument as _, debug, info_span, warn};
 
-use super::history::record;
-use super::lease::{handler_retry, restore_failed};
-use super::runner::{Turn, drain, drive, free_workers, outcome};
-use super::subscription::{Claimer, Pace, SubscriptionBuilder};
-use super::writer::Write;
-use super::{Outcome, Queue, TxMessage};
+use crate::broker::claim::runner::{Turn, drain, drive, free_workers, outcome};
+use crate::broker::claim::subscription::{Claimer, Pace, SubscriptionBuilder};
+use crate::broker::operate::history::record;
+use crate::broker::settle::lease::{handler_retry, restore_failed};
+use crate::broker::settle::writer::Write;
+use crate::broker::{Outcome, Queue, TxMessage};
 use crate::driver::ClaimedRow;
 use crate::error::Error;
 use crate::sql::Db;
@@ -267,9 +267,9 @@ async fn transactional<DB, H>(
     // Some left the queue: wake who can take their keys' next messages.
     if left {
         for group in keyed {
-            super::publish::wake_group(queue, group).await;
+            crate::broker::publish::insert::wake_group(queue, group).await;
         }
-        super::lease::keys_gone(queue, &keyed_ids).await;
+        crate::broker::settle::lease::keys_gone(queue, &keyed_ids).await;
     }
 }
 

@@ -5,8 +5,9 @@
 
 use std::sync::Arc;
 
-use super::exec::queue_error;
-use super::{GroupStats, Queue, check_group, publish};
+use crate::broker::exec::queue_error;
+use crate::broker::publish::insert;
+use crate::broker::{GroupStats, Queue, check_group};
 use crate::driver::Arg;
 use crate::error::{Error, is_missing_table};
 use crate::sql::Db;
@@ -92,7 +93,7 @@ impl<DB: Db> Queue<DB> {
         let mut conn = self.inner().pool.acquire().await?;
         let changed = DB::execute(&mut conn, sql, &args).await.map_err(|e| queue_error(self, e))?;
         // An empty payload wakes every group of the table in the other processes.
-        publish::wake_others(self, &mut conn, &[group.unwrap_or("").to_owned()]).await;
+        insert::wake_others(self, &mut conn, &[group.unwrap_or("").to_owned()]).await;
         drop(conn);
         self.inner().wakers.wake(self.table().channel(), group);
         Ok(changed)
@@ -101,7 +102,7 @@ impl<DB: Db> Queue<DB> {
 
 /// Marks the groups of `stats` that `paused` covers, and adds an all-zero line for each
 /// group paused without a message or dead letter (`dead` as the other lines have it).
-pub(super) fn mark_paused(stats: &mut Vec<GroupStats>, paused: &Paused) {
+pub(in crate::broker) fn mark_paused(stats: &mut Vec<GroupStats>, paused: &Paused) {
     for g in stats.iter_mut() {
         g.paused = paused.covers(&g.group);
     }
@@ -116,7 +117,7 @@ pub(super) fn mark_paused(stats: &mut Vec<GroupStats>, paused: &Paused) {
 
 /// [`Queue::paused`] for the figures: a queue deployed before pause tables existed has
 /// nothing paused.
-pub(super) async fn paused_for_stats<DB: Db>(queue: &Queue<DB>) -> Result<Paused, Error> {
+pub(in crate::broker) async fn paused_for_stats<DB: Db>(queue: &Queue<DB>) -> Result<Paused, Error> {
     match queue.paused().await {
         Err(Error::MissingPauseTable { .. }) => Ok(Paused::default()),
         other => other,
@@ -124,7 +125,7 @@ pub(super) async fn paused_for_stats<DB: Db>(queue: &Queue<DB>) -> Result<Paused
 }
 
 /// Whether `e` says `queue`'s pause table is missing.
-pub(super) fn is_missing_pause_table<DB: Db>(queue: &Queue<DB>, e: &sqlx::Error) -> bool {
+pub(in crate::broker) fn is_missing_pause_table<DB: Db>(queue: &Queue<DB>, e: &sqlx::Error) -> bool {
     let name = format!("{}{}", queue.table().name(), crate::sql::PAUSE_SUFFIX);
     is_missing_table(e) && matches!(e, sqlx::Error::Database(db) if db.message().contains(&name))
 }

@@ -37,14 +37,14 @@ pub struct Stats {
     /// a serialization failure or, on a Galera cluster, a certification conflict with
     /// another node. None of them is a failed claim.
     pub conflicts: u64,
-    /// Passes of the cleanup of kept history ([`Queue::deploy_keeping`](super::Queue::deploy_keeping))
+    /// Passes of the cleanup of kept history ([`Queue::deploy_keeping`](crate::broker::Queue::deploy_keeping))
     /// this broker ran, each deleting what had expired (failed ones too).
     pub history_cleanups: u64,
     /// History rows those passes deleted.
     pub history_pruned: u64,
 }
 
-/// A claim that failed, as [`Broker::claim_failures`](super::Broker::claim_failures)
+/// A claim that failed, as [`Broker::claim_failures`](crate::broker::Broker::claim_failures)
 /// reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimFailure {

@@ -23,7 +23,7 @@ use std::sync::Mutex;
 
 use tokio::sync::oneshot;
 
-use super::{Message, Published};
+use crate::broker::{Message, Published};
 use crate::error::Error;
 
 /// How many statements of one queue's merged publishes are on the way at once.

@@ -2,17 +2,17 @@
 //! times, by whichever running broker gets there first. The definitions are rows of the
 //! queue's `<table>_sched`; each published tick is a row of `<table>_ticks`, whose key
 //! `(schedule, tick)` lets one broker publish it and turns the others away (see
-//! `docs/schedules.md`). [`scheduler`](super::scheduler) runs them.
+//! `docs/schedules.md`). [`scheduler`](crate::broker::operate::scheduler) runs them.
 
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
 use notify_table::DurationRange;
 
-use super::exec::queue_error;
-use super::scheduler;
-use super::ticks::{Plan, Rule, parse_cron};
-use super::{Queue, check_group};
+use crate::broker::exec::queue_error;
+use crate::broker::operate::scheduler;
+use crate::broker::operate::ticks::{Plan, Rule, parse_cron};
+use crate::broker::{Queue, check_group};
 use crate::driver::{Arg, TextsAndInts};
 use crate::error::{Error, check_duration, is_missing_table};
 use crate::sql::Db;
@@ -168,7 +168,7 @@ pub enum ScheduleChange {
 }
 
 /// A stored schedule row, decoded: its definition, version and plan.
-pub(super) struct Stored {
+pub(in crate::broker) struct Stored {
     pub name: String,
     pub schedule: Schedule,
     pub since: i64,
@@ -179,7 +179,7 @@ pub(super) struct Stored {
 }
 
 /// Decodes a row of [`ScheduleSql::list`](crate::sql::ScheduleSql::list) or `get`.
-pub(super) fn decode(row: &TextsAndInts) -> Result<Stored, Error> {
+pub(in crate::broker) fn decode(row: &TextsAndInts) -> Result<Stored, Error> {
     let (every_us, since, version) = (row.int(0), row.int(1), row.int(2));
     let (when, rule) = if every_us > 0 {
         (When::Every(Duration::from_micros(every_us.unsigned_abs())), Rule::Every(every_us))
@@ -204,7 +204,7 @@ fn time_of(us: i64) -> SystemTime {
 
 /// A driver error of a schedule statement: [`Error::MissingScheduleTable`] when it says
 /// the schedule or tick table is missing, otherwise named for the queue.
-pub(super) fn schedule_error<DB: Db>(queue: &Queue<DB>, e: sqlx::Error) -> Error {
+pub(in crate::broker) fn schedule_error<DB: Db>(queue: &Queue<DB>, e: sqlx::Error) -> Error {
     let name = queue.table().name();
     let says = |suffix: &str| matches!(&e, sqlx::Error::Database(db) if db.message().contains(&format!("{name}{suffix}")));
     if is_missing_table(&e) && (says(SCHED_SUFFIX) || says(TICKS_SUFFIX)) {
@@ -217,7 +217,7 @@ pub(super) fn schedule_error<DB: Db>(queue: &Queue<DB>, e: sqlx::Error) -> Error
 impl<DB: Db> Queue<DB> {
     /// Stores schedule `name` of this queue (adding it, or replacing the definition of
     /// that name): from then on every running broker that consumes this queue with
-    /// schedules on ([`BrokerOptions::run_schedules`](super::BrokerOptions::run_schedules))
+    /// schedules on ([`BrokerOptions::run_schedules`](crate::broker::BrokerOptions::run_schedules))
     /// publishes its ticks, each tick once whatever the number of brokers. A changed
     /// definition counts its ticks from now; storing the same definition again changes
     /// nothing (so a deploy script may store its schedules at every start).
@@ -238,7 +238,7 @@ impl<DB: Db> Queue<DB> {
         // Stored in µs: compared as it will read back.
         let mut schedule = schedule;
         if let When::Every(every) = &mut schedule.when {
-            *every = Duration::from_micros(super::exec::micros(*every).unsigned_abs());
+            *every = Duration::from_micros(crate::broker::exec::micros(*every).unsigned_abs());
         }
         let sql = &self.sql.schedule;
         let mut conn = self.inner().pool.acquire().await?;
@@ -252,7 +252,7 @@ impl<DB: Db> Queue<DB> {
             None => ScheduleChange::Added,
         };
         let (cron, every_us) = match &schedule.when {
-            When::Every(every) => ("", super::exec::micros(*every)),
+            When::Every(every) => ("", crate::broker::exec::micros(*every)),
             When::Cron(expr) => (expr.as_str(), 0),
         };
         let args = [
@@ -309,7 +309,10 @@ impl<DB: Db> Queue<DB> {
 }
 
 /// The database's clock, µs since the epoch.
-pub(super) async fn db_now<DB: Db>(queue: &Queue<DB>, conn: &mut DB::Connection) -> Result<i64, Error> {
+pub(in crate::broker) async fn db_now<DB: Db>(
+    queue: &Queue<DB>,
+    conn: &mut DB::Connection,
+) -> Result<i64, Error> {
     let rows =
         DB::fetch_rows(conn, &queue.sql.schedule.now, &[], 0).await.map_err(|e| queue_error(queue, e))?;
     Ok(rows.first().map_or(0, |r| r.int(0)))

@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use notify_table::DurationRange;
 
-use super::coalesce::{Entry, Merged, SHARED_AT_MOST};
-use super::exec::{DEADLOCK_TRIES, micros, queue_error};
-use super::{Message, Published, Queue, check_group};
+use crate::broker::exec::{DEADLOCK_TRIES, micros, queue_error};
+use crate::broker::publish::coalesce::{Entry, Merged, SHARED_AT_MOST};
+use crate::broker::{Message, Published, Queue, check_group};
 use crate::driver::Arg;
 use crate::error::{Error, check_duration, is_retryable};
 use crate::sql::Db;
@@ -63,7 +63,7 @@ pub(crate) async fn checked<DB: Db>(queue: &Queue<DB>, messages: &[Message]) -> 
 
 /// Publishes `messages` (checked, see [`checked`]) outside any transaction, merged with
 /// the publishes of the queue made at the same moment when they fit one statement (see
-/// [`coalesce`](super::coalesce)), then wakes their groups' subscriptions.
+/// [`coalesce`](crate::broker::publish::coalesce)), then wakes their groups' subscriptions.
 pub(crate) async fn autocommitted<DB: Db>(
     queue: &Queue<DB>,
     messages: Vec<Message>,

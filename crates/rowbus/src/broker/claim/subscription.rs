@@ -16,11 +16,11 @@ use notify_table::DurationRange;
 use tokio::sync::watch;
 use tracing::{Instrument as _, debug, debug_span, warn};
 
-use super::acks::PendingAcks;
-use super::claim::{Claim, claim};
-use super::scheduler::{self, SchedulerGuard};
-use super::wake::Registration;
-use super::{Delivery, Queue};
+use crate::broker::claim::claims::{Claim, claim};
+use crate::broker::claim::wake::Registration;
+use crate::broker::operate::scheduler::{self, SchedulerGuard};
+use crate::broker::settle::acks::PendingAcks;
+use crate::broker::{Delivery, Queue};
 use crate::error::{Error, check_duration};
 use crate::sql::Db;
 
@@ -70,8 +70,8 @@ impl<DB: Db> SubscriptionBuilder<DB> {
     }
 
     /// Whether this subscription runs its queue's schedules in its broker (publishes
-    /// their due ticks, see [`Queue::schedule`](super::Queue::schedule)) while it runs:
-    /// [`BrokerOptions::run_schedules`](super::BrokerOptions::run_schedules) by default.
+    /// their due ticks, see [`Queue::schedule`](crate::broker::Queue::schedule)) while it runs:
+    /// [`BrokerOptions::run_schedules`](crate::broker::BrokerOptions::run_schedules) by default.
     pub fn schedules(mut self, on: bool) -> Self {
         self.schedules = on;
         self
@@ -135,7 +135,7 @@ impl<DB: Db> SubscriptionBuilder<DB> {
     /// Stops a runner (not the broker) when `stop` resolves: no more claims, handlers in
     /// flight get the shutdown timeout to finish, then the runner returns. For a runner
     /// that should end after some event (N messages handled, a signal of your own), where
-    /// [`Broker::shutdown`](super::Broker::shutdown) would stop every subscription.
+    /// [`Broker::shutdown`](crate::broker::Broker::shutdown) would stop every subscription.
     ///
     /// ```no_run
     /// # async fn f(queue: rowbus::Queue<sqlx::Sqlite>) -> Result<(), rowbus::Error> {
@@ -264,8 +264,8 @@ impl<DB: Db> Claimer<DB> {
             listen.listen(channel).await?;
         }
         // Before the first claim: its acknowledgements follow the queue's keep setting.
-        super::history::load(&builder.queue).await?;
-        super::history::start_cleanup(&builder.queue);
+        crate::broker::operate::history::load(&builder.queue).await?;
+        crate::broker::operate::history::start_cleanup(&builder.queue);
         Ok(Claimer {
             queue: builder.queue.clone(),
             group: builder.group.clone(),

@@ -12,8 +12,8 @@ use std::time::{Duration, SystemTime};
 use notify_table::{DurationRange, Statement, Value};
 use tracing::{Instrument as _, debug, info_span, warn};
 
-use super::exec::{micros, queue_error, retrying};
-use super::{Broker, Inner, Queue, check_group};
+use crate::broker::exec::{micros, queue_error, retrying};
+use crate::broker::{Broker, Inner, Queue, check_group};
 use crate::deploy;
 use crate::driver::{Arg, ClaimedRow, HistoryRow};
 use crate::error::{Error, check_duration, is_missing_table};
@@ -57,7 +57,7 @@ impl Keeping {
 pub enum HistoryOutcome {
     /// Its handler succeeded (for a transactional handler: its transaction committed).
     Acknowledged,
-    /// Its handler dropped it ([`Outcome::Drop`](super::Outcome::Drop)).
+    /// Its handler dropped it ([`Outcome::Drop`](crate::broker::Outcome::Drop)).
     Dropped,
     /// It went to the dead-letter table.
     DeadLettered,
@@ -467,7 +467,7 @@ fn rows_json(rows: &[ClaimedRow], error: Option<&str>) -> String {
 }
 
 /// Whether `e` says the queue's history or keep table is missing.
-pub(super) fn is_missing_history_table<DB: Db>(queue: &Queue<DB>, e: &sqlx::Error) -> bool {
+pub(in crate::broker) fn is_missing_history_table<DB: Db>(queue: &Queue<DB>, e: &sqlx::Error) -> bool {
     let name = queue.table().name();
     let (history, keep) = (format!("{name}{HISTORY_SUFFIX}"), format!("{name}{KEEP_SUFFIX}"));
     is_missing_table(e)

@@ -17,19 +17,20 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 use tracing::{Instrument as _, debug, info_span, warn};
 
-use super::acks::PendingAcks;
-use super::ahead::Ahead;
-use super::delivery::Lease;
-use super::subscription::{Claimer, Pace, SubscriptionBuilder};
-use super::{Delivery, Inner, Outcome, Queue, lease};
+use crate::broker::claim::ahead::Ahead;
+use crate::broker::claim::subscription::{Claimer, Pace, SubscriptionBuilder};
+use crate::broker::settle::acks::PendingAcks;
+use crate::broker::settle::delivery::Lease;
+use crate::broker::settle::lease;
+use crate::broker::{Delivery, Inner, Outcome, Queue};
 use crate::error::{Error, chain_line};
 use crate::sql::Db;
 
 /// Counts a runner as running until dropped, so that shutdown can wait for it.
-pub(super) struct Running<DB: Db>(Arc<Inner<DB>>);
+pub(in crate::broker) struct Running<DB: Db>(Arc<Inner<DB>>);
 
 impl<DB: Db> Running<DB> {
-    pub(super) fn new(inner: &Arc<Inner<DB>>) -> Self {
+    pub(in crate::broker) fn new(inner: &Arc<Inner<DB>>) -> Self {
         inner.running.fetch_add(1, Ordering::AcqRel);
         Running(inner.clone())
     }
@@ -43,7 +44,7 @@ impl<DB: Db> Drop for Running<DB> {
 }
 
 /// A handler's result, with a panic turned into a failure.
-pub(super) async fn outcome<F, O, E>(handler: F) -> Result<Outcome, String>
+pub(in crate::broker) async fn outcome<F, O, E>(handler: F) -> Result<Outcome, String>
 where
     F: Future<Output = Result<O, E>>,
     O: Into<Outcome>,
@@ -91,7 +92,10 @@ fn error_text<E: Display + 'static>(error: &E) -> String {
 }
 
 /// Free workers: waits for one, then takes every other free one too.
-pub(super) async fn free_workers(semaphore: &Arc<Semaphore>, max: usize) -> Vec<OwnedSemaphorePermit> {
+pub(in crate::broker) async fn free_workers(
+    semaphore: &Arc<Semaphore>,
+    max: usize,
+) -> Vec<OwnedSemaphorePermit> {
     let first = semaphore.clone().acquire_owned().await.expect("the semaphore is never closed");
     let mut permits = vec![first];
     while permits.len() < max {
@@ -173,7 +177,7 @@ impl<DB: Db> Clone for Shared<DB> {
 #[derive(Clone)]
 struct Stop {
     shutdown: tokio::sync::watch::Receiver<bool>,
-    until: Option<super::subscription::Until>,
+    until: Option<crate::broker::claim::subscription::Until>,
 }
 
 impl Stop {
@@ -337,7 +341,7 @@ async fn finish<DB: Db>(
 
 /// Lets handlers in flight finish within the shutdown timeout; aborts the rest (their
 /// messages come back when their leases run out; a transaction rolls back at once).
-pub(super) async fn drain(set: &mut JoinSet<()>, timeout: Duration) {
+pub(in crate::broker) async fn drain(set: &mut JoinSet<()>, timeout: Duration) {
     let finished = tokio::time::timeout(timeout, async { while set.join_next().await.is_some() {} }).await;
     if finished.is_err() {
         warn!(unfinished = set.len(), "handlers still running at the shutdown deadline; aborting them");
@@ -356,7 +360,7 @@ async fn release_all<DB: Db>(deliveries: Vec<Delivery<DB>>) {
 }
 
 /// One kind of runner, driven by [`drive`].
-pub(super) trait Turn<DB: Db> {
+pub(in crate::broker) trait Turn<DB: Db> {
     /// Waits until there are free workers to claim for; their permits.
     fn free(&mut self) -> impl Future<Output = Vec<OwnedSemaphorePermit>>;
     /// Claims for `workers` and starts their handlers in `set`; the pace of the next
@@ -383,7 +387,7 @@ enum Next {
 /// workers are free; after a short one it waits the poll interval (or less when woken);
 /// after a failed one, the claim error wait. While it pauses, `acks` (if any) go out by
 /// themselves rather than with the next claim.
-pub(super) async fn drive<DB: Db, T: Turn<DB>>(
+pub(in crate::broker) async fn drive<DB: Db, T: Turn<DB>>(
     mut claimer: Claimer<DB>,
     mut turn: T,
     acks: Option<Arc<PendingAcks>>,
@@ -632,7 +636,7 @@ async fn free_keys<DB: Db>(queue: &Queue<DB>, leases: &[Lease<DB>]) {
     for group in leases.iter().filter_map(Lease::keyed_group) {
         if !seen.contains(&group) {
             seen.push(group);
-            super::publish::wake_group(queue, group).await;
+            crate::broker::publish::insert::wake_group(queue, group).await;
         }
     }
     let keyed: Vec<i64> = leases.iter().filter(|l| l.is_keyed()).map(Lease::id).collect();

@@ -1,4 +1,4 @@
-//! Claim-ahead for [`run`](super::SubscriptionBuilder::run): a claim takes, beyond a
+//! Claim-ahead for [`run`](crate::broker::SubscriptionBuilder::run): a claim takes, beyond a
 //! message per free worker, what the runner's workers are expected to finish during one
 //! claim's round trip, so that the claim latency stops bounding the rate when handlers
 //! are quick. Those extra messages wait here; a worker that finishes its message takes
@@ -17,7 +17,7 @@ use tokio::time::Instant;
 
 /// Messages (`T`: a runner's deliveries) claimed ahead of the workers, and the two
 /// latencies that size the claims.
-pub(super) struct Ahead<T> {
+pub(in crate::broker) struct Ahead<T> {
     state: Mutex<State<T>>,
     /// Most messages waiting here.
     cap: usize,

@@ -6,8 +6,9 @@ use std::time::{Duration, SystemTime};
 
 use notify_table::DurationRange;
 
-use super::exec::{micros, retrying};
-use super::{Queue, check_group, publish};
+use crate::broker::exec::{micros, retrying};
+use crate::broker::publish::insert;
+use crate::broker::{Queue, check_group};
 use crate::driver::{Arg, DeadRow};
 use crate::error::{Error, check_duration};
 use crate::sql::Db;
@@ -40,7 +41,7 @@ pub struct DeadLetter {
     /// Its ordering key, if it had one.
     pub key: Option<String>,
     /// Its headers.
-    pub headers: super::Headers,
+    pub headers: crate::broker::Headers,
 }
 
 impl DeadLetter {
@@ -55,7 +56,7 @@ impl DeadLetter {
             died_at: at_micros(row.failed_at),
             priority: i16::try_from(row.priority).unwrap_or_default(),
             key: row.key,
-            headers: super::message::decode_headers(row.headers.as_deref()),
+            headers: crate::broker::publish::message::decode_headers(row.headers.as_deref()),
         }
     }
 }
@@ -202,7 +203,7 @@ impl<DB: Db> Queue<DB> {
         }
         if self.inner().notifier.is_some() {
             match self.inner().pool.acquire().await {
-                Ok(mut conn) => publish::wake_others(self, &mut conn, groups).await,
+                Ok(mut conn) => insert::wake_others(self, &mut conn, groups).await,
                 Err(error) => {
                     tracing::warn!(%error, "no connection to wake other processes; they wait for their poll interval")
                 }

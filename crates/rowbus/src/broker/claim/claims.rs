@@ -8,9 +8,9 @@ use tracing::warn;
 
 use sqlx::Transaction;
 
-use super::Queue;
-use super::exec::{micros, queue_error, retrying};
-use super::lease::ack_in;
+use crate::broker::Queue;
+use crate::broker::exec::{micros, queue_error, retrying};
+use crate::broker::settle::lease::ack_in;
 use crate::driver::ClaimedRow;
 use crate::error::{Error, is_retryable};
 use crate::sql::Db;

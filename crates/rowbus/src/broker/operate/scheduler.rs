@@ -1,12 +1,12 @@
 //! Running a queue's schedules: one task per broker and queue, started by the first
 //! subscription of that queue that has schedules on and stopped with the last.
 //!
-//! Each pass reads the database's clock, asks [`ticks`](super::ticks) which ticks are
+//! Each pass reads the database's clock, asks [`ticks`](crate::broker::operate::ticks) which ticks are
 //! due, and publishes each in a transaction that first records the tick under the key
 //! `(schedule, tick)`: a broker whose record hits the key (another published it) or finds
 //! the definition changed publishes nothing. Then it sleeps until the next tick of any
 //! schedule, or until the definitions are read again
-//! ([`BrokerOptions::schedule_reread`](super::BrokerOptions::schedule_reread)), or
+//! ([`BrokerOptions::schedule_reread`](crate::broker::BrokerOptions::schedule_reread)), or
 //! until this broker changes a schedule; never in a loop that does not wait.
 
 use std::collections::HashMap;
@@ -18,9 +18,9 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use super::schedule::{Stored, db_now, decode, schedule_error};
-use super::ticks::HORIZON_US;
-use super::{Message, Queue, QueueTable};
+use crate::broker::operate::schedule::{Stored, db_now, decode, schedule_error};
+use crate::broker::operate::ticks::HORIZON_US;
+use crate::broker::{Message, Queue, QueueTable};
 use crate::driver::Arg;
 use crate::error::{Error, is_retryable};
 use crate::sql::Db;

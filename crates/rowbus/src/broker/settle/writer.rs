@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 use sqlx::Transaction;
 use tokio::sync::{Mutex, OwnedMutexGuard, oneshot};
 
-use super::Queue;
-use super::claim::{claim_locked, take_in};
+use crate::broker::Queue;
+use crate::broker::claim::claims::{claim_locked, take_in};
 use crate::driver::ClaimedRow;
 use crate::error::Error;
 use crate::sql::Db;

@@ -12,7 +12,8 @@ use tokio::sync::Notify;
 use tokio::time::{Duration, Instant};
 use tracing::warn;
 
-use super::{Queue, lease};
+use crate::broker::Queue;
+use crate::broker::settle::lease;
 use crate::sql::Db;
 
 /// Longest an acknowledgement waits for a claim to carry it.

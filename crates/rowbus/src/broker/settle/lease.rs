@@ -8,9 +8,9 @@ use std::time::Duration;
 use notify_table::DurationRange;
 use sqlx::Transaction;
 
-use super::Queue;
-use super::exec::{micros, queue_error, retrying};
-use super::history::{arcs, move_in, moved, record};
+use crate::broker::Queue;
+use crate::broker::exec::{micros, queue_error, retrying};
+use crate::broker::operate::history::{arcs, move_in, moved, record};
 use crate::driver::{Arg, ClaimedRow};
 use crate::error::{Error, check_duration};
 use crate::sql::Db;
@@ -19,7 +19,7 @@ use crate::sql::{Moved, TableSql};
 /// What [`Error::InvalidDuration`] names a retry's delay.
 const RETRY_DELAY: &str = "retry delay";
 
-/// A handler's [`Outcome::Retry`](super::Outcome::Retry): why the message runs again,
+/// A handler's [`Outcome::Retry`](crate::broker::Outcome::Retry): why the message runs again,
 /// and after how long. A delay over [`MAX_DURATION`](crate::MAX_DURATION) makes it the
 /// attempt's failure, retried after the policy's backoff (`None`) with the refusal as
 /// its reason, rather than a statement the database refuses or a message that never
@@ -38,7 +38,7 @@ const RESTORE_BATCH: usize = 256;
 /// Acknowledges `acks` on `conn`, [`ACK_BATCH`] a statement; how many were still leased.
 /// With `keeping`, moves them into the history instead (in `conn`'s transaction, which the
 /// caller opens when a move is more than one statement).
-pub(super) async fn ack_in<DB: Db>(
+pub(in crate::broker) async fn ack_in<DB: Db>(
     sql: &TableSql<DB>,
     conn: &mut DB::Connection,
     acks: &[(i64, i64)],
@@ -221,7 +221,7 @@ pub(crate) async fn dead_letter<DB: Db>(
 /// In the claim's transaction, after its handler's writes were undone: puts the claimed
 /// `rows` back with their attempt counted, to run again after `after` (or the policy's
 /// backoff), or dead-letters those that have used their attempts. The caller commits and
-/// then counts with [`Counters::failed_batch`](super::stats::Counters::failed_batch).
+/// then counts with [`Counters::failed_batch`](crate::broker::operate::stats::Counters::failed_batch).
 /// Returns how many were dead-lettered.
 pub(crate) async fn restore_failed<DB: Db>(
     queue: &Queue<DB>,

@@ -1,0 +1,18 @@
+//! The operator's side: deploying and reading how a queue stands ([`admin`]), dead
+//! letters ([`dead`]), pausing ([`pause`]), kept history ([`history`]), schedules
+//! ([`schedule`], run by [`scheduler`], due ticks by [`ticks`]), published totals
+//! ([`published`]) and the counters a user reads ([`stats`]).
+//!
+//! Entered through `Queue` and `Broker` methods (`deploy`, `dead_letters`, `pause`,
+//! `history`, `schedule`, `stats`...), as `rowbus stats`, `dead`, `pause`, `history`,
+//! `schedule` and the dashboard use them.
+
+pub(crate) mod admin;
+pub(crate) mod dead;
+pub(crate) mod history;
+pub(crate) mod pause;
+pub(crate) mod published;
+pub(crate) mod schedule;
+pub(crate) mod scheduler;
+pub(crate) mod stats;
+pub(crate) mod ticks;

@@ -1,0 +1,10 @@
+//! Publishing: what a message carries ([`message`]: `Message`, `Published`, headers), the
+//! INSERT of a batch of messages and the wake-ups that go with it ([`insert`]), and
+//! publishes arriving together that share one statement ([`coalesce`]).
+//!
+//! Entered through `Queue::publish` / `publish_batch` (autocommitted, coalesced) and
+//! `BrokerTx::publish` (in the caller's transaction, woken at its commit).
+
+pub(crate) mod coalesce;
+pub(crate) mod insert;
+pub(crate) mod message;

@@ -81,7 +81,7 @@ enum Command {
 #[derive(Debug, Clone, Args)]
 struct ChaosArgs {
     /// How long each scenario runs under faults before it drains, e.g. 30s, 10m
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = rowbus::parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = rowbus::duration::parse_duration)]
     duration: Duration,
     /// The scenario to run
     #[arg(long, value_enum, default_value_t = Scenario::All)]
@@ -109,17 +109,17 @@ struct ChaosArgs {
     listeners: usize,
     /// Every consumer session is killed this often, e.g. 500ms, 2s (broker scenarios; not on
     /// SQLite)
-    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = rowbus::parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = rowbus::duration::parse_duration)]
     kill_every: Duration,
     /// A consumer process is SIGKILLed and restarted this often, e.g. 10s, 1m (SQLite: twice
     /// --kill-every)
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = rowbus::parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = rowbus::duration::parse_duration)]
     sigkill_every: Duration,
     /// Half of the listeners lose their connection this often, e.g. 3s (notify scenario)
-    #[arg(long, value_name = "DURATION", default_value = "3s", value_parser = rowbus::parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "3s", value_parser = rowbus::duration::parse_duration)]
     listener_kill_every: Duration,
     /// The consumers' lease, e.g. 4s, 250ms
-    #[arg(long, value_name = "DURATION", default_value = "4s", value_parser = rowbus::parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "4s", value_parser = rowbus::duration::parse_duration)]
     lease: Duration,
     /// Prefix of the run's tables (created if missing, emptied at the start)
     #[arg(long, default_value = "chaos")]
@@ -136,7 +136,7 @@ struct ChaosArgs {
     #[arg(long, conflicts_with = "server_faults")]
     galera_faults: bool,
     /// How often --server-faults crashes the server (--galera-faults a node), e.g. 30s, 1m
-    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = rowbus::parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = rowbus::duration::parse_duration)]
     crash_every: Duration,
     /// Keep the run's directory (consumer journals and logs, the SQLite file) even when
     /// the run is valid

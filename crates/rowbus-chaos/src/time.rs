@@ -1,6 +1,6 @@
 //! The harness's clock and durations: wall-clock microseconds, which every process of a
 //! run shares, and durations for people. Its flags' durations (`500ms`, `30s`, `10m`,
-//! `1h`) are read by rowbus's one parser, [`rowbus::parse_duration`].
+//! `1h`) are read by rowbus's one parser, [`rowbus::duration::parse_duration`].
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

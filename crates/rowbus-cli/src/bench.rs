@@ -273,7 +273,8 @@ struct Forget<'a> {
 impl rowbus::OnPool for Forget<'_> {
     type Output = Result<bool, rowbus::Error>;
     async fn run<DB: rowbus::Db>(self, pool: rowbus::sqlx::Pool<DB>) -> Self::Output {
-        rowbus::forget_durable_listener(&pool, self.config, self.channel, self.name, self.lease).await
+        rowbus::durable::forget_durable_listener(&pool, self.config, self.channel, self.name, self.lease)
+            .await
     }
 }
 

@@ -182,7 +182,7 @@ pub(crate) async fn consume<DB: Db>(
 ) -> Result<(), CliError> {
     // The name first, so that a bad one is reported before connecting the listener.
     queue_cmd::parse_tables(std::slice::from_ref(&args.table))?;
-    rowbus::check_group(&args.group)?;
+    rowbus::limits::check_group(&args.group)?;
     let retry =
         RetryPolicy { max_attempts: args.max_attempts, base: args.retry_delay, ..RetryPolicy::default() };
     // `--poll-interval` is the subscription's here; the notify table that wakes it is

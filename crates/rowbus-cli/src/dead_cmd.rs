@@ -4,8 +4,9 @@
 use std::time::{Duration, SystemTime};
 
 use clap::{ArgGroup, Args, Subcommand};
+use rowbus::dead::{DeadLetter, DeadLetterPage, DeadLetters};
 use rowbus::sqlx::Pool;
-use rowbus::{Broker, BrokerOptions, Db, DeadLetter, DeadLetterPage, DeadLetters, NotifyConfig};
+use rowbus::{Broker, BrokerOptions, Db, NotifyConfig};
 use serde_json::json;
 
 use crate::cli_error::CliError;

@@ -4,8 +4,9 @@
 use std::time::Duration;
 
 use clap::Args;
+use rowbus::history::{HistoryEntry, HistoryPage};
 use rowbus::sqlx::Pool;
-use rowbus::{Broker, BrokerOptions, Db, HistoryEntry, HistoryPage};
+use rowbus::{Broker, BrokerOptions, Db};
 use serde_json::json;
 
 use crate::cli_error::CliError;
@@ -99,7 +100,7 @@ fn json_line(entry: &HistoryEntry) -> serde_json::Value {
 mod tests {
     use std::time::SystemTime;
 
-    use rowbus::HistoryOutcome;
+    use rowbus::history::HistoryOutcome;
 
     use super::*;
 

@@ -16,9 +16,8 @@ mod ui;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use rowbus::{
-    Db, DbPool, Event, Listener, ListenerOptions, Notifier, NotifyConfig, OnPool, QueueTable, Resume,
-};
+use rowbus::durable::Resume;
+use rowbus::{Db, DbPool, Event, Listener, ListenerOptions, Notifier, NotifyConfig, OnPool, QueueTable};
 
 use crate::cli_error::CliError;
 

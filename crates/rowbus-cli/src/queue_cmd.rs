@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use rowbus::{Broker, BrokerOptions, Db, DbPool, DurationRange, NotifyConfig, Queue, QueueTable, redact};
+use rowbus::duration::DurationRange;
+use rowbus::{Broker, BrokerOptions, Db, DbPool, NotifyConfig, Queue, QueueTable, redact};
 
 use crate::cli_error::CliError;
 
@@ -30,7 +31,7 @@ macro_rules! outln {
 pub(crate) use outln;
 
 /// A duration flag's value as clap parses it: `250ms`, `2s`, `1m`, `1h` or plain seconds
-/// ([`rowbus::parse_duration`]), at most [`rowbus::MAX_DURATION`], so that the server is
+/// ([`rowbus::duration::parse_duration`]), at most [`rowbus::limits::MAX_DURATION`], so that the server is
 /// never asked to add more to its clock than it can hold.
 pub(crate) fn duration(text: &str) -> Result<Duration, String> {
     duration_in(text, DurationRange::Span)
@@ -42,7 +43,7 @@ pub(crate) fn positive_duration(text: &str) -> Result<Duration, String> {
 }
 
 fn duration_in(text: &str, range: DurationRange) -> Result<Duration, String> {
-    let parsed = rowbus::parse_duration(text).map_err(|e| e.to_string())?;
+    let parsed = rowbus::duration::parse_duration(text).map_err(|e| e.to_string())?;
     if range.contains(parsed) { Ok(parsed) } else { Err(range.rule().to_owned()) }
 }
 

@@ -6,10 +6,9 @@
 use std::time::{Duration, SystemTime};
 
 use clap::{ArgGroup, Args};
+use rowbus::schedule::{Schedule, ScheduleChange, ScheduleInfo, When};
 use rowbus::sqlx::Pool;
-use rowbus::{
-    Broker, BrokerOptions, Db, DbPool, Error, OnPool, Queue, Schedule, ScheduleChange, ScheduleInfo, When,
-};
+use rowbus::{Broker, BrokerOptions, Db, DbPool, Error, OnPool, Queue};
 use serde_json::json;
 
 use crate::cli_error::CliError;

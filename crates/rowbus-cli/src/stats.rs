@@ -2,11 +2,10 @@
 //! `rowbus pause` holds them), and the notify table's size and lag.
 
 use clap::Args;
+use rowbus::durable::DurableListener;
 use rowbus::sqlx::Pool;
-use rowbus::{
-    Broker, BrokerOptions, Db, DurableListener, GroupStats, NotifyConfig, NotifyTableStats, QueueTable,
-    redact,
-};
+use rowbus::stats::{GroupStats, NotifyTableStats};
+use rowbus::{Broker, BrokerOptions, Db, NotifyConfig, QueueTable, redact};
 use serde_json::json;
 
 use crate::cli_error::CliError;
@@ -44,7 +43,7 @@ pub(crate) async fn stats<DB: Db>(
     let tables = queue_tables(&broker, url, &args.tables, true).await?;
     let lines = lines(&broker, &tables).await?;
     let notify = broker.notify_table_stats(config).await?;
-    let durable = rowbus::durable_listeners(broker.pool(), config).await?;
+    let durable = rowbus::durable::durable_listeners(broker.pool(), config).await?;
     if args.json {
         let mut report = to_json(&lines, notify.as_ref());
         report["durable_listeners"] = durable_json(&durable);

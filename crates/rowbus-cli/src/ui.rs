@@ -23,7 +23,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 use clap::Args;
 use rowbus::sqlx::Pool;
-use rowbus::{Broker, Db, NotifyConfig, NotifyTableStats, Paused, QueueTable};
+use rowbus::stats::{NotifyTableStats, Paused};
+use rowbus::{Broker, Db, NotifyConfig, QueueTable};
 use serde_json::json;
 
 use crate::cli_error::CliError;
@@ -96,7 +97,7 @@ struct Figures {
     /// What is paused in each table, in their order (empty unless asked for).
     pauses: Vec<(QueueTable, Paused)>,
     /// The durable listeners' positions and lag.
-    durable: Vec<rowbus::DurableListener>,
+    durable: Vec<rowbus::durable::DurableListener>,
 }
 
 impl<DB: Db> App<DB> {
@@ -106,7 +107,7 @@ impl<DB: Db> App<DB> {
         let lines = stats::lines(&self.broker, &tables).await?;
         let notify = self.broker.notify_table_stats(&self.config).await?;
         let pauses = if pauses { pause::states(&self.broker, &tables).await? } else { Vec::new() };
-        let durable = rowbus::durable_listeners(self.broker.pool(), &self.config).await?;
+        let durable = rowbus::durable::durable_listeners(self.broker.pool(), &self.config).await?;
         Ok(Figures { lines, notify, pauses, durable })
     }
 

@@ -272,8 +272,8 @@ pub enum Error {
         id: i64,
     },
     /// A duration out of its range, refused before any statement: longer than a database
-    /// can add to its clock ([`MAX_DURATION`](crate::MAX_DURATION)), a lease of zero, or
-    /// a poll interval under [`MIN_POLL_INTERVAL`](crate::MIN_POLL_INTERVAL).
+    /// can add to its clock ([`MAX_DURATION`](crate::limits::MAX_DURATION)), a lease of zero, or
+    /// a poll interval under [`MIN_POLL_INTERVAL`](crate::limits::MIN_POLL_INTERVAL).
     #[error("invalid `{setting}` = {value:?}: {rule}")]
     InvalidDuration {
         /// The setting or argument (`lease`, `poll_interval`, `delay`...).

@@ -69,32 +69,64 @@ mod notify;
 mod sql;
 
 pub use backend::{Backend, redact};
-pub use broker::Paused;
 pub use broker::{
-    Broker, BrokerOptions, BrokerTx, DeadLetter, DeadLetterPage, DeadLetters, Delivery, GroupStats,
-    HISTORY_CLEANUP_BATCH, HISTORY_CLEANUP_INTERVAL, Headers, HistoryEntry, HistoryOutcome, HistoryPage,
-    MAX_GROUP_CHARS, MAX_KEY_CHARS, MAX_TABLE_NAME, Message, NotifyTableStats, Outcome, Pruned, Published,
-    Queue, QueueTable, Received, RetryPolicy, Stats, Subscription, SubscriptionBuilder, TableState,
-    TxMessage, check_group,
-};
-pub use broker::{
-    MAX_SCHEDULE_NAME, MAX_SCHEDULE_PAYLOAD, MIN_EVERY, SCHEDULE_HEADER, Schedule, ScheduleChange,
-    ScheduleInfo, TICK_HEADER, When,
+    Broker, BrokerOptions, BrokerTx, Delivery, Headers, Message, Outcome, Published, Queue, QueueTable,
+    Received, RetryPolicy, Subscription, SubscriptionBuilder, TxMessage,
 };
 pub use deploy::NotifyDeploy;
 pub use error::Error;
-pub use listener::{
-    DurableListener, Event, Listener, ListenerHandle, ListenerOptions, Resume, durable_listeners,
-    forget_durable_listener,
-};
+pub use listener::{Event, Listener, ListenerHandle, ListenerOptions};
 pub use notify::notify;
-pub use sql::{Db, DbPool, OnPool, connect, connect_creating};
-pub use sql::{Notifier, PG_MAX_CHANNEL_BYTES, PG_PAYLOAD_LIMIT_BYTES, check_pg_channel, check_pg_payload};
+pub use notify_table::{Config as NotifyConfig, Notification};
+pub use sql::{Db, DbPool, Notifier, OnPool, connect, connect_creating};
 
-pub use notify_table::{
-    self, Config as NotifyConfig, DurationError, DurationRange, MAX_DURATION, MIN_POLL_INTERVAL,
-    Notification, parse_duration,
-};
+/// Limits rowbus checks before the database sees a value, and the checks themselves.
+pub mod limits {
+    pub use crate::broker::{HISTORY_CLEANUP_BATCH, HISTORY_CLEANUP_INTERVAL, MAX_KEY_CHARS};
+    pub use crate::broker::{MAX_SCHEDULE_NAME, MAX_SCHEDULE_PAYLOAD, MIN_EVERY};
+    pub use crate::names::{MAX_GROUP_CHARS, MAX_TABLE_NAME, check_group};
+    pub use crate::sql::{PG_MAX_CHANNEL_BYTES, PG_PAYLOAD_LIMIT_BYTES, check_pg_channel, check_pg_payload};
+    pub use notify_table::{MAX_DURATION, MIN_POLL_INTERVAL};
+}
+
+/// Durations as rowbus reads them from text (`500ms`, `30s`, `5m`, `2h`, `7d`) and the
+/// ranges it accepts.
+pub mod duration {
+    pub use notify_table::{DurationError, DurationRange, parse_duration};
+}
+
+/// Schedules: a message published to a queue every interval or at a cron expression's
+/// times ([`Queue::schedule`](crate::Queue::schedule)), and the headers a tick carries.
+pub mod schedule {
+    pub use crate::broker::{SCHEDULE_HEADER, Schedule, ScheduleChange, ScheduleInfo, TICK_HEADER, When};
+}
+
+/// Kept history: what a queue deployed with a keep duration records of each handled
+/// message, read with [`Queue::history`](crate::Queue::history).
+pub mod history {
+    pub use crate::broker::{HistoryEntry, HistoryOutcome, HistoryPage, Pruned};
+}
+
+/// Dead letters: the messages that ran out of attempts, for operators to read, requeue
+/// or purge ([`Queue::dead_letters`](crate::Queue::dead_letters)).
+pub mod dead {
+    pub use crate::broker::{DeadLetter, DeadLetterPage, DeadLetters};
+}
+
+/// How queues stand: a broker's counters, per-group figures, the notify table's size,
+/// whether a queue is deployed or paused.
+pub mod stats {
+    pub use crate::broker::{ClaimFailure, GroupStats, NotifyTableStats, Paused, Stats, TableState};
+}
+
+/// Durable listeners: named positions that outlive a process, so a restarted listener
+/// resumes where it stopped ([`Listener::listen_durable`](crate::Listener::listen_durable)).
+pub mod durable {
+    pub use crate::listener::{DurableListener, Resume, durable_listeners, forget_durable_listener};
+}
+
+/// The sans-I/O core of the emulated LISTEN/NOTIFY, re-exported.
+pub use notify_table;
 /// The sqlx this rowbus is built on, for pools and your own statements in the same
 /// version (`rowbus::sqlx::Pool<DB>`).
 pub use sqlx;

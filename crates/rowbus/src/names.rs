@@ -86,8 +86,8 @@ impl QueueTable {
 /// and no trailing space (MySQL's collation would make `a ` and `a` the same group).
 ///
 /// ```
-/// assert!(rowbus::check_group("tenant-42").is_ok());
-/// assert!(rowbus::check_group("a ").is_err());
+/// assert!(rowbus::limits::check_group("tenant-42").is_ok());
+/// assert!(rowbus::limits::check_group("a ").is_err());
 /// ```
 pub fn check_group(group: &str) -> Result<(), Error> {
     let invalid = |reason: &str| Error::InvalidName { name: group.to_owned(), reason: reason.to_owned() };

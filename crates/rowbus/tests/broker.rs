@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use common::{Cleanup, MARIADB, PG, TempSqlite, on_each_database, unique};
 use futures::{FutureExt, StreamExt};
+use rowbus::stats::{Stats, TableState};
 use rowbus::{
-    Backend, Broker, BrokerOptions, Db, DbPool, Delivery, Error, Message, Outcome, Queue, RetryPolicy, Stats,
-    TableState,
+    Backend, Broker, BrokerOptions, Db, DbPool, Delivery, Error, Message, Outcome, Queue, RetryPolicy,
 };
 use sqlx::{MySql, Postgres, Sqlite};
 
@@ -1192,7 +1192,7 @@ fn assert_refused(error: Option<Error>, setting: &str) {
 /// PostgreSQL with "interval out of range", and SQLite stores it.)
 async fn durations_out_of_range_are_refused_before_any_statement<DB: Db>(broker: Broker<DB>) {
     let q = queue(&broker).await;
-    let over = rowbus::MAX_DURATION + Duration::from_secs(1);
+    let over = rowbus::limits::MAX_DURATION + Duration::from_secs(1);
     assert_refused(q.publish(Message::text("never").delay(TOO_LONG)).await.err(), "delay");
     let batch = [Message::text("fine"), Message::text("never").delay(over)];
     assert_refused(q.publish_batch(batch).await.err(), "delay");

@@ -9,9 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{Cleanup, MARIADB, PG, TempSqlite, next_delivery as next, on_each_database, unique};
-use rowbus::{
-    Broker, BrokerOptions, Db, DbPool, DeadLetter, DeadLetterPage, DeadLetters, Message, Queue, RetryPolicy,
-};
+use rowbus::dead::{DeadLetter, DeadLetterPage, DeadLetters};
+use rowbus::{Broker, BrokerOptions, Db, DbPool, Message, Queue, RetryPolicy};
 
 /// A broker whose messages die at their first failure, and the same pool as a [`DbPool`]
 /// for the test's own statements; the SQLite file lives as long as it.

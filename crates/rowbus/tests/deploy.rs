@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use common::{Cleanup, MARIADB, PG, TempSqlite, on_each_database, unique};
 use futures::StreamExt;
-use rowbus::{Broker, BrokerOptions, Db, DbPool, Error, Message, NotifyConfig, NotifyDeploy, TableState};
+use rowbus::stats::TableState;
+use rowbus::{Broker, BrokerOptions, Db, DbPool, Error, Message, NotifyConfig, NotifyDeploy};
 use tokio::sync::Barrier;
 
 /// How many replicas deploy at once.

@@ -7,7 +7,8 @@ mod common;
 use std::time::Duration;
 
 use common::{Env, MARIADB, PG, cp, durable_env_with, env_with, event_within, notification, silence, unique};
-use rowbus::{DbPool, Error, Event, Listener, Resume};
+use rowbus::durable::Resume;
+use rowbus::{DbPool, Error, Event, Listener};
 use sqlx::Executor;
 
 /// An environment whose first window (the lookback) ends soon, so that a stored position
@@ -106,9 +107,9 @@ async fn a_restart_resumes_after_what_was_acknowledged(server: Option<&str>) {
 struct Listed(rowbus::NotifyConfig);
 
 impl rowbus::OnPool for Listed {
-    type Output = Vec<rowbus::DurableListener>;
+    type Output = Vec<rowbus::durable::DurableListener>;
     async fn run<DB: rowbus::Db>(self, pool: sqlx::Pool<DB>) -> Self::Output {
-        rowbus::durable_listeners(&pool, &self.0).await.expect("list durable listeners")
+        rowbus::durable::durable_listeners(&pool, &self.0).await.expect("list durable listeners")
     }
 }
 
@@ -312,13 +313,13 @@ async fn a_free_name_can_be_forgotten(server: Option<&str>) {
     env.cleanup().await;
 }
 
-/// [`rowbus::forget_durable_listener`] on any database.
+/// [`rowbus::durable::forget_durable_listener`] on any database.
 struct Forget(rowbus::NotifyConfig, String, String, Duration);
 
 impl rowbus::OnPool for Forget {
     type Output = Result<bool, Error>;
     async fn run<DB: rowbus::Db>(self, pool: sqlx::Pool<DB>) -> Self::Output {
-        rowbus::forget_durable_listener(&pool, &self.0, &self.1, &self.2, self.3).await
+        rowbus::durable::forget_durable_listener(&pool, &self.0, &self.1, &self.2, self.3).await
     }
 }
 

@@ -615,7 +615,7 @@ async fn a_requeued_keyed_message_holds_its_key_again<DB: Brokers>(place: Place)
     assert_eq!(first.text().unwrap(), "k1");
     drop(sub);
     first.dead_letter("gave up").await.unwrap();
-    assert_eq!(q.requeue_dead(&rowbus::DeadLetters::All, Duration::ZERO).await.unwrap(), 1);
+    assert_eq!(q.requeue_dead(&rowbus::dead::DeadLetters::All, Duration::ZERO).await.unwrap(), 1);
     let mut sub = stream(&q).await;
     let again = next(&mut sub, "the requeued first").await;
     assert_eq!(again.text().unwrap(), "k1", "the requeued message comes before the key's later one");
@@ -669,7 +669,7 @@ async fn rows_of_keys_follow_their_messages_on_mariadb() {
     // A row nothing needs: a message that left while its process died before cleaning up.
     run_sql(&place, &[format!("INSERT INTO `{}_keys` (id, msg_key) VALUES (999999999, 'gone')", q.table())])
         .await;
-    q.purge_dead(&rowbus::DeadLetters::All).await.unwrap();
+    q.purge_dead(&rowbus::dead::DeadLetters::All).await.unwrap();
     // Enough settled keyed messages for a vacuum (one cleanup in 256).
     q.publish_batch((0..256).map(|i| Message::text(format!("v{i}")).key("v"))).await.unwrap();
     let mut sub = stream(&q).await;

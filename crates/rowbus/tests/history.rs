@@ -13,10 +13,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::{Cleanup, MARIADB, PG, TempSqlite, next_delivery as next, on_each_database, unique};
-use rowbus::{
-    Broker, BrokerOptions, Db, DbPool, Error, HistoryEntry, HistoryOutcome, HistoryPage, Message, Outcome,
-    Pruned, Queue, RetryPolicy,
-};
+use rowbus::history::{HistoryEntry, HistoryOutcome, HistoryPage, Pruned};
+use rowbus::{Broker, BrokerOptions, Db, DbPool, Error, Message, Outcome, Queue, RetryPolicy};
 
 /// A broker whose messages die at their first failure, and the same pool as a [`DbPool`]
 /// for the test's own statements; the SQLite file lives as long as it.

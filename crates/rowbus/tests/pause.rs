@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{Brokers, Cleanup, Place, on_each_database, unique};
-use rowbus::{Broker, BrokerOptions, Db, DbPool, Error, Message, Paused, Queue};
+use rowbus::stats::Paused;
+use rowbus::{Broker, BrokerOptions, Db, DbPool, Error, Message, Queue};
 use tokio::sync::{Notify, mpsc};
 
 /// Longer than any test: a subscription that sees a message at all was woken.

@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use common::{Brokers, Cleanup, Place, on_each_database, unique};
 use futures::StreamExt as _;
-use rowbus::{Broker, BrokerOptions, Error, Message, Queue, Schedule, ScheduleChange, When};
+use rowbus::schedule::{Schedule, ScheduleChange, When};
+use rowbus::{Broker, BrokerOptions, Error, Message, Queue};
 
 /// How long a tick that is due may take to be published and seen.
 const ARRIVES: Duration = Duration::from_secs(20);
@@ -85,7 +86,8 @@ async fn every_and_cron_schedules_publish<DB: Brokers>(place: Place) {
             .expect("the stream goes on")
             .expect("a claim");
         assert_eq!(delivery.group(), "g");
-        let tick: i64 = delivery.header(rowbus::TICK_HEADER).expect("the tick's time").parse().unwrap();
+        let tick: i64 =
+            delivery.header(rowbus::schedule::TICK_HEADER).expect("the tick's time").parse().unwrap();
         assert!(
             tick > 0
                 && tick
@@ -95,7 +97,7 @@ async fn every_and_cron_schedules_publish<DB: Brokers>(place: Place) {
         );
         match delivery.text().unwrap() {
             "fast" => {
-                assert_eq!(delivery.header(rowbus::SCHEDULE_HEADER), Some("fast"));
+                assert_eq!(delivery.header(rowbus::schedule::SCHEDULE_HEADER), Some("fast"));
                 fast += 1
             }
             "second" => second += 1,

@@ -8,7 +8,8 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use rowbus::{Db, DeadLetterPage, DeadLetters, Queue};
+use rowbus::dead::{DeadLetterPage, DeadLetters};
+use rowbus::{Db, Queue};
 use serde_json::{Value, json};
 
 use super::{App, unavailable};

@@ -3,7 +3,8 @@
 
 use std::fmt::Write as _;
 
-use rowbus::{NotifyTableStats, Paused, QueueTable, Stats};
+use rowbus::QueueTable;
+use rowbus::stats::{NotifyTableStats, Paused, Stats};
 
 use crate::stats::Line;
 
@@ -156,7 +157,8 @@ pub(crate) fn render(
 mod tests {
     use std::time::Duration;
 
-    use rowbus::{GroupStats, QueueTable};
+    use rowbus::QueueTable;
+    use rowbus::stats::GroupStats;
 
     use super::*;
 

@@ -6,7 +6,8 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use rowbus::{Broker, Db, Paused, QueueTable};
+use rowbus::stats::Paused;
+use rowbus::{Broker, Db, QueueTable};
 use serde_json::{Value, json};
 
 use super::dead::refuse;
@@ -52,7 +53,7 @@ fn target(body: &Value) -> Result<Option<String>, String> {
     }
     match object.get("group") {
         None => Ok(None),
-        Some(Value::String(group)) => match rowbus::check_group(group) {
+        Some(Value::String(group)) => match rowbus::limits::check_group(group) {
             Ok(()) => Ok(Some(group.clone())),
             Err(e) => Err(CliError::from(e).line()),
         },

@@ -35,7 +35,7 @@ use crate::sql::Db;
 use crate::sql::Notifier;
 use crate::sql::TableSql;
 
-pub use crate::names::{MAX_GROUP_CHARS, MAX_TABLE_NAME, QueueTable, check_group};
+pub use crate::names::{QueueTable, check_group};
 pub use claim::subscription::{Subscription, SubscriptionBuilder};
 pub use operate::admin::{GroupStats, NotifyTableStats, TableState};
 pub use operate::dead::{DeadLetter, DeadLetterPage, DeadLetters};
@@ -61,13 +61,13 @@ use publish::insert::groups_of;
 pub struct BrokerOptions {
     /// The longest a subscription waits between two claims when nothing wakes it: the
     /// floor under every wake-up. A subscription may set its own. At least
-    /// [`MIN_POLL_INTERVAL`](crate::MIN_POLL_INTERVAL) (1 ms).
+    /// [`MIN_POLL_INTERVAL`](crate::limits::MIN_POLL_INTERVAL) (1 ms).
     pub poll_interval: Duration,
     /// How long a claimed message stays with its worker before it comes back: greater
-    /// than zero, at most [`MAX_DURATION`](crate::MAX_DURATION) (100 years).
+    /// than zero, at most [`MAX_DURATION`](crate::limits::MAX_DURATION) (100 years).
     pub lease: Duration,
     /// Retries and dead letters; its `max_delay` at most
-    /// [`MAX_DURATION`](crate::MAX_DURATION).
+    /// [`MAX_DURATION`](crate::limits::MAX_DURATION).
     pub retry: RetryPolicy,
     /// Wake subscriptions in other processes too: PostgreSQL's LISTEN/NOTIFY, the notify
     /// table on MySQL/MariaDB and SQLite. Costs one connection for the broker's life and
@@ -141,9 +141,9 @@ impl Default for BrokerOptions {
 
 impl BrokerOptions {
     /// Refuses a duration out of its range with [`Error::InvalidDuration`] naming it: a
-    /// lease of zero or over [`MAX_DURATION`](crate::MAX_DURATION), a retry
+    /// lease of zero or over [`MAX_DURATION`](crate::limits::MAX_DURATION), a retry
     /// `max_delay` over it, a poll interval under
-    /// [`MIN_POLL_INTERVAL`](crate::MIN_POLL_INTERVAL). [`Broker::new`] calls it.
+    /// [`MIN_POLL_INTERVAL`](crate::limits::MIN_POLL_INTERVAL). [`Broker::new`] calls it.
     pub fn validate(&self) -> Result<(), Error> {
         check_duration("poll_interval", self.poll_interval, DurationRange::PollInterval)?;
         check_duration("lease", self.lease, DurationRange::Positive)?;

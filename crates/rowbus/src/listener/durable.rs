@@ -38,7 +38,7 @@ pub struct DurableListener {
 ///
 /// ```no_run
 /// # async fn f(pool: sqlx::MySqlPool) -> Result<(), rowbus::Error> {
-/// for d in rowbus::durable_listeners(&pool, &Default::default()).await? {
+/// for d in rowbus::durable::durable_listeners(&pool, &Default::default()).await? {
 ///     println!("{} {}: {} rows behind, checked in {:?} ago", d.channel, d.name, d.lag_rows, d.checked_in);
 /// }
 /// # Ok(()) }
@@ -88,7 +88,7 @@ pub async fn durable_listeners<DB: Db>(
 
 /// Deletes durable listener `name`'s stored position on `channel`, so that it no longer
 /// shows in [`durable_listeners`] and a listener taking the name next starts afresh
-/// ([`Resume::New`](crate::Resume::New)). Refuses ([`Error::DurableNameTaken`]) a name
+/// ([`Resume::New`](crate::durable::Resume::New)). Refuses ([`Error::DurableNameTaken`]) a name
 /// a process holds and checked in within `lease` (its
 /// [`durable_lease`](crate::ListenerOptions::durable_lease)): stop it first. Returns
 /// whether there was a position to delete.
@@ -96,7 +96,7 @@ pub async fn durable_listeners<DB: Db>(
 /// ```no_run
 /// # async fn f(pool: sqlx::MySqlPool) -> Result<(), rowbus::Error> {
 /// let lease = rowbus::ListenerOptions::default().durable_lease;
-/// rowbus::forget_durable_listener(&pool, &Default::default(), "jobs", "old-mailer", lease).await?;
+/// rowbus::durable::forget_durable_listener(&pool, &Default::default(), "jobs", "old-mailer", lease).await?;
 /// # Ok(()) }
 /// ```
 pub async fn forget_durable_listener<DB: Db>(

@@ -131,7 +131,8 @@ pub(crate) enum Item {
 ///
 /// ```no_run
 /// # async fn f() -> Result<(), rowbus::Error> {
-/// use rowbus::{Event, Listener, Resume};
+/// use rowbus::{Event, Listener};
+/// use rowbus::durable::Resume;
 /// let mut listener = Listener::connect("mysql://root@127.0.0.1/test").await?;
 /// if listener.listen_durable("jobs", "mailer").await? == Resume::Gap {
 ///     // rows it had not read may have been cleaned up: resynchronise

@@ -139,7 +139,7 @@ impl Notifier {
 
     /// A notifier in PostgreSQL's durable mode: each notification is also a row of the
     /// notify table `config` names (deploy it with
-    /// [`DbPool::deploy_durable_notify_table`] or `rowbus deploy --durable`), written in
+    /// [`DbPool::deploy_durable_notify_table`](super::DbPool::deploy_durable_notify_table) or `rowbus deploy --durable`), written in
     /// the caller's transaction, so that durable listeners
     /// ([`Listener::listen_durable`](crate::Listener::listen_durable)) miss nothing sent
     /// while they were away; the `pg_notify` it sends as well wakes them at once. Plain

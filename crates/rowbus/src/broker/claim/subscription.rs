@@ -85,7 +85,7 @@ impl<DB: Db> SubscriptionBuilder<DB> {
     }
 
     /// The longest wait between two claims when nothing wakes the subscription: at least
-    /// [`MIN_POLL_INTERVAL`](crate::MIN_POLL_INTERVAL), or the subscription is refused
+    /// [`MIN_POLL_INTERVAL`](crate::limits::MIN_POLL_INTERVAL), or the subscription is refused
     /// when it starts.
     pub fn poll_interval(mut self, poll_interval: Duration) -> Self {
         self.poll_interval = poll_interval;
@@ -93,7 +93,7 @@ impl<DB: Db> SubscriptionBuilder<DB> {
     }
 
     /// How long a claimed message stays with this subscription's workers: greater than
-    /// zero, at most [`MAX_DURATION`](crate::MAX_DURATION), or the subscription is refused
+    /// zero, at most [`MAX_DURATION`](crate::limits::MAX_DURATION), or the subscription is refused
     /// when it starts.
     pub fn lease(mut self, lease: Duration) -> Self {
         self.lease = lease;

@@ -92,7 +92,7 @@ pub enum DeadLetters {
     /// Every one.
     All,
     /// Those dead-lettered longer ago than this: at most
-    /// [`MAX_DURATION`](crate::MAX_DURATION).
+    /// [`MAX_DURATION`](crate::limits::MAX_DURATION).
     OlderThan(Duration),
 }
 
@@ -124,7 +124,7 @@ impl<DB: Db> Queue<DB> {
     }
 
     /// Puts dead letters back in the queue, claimable after `delay` (at most
-    /// [`MAX_DURATION`](crate::MAX_DURATION)): same id, group, payload and publish time,
+    /// [`MAX_DURATION`](crate::limits::MAX_DURATION)): same id, group, payload and publish time,
     /// their attempts counted again from 0. Returns how many it moved. Wakes this broker's
     /// subscriptions of their groups, and with `listen_notify` those of other processes.
     ///

@@ -50,7 +50,7 @@ impl fmt::Display for When {
 ///
 /// ```
 /// use std::time::Duration;
-/// use rowbus::{Schedule, When};
+/// use rowbus::schedule::{Schedule, When};
 /// let hourly = Schedule::every(Duration::from_secs(3600)).payload("sweep").group("maintenance");
 /// assert_eq!(hourly.when, When::Every(Duration::from_secs(3600)));
 /// let nightly = Schedule::cron("0 3 * * *")?.payload("report");
@@ -69,7 +69,7 @@ pub struct Schedule {
 
 impl Schedule {
     /// Ticks every `interval` (at least [`MIN_EVERY`], at most
-    /// [`MAX_DURATION`](crate::MAX_DURATION); checked by [`Queue::schedule`]), counted
+    /// [`MAX_DURATION`](crate::limits::MAX_DURATION); checked by [`Queue::schedule`]), counted
     /// from when the schedule is stored.
     pub fn every(interval: Duration) -> Self {
         Schedule { when: When::Every(interval), payload: String::new(), group: String::new() }
@@ -225,7 +225,7 @@ impl<DB: Db> Queue<DB> {
     /// ```no_run
     /// # async fn f(queue: rowbus::Queue<sqlx::Postgres>) -> Result<(), rowbus::Error> {
     /// use std::time::Duration;
-    /// use rowbus::Schedule;
+    /// use rowbus::schedule::Schedule;
     /// queue.schedule("sweep", Schedule::every(Duration::from_secs(600)).payload("sweep")).await?;
     /// queue.schedule("nightly", Schedule::cron("0 3 * * *")?.payload("report")).await?;
     /// # Ok(()) }

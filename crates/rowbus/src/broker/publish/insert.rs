@@ -40,7 +40,7 @@ pub(crate) async fn message_limit<DB: Db>(queue: &Queue<DB>) -> Result<u64, Erro
 }
 
 /// Refuses a batch with a group name, key or deduplication id rowbus refuses or a delay
-/// over [`MAX_DURATION`](crate::MAX_DURATION), before any of it is sent.
+/// over [`MAX_DURATION`](crate::limits::MAX_DURATION), before any of it is sent.
 fn check(messages: &[Message]) -> Result<(), Error> {
     for m in messages {
         check_group(&m.group)?;

@@ -62,7 +62,7 @@ impl Message {
         self
     }
 
-    /// Claimable only after this delay: at most [`MAX_DURATION`](crate::MAX_DURATION)
+    /// Claimable only after this delay: at most [`MAX_DURATION`](crate::limits::MAX_DURATION)
     /// (100 years), or the publish is refused with [`Error::InvalidDuration`].
     pub fn delay(mut self, delay: Duration) -> Self {
         self.delay = delay;

@@ -19,7 +19,7 @@ pub enum Outcome {
     /// Done: delete it.
     Ack,
     /// Run it again after this delay (counts as an attempt). A delay over
-    /// [`MAX_DURATION`](crate::MAX_DURATION) is the attempt's failure instead: retried
+    /// [`MAX_DURATION`](crate::limits::MAX_DURATION) is the attempt's failure instead: retried
     /// with the broker's backoff, the refusal recorded as its error.
     Retry(Duration),
     /// Discard it without running it again or dead-lettering it.
@@ -223,7 +223,7 @@ impl<DB: Db> Delivery<DB> {
     }
 
     /// Runs it again after `after`, recording `reason` as its last error. An `after` over
-    /// [`MAX_DURATION`](crate::MAX_DURATION) is refused with [`Error::InvalidDuration`]
+    /// [`MAX_DURATION`](crate::limits::MAX_DURATION) is refused with [`Error::InvalidDuration`]
     /// and the message stays leased.
     pub async fn retry(self, after: Duration, reason: &str) -> Result<(), Error> {
         self.lease.retry(after, reason).await
@@ -252,7 +252,7 @@ impl<DB: Db> Delivery<DB> {
     }
 
     /// Keeps it for `lease` more from now, for work that takes longer than the lease. A
-    /// lease of zero or over [`MAX_DURATION`](crate::MAX_DURATION) is refused with
+    /// lease of zero or over [`MAX_DURATION`](crate::limits::MAX_DURATION) is refused with
     /// [`Error::InvalidDuration`].
     pub async fn extend_lease(&self, lease: Duration) -> Result<(), Error> {
         lease::extend(&self.lease.queue, self.lease.id, self.lease.token, lease).await

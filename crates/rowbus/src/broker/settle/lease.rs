@@ -20,7 +20,7 @@ use crate::sql::{Moved, TableSql};
 const RETRY_DELAY: &str = "retry delay";
 
 /// A handler's [`Outcome::Retry`](crate::broker::Outcome::Retry): why the message runs again,
-/// and after how long. A delay over [`MAX_DURATION`](crate::MAX_DURATION) makes it the
+/// and after how long. A delay over [`MAX_DURATION`](crate::limits::MAX_DURATION) makes it the
 /// attempt's failure, retried after the policy's backoff (`None`) with the refusal as
 /// its reason, rather than a statement the database refuses or a message that never
 /// comes back.
@@ -148,7 +148,7 @@ pub(crate) async fn ack_pairs<DB: Db>(queue: &Queue<DB>, pairs: &[(i64, i64)]) -
 }
 
 /// Schedules a leased message's next attempt after `after`, recording `error`; refuses an
-/// `after` over [`MAX_DURATION`](crate::MAX_DURATION) before any statement.
+/// `after` over [`MAX_DURATION`](crate::limits::MAX_DURATION) before any statement.
 pub(crate) async fn retry<DB: Db>(
     queue: &Queue<DB>,
     id: i64,
@@ -178,7 +178,7 @@ pub(crate) async fn abandon<DB: Db>(queue: &Queue<DB>, id: i64, token: i64) -> R
 }
 
 /// Keeps a leased message `lease` more from now; refuses a lease of zero or over
-/// [`MAX_DURATION`](crate::MAX_DURATION) before any statement.
+/// [`MAX_DURATION`](crate::limits::MAX_DURATION) before any statement.
 pub(crate) async fn extend<DB: Db>(
     queue: &Queue<DB>,
     id: i64,

@@ -202,7 +202,7 @@ pub(crate) struct Inner<DB: Db> {
     /// The largest statement the database takes, once read.
     pub statement_limit: tokio::sync::OnceCell<u64>,
     /// Where transactional claims wait their turn on a database with one writer
-    /// ([`Dialect::ONE_WRITER`](crate::sql::Dialect::ONE_WRITER)), and the transaction
+    /// ([`Claiming::ONE_WRITER`](crate::sql::Claiming::ONE_WRITER)), and the transaction
     /// they share.
     pub turns: settle::writer::Turns<DB>,
     /// Runners still running, and a signal when one ends.

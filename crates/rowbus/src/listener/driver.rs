@@ -9,7 +9,8 @@ use notify_table::{Notification, Position};
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, info, warn};
 
-use super::{Event, Item, ListenerOptions, Resume};
+use super::event::{Event, Item, Resume};
+use super::options::ListenerOptions;
 use crate::error::Error;
 
 /// What the handle asks of the task.

@@ -2,6 +2,8 @@
 
 mod driver;
 mod durable;
+mod event;
+mod options;
 #[cfg(feature = "postgres")]
 mod pg;
 mod table;
@@ -9,10 +11,8 @@ mod table;
 use std::collections::HashMap;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use futures::Stream;
-use notify_table::{Config, Notification};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::backend::Backend;
@@ -22,98 +22,12 @@ use crate::sql::ForBackend;
 use driver::Command;
 use driver::Driver as ListenerTask;
 pub use durable::{DurableListener, durable_listeners, forget_durable_listener};
+pub(crate) use event::Item;
+pub use event::{Event, Resume};
+pub use options::ListenerOptions;
 #[cfg(feature = "postgres")]
 use pg::PgSession;
 use table::TableSession;
-
-/// How a [`Listener`] listens and reconnects.
-#[derive(Debug, Clone)]
-pub struct ListenerOptions {
-    /// The notify table and its polling (MySQL/MariaDB and SQLite; on PostgreSQL, durable
-    /// channels only, whose poll interval is a fallback to LISTEN's wake-ups).
-    pub notify_table: Config,
-    /// First wait before reconnecting after the connection was lost.
-    pub reconnect_min: Duration,
-    /// Longest wait between two reconnect attempts; the wait doubles up to it.
-    pub reconnect_max: Duration,
-    /// Events held for the caller before the listener stops reading from the server.
-    pub buffer: usize,
-    /// A durable listener's lease on its name, at least three poll intervals: it checks
-    /// in (storing what was acknowledged) every third of it, between polls, and another
-    /// process may take the name over once it has not for this long (after a crash, say).
-    pub durable_lease: Duration,
-    /// How recently a durable listener must have checked in for every listener's cleanup
-    /// to keep the rows it has not read yet; one away longer stops holding them back (and
-    /// is told of a possible gap when it resumes).
-    pub durable_live: Duration,
-}
-
-impl Default for ListenerOptions {
-    fn default() -> Self {
-        ListenerOptions {
-            notify_table: Config::default(),
-            reconnect_min: Duration::from_millis(100),
-            reconnect_max: Duration::from_secs(10),
-            buffer: 4096,
-            durable_lease: Duration::from_secs(10),
-            durable_live: Duration::from_secs(3600),
-        }
-    }
-}
-
-/// What a [`Listener`] yields.
-#[derive(Debug)]
-pub enum Event {
-    /// A notification on a channel this listener listens on.
-    Notification(Notification),
-    /// The connection was lost. The listener reconnects by itself with capped
-    /// exponential backoff, then reports [`Event::Reconnected`].
-    Disconnected(Error),
-    /// The listener has a new connection and listens again on every channel. On the
-    /// notify table (MySQL/MariaDB, SQLite) each channel resumes where it was, so what was
-    /// committed while the connection was lost is delivered now, unless it was cleaned up
-    /// meanwhile; PostgreSQL's LISTEN starts afresh, and what was sent meanwhile is gone,
-    /// except on its durable channels, which resume from the notify table too.
-    Reconnected {
-        /// The channels on which notifications may have been missed: resynchronise those
-        /// from the database. Every plain channel on PostgreSQL; on the notify table only those
-        /// whose position fell behind the retention while disconnected (a durable
-        /// channel's rows are kept while it checked in within `durable_live`).
-        missed: Vec<String>,
-    },
-    /// The listener stopped listening on a durable channel: another process took its
-    /// name over ([`Error::DurableNameLost`]) after this one missed its lease.
-    Stopped {
-        /// The channel.
-        channel: String,
-        /// Why.
-        error: Error,
-    },
-}
-
-/// Where [`Listener::listen_durable`] starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Resume {
-    /// No position was stored under the name: listening starts now, as
-    /// [`Listener::listen`] does, and this position is stored.
-    New,
-    /// From the stored position: every notification committed after what was
-    /// acknowledged is delivered (a notification delivered but not acknowledged before,
-    /// again).
-    Resumed,
-    /// From the stored position, but it is older than the notify table's retention and
-    /// the name was not checked in within `durable_live`: rows it had not read may have
-    /// been cleaned up. What is still there is delivered; resynchronise from the database.
-    Gap,
-}
-
-/// What the listener's task hands its [`Listener`].
-#[derive(Debug)]
-pub(crate) enum Item {
-    Event(Event),
-    /// From here on, count the notifications of this durable channel.
-    Durable(String),
-}
 
 /// Listens for notifications on one dedicated connection: PostgreSQL's own LISTEN, or
 /// the notify table polled every `poll_interval` on MySQL/MariaDB and SQLite.

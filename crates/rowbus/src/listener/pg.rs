@@ -6,8 +6,8 @@ use std::time::Duration;
 use notify_table::{Notification, Position};
 use sqlx::postgres::{PgListener, PgNotification};
 
-use super::ListenerOptions;
 use super::driver::{Claimed, Control, Session, Wake};
+use super::options::ListenerOptions;
 use super::table::TableSession;
 use crate::error::Error;
 use crate::sql::check_pg_channel;

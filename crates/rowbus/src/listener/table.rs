@@ -8,8 +8,8 @@ use notify_table::{NotifyTable, Position, Statement, Value};
 use tokio::time::{Interval, MissedTickBehavior};
 use tracing::{debug, warn};
 
-use super::ListenerOptions;
 use super::driver::{Claimed, Command, Control, Session, Wake};
+use super::options::ListenerOptions;
 use crate::error::{Error, is_missing_table};
 use crate::notify::missing;
 use crate::sql::TableConn;

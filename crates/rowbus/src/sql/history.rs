@@ -10,7 +10,7 @@
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use super::{Db, Naming, placeholders, quoted};
+use super::{Naming, placeholders, quoted};
 use crate::names::QueueTable;
 
 /// The suffix of a queue's history table: `jobs_hist`. At most six characters, so that the
@@ -72,12 +72,12 @@ pub struct HistorySql<DB> {
     /// dead-letter move deletes it.
     pub dead: Arc<str>,
     /// Where the database takes them so: rows a transactional claim took, as one JSON
-    /// text (see [`Dialect::history_json_insert`]). Binds: the rows, the outcome.
+    /// text (see [`Keeping::history_json_insert`](crate::sql::Keeping::history_json_insert)). Binds: the rows, the outcome.
     pub insert_json: Option<Arc<str>>,
     db: PhantomData<fn() -> DB>,
 }
 
-impl<DB: Db> HistorySql<DB> {
+impl<DB: Keeping> HistorySql<DB> {
     pub fn new(table: &QueueTable) -> Self {
         let (h, k, t) =
             (quoted::<DB>(table, HISTORY_SUFFIX), quoted::<DB>(table, KEEP_SUFFIX), quoted::<DB>(table, ""));
@@ -116,7 +116,7 @@ impl<DB: Db> HistorySql<DB> {
     /// Acknowledged rows of any claims, each under its own lease, moved in. Binds (each
     /// statement): the ids, then (id, token) pairs.
     pub fn ack_pairs(&self, pairs: usize) -> Vec<String> {
-        let filter = super::table::pairs_filter::<DB>(pairs);
+        let filter = super::pairs_filter::<DB>(pairs);
         DB::move_to_history(&self.queue, &self.quoted, &filter, Moved::Acked.as_sql(), "last_error")
     }
 

@@ -7,7 +7,7 @@
 //! - [`Publishing`]: storing messages, deduplication ids and ordering keys;
 //! - [`Claiming`]: claims, the transactions they begin, the handler's savepoint;
 //! - [`Waking`]: notifications and the wake-ups publishes send;
-//! - [`Connecting`]: pools, [`DbPool`], and the connection a listener runs on;
+//! - [`Connecting`]: pools, and the connection a listener runs on;
 //! - [`Catalog`]: finding queue tables, and the figures of `stats`;
 //! - beside their features: [`Keeping`] (kept history), [`Pausing`], [`Scheduling`],
 //!   [`Positions`] (durable listeners).
@@ -27,6 +27,7 @@ mod history;
 mod mysql;
 mod naming;
 mod pause;
+mod pool;
 mod positions;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
@@ -35,51 +36,40 @@ mod schedule;
 mod schema;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+mod statements;
 mod table;
 mod wake;
 
 use crate::backend::Backend;
-use crate::names::QueueTable;
 
 pub use catalog::Catalog;
 pub use claims::{ACK_BATCH, Claiming};
-pub(crate) use connect::ForBackend;
-pub use connect::{Connecting, DbPool, OnPool, TableConn, connect, connect_creating};
+pub use connect::{Connecting, TableConn};
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub(crate) use history::HISTORY_INDEX_SUFFIX;
 pub use history::Keeping;
 pub(crate) use history::{HISTORY_SUFFIX, HistorySql, KEEP_SUFFIX, Moved};
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) use naming::DEPLOY_LOCK_WAIT;
 pub use naming::Naming;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub(crate) use naming::READY;
+pub(crate) use naming::{DEDUP, KEYS, OLD_CLAIM, pairs_filter, placeholders, quoted};
 pub use pause::Pausing;
 pub(crate) use pause::{PAUSE_SUFFIX, PauseSql};
+pub(crate) use pool::ForBackend;
+pub use pool::{DbPool, OnPool, connect, connect_creating};
 pub use positions::Positions;
 pub(crate) use positions::{POSITIONS_SUFFIX, PositionsSql, micros, text};
 pub use publish::Publishing;
 pub use schedule::Scheduling;
 pub(crate) use schedule::{SCHED_SUFFIX, ScheduleSql, TICKS_SUFFIX};
 pub use schema::Schema;
-pub(crate) use table::{DEAD_FEATURE_COLUMNS, FEATURE_COLUMNS, InsertForm, QUEUE_COLUMNS, TableSql};
+pub(crate) use statements::{InsertForm, TableSql};
+pub(crate) use table::{DEAD_FEATURE_COLUMNS, FEATURE_COLUMNS, QUEUE_COLUMNS};
 pub use wake::{
     Notifier, PG_MAX_CHANNEL_BYTES, PG_PAYLOAD_LIMIT_BYTES, Waking, check_pg_channel, check_pg_payload,
 };
-
-/// The name suffix of a queue table's claim index: (group, priority, visible_at, id)
-/// (MySQL/MariaDB's claim order is the primary key instead).
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
-pub(crate) const READY: &str = "_ready";
-/// The name suffix of the claim index of a queue table made before priorities, which a
-/// deploy replaces with [`READY`].
-pub(crate) const OLD_CLAIM: &str = "_claim";
-/// The name suffix of a queue table's ordering-key index: (key, id).
-pub(crate) const KEYS: &str = "_key";
-/// The name suffix of a queue table's unique index on deduplication ids.
-pub(crate) const DEDUP: &str = "_dedup";
-
-/// How long a deploy waits for another deploy's lock before it gives up: a deploy holds
-/// it for a few statements of DDL, so a longer wait means one is stuck. (SQLite's deploys
-/// wait for the write lock, as long as its busy timeout.)
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-pub(crate) const DEPLOY_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The sqlx databases rowbus works on: [`Postgres`](sqlx::Postgres),
 /// [`MySql`](sqlx::MySql) and [`Sqlite`](sqlx::Sqlite), each behind its cargo feature
@@ -104,18 +94,4 @@ pub trait Db:
 {
     /// Which backend this is.
     const BACKEND: Backend;
-}
-
-/// `n` placeholders, numbered from `first`.
-pub(crate) fn placeholders<DB: Naming>(first: usize, n: usize) -> String {
-    (first..first + n).map(DB::param).collect::<Vec<_>>().join(", ")
-}
-
-/// A queue table's name with `suffix` (`""`, or `_dead` for its dead-letter table), quoted.
-pub(crate) fn quoted<DB: Naming>(table: &QueueTable, suffix: &str) -> String {
-    let name = DB::quote(&format!("{}{suffix}", table.name()));
-    match table.schema() {
-        Some(schema) => format!("{}.{name}", DB::quote(schema)),
-        None => name,
-    }
 }

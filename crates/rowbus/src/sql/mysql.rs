@@ -29,6 +29,9 @@ use crate::sql::TableConn;
 
 mod dedup;
 mod keys;
+mod side;
+
+use side::SHORT_TEXT;
 
 crate::driver::driver!(MySql);
 
@@ -50,8 +53,6 @@ const CLAIMED: &str = "CAST(id AS SIGNED), group_name, payload, CAST(attempts AS
      CAST(TIMESTAMPDIFF(MICROSECOND, '1970-01-01', created_at) AS SIGNED), CAST(priority AS SIGNED), \
      msg_key, dedup_id, headers";
 
-/// A group name, an ordering key or a deduplication id: compared byte for byte.
-const SHORT_TEXT: &str = "VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin";
 /// The headers, a JSON object.
 const HEADERS: &str = "LONGTEXT CHARACTER SET utf8mb4 NULL";
 /// The priority: lower is claimed sooner.
@@ -250,31 +251,6 @@ fn claim_mark(t: &str, ids: usize) -> String {
         MySql::later("?"),
         placeholders::<MySql>(3, ids)
     )
-}
-
-/// The [`index_upgrades`](Dialect::index_upgrades) entry that moves what the index
-/// `<table><suffix>` held into a table of its own: whether the index is there (a query
-/// returning how many columns it has, and its binds: schema if any, table, index), then
-/// `create` (the table), `copy` (its rows from the queue table) and the index dropped.
-fn index_to_table(
-    table: &QueueTable,
-    suffix: &str,
-    create: String,
-    copy: String,
-) -> (String, Vec<String>, Vec<String>) {
-    let (in_schema, mut binds) = match table.schema() {
-        Some(schema) => ("?", vec![schema.to_owned()]),
-        None => ("DATABASE()", vec![]),
-    };
-    let index = format!("{}{suffix}", table.name());
-    let drop =
-        format!("ALTER TABLE {} DROP INDEX {}", super::quoted::<MySql>(table, ""), MySql::quote(&index));
-    binds.extend([table.name().to_owned(), index]);
-    let check = format!(
-        "SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.statistics \
-         WHERE table_schema = {in_schema} AND table_name = ? AND index_name = ?"
-    );
-    (check, binds, vec![create, copy, drop])
 }
 
 /// The `GET_LOCK` name of a deploy of `table`: MySQL refuses names over 64 characters,

@@ -72,3 +72,46 @@ pub trait Naming: Driver + Sized {
         )
     }
 }
+
+/// The name suffix of a queue table's claim index: (group, priority, visible_at, id)
+/// (MySQL/MariaDB's claim order is the primary key instead).
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub(crate) const READY: &str = "_ready";
+/// The name suffix of the claim index of a queue table made before priorities, which a
+/// deploy replaces with [`READY`].
+pub(crate) const OLD_CLAIM: &str = "_claim";
+/// The name suffix of a queue table's ordering-key index: (key, id).
+pub(crate) const KEYS: &str = "_key";
+/// The name suffix of a queue table's unique index on deduplication ids.
+pub(crate) const DEDUP: &str = "_dedup";
+
+/// How long a deploy waits for another deploy's lock before it gives up: a deploy holds
+/// it for a few statements of DDL, so a longer wait means one is stuck. (SQLite's deploys
+/// wait for the write lock, as long as its busy timeout.)
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) const DEPLOY_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// `n` placeholders, numbered from `first`.
+pub(crate) fn placeholders<DB: Naming>(first: usize, n: usize) -> String {
+    (first..first + n).map(DB::param).collect::<Vec<_>>().join(", ")
+}
+
+/// A queue table's name with `suffix` (`""`, or `_dead` for its dead-letter table), quoted.
+pub(crate) fn quoted<DB: Naming>(table: &QueueTable, suffix: &str) -> String {
+    let name = DB::quote(&format!("{}{suffix}", table.name()));
+    match table.schema() {
+        Some(schema) => format!("{}.{name}", DB::quote(schema)),
+        None => name,
+    }
+}
+
+/// The rows of `pairs` `(id, token)` pairs. Binds: the ids, then the pairs.
+pub(crate) fn pairs_filter<DB: Naming>(pairs: usize) -> String {
+    // `id IN (...)` finds the rows by index everywhere; a row-value `(id, lease) IN`
+    // alone is a full table scan on SQLite at any length and on MariaDB at length one.
+    let first = pairs + 1;
+    let pairs_list: Vec<String> = (0..pairs)
+        .map(|i| format!("({}, {})", DB::param(first + 2 * i), DB::param(first + 2 * i + 1)))
+        .collect();
+    format!("id IN ({}) AND (id, lease) IN ({})", placeholders::<DB>(1, pairs), pairs_list.join(", "))
+}

@@ -4,12 +4,12 @@
 //! `(whole_queue = 0, group_name = G)` pauses group `G`. The flag rather than a reserved
 //! group name: every string a group may be is a group a publisher may use, and MySQL's
 //! collation makes `''` and `' '` the same key. Claims skip a group while either row is
-//! there ([`Dialect::not_paused`]); deploying the queue creates the table.
+//! there ([`Pausing::not_paused`](crate::sql::Pausing::not_paused)); deploying the queue creates the table.
 
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use super::{Db, Naming, quoted};
+use super::{Naming, quoted};
 use crate::names::QueueTable;
 
 /// The suffix of a queue's pause table: `jobs_pause`. Six characters, so that the longest
@@ -34,7 +34,7 @@ pub struct PauseSql<DB> {
     db: PhantomData<fn() -> DB>,
 }
 
-impl<DB: Db> PauseSql<DB> {
+impl<DB: Pausing> PauseSql<DB> {
     pub fn new(table: &QueueTable) -> Self {
         let p = quoted::<DB>(table, PAUSE_SUFFIX);
         let columns = "whole_queue, group_name";

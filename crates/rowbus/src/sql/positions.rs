@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use notify_table::{MAX_TABLE_LEN, Value};
 
-use super::{Db, Naming};
+use super::Naming;
 use crate::error::Error;
 
 /// The suffix of the positions table: `rowbus_notify_positions`.
@@ -46,7 +46,7 @@ pub(crate) struct PositionsSql<DB> {
     db: PhantomData<fn() -> DB>,
 }
 
-impl<DB: Db> PositionsSql<DB> {
+impl<DB: Positions> PositionsSql<DB> {
     /// The statements for the positions table of notify table `table` (a validated
     /// identifier); refuses a name too long for the database with the suffix.
     pub fn new(table: &str) -> Result<Self, Error> {

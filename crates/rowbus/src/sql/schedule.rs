@@ -11,7 +11,7 @@
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use super::{Db, Naming, quoted};
+use super::{Naming, quoted};
 use crate::names::QueueTable;
 
 /// The suffix of a queue's schedule table: `jobs_sched`. Six characters, as the pause
@@ -55,7 +55,7 @@ pub struct ScheduleSql<DB> {
 /// Most tick rows one cleanup statement deletes.
 pub(crate) const CLEANUP_BATCH: usize = 1000;
 
-impl<DB: Db> ScheduleSql<DB> {
+impl<DB: Scheduling> ScheduleSql<DB> {
     pub fn new(table: &QueueTable) -> Self {
         let s = quoted::<DB>(table, SCHED_SUFFIX);
         let k = quoted::<DB>(table, TICKS_SUFFIX);

@@ -1,11 +1,13 @@
-//! One queue table's statements on one database, built once per table from its
-//! [`Dialect`]. Binds are documented with each statement.
+//! One queue table's statements on one database ([`TableSql`], defined in `statements`),
+//! built once per table from the dialect traits. Binds are documented with each statement.
 
-use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 
-use super::{Db, HistorySql, PauseSql, ScheduleSql, Schema, placeholders, quoted};
+use super::{
+    Claiming, HistorySql, InsertForm, Keeping, PauseSql, Pausing, Publishing, ScheduleSql, Scheduling,
+    Schema, TableSql, pairs_filter, placeholders, quoted,
+};
 use crate::error::Error;
 use crate::names::QueueTable;
 
@@ -22,48 +24,7 @@ pub(crate) const FEATURE_COLUMNS: [&str; 4] = ["priority", "msg_key", "dedup_id"
 /// message is dead-lettered its id publishes again).
 pub(crate) const DEAD_FEATURE_COLUMNS: [&str; 3] = ["priority", "msg_key", "headers"];
 
-/// The statements of one queue table.
-#[derive(Debug)]
-pub struct TableSql<DB: Schema> {
-    pub table: QueueTable,
-    /// The table, quoted.
-    pub quoted: String,
-    /// Its dead-letter table, quoted.
-    pub dead: String,
-    pub create: Vec<String>,
-    /// The lease claim (see [`Claiming::claim_sql`](super::Claiming::claim_sql)).
-    pub claim: Arc<str>,
-    /// The transactional claim (see [`Claiming::claim_locked_sql`](super::Claiming::claim_locked_sql)).
-    pub claim_locked: Arc<str>,
-    /// Binds: id, token.
-    pub ack: Arc<str>,
-    /// Binds: delay µs, error, id, token.
-    pub retry: Arc<str>,
-    /// Binds: id, token. Gives a claimed, unstarted message back without counting it.
-    pub release: Arc<str>,
-    /// Binds: lease µs, id, token.
-    pub extend: Arc<str>,
-    /// Binds: error, id, token: copies the row into the dead-letter table.
-    pub dead_insert: Arc<str>,
-    /// Binds: group, group. Messages in the table, then in the dead-letter table.
-    pub depth: Arc<str>,
-    /// The pause table's statements.
-    pub pause: PauseSql<DB>,
-    /// The schedule and tick tables' statements.
-    pub schedule: ScheduleSql<DB>,
-    /// The kept history's statements.
-    pub history: HistorySql<DB>,
-    /// One message with a deduplication id, refused while a message with the id is in the
-    /// queue (see [`insert_dedup_sql`](Self::insert_dedup_sql)).
-    pub insert_dedup: Arc<str>,
-    /// What the dialect keeps for this queue ([`Schema::TableState`]).
-    pub state: DB::TableState,
-    /// The INSERTs publishes used, by form and rows (see [`insert_sql`](Self::insert_sql)).
-    inserts: Mutex<HashMap<(InsertForm, usize), Arc<str>>>,
-    db: PhantomData<fn() -> DB>,
-}
-
-impl<DB: Db> TableSql<DB> {
+impl<DB: Schema + Publishing + Claiming + Pausing + Scheduling + Keeping> TableSql<DB> {
     pub fn new(table: &QueueTable) -> Result<Self, Error> {
         DB::check_table(table)?;
         let t = quoted::<DB>(table, "");
@@ -276,18 +237,6 @@ const PLAIN_INSERT_BINDS: usize = 3;
 /// How many INSERTs (forms and sizes) a table keeps built.
 const KEPT_INSERTS: usize = 32;
 
-/// Which columns an INSERT of messages binds; the others take their defaults. Each
-/// form binds a superset of the one before: a statement takes its rows' greatest.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub(crate) enum InsertForm {
-    /// [`TableSql::insert_payload`]: the payload.
-    Payload,
-    /// [`TableSql::insert_plain`]: group, payload, delay.
-    Plain,
-    /// [`TableSql::insert`]: every column a message sets.
-    Full,
-}
-
 impl InsertForm {
     /// Binds per row, in [`TableSql::insert`]'s order from the first or (payload only)
     /// the second: `(skip, take)`.
@@ -298,17 +247,6 @@ impl InsertForm {
             InsertForm::Full => (0, INSERT_BINDS),
         }
     }
-}
-
-/// The rows of `pairs` `(id, token)` pairs. Binds: the ids, then the pairs.
-pub(crate) fn pairs_filter<DB: Db>(pairs: usize) -> String {
-    // `id IN (...)` finds the rows by index everywhere; a row-value `(id, lease) IN`
-    // alone is a full table scan on SQLite at any length and on MariaDB at length one.
-    let first = pairs + 1;
-    let pairs_list: Vec<String> = (0..pairs)
-        .map(|i| format!("({}, {})", DB::param(first + 2 * i), DB::param(first + 2 * i + 1)))
-        .collect();
-    format!("id IN ({}) AND (id, lease) IN ({})", placeholders::<DB>(1, pairs), pairs_list.join(", "))
 }
 
 /// `'id', 'group_name', ...`: constants, not input.

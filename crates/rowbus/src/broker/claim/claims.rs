@@ -1,6 +1,6 @@
 //! Claims: rows taken under a lease for a runner or a stream, or locked and deleted in a
 //! transaction for a transactional handler. Each database's shape of them is its
-//! [`Dialect`](crate::sql::Dialect)'s.
+//! [`Claiming`](crate::sql::Claiming) dialect's.
 
 use std::time::{Duration, Instant};
 
@@ -71,7 +71,7 @@ pub(crate) async fn claim<DB: Db>(
 }
 
 /// Tells the dialect when a claim failed by a conflict with another's (it is tried again):
-/// [`Dialect::claim_conflicted`](crate::sql::Dialect::claim_conflicted).
+/// [`Claiming::claim_conflicted`](crate::sql::Claiming::claim_conflicted).
 fn conflicted<DB: Db>(e: &sqlx::Error) {
     if is_retryable(e) {
         DB::claim_conflicted();

@@ -261,7 +261,7 @@ where
 }
 
 /// A runner's pending acknowledgements, carried by its claimer's claims where the
-/// database wants it ([`Dialect::CLAIMS_CARRY_ACKS`](crate::sql::Dialect::CLAIMS_CARRY_ACKS)),
+/// database wants it ([`Claiming::CLAIMS_CARRY_ACKS`](crate::sql::Claiming::CLAIMS_CARRY_ACKS)),
 /// and the task that sends those no claim carries.
 fn pending_acks<DB: Db>(claimer: &mut Claimer<DB>) -> Flusher {
     let acks = Arc::new(PendingAcks::new(DB::CLAIMS_CARRY_ACKS));

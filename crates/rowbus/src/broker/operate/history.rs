@@ -441,7 +441,7 @@ pub(crate) async fn record<DB: Db>(
 /// larger ones go as binds, well within every limit.
 const JSON_PAYLOAD_BYTES: usize = 16 << 20;
 
-/// `rows` as [`Dialect::history_json_insert`](crate::sql::Dialect::history_json_insert)
+/// `rows` as [`Keeping::history_json_insert`](crate::sql::Keeping::history_json_insert)
 /// takes them: their attempt counted, `error` on each.
 fn rows_json(rows: &[ClaimedRow], error: Option<&str>) -> String {
     const HEX: &[u8; 16] = b"0123456789abcdef";

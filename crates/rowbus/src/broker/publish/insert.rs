@@ -278,7 +278,7 @@ pub(crate) async fn wake_group<DB: Db>(queue: &Queue<DB>, group: &str) {
 }
 
 /// [`wake_others`] inside a transaction: delivered when it commits (or sent at its commit
-/// by [`Dialect::wake_at_commit`](crate::sql::Dialect::wake_at_commit)).
+/// by [`Waking::wake_at_commit`](crate::sql::Waking::wake_at_commit)).
 pub(crate) async fn wake_others_in_tx<DB: Db>(
     queue: &Queue<DB>,
     conn: &mut DB::Connection,

@@ -78,7 +78,7 @@ fn lease_lost<DB: Db>(queue: &Queue<DB>, id: i64) -> Error {
 }
 
 /// After keyed messages `ids` were settled (committed): the dialect's cleanup of what it
-/// keeps about their keys ([`Dialect::keyed_gone`](crate::sql::Dialect::keyed_gone)). A
+/// keeps about their keys ([`Publishing::keyed_gone`](crate::sql::Publishing::keyed_gone)). A
 /// failure is logged: the dialect catches up later.
 pub(crate) async fn keys_gone<DB: Db>(queue: &Queue<DB>, ids: &[i64]) {
     if ids.is_empty() {

@@ -2,7 +2,7 @@
 //! on a database with one writer (SQLite), one that consecutive batches of the broker share.
 //!
 //! SQLite runs one write transaction at a time, so a broker's transactional batches take
-//! turns anyway (see [`Dialect::ONE_WRITER`](crate::sql::Dialect::ONE_WRITER)), and each
+//! turns anyway (see [`Claiming::ONE_WRITER`](crate::sql::Claiming::ONE_WRITER)), and each
 //! paid a commit of its own: a WAL write and an fsync, about a third of a 100-row batch's
 //! time. A batch that finds others waiting for the turn now leaves its transaction open
 //! for the next one instead of committing it, and waits for the commit that ends the group:

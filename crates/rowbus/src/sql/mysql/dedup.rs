@@ -47,7 +47,7 @@ pub(super) fn create(table: &QueueTable) -> String {
          \x20 PRIMARY KEY (`dedup_id`)\n\
          ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
         quoted::<MySql>(table, DEDUP),
-        super::SHORT_TEXT
+        super::side::SHORT_TEXT
     )
 }
 
@@ -59,7 +59,7 @@ pub(super) fn upgrade(table: &QueueTable) -> (String, Vec<String>, Vec<String>) 
     let copy = format!(
         "INSERT IGNORE INTO {d} (dedup_id, id) SELECT dedup_id, id FROM {q} WHERE dedup_id IS NOT NULL"
     );
-    super::index_to_table(table, DEDUP, create(table), copy)
+    super::side::index_to_table(table, DEDUP, create(table), copy)
 }
 
 /// One queue's ids: the statements of a publish, and the cleanup's count and position.
@@ -102,7 +102,7 @@ fn is_duplicate_key(e: &sqlx::Error) -> bool {
     db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>().is_some_and(|my| my.number() == 1062)
 }
 
-/// [`Dialect::insert_deduplicated`] on MySQL/MariaDB: in a transaction of its own, or a
+/// [`Publishing::insert_deduplicated`](crate::sql::Publishing::insert_deduplicated) on MySQL/MariaDB: in a transaction of its own, or a
 /// savepoint of the caller's (sqlx's nested `begin`), which a dropped future rolls back.
 pub(super) fn insert<'c>(
     conn: &'c mut MySqlConnection,

@@ -94,12 +94,12 @@ pub(super) fn create(table: &QueueTable) -> String {
          \x20 KEY {} (`msg_key`, `id`)\n\
          ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
         quoted::<MySql>(table, KEYS_TABLE),
-        super::SHORT_TEXT,
+        super::side::SHORT_TEXT,
         key_index()
     )
 }
 
-/// The claim's check (see [`Dialect::key_free`]) against the keys' table: the key's
+/// The claim's check (see [`Claiming::key_free`](crate::sql::Claiming::key_free)) against the keys' table: the key's
 /// earlier rows by the keys' index, each looked up in the queue. The index is forced and
 /// the join order kept (`STRAIGHT_JOIN`): on the statistics of tables just made (empty)
 /// MariaDB read the keys' table by id, every row below the candidate's, thousands of rows
@@ -121,15 +121,15 @@ fn key_index() -> String {
 }
 
 /// What moves a queue table of an older rowbus, whose keys have an index `<queue>_key`,
-/// to the keys' table (as [`Dialect::index_upgrades`] says).
+/// to the keys' table (as [`Schema::index_upgrades`](crate::sql::Schema::index_upgrades) says).
 pub(super) fn upgrade(table: &QueueTable) -> (String, Vec<String>, Vec<String>) {
     let (q, k) = (quoted::<MySql>(table, ""), quoted::<MySql>(table, KEYS_TABLE));
     let copy =
         format!("INSERT IGNORE INTO {k} (id, msg_key) SELECT id, msg_key FROM {q} WHERE msg_key IS NOT NULL");
-    super::index_to_table(table, KEYS, create(table), copy)
+    super::side::index_to_table(table, KEYS, create(table), copy)
 }
 
-/// [`Dialect::insert_messages`]: keyed ones in a transaction (a savepoint of the caller's)
+/// [`Publishing::insert_messages`](crate::sql::Publishing::insert_messages): keyed ones in a transaction (a savepoint of the caller's)
 /// with their rows in the keys' table: those of the messages just inserted (ids from the
 /// first one on, which may take in other publishers' committed ones, whose rows are there
 /// already).
@@ -164,7 +164,7 @@ pub(super) async fn take(
     MySql::execute(conn, &sql.state.keys.take, &[Arg::Text(key)]).await.map(drop)
 }
 
-/// [`Dialect::requeued`]: the requeued dead letters' rows, from the dead letters.
+/// [`Publishing::requeued`](crate::sql::Publishing::requeued): the requeued dead letters' rows, from the dead letters.
 pub(super) fn requeued<'c>(
     conn: &'c mut MySqlConnection,
     sql: &'c TableSql<MySql>,
@@ -181,7 +181,7 @@ pub(super) fn requeued<'c>(
     })
 }
 
-/// [`Dialect::keyed_gone`]: the rows of those in neither the queue nor its dead letters
+/// [`Publishing::keyed_gone`](crate::sql::Publishing::keyed_gone): the rows of those in neither the queue nor its dead letters
 /// deleted, [`GONE_BATCH`] at a time (or what settled within [`GONE_AFTER`]); a vacuum
 /// each [`VACUUM_EVERY`] settled. Not a statement per settle, which would double an
 /// acknowledgement's writes: a stale row costs nothing meanwhile (the claim's check joins

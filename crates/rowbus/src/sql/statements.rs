@@ -1,0 +1,62 @@
+//! The type of one queue table's statements, [`TableSql`], apart from how they are built
+//! (in `table`), so that the dialect traits whose methods take it need nothing else.
+
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex};
+
+use super::{HistorySql, PauseSql, ScheduleSql, Schema};
+use crate::names::QueueTable;
+
+/// The statements of one queue table.
+#[derive(Debug)]
+pub struct TableSql<DB: Schema> {
+    pub table: QueueTable,
+    /// The table, quoted.
+    pub quoted: String,
+    /// Its dead-letter table, quoted.
+    pub dead: String,
+    pub create: Vec<String>,
+    /// The lease claim (see [`Claiming::claim_sql`](super::Claiming::claim_sql)).
+    pub claim: Arc<str>,
+    /// The transactional claim (see [`Claiming::claim_locked_sql`](super::Claiming::claim_locked_sql)).
+    pub claim_locked: Arc<str>,
+    /// Binds: id, token.
+    pub ack: Arc<str>,
+    /// Binds: delay µs, error, id, token.
+    pub retry: Arc<str>,
+    /// Binds: id, token. Gives a claimed, unstarted message back without counting it.
+    pub release: Arc<str>,
+    /// Binds: lease µs, id, token.
+    pub extend: Arc<str>,
+    /// Binds: error, id, token: copies the row into the dead-letter table.
+    pub dead_insert: Arc<str>,
+    /// Binds: group, group. Messages in the table, then in the dead-letter table.
+    pub depth: Arc<str>,
+    /// The pause table's statements.
+    pub pause: PauseSql<DB>,
+    /// The schedule and tick tables' statements.
+    pub schedule: ScheduleSql<DB>,
+    /// The kept history's statements.
+    pub history: HistorySql<DB>,
+    /// One message with a deduplication id, refused while a message with the id is in the
+    /// queue (see [`insert_dedup_sql`](Self::insert_dedup_sql)).
+    pub insert_dedup: Arc<str>,
+    /// What the dialect keeps for this queue ([`Schema::TableState`]).
+    pub state: DB::TableState,
+    /// The INSERTs publishes used, by form and rows (see [`insert_sql`](Self::insert_sql)).
+    pub(super) inserts: Mutex<HashMap<(InsertForm, usize), Arc<str>>>,
+    pub(super) db: PhantomData<fn() -> DB>,
+}
+
+/// Which columns an INSERT of messages binds; the others take their defaults. Each
+/// form binds a superset of the one before: a statement takes its rows' greatest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) enum InsertForm {
+    /// [`TableSql::insert_payload`]: the payload.
+    Payload,
+    /// [`TableSql::insert_plain`]: group, payload, delay.
+    Plain,
+    /// [`TableSql::insert`]: every column a message sets.
+    Full,
+}

@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::broker::Queue;
 use crate::error::{Error, is_missing_table, is_retryable};
 use crate::sql::Db;
+use crate::sql::{HISTORY_SUFFIX, KEEP_SUFFIX, PAUSE_SUFFIX};
 
 /// Tries of a statement that deadlocked (MySQL/MariaDB take row locks in index order) or
 /// lost a Galera certification. InnoDB detects a deadlock at once, so a try costs a round
@@ -62,9 +63,9 @@ fn jitter(tries: usize, random: u64) -> Duration {
 /// A driver error, named for the queue when it says the table (or its pause table) is
 /// missing.
 pub(crate) fn queue_error<DB: Db>(queue: &Queue<DB>, e: sqlx::Error) -> Error {
-    if crate::broker::operate::pause::is_missing_pause_table(queue, &e) {
+    if is_missing_pause_table(queue, &e) {
         Error::MissingPauseTable { table: queue.table().to_string() }
-    } else if crate::broker::operate::history::is_missing_history_table(queue, &e) {
+    } else if is_missing_history_table(queue, &e) {
         Error::MissingHistoryTable { table: queue.table().to_string() }
     } else if is_missing_table(&e) {
         Error::MissingQueueTable { table: queue.table().to_string() }
@@ -76,6 +77,20 @@ pub(crate) fn queue_error<DB: Db>(queue: &Queue<DB>, e: sqlx::Error) -> Error {
 /// A duration as the microseconds a statement binds.
 pub(crate) fn micros(d: Duration) -> i64 {
     i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}
+
+/// Whether `e` says `queue`'s pause table is missing.
+fn is_missing_pause_table<DB: Db>(queue: &Queue<DB>, e: &sqlx::Error) -> bool {
+    let name = format!("{}{}", queue.table().name(), PAUSE_SUFFIX);
+    is_missing_table(e) && matches!(e, sqlx::Error::Database(db) if db.message().contains(&name))
+}
+
+/// Whether `e` says the queue's history or keep table is missing.
+fn is_missing_history_table<DB: Db>(queue: &Queue<DB>, e: &sqlx::Error) -> bool {
+    let name = queue.table().name();
+    let (history, keep) = (format!("{name}{HISTORY_SUFFIX}"), format!("{name}{KEEP_SUFFIX}"));
+    is_missing_table(e)
+        && matches!(e, sqlx::Error::Database(db) if db.message().contains(&history) || db.message().contains(&keep))
 }
 
 #[cfg(test)]

@@ -54,7 +54,6 @@ pub use settle::retry::RetryPolicy;
 
 use claim::wake::Wakers;
 use operate::stats::Counters;
-use publish::insert::groups_of;
 
 /// How a [`Broker`] claims, leases, retries and wakes.
 #[derive(Clone)]
@@ -186,10 +185,10 @@ pub(crate) struct Inner<DB: Db> {
     pub wakers: Arc<Wakers>,
     pub counters: Counters,
     /// The schedulers running in this broker, by queue.
-    pub schedulers: operate::scheduler::Schedulers,
+    pub schedulers: operate::schedulers::Schedulers,
     tables: Mutex<HashMap<QueueTable, Arc<TableSql<DB>>>>,
     /// Each queue's keep setting as this broker last read it.
-    keeping: Mutex<HashMap<QueueTable, Arc<operate::history::Keeping>>>,
+    keeping: Mutex<HashMap<QueueTable, Arc<operate::keeping::Keeping>>>,
     /// Each queue's autocommitted publishes on their way.
     publishing: Mutex<HashMap<QueueTable, Arc<publish::coalesce::Coalescer>>>,
     /// Wakes other processes: set when `listen_notify` is on.
@@ -204,7 +203,7 @@ pub(crate) struct Inner<DB: Db> {
     /// Where transactional claims wait their turn on a database with one writer
     /// ([`Claiming::ONE_WRITER`](crate::sql::Claiming::ONE_WRITER)), and the transaction
     /// they share.
-    pub turns: settle::writer::Turns<DB>,
+    pub turns: settle::turns::Turns<DB>,
     /// Runners still running, and a signal when one ends.
     pub running: AtomicUsize,
     pub ended: Notify,
@@ -258,7 +257,7 @@ impl<DB: Db> Broker<DB> {
             options,
             wakers: Arc::default(),
             counters: Counters::default(),
-            schedulers: operate::scheduler::Schedulers::default(),
+            schedulers: operate::schedulers::Schedulers::default(),
             tables: Mutex::default(),
             keeping: Mutex::default(),
             publishing: Mutex::default(),
@@ -268,7 +267,7 @@ impl<DB: Db> Broker<DB> {
             shutdown: watch::Sender::new(false),
             claim_failure: watch::Sender::new(None),
             statement_limit: tokio::sync::OnceCell::new(),
-            turns: settle::writer::Turns::default(),
+            turns: settle::turns::Turns::default(),
             running: AtomicUsize::new(0),
             ended: Notify::new(),
             tokens: AtomicU64::new(0),
@@ -388,7 +387,7 @@ async fn wake_from_notifications(mut listener: Listener, wakers: Arc<Wakers>) {
 pub struct Queue<DB: Db> {
     broker: Broker<DB>,
     sql: Arc<TableSql<DB>>,
-    keeping: Arc<operate::history::Keeping>,
+    keeping: Arc<operate::keeping::Keeping>,
     publishing: Arc<publish::coalesce::Coalescer>,
 }
 
@@ -417,47 +416,6 @@ impl<DB: Db> Queue<DB> {
     pub(crate) fn inner(&self) -> &Arc<Inner<DB>> {
         &self.broker.inner
     }
-
-    /// Publishes one message; wakes this broker's subscriptions of its table and group.
-    /// Stores nothing when it carries a [`dedup_id`](Message::dedup_id) a message in the
-    /// queue has: [`Published::duplicates`] then names it.
-    ///
-    /// Publishes of one queue that overlap share statements: while two of its statements
-    /// are on the way, the publishes that arrive wait, and the next statement carries all
-    /// of them as one multi-row INSERT (one commit for many callers; a lone publisher
-    /// never waits). Each publish still returns only when its own messages are stored,
-    /// and a failed statement fails each publish it carried ([`Error::Shared`]). A publish
-    /// whose future is dropped may still be stored, as with any statement already sent.
-    /// Publishes with a deduplication id, and batches too large for one statement, go on
-    /// their own. Inside a transaction ([`BrokerTx::publish`]) nothing is shared.
-    pub async fn publish(&self, message: Message) -> Result<Published, Error> {
-        self.publish_batch(std::iter::once(message)).await
-    }
-
-    /// Publishes many messages in one statement (per 1,000; a message with a
-    /// deduplication id in one of its own); says how many were stored and which ids were
-    /// duplicates. Wakes each group's subscriptions once. Shares statements with other
-    /// publishes of the queue made at the same moment, as [`publish`](Self::publish) says.
-    pub async fn publish_batch(
-        &self,
-        messages: impl IntoIterator<Item = Message>,
-    ) -> Result<Published, Error> {
-        let messages: Vec<Message> = messages.into_iter().collect();
-        let limit = publish::insert::checked(self, &messages).await?;
-        publish::insert::autocommitted(self, messages, limit).await
-    }
-
-    /// The largest message (payload and group, in bytes) the database takes: a publish of
-    /// a larger one is refused with [`Error::MessageTooLarge`] before anything is sent.
-    /// On MySQL/MariaDB it follows the server's `max_allowed_packet` (read once).
-    pub async fn max_message_bytes(&self) -> Result<u64, Error> {
-        publish::insert::message_limit(self).await
-    }
-
-    /// A subscription to this queue (the default group unless you name one).
-    pub fn subscribe(&self) -> SubscriptionBuilder<DB> {
-        SubscriptionBuilder::new(self.clone())
-    }
 }
 
 /// A transaction of a [`Broker`]: publishes inside it wake subscriptions after it commits,
@@ -467,7 +425,7 @@ pub struct BrokerTx<DB: Db> {
     broker: Broker<DB>,
     tx: Option<Transaction<'static, DB>>,
     /// (table channel, group) pairs published in this transaction.
-    woken: Vec<(Arc<str>, String)>,
+    pub(in crate::broker) woken: Vec<(Arc<str>, String)>,
 }
 
 impl<DB: Db> std::fmt::Debug for BrokerTx<DB> {
@@ -477,36 +435,9 @@ impl<DB: Db> std::fmt::Debug for BrokerTx<DB> {
 }
 
 impl<DB: Db> BrokerTx<DB> {
-    fn tx(&mut self) -> &mut Transaction<'static, DB> {
+    /// The transaction, until commit or rollback consumes it.
+    pub(in crate::broker) fn tx(&mut self) -> &mut Transaction<'static, DB> {
         self.tx.as_mut().expect("a BrokerTx is usable until commit or rollback consumes it")
-    }
-
-    /// Publishes one message in this transaction (see [`Queue::publish`]).
-    pub async fn publish(&mut self, queue: &Queue<DB>, message: Message) -> Result<Published, Error> {
-        self.publish_batch(queue, std::iter::once(message)).await
-    }
-
-    /// Publishes many messages in this transaction (see [`Queue::publish_batch`]). A
-    /// deduplication id is taken when the transaction commits: another transaction
-    /// publishing the same id meanwhile waits for this one to end.
-    pub async fn publish_batch(
-        &mut self,
-        queue: &Queue<DB>,
-        messages: impl IntoIterator<Item = Message>,
-    ) -> Result<Published, Error> {
-        let messages: Vec<Message> = messages.into_iter().collect();
-        let limit = publish::insert::checked(queue, &messages).await?;
-        let n = publish::insert::insert(queue, &mut **self.tx(), &messages, limit, false).await?;
-        let channel = queue.table().channel_arc();
-        let mut fresh = Vec::new();
-        for group in groups_of(&messages) {
-            if !self.woken.iter().any(|(t, g)| t == channel && *g == group) {
-                fresh.push(group.clone());
-                self.woken.push((channel.clone(), group));
-            }
-        }
-        publish::insert::wake_others_in_tx(queue, &mut **self.tx(), &fresh).await;
-        Ok(n)
     }
 
     /// Commits; then wakes the subscriptions of every table and group published to.

@@ -345,3 +345,10 @@ impl<DB: Db> Claimer<DB> {
         Some(self.claim(limit).await)
     }
 }
+
+impl<DB: Db> Queue<DB> {
+    /// A subscription to this queue (the default group unless you name one).
+    pub fn subscribe(&self) -> SubscriptionBuilder<DB> {
+        SubscriptionBuilder::new(self.clone())
+    }
+}

@@ -7,6 +7,7 @@ use std::time::Duration;
 use notify_table::{Config as NotifyConfig, Statement};
 
 use crate::broker::exec::queue_error;
+use crate::broker::operate::pause::Paused;
 use crate::broker::{Broker, Queue};
 use crate::deploy;
 pub use crate::deploy::TableState;
@@ -233,11 +234,32 @@ impl<DB: Db> Queue<DB> {
         if groups.is_empty() {
             groups.push(GroupStats { dead: dead_exists.then_some(0), ..GroupStats::default() });
         }
-        crate::broker::operate::pause::mark_paused(
-            &mut groups,
-            &crate::broker::operate::pause::paused_for_stats(self).await?,
-        );
+        mark_paused(&mut groups, &paused_for_stats(self).await?);
         Ok(groups)
+    }
+}
+
+/// Marks the groups of `stats` that `paused` covers, and adds an all-zero line for each
+/// group paused without a message or dead letter (`dead` as the other lines have it).
+fn mark_paused(stats: &mut Vec<GroupStats>, paused: &Paused) {
+    for g in stats.iter_mut() {
+        g.paused = paused.covers(&g.group);
+    }
+    let dead = stats.first().and_then(|g| g.dead.map(|_| 0));
+    for group in &paused.groups {
+        if !stats.iter().any(|g| &g.group == group) {
+            stats.push(GroupStats { group: group.clone(), dead, paused: true, ..GroupStats::default() });
+        }
+    }
+    stats.sort_by(|a, b| a.group.cmp(&b.group));
+}
+
+/// [`Queue::paused`] for the figures: a queue deployed before pause tables existed has
+/// nothing paused.
+async fn paused_for_stats<DB: Db>(queue: &Queue<DB>) -> Result<Paused, Error> {
+    match queue.paused().await {
+        Err(Error::MissingPauseTable { .. }) => Ok(Paused::default()),
+        other => other,
     }
 }
 

@@ -5,7 +5,7 @@
 //! consuming the queue follows the last deploy's: a subscription reads it when it starts,
 //! and the cleanup reads it again on each pass.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, SystemTime};
 
@@ -13,12 +13,13 @@ use notify_table::{DurationRange, Statement, Value};
 use tracing::{Instrument as _, debug, info_span, warn};
 
 use crate::broker::exec::{micros, queue_error, retrying};
+pub(crate) use crate::broker::operate::keeping::Keeping;
 use crate::broker::{Broker, Inner, Queue, check_group};
 use crate::deploy;
 use crate::driver::{Arg, ClaimedRow, HistoryRow};
-use crate::error::{Error, check_duration, is_missing_table};
+use crate::error::{Error, check_duration};
 use crate::sql::Db;
-use crate::sql::{HISTORY_SUFFIX, KEEP_SUFFIX, Moved, TableSql};
+use crate::sql::{Moved, TableSql};
 
 /// How often a broker consuming a queue deletes its expired history (and reads its keep
 /// setting again); the first pass runs when its first subscription of the queue starts.
@@ -30,26 +31,6 @@ pub const HISTORY_CLEANUP_BATCH: u32 = 1000;
 
 /// Rows of a transactional claim one history statement writes (6 binds each).
 const RECORD_BATCH: usize = 256;
-
-/// This broker's view of one queue's keep setting.
-#[derive(Debug, Default)]
-pub(crate) struct Keeping {
-    /// The keep duration in µs; 0 while the queue keeps nothing.
-    keep_us: AtomicI64,
-    /// Whether this broker's cleanup of the queue runs.
-    cleaning: AtomicBool,
-}
-
-impl Keeping {
-    /// Whether handled messages go to the history table.
-    pub fn on(&self) -> bool {
-        self.keep_us.load(Ordering::Relaxed) > 0
-    }
-
-    fn set(&self, keep_us: i64) {
-        self.keep_us.store(keep_us.max(0), Ordering::Relaxed);
-    }
-}
 
 /// How a kept message was settled.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -464,14 +445,6 @@ fn rows_json(rows: &[ClaimedRow], error: Option<&str>) -> String {
         })
         .collect();
     serde_json::Value::Array(entries).to_string()
-}
-
-/// Whether `e` says the queue's history or keep table is missing.
-pub(in crate::broker) fn is_missing_history_table<DB: Db>(queue: &Queue<DB>, e: &sqlx::Error) -> bool {
-    let name = queue.table().name();
-    let (history, keep) = (format!("{name}{HISTORY_SUFFIX}"), format!("{name}{KEEP_SUFFIX}"));
-    is_missing_table(e)
-        && matches!(e, sqlx::Error::Database(db) if db.message().contains(&history) || db.message().contains(&keep))
 }
 
 #[cfg(test)]

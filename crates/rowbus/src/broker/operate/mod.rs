@@ -10,9 +10,11 @@
 pub(crate) mod admin;
 pub(crate) mod dead;
 pub(crate) mod history;
+pub(crate) mod keeping;
 pub(crate) mod pause;
 pub(crate) mod published;
 pub(crate) mod schedule;
 pub(crate) mod scheduler;
+pub(crate) mod schedulers;
 pub(crate) mod stats;
 pub(crate) mod ticks;

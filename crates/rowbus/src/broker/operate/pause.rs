@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use crate::broker::exec::queue_error;
 use crate::broker::publish::insert;
-use crate::broker::{GroupStats, Queue, check_group};
+use crate::broker::{Queue, check_group};
 use crate::driver::Arg;
-use crate::error::{Error, is_missing_table};
+use crate::error::Error;
 use crate::sql::Db;
 
 /// What is paused in a queue, as [`Queue::paused`] reads it.
@@ -98,34 +98,4 @@ impl<DB: Db> Queue<DB> {
         self.inner().wakers.wake(self.table().channel(), group);
         Ok(changed)
     }
-}
-
-/// Marks the groups of `stats` that `paused` covers, and adds an all-zero line for each
-/// group paused without a message or dead letter (`dead` as the other lines have it).
-pub(in crate::broker) fn mark_paused(stats: &mut Vec<GroupStats>, paused: &Paused) {
-    for g in stats.iter_mut() {
-        g.paused = paused.covers(&g.group);
-    }
-    let dead = stats.first().and_then(|g| g.dead.map(|_| 0));
-    for group in &paused.groups {
-        if !stats.iter().any(|g| &g.group == group) {
-            stats.push(GroupStats { group: group.clone(), dead, paused: true, ..GroupStats::default() });
-        }
-    }
-    stats.sort_by(|a, b| a.group.cmp(&b.group));
-}
-
-/// [`Queue::paused`] for the figures: a queue deployed before pause tables existed has
-/// nothing paused.
-pub(in crate::broker) async fn paused_for_stats<DB: Db>(queue: &Queue<DB>) -> Result<Paused, Error> {
-    match queue.paused().await {
-        Err(Error::MissingPauseTable { .. }) => Ok(Paused::default()),
-        other => other,
-    }
-}
-
-/// Whether `e` says `queue`'s pause table is missing.
-pub(in crate::broker) fn is_missing_pause_table<DB: Db>(queue: &Queue<DB>, e: &sqlx::Error) -> bool {
-    let name = format!("{}{}", queue.table().name(), crate::sql::PAUSE_SUFFIX);
-    is_missing_table(e) && matches!(e, sqlx::Error::Database(db) if db.message().contains(&name))
 }

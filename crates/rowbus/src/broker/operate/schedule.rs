@@ -10,7 +10,6 @@ use std::time::{Duration, SystemTime};
 use notify_table::DurationRange;
 
 use crate::broker::exec::queue_error;
-use crate::broker::operate::scheduler;
 use crate::broker::operate::ticks::{Plan, Rule, parse_cron};
 use crate::broker::{Queue, check_group};
 use crate::driver::{Arg, TextsAndInts};
@@ -265,7 +264,7 @@ impl<DB: Db> Queue<DB> {
         ];
         DB::execute(&mut conn, &sql.upsert, &args).await.map_err(|e| schedule_error(self, e))?;
         drop(conn);
-        scheduler::reread(self);
+        self.inner().schedulers.reread(self.table());
         Ok(change)
     }
 
@@ -283,7 +282,7 @@ impl<DB: Db> Queue<DB> {
             .await
             .map_err(|e| schedule_error(self, e))?;
         tx.commit().await?;
-        scheduler::reread(self);
+        self.inner().schedulers.reread(self.table());
         Ok(removed > 0)
     }
 

@@ -10,17 +10,17 @@
 //! until this broker changes a schedule; never in a loop that does not wait.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Notify;
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::broker::operate::schedule::{Stored, db_now, decode, schedule_error};
+use crate::broker::operate::schedulers::Entry;
 use crate::broker::operate::ticks::HORIZON_US;
-use crate::broker::{Message, Queue, QueueTable};
+use crate::broker::{Message, Queue};
 use crate::driver::Arg;
 use crate::error::{Error, is_retryable};
 use crate::sql::Db;
@@ -31,27 +31,6 @@ use crate::sql::Db;
 const RETENTION_US: i64 = 10 * HORIZON_US;
 /// Tries of a tick's transaction that deadlocked.
 const DEADLOCK_TRIES: usize = 10;
-
-/// The scheduler tasks of one broker, by queue.
-#[derive(Debug, Default)]
-pub(crate) struct Schedulers {
-    running: Mutex<HashMap<QueueTable, Entry>>,
-}
-
-#[derive(Debug)]
-struct Entry {
-    /// Subscriptions holding it.
-    users: usize,
-    task: JoinHandle<()>,
-    /// Read the definitions again now.
-    reread: Arc<Notify>,
-}
-
-impl Schedulers {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<QueueTable, Entry>> {
-        self.running.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
 
 /// Keeps its queue's scheduler running in this broker until dropped.
 #[derive(Debug)]
@@ -85,14 +64,6 @@ impl<DB: Db> Drop for SchedulerGuard<DB> {
                 running.remove(self.queue.table());
             }
         }
-    }
-}
-
-/// Has this broker's scheduler of `queue`, if it runs, read the definitions at once.
-pub(crate) fn reread<DB: Db>(queue: &Queue<DB>) {
-    if let Some(entry) = queue.inner().schedulers.lock().get(queue.table()) {
-        // A permit: a pass running now reads again right after.
-        entry.reread.notify_one();
     }
 }
 

@@ -7,7 +7,7 @@ use notify_table::DurationRange;
 
 use crate::broker::exec::{DEADLOCK_TRIES, micros, queue_error};
 use crate::broker::publish::coalesce::{Entry, Merged, SHARED_AT_MOST};
-use crate::broker::{Message, Published, Queue, check_group};
+use crate::broker::{BrokerTx, Message, Published, Queue, check_group};
 use crate::driver::Arg;
 use crate::error::{Error, check_duration, is_retryable};
 use crate::sql::Db;
@@ -295,6 +295,74 @@ pub(crate) fn groups_of(messages: &[Message]) -> Vec<String> {
     groups.sort_unstable();
     groups.dedup();
     groups
+}
+
+impl<DB: Db> Queue<DB> {
+    /// Publishes one message; wakes this broker's subscriptions of its table and group.
+    /// Stores nothing when it carries a [`dedup_id`](Message::dedup_id) a message in the
+    /// queue has: [`Published::duplicates`] then names it.
+    ///
+    /// Publishes of one queue that overlap share statements: while two of its statements
+    /// are on the way, the publishes that arrive wait, and the next statement carries all
+    /// of them as one multi-row INSERT (one commit for many callers; a lone publisher
+    /// never waits). Each publish still returns only when its own messages are stored,
+    /// and a failed statement fails each publish it carried ([`Error::Shared`]). A publish
+    /// whose future is dropped may still be stored, as with any statement already sent.
+    /// Publishes with a deduplication id, and batches too large for one statement, go on
+    /// their own. Inside a transaction ([`BrokerTx::publish`]) nothing is shared.
+    pub async fn publish(&self, message: Message) -> Result<Published, Error> {
+        self.publish_batch(std::iter::once(message)).await
+    }
+
+    /// Publishes many messages in one statement (per 1,000; a message with a
+    /// deduplication id in one of its own); says how many were stored and which ids were
+    /// duplicates. Wakes each group's subscriptions once. Shares statements with other
+    /// publishes of the queue made at the same moment, as [`publish`](Self::publish) says.
+    pub async fn publish_batch(
+        &self,
+        messages: impl IntoIterator<Item = Message>,
+    ) -> Result<Published, Error> {
+        let messages: Vec<Message> = messages.into_iter().collect();
+        let limit = checked(self, &messages).await?;
+        autocommitted(self, messages, limit).await
+    }
+
+    /// The largest message (payload and group, in bytes) the database takes: a publish of
+    /// a larger one is refused with [`Error::MessageTooLarge`] before anything is sent.
+    /// On MySQL/MariaDB it follows the server's `max_allowed_packet` (read once).
+    pub async fn max_message_bytes(&self) -> Result<u64, Error> {
+        message_limit(self).await
+    }
+}
+
+impl<DB: Db> BrokerTx<DB> {
+    /// Publishes one message in this transaction (see [`Queue::publish`]).
+    pub async fn publish(&mut self, queue: &Queue<DB>, message: Message) -> Result<Published, Error> {
+        self.publish_batch(queue, std::iter::once(message)).await
+    }
+
+    /// Publishes many messages in this transaction (see [`Queue::publish_batch`]). A
+    /// deduplication id is taken when the transaction commits: another transaction
+    /// publishing the same id meanwhile waits for this one to end.
+    pub async fn publish_batch(
+        &mut self,
+        queue: &Queue<DB>,
+        messages: impl IntoIterator<Item = Message>,
+    ) -> Result<Published, Error> {
+        let messages: Vec<Message> = messages.into_iter().collect();
+        let limit = checked(queue, &messages).await?;
+        let n = insert(queue, &mut **self.tx(), &messages, limit, false).await?;
+        let channel = queue.table().channel_arc();
+        let mut fresh = Vec::new();
+        for group in groups_of(&messages) {
+            if !self.woken.iter().any(|(t, g)| t == channel && *g == group) {
+                fresh.push(group.clone());
+                self.woken.push((channel.clone(), group));
+            }
+        }
+        wake_others_in_tx(queue, &mut **self.tx(), &fresh).await;
+        Ok(n)
+    }
 }
 
 #[cfg(test)]

@@ -11,4 +11,5 @@ pub(crate) mod delivery;
 pub(crate) mod lease;
 pub(crate) mod retry;
 pub(crate) mod transactional;
+pub(crate) mod turns;
 pub(crate) mod writer;

@@ -22,6 +22,7 @@ use tokio::sync::{Mutex, OwnedMutexGuard, oneshot};
 
 use crate::broker::Queue;
 use crate::broker::claim::claims::{claim_locked, take_in};
+use crate::broker::settle::turns::{Group, Turn};
 use crate::driver::ClaimedRow;
 use crate::error::Error;
 use crate::sql::Db;
@@ -35,60 +36,6 @@ const MAX_OPEN: Duration = Duration::from_millis(10);
 /// commits it: a batch counted as waiting for the turn may have gone away (its task
 /// aborted) before it came to take the group on.
 const UNCLAIMED_GROUP: Duration = Duration::from_millis(25);
-
-/// The turn to write on a database with one writer, and the transaction left open for
-/// the next batch.
-#[derive(Debug)]
-pub(crate) struct Turns<DB: Db> {
-    turn: Arc<Mutex<Turn<DB>>>,
-    /// Batches waiting for the turn.
-    waiting: Arc<AtomicUsize>,
-}
-
-impl<DB: Db> Default for Turns<DB> {
-    fn default() -> Self {
-        Turns { turn: Arc::new(Mutex::new(Turn { open: None, groups: 0 })), waiting: Arc::default() }
-    }
-}
-
-#[derive(Debug)]
-pub(crate) struct Turn<DB: Db> {
-    open: Option<Group<DB>>,
-    /// Groups begun so far: each its number.
-    groups: u64,
-}
-
-/// A transaction consecutive batches share.
-struct Group<DB: Db> {
-    tx: Transaction<'static, DB>,
-    number: u64,
-    batches: usize,
-    began: Instant,
-    /// The batches before this one, each told whether the group committed.
-    waiting: Vec<oneshot::Sender<bool>>,
-}
-
-impl<DB: Db> std::fmt::Debug for Group<DB> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Group").field("number", &self.number).field("batches", &self.batches).finish()
-    }
-}
-
-impl<DB: Db> Group<DB> {
-    /// Commits (or, when `commit` is false, rolls back) and tells every batch of it.
-    async fn end(mut self, commit: bool) -> Result<bool, Error> {
-        let waiting = std::mem::take(&mut self.waiting);
-        let ended = match commit {
-            true => self.tx.commit().await.map(|()| true),
-            false => self.tx.rollback().await.map(|()| false),
-        };
-        let committed = matches!(ended, Ok(true));
-        for batch in waiting {
-            let _ = batch.send(committed);
-        }
-        Ok(ended?)
-    }
-}
 
 /// Counts a batch as waiting for the turn while it exists.
 struct Waiting(Arc<AtomicUsize>);

@@ -1,22 +1,34 @@
 #!/usr/bin/env python3
 """The layers of crates/rowbus/src, checked: no module imports from a layer above its own,
-and no two top-level modules import each other, directly or in a circle.
+no two top-level modules import each other, directly or in a circle, and no two files do.
 
 Each file belongs to a unit, its top-level module (lib.rs is `root`), and each unit to a
 layer (LAYERS below). A reference is a `use` (grouped forms over several lines included,
-`pub use` too), or a path in code starting with `crate::`, `$crate::`, `super::` or
-`self::`; comments, doc comments and string literals are not code, and a `#[cfg(test)]`
-item (a test module, inline or in its own file) may import anything. A path through the
-crate root's re-exports (`crate::Error`, or `super::Error` from a top-level module) is a
-reference to `root`: import from the module that defines the item.
+`pub use` too), or a path in code starting with `crate::`, `$crate::`, `super::`, `self::`,
+a child module of the module it is written in (`child::f()` in a mod.rs, in lib.rs or in
+any file with child modules) or a module the file imported by `use`; comments, doc comments
+and string literals are not code, and a `#[cfg(test)]` item (a test module, inline or in its
+own file) may import anything. For the units, a path through the crate root's re-exports
+(`crate::Error`, or `super::Error` from a top-level module) is a reference to `root`:
+import from the module that defines the item.
 
 It fails on a reference to a unit of a higher layer, and on a circle between units. A
 circle is looked for among the references that are not upward (an upward one is reported
 already, and any circle through it needs it), so it is between units of one layer.
 
+It fails too on a circle between files. A reference is an edge to the file that defines
+what it names: through re-exports and imports (`crate::sql::TableSql`, with sql/mod.rs's
+`pub(crate) use table::TableSql`, leads to sql/table.rs); a module's path leads to the
+module's file. A file's own `pub use` of its descendants (a mod.rs's surface) is no edge,
+unless the file's code uses a name so re-exported (sql/mod.rs: `pub use naming::Naming;`
+and `pub trait Db: Naming`): then the edge is at that use. Circles are reported per group
+of files that reach each other (a strongly connected component), with one shortest circle
+through it, FILE:LINE per edge.
+
     python3 scripts/check-imports.py                  # crates/rowbus/src of this checkout
     python3 scripts/check-imports.py --root DIR --layer db=1
     CHECK_IMPORTS_LAYERS=db=1,table=4 python3 scripts/check-imports.py
+    python3 scripts/check-imports.py --edges          # also every file-to-file edge
     python3 scripts/check-imports.py --self-test
 """
 
@@ -192,8 +204,9 @@ def test_attribute(toks, i):
 
 
 def parse_use_tree(toks, i, prefix, out):
-    """Parses a use tree from toks[i]; appends each leaf path (a list of (segment, line)) to
-    `out`; returns the index after the tree."""
+    """Parses a use tree from toks[i]; appends each leaf to `out` as (path: a list of
+    (segment, line), the name it is bound to under `as` or None, is it a glob); returns the
+    index after the tree."""
     segs = list(prefix)
     n = len(toks)
     if i < n and toks[i][0] == "::":  # a leading `::`: an external crate
@@ -209,7 +222,7 @@ def parse_use_tree(toks, i, prefix, out):
                     i += 1
             return i + 1
         if tok == "*":
-            out.append(segs)
+            out.append((segs, None, True))
             return i + 1
         if is_ident(tok):
             if not (tok == "self" and segs):  # `a::{self, B}`: `a` itself
@@ -218,35 +231,14 @@ def parse_use_tree(toks, i, prefix, out):
             if i < n and toks[i][0] == "::":
                 i += 1
                 continue
-            if i < n and toks[i][0] == "as":
+            alias = None
+            if i + 1 < n and toks[i][0] == "as":
+                alias = toks[i + 1][0]
                 i += 2
-            out.append(segs)
+            out.append((segs, alias, False))
             return i
         return i + 1  # something unexpected: give the tree up here
     return i
-
-
-def resolve(mod, segs, top_modules):
-    """The absolute module path a reference names (a list), or None when it is not in this
-    crate (an external crate, or a name the check does not follow: the same unit)."""
-    names = [s for s, _ in segs]
-    if not names:
-        return None
-    first = names[0]
-    if first in ("crate", "$crate"):
-        return names[1:]
-    if first == "super":
-        base, k = list(mod), 0
-        while k < len(names) and names[k] == "super":
-            if not base:
-                return None
-            base, k = base[:-1], k + 1
-        return base + names[k:]
-    if first == "self":
-        return list(mod) + names[1:]
-    if not mod and first in top_modules:  # lib.rs: `pub use backend::X`
-        return names
-    return None
 
 
 def report_line(segs):
@@ -257,17 +249,44 @@ def report_line(segs):
     return segs[-1][1]
 
 
-def references(rel, text, top_modules):
-    """(absolute path, line) of each reference of one file, and the names of its
-    out-of-line test modules."""
+ITEM_KEYWORDS = ("fn", "struct", "enum", "trait", "type", "const", "static", "union")
+KEYWORDS = set(ITEM_KEYWORDS) | {"mod", "use", "pub", "let", "mut", "ref", "impl", "for", "where", "as",
+                                 "in", "dyn", "unsafe", "async", "extern", "crate", "super", "self", "Self"}
+
+
+def new_module(rel):
+    return {"file": rel, "children": set(), "imports": {}, "globs": [], "items": set()}
+
+
+def is_pub(toks, i):
+    """Is the `use` at toks[i] a `pub`, `pub(crate)`, `pub(super)` or `pub(in ..)` one?"""
+    k = i - 1
+    if k >= 0 and toks[k][0] == ")":
+        while k >= 0 and toks[k][0] != "(":
+            k -= 1
+        k -= 1
+    return k >= 0 and toks[k][0] == "pub"
+
+
+def scan(rel, text):
+    """One file read: its modules (the file's own and its inline ones: children declared,
+    module-level imports, globs and items), its references and its bare identifiers.
+
+    A reference is a dict: kind 'use' (a leaf of a use tree; `pub` says whether it is a
+    re-export) or 'path' (a path in code), segs [(segment, line)], mod (the module it is
+    written in), alias, glob. A path in code is any `a::b` not preceded by `::` or `.`; which
+    of them name this crate is decided once every file is read."""
     toks = tokens(strip(text))
-    base = module_path(rel)
-    found, test_mods = [], []
+    base = tuple(module_path(rel))
+    modules = {base: new_module(rel)}
+    refs, code, test_mods = [], [], []
     inline = []  # (name, brace depth at its `{`)
     depth = 0
     i, n = 0, len(toks)
     while i < n:
         tok, line = toks[i]
+        mod = base + tuple(name for name, _ in inline)
+        top = depth == (inline[-1][1] + 1 if inline else 0)  # at the module's own level
         if tok == "#":
             is_test, after = test_attribute(toks, i)
             if is_test:
@@ -283,9 +302,13 @@ def references(rel, text, top_modules):
                 continue
             i = after
             continue
-        if tok == "mod" and i + 2 < n and is_ident(toks[i + 1][0]) and toks[i + 2][0] == "{":
-            inline.append((toks[i + 1][0], depth))
-            depth += 1
+        if tok == "mod" and i + 2 < n and is_ident(toks[i + 1][0]) and toks[i + 2][0] in ("{", ";"):
+            name = toks[i + 1][0]
+            modules[mod]["children"].add(name)
+            if toks[i + 2][0] == "{":
+                inline.append((name, depth))
+                depth += 1
+                modules[mod + (name,)] = new_module(rel)
             i += 3
             continue
         if tok == "{":
@@ -294,32 +317,132 @@ def references(rel, text, top_modules):
             depth -= 1
             if inline and inline[-1][1] == depth:
                 inline.pop()
-        mod = base + [name for name, _ in inline]
         if tok == "use" and (i == 0 or toks[i - 1][0] != "::"):
+            pub = is_pub(toks, i)
             leaves = []
             i = parse_use_tree(toks, i + 1, [], leaves)
-            for segs in leaves:
-                target = resolve(mod, segs, top_modules)
-                if target is not None:
-                    found.append((target, report_line(segs)))
+            for segs, alias, glob in leaves:
+                if not segs:
+                    continue
+                refs.append({"kind": "use", "pub": pub, "segs": segs, "mod": mod, "alias": alias, "glob": glob})
+                if top and glob:
+                    modules[mod]["globs"].append(([s for s, _ in segs], mod))
+                elif top and alias != "_":
+                    modules[mod]["imports"][alias or segs[-1][0]] = ([s for s, _ in segs], mod)
             continue
-        if tok in PREFIXES and i + 1 < n and toks[i + 1][0] == "::" and (i == 0 or toks[i - 1][0] != "::"):
+        if top and tok in ITEM_KEYWORDS and i + 1 < n and is_ident(toks[i + 1][0]) and toks[i + 1][0] not in KEYWORDS:
+            modules[mod]["items"].add(toks[i + 1][0])
+        elif top and tok == "macro_rules" and i + 2 < n and toks[i + 1][0] == "!":
+            modules[mod]["items"].add(toks[i + 2][0])
+        after_sep = i > 0 and toks[i - 1][0] in ("::", ".")
+        if is_ident(tok) and not after_sep and i + 1 < n and toks[i + 1][0] == "::":
             # A visibility, `pub(in crate::a)`, names no import.
             if i >= 2 and toks[i - 1][0] == "in" and toks[i - 2][0] == "(":
                 i += 1
                 continue
+            code.append((i, mod))
             segs = [(tok, line)]
             j = i + 1
             while j + 1 < n and toks[j][0] == "::" and is_ident(toks[j + 1][0]):
                 segs.append(toks[j + 1])
                 j += 2
-            target = resolve(mod, segs, top_modules)
-            if target is not None:
-                found.append((target, report_line(segs)))
+            refs.append({"kind": "path", "pub": False, "segs": segs, "mod": mod, "alias": None, "glob": False})
             i = j
             continue
+        if is_ident(tok) and not after_sep:
+            code.append((i, mod))
         i += 1
-    return found, test_mods
+    return {"modules": modules, "refs": refs, "code": code, "toks": toks, "test_mods": test_mods}
+
+
+# --- the crate's modules: where a path leads -----------------------------------------
+
+
+class Crate:
+    """Every module of the crate (files and inline modules), to follow a path to the file
+    that defines what it names."""
+
+    def __init__(self, scans):
+        self.modules = {}
+        for rel in sorted(scans):
+            for path, m in scans[rel]["modules"].items():
+                if path in self.modules:  # both a.rs and a/mod.rs: the first one
+                    continue
+                self.modules[path] = m
+        for path in list(self.modules):  # a file is a child of its parent whether declared or not
+            if path:
+                parent = self.modules.get(path[:-1])
+                if parent is not None:
+                    parent["children"].add(path[-1])
+
+    def children(self, mod):
+        m = self.modules.get(tuple(mod))
+        return m["children"] if m else set()
+
+    def absolute(self, names, mod, hops=0):
+        """The path from the crate root a path written in module `mod` means (a list), or
+        None when it is not this crate's (an external crate, a local name, a prelude type)."""
+        if not names or hops > 16:
+            return None
+        first = names[0]
+        if first in ("crate", "$crate"):
+            return list(names[1:])
+        if first == "super":
+            base, k = list(mod), 0
+            while k < len(names) and names[k] == "super":
+                if not base:
+                    return None
+                base, k = base[:-1], k + 1
+            return base + list(names[k:])
+        if first == "self":
+            if len(names) > 1 and names[1] == "super":  # `self::super::x`
+                return self.absolute(names[1:], mod, hops + 1)
+            return list(mod) + list(names[1:])
+        m = self.modules.get(tuple(mod))
+        if m is None:
+            return None
+        if first in m["children"]:
+            return list(mod) + list(names)
+        if first in m["imports"]:  # a name this module imported: `use crate::a::b;` ... `b::c`
+            segs, at = m["imports"][first]
+            target = self.absolute(segs, at, hops + 1)
+            return None if target is None else target + list(names[1:])
+        return None
+
+    def locate(self, path, hops=0):
+        """(the file that defines what an absolute path names, does it name a module): a
+        re-export or an import on the way is followed to where the item is defined."""
+        mod = ()
+        for k, name in enumerate(path):
+            m = self.modules.get(mod)
+            if m is None:  # a module declared without its file
+                return None, False
+            if name in m["children"]:
+                mod = mod + (name,)
+                continue
+            if name in m["items"] or hops > 16:
+                return m["file"], False
+            if name in m["imports"]:
+                segs, at = m["imports"][name]
+                target = self.absolute(segs, at)
+                if target is None:  # an external item, re-exported
+                    return None, False
+                return self.locate(target + list(path[k + 1 :]), hops + 1)
+            for segs, at in m["globs"]:
+                target = self.absolute(segs, at)
+                if target is not None and self.has(target, name):
+                    return self.locate(target + list(path[k:]), hops + 1)
+            return m["file"], False
+        m = self.modules.get(mod)
+        return (m["file"] if m else None), True
+
+    def has(self, mod, name):
+        m = self.modules.get(tuple(mod))
+        return bool(m) and (name in m["children"] or name in m["items"] or name in m["imports"])
+
+    def names_of(self, mod):
+        m = self.modules.get(tuple(mod))
+        return (m["children"] | m["items"] | set(m["imports"])) if m else set()
 
 
 # --- the check ------------------------------------------------------------------------
@@ -342,27 +465,47 @@ def child_dir(rel):
     return os.path.join(d, name[: -len(".rs")])
 
 
+def mentions(toks, code, mod, names):
+    """(name, line) of each mention in code of module `mod` of one of `names` as an item of
+    its own: a type or constant anywhere (not a field, not after `.`, `::` or a keyword that
+    defines a name), a function only where it is called (`name(`, `name!`, `name::<`)."""
+    found = []
+    for i, m in code:
+        tok = toks[i][0]
+        if m != mod or tok not in names:
+            continue
+        prev = toks[i - 1][0] if i > 0 else ""
+        nxt = toks[i + 1][0] if i + 1 < len(toks) else ""
+        if prev in ITEM_KEYWORDS or prev in ("mod", "let", "mut", "ref", "macro_rules", "!", "'"):
+            continue
+        if nxt == ":":  # a field or a binding with its type
+            continue
+        if tok[0].islower() or tok[0] == "_":
+            after = toks[i + 2][0] if i + 2 < len(toks) else ""
+            if not (nxt in ("(", "!") or (nxt == "::" and after == "<")):
+                continue
+        found.append((tok, toks[i][1]))
+    return found
+
+
 def check(root, layers):
     """Returns (findings, files checked, references); a finding is a tuple, ('unknown',
     unit, file, line: where it is first met, line 0 for its own file), ('upward', file,
-    line, unit, layer, target, target layer) or ('circle', [units...], [(file, line) per
-    edge])."""
+    line, unit, layer, target, target layer), ('circle', [units...], [(file, line) per
+    edge]) or ('files', [the files of a strongly connected component], [(file, line) per
+    edge of one of its shortest circles])."""
     files = rust_files(root)
     top_modules = {module_path(f)[0] for f in files if module_path(f)}
-    texts = {}
+    scans = {}
     for f in files:
         with open(os.path.join(root, f), encoding="utf-8") as fh:
-            texts[f] = fh.read()
-    if "lib.rs" in texts:  # modules declared inline in lib.rs
-        toks = tokens(strip(texts["lib.rs"]))
-        for k in range(len(toks) - 2):
-            if toks[k][0] == "mod" and toks[k + 2][0] == "{":
-                top_modules.add(toks[k + 1][0])
+            scans[f] = scan(f, fh.read())
+    crate = Crate(scans)
+    top_modules |= crate.children(())
 
-    parsed, excluded = {}, set()
+    excluded = set()
     for f in files:
-        parsed[f] = references(f, texts[f], top_modules)
-        for name in parsed[f][1]:
+        for name in scans[f]["test_mods"]:
             d = child_dir(f)
             excluded.add(os.path.normpath(os.path.join(d, name + ".rs")).replace(os.sep, "/"))
             excluded.add(os.path.normpath(os.path.join(d, name)).replace(os.sep, "/") + "/")
@@ -371,31 +514,70 @@ def check(root, layers):
         return f in excluded or any(f.startswith(e) for e in excluded if e.endswith("/"))
 
     findings, unknown, edges, count, checked = [], {}, {}, 0, 0
+    file_edges = {}  # (file, file) -> the first line of the first file that makes it
+
+    def file_edge(f, g, line):
+        if g is None or g == f or is_excluded(g):
+            return
+        if (f, g) not in file_edges or line < file_edges[(f, g)]:
+            file_edges[(f, g)] = line
+
     for f in files:
         if is_excluded(f):
             continue
         checked += 1
-        unit = unit_of(module_path(f))
-        if unit not in layers:
+        fmod = tuple(module_path(f))
+        unit = unit_of(list(fmod))
+        known = unit in layers
+        if not known:
             unknown.setdefault(unit, (f, 0))
-            continue
         seen = set()
-        for target, line in parsed[f][0]:
+        reexported = {}  # module -> {name: file}: this file's re-exports of its descendants
+        for ref in scans[f]["refs"]:
+            names = [s for s, _ in ref["segs"]]
+            first = names[0]
+            if first not in PREFIXES and first not in crate.children(ref["mod"]):
+                # Through a name this module imported: only a module's name makes a path here.
+                head = crate.absolute([first], ref["mod"])
+                if head is None or not crate.locate(head)[1]:
+                    continue
+            target = crate.absolute(names, ref["mod"])
+            if target is None:
+                continue
+            line = report_line(ref["segs"])
             count += 1
             to = target[0] if target and target[0] in top_modules else "root"
-            if to == unit:
+            upward = False
+            if known and to != unit:
+                if to not in layers:
+                    unknown.setdefault(to, (f, line))
+                elif layers[to] > layers[unit]:
+                    upward = True
+                    if (line, to) not in seen:
+                        findings.append(("upward", f, line, unit, layers[unit], to, layers[to]))
+                        seen.add((line, to))
+                else:
+                    edges.setdefault((unit, to), (f, line))
+            if upward:  # reported already; a circle through it needs it
                 continue
-            if to not in layers:
-                unknown.setdefault(to, (f, line))
+            g, _ = crate.locate(target)
+            if ref["kind"] == "use" and ref["pub"] and len(target) > len(fmod) \
+                    and tuple(target[: len(fmod)]) == fmod and target[len(fmod)] in crate.children(fmod):
+                # The module's surface: a re-export of one of its descendants.
+                if g is not None and g != f:
+                    introduced = crate.names_of(target) if ref["glob"] else {ref["alias"] or names[-1]}
+                    for name in introduced - {"_"}:
+                        reexported.setdefault(ref["mod"], {})[name] = g
                 continue
-            if layers[to] > layers[unit]:
-                if (line, to) not in seen:
-                    findings.append(("upward", f, line, unit, layers[unit], to, layers[to]))
-                    seen.add((line, to))
-                continue
-            edges.setdefault((unit, to), (f, line))
+            file_edge(f, g, line)
+        for mod, names in reexported.items():
+            # The module's own code using a name it has only through its re-export.
+            for name, line in mentions(scans[f]["toks"], scans[f]["code"], mod, names):
+                file_edge(f, names[name], line)
     findings[:0] = [("unknown", unit, f, line) for unit, (f, line) in sorted(unknown.items())]
     findings.extend(circles(edges))
+    findings.extend(file_circles(file_edges))
+    check.file_edges = file_edges  # for --edges
     return findings, checked, count
 
 
@@ -420,6 +602,71 @@ def circles(edges):
     return found
 
 
+def file_circles(edges):
+    """Per strongly connected component of the file graph with more than one file: its
+    files and one of its shortest circles (the least file's, if several are as short)."""
+    graph = {}
+    for a, b in edges:
+        graph.setdefault(a, set()).add(b)
+        graph.setdefault(b, set())
+    index, low, stack, on_stack, sccs = {}, {}, [], set(), []
+
+    def strong(v):  # Tarjan's
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            scc = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                scc.append(w)
+                if w == v:
+                    break
+            if len(scc) > 1:
+                sccs.append(sorted(scc))
+
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 10 * len(graph) + 100))
+    for v in sorted(graph):
+        if v not in index:
+            strong(v)
+    sys.setrecursionlimit(limit)
+
+    found = []
+    for scc in sorted(sccs):
+        members, best = set(scc), None
+        for start in scc:  # breadth first, back to the start
+            parent, queue, cycle = {start: None}, [start], None
+            while queue and cycle is None:
+                nxt_queue = []
+                for v in queue:
+                    for w in sorted(graph[v] & members):
+                        if w == start:
+                            cycle = [v]
+                            while parent[cycle[-1]] is not None:
+                                cycle.append(parent[cycle[-1]])
+                            cycle.reverse()
+                            break
+                        if w not in parent:
+                            parent[w] = v
+                            nxt_queue.append(w)
+                    if cycle is not None:
+                        break
+                queue = nxt_queue
+            if cycle is not None and (best is None or len(cycle) < len(best)):
+                best = cycle
+        where = [(best[k], edges[(best[k], best[(k + 1) % len(best)])]) for k in range(len(best))]
+        found.append(("files", scc, where))
+    return found
+
+
 def show(path, root):
     full = os.path.join(root, path)
     rel = os.path.relpath(full)
@@ -435,6 +682,10 @@ def describe(finding, root):
     if kind == "upward":
         _, f, line, unit, layer, to, to_layer = finding
         return f"{show(f, root)}:{line}: {unit} (layer {layer}) imports {to} (layer {to_layer}) above it"
+    if kind == "files":
+        _, scc, where = finding
+        example = " -> ".join(f"{f}:{line}" for f, line in where) + f" -> {where[0][0]}"
+        return f"files in a circle ({len(scc)}): {', '.join(scc)}; e.g. {example}"
     _, cycle, where = finding
     edges = "; ".join(
         f"{cycle[k]} -> {cycle[k + 1]}: {show(f, root)}:{line}" for k, (f, line) in enumerate(where)
@@ -472,7 +723,8 @@ SELF_TESTS = [
         "a circle between two units of one layer",
         {"deploy.rs": "use crate::sql::Db;\nuse crate::broker::Queue;\n",
          "broker/mod.rs": "use crate::error::Error;\n\nuse crate::deploy::deploy;\npub struct Queue;\n"},
-        [("circle", ["broker", "deploy", "broker"], [("broker/mod.rs", 3), ("deploy.rs", 2)])],
+        [("circle", ["broker", "deploy", "broker"], [("broker/mod.rs", 3), ("deploy.rs", 2)]),
+         ("files", ["broker/mod.rs", "deploy.rs"], [("broker/mod.rs", 3), ("deploy.rs", 2)])],
     ),
     (
         "a grouped use over several lines",
@@ -502,6 +754,54 @@ SELF_TESTS = [
         {"sql/mod.rs": "pub trait Db {}\nmod inner {\n    use super::super::broker::Queue;\n}\n",
          "extra.rs": "use crate::error::Error;\n"},
         [("upward", "sql/mod.rs", 3, "sql", 2, "broker", 4), ("unknown", "extra", "extra.rs", 0)],
+    ),
+    (
+        "two files of one unit importing each other, by use and by a path in code",
+        {"sql/mod.rs": "use crate::error::Error;\nmod a;\nmod b;\npub trait Db {}\n",
+         "sql/a.rs": "use super::b::g;\npub fn f() {}\n",
+         "sql/b.rs": "pub fn g() {}\nfn h() { super::a::f(); }\n"},
+        [("files", ["sql/a.rs", "sql/b.rs"], [("sql/a.rs", 1), ("sql/b.rs", 2)])],
+    ),
+    (
+        "a mod.rs re-exporting a child that imports the mod.rs's own item is no circle",
+        {"sql/mod.rs": "mod naming;\npub use naming::Naming;\npub(crate) use naming::quoted;\npub trait Db {}\n"
+         "fn f(s: &S) -> u8 { let quoted = s.quoted(); quoted }\nstruct S { quoted: u8 }\n",
+         "sql/naming.rs": "use super::Db;\npub trait Naming {}\npub fn quoted() {}\n"},
+        [],
+    ),
+    (
+        "a mod.rs whose own code uses the name it re-exports from the child",
+        {"sql/mod.rs": "mod naming;\npub use naming::Naming;\npub(crate) use naming::quoted;\n"
+         "pub trait Db {}\nfn f() { quoted(); }\npub trait Both: Db + Naming {}\n",
+         "sql/naming.rs": "use super::Db;\npub trait Naming {}\npub fn quoted() {}\n"},
+        [("files", ["sql/mod.rs", "sql/naming.rs"], [("sql/mod.rs", 5), ("sql/naming.rs", 1)])],
+    ),
+    (
+        "a path through re-exports leads to the file that defines the item",
+        {"sql/mod.rs": "mod inner;\nmod other;\npub use inner::TableSql;\npub trait Db {}\n",
+         "sql/inner/mod.rs": "mod table;\npub(crate) use self::table::TableSql;\n",
+         "sql/inner/table.rs": "use crate::sql::other::helper;\npub struct TableSql;\n",
+         "sql/other.rs": "pub fn helper() {}\nfn f() -> crate::sql::TableSql { todo!() }\n"},
+        [("files", ["sql/inner/table.rs", "sql/other.rs"], [("sql/inner/table.rs", 1), ("sql/other.rs", 2)])],
+    ),
+    (
+        "test modules importing in a circle do not count",
+        {"sql/mod.rs": "mod a;\nmod b;\npub trait Db {}\n",
+         "sql/a.rs": "pub fn f() {}\n#[cfg(test)]\nmod tests {\n    use super::super::b::g;\n}\n"
+         "#[cfg(test)]\nmod more;\n",
+         "sql/a/more.rs": "use crate::sql::b::g;\n",
+         "sql/b.rs": "use super::a::f;\npub fn g() {}\n"},
+        [],
+    ),
+    (
+        "relative paths in a file with child modules; a group of three, one shortest circle",
+        {"sql/mod.rs": "mod mysql;\npub trait Db {}\n",
+         "sql/mysql.rs": "mod dedup;\nmod keys;\nuse keys::Key;\nconst SHORT: u8 = 1;\n"
+         "fn f() { dedup::State::new(); }\n",
+         "sql/mysql/dedup.rs": "pub struct State;\nfn g() -> u8 { super::SHORT }\n",
+         "sql/mysql/keys.rs": "use super::dedup::State;\npub struct Key;\n"},
+        [("files", ["sql/mysql.rs", "sql/mysql/dedup.rs", "sql/mysql/keys.rs"],
+          [("sql/mysql.rs", 5), ("sql/mysql/dedup.rs", 2)])],
     ),
 ]
 
@@ -549,6 +849,7 @@ def main():
     parser.add_argument("--layer", action="append", default=[], metavar="UNIT=N",
                         help="put a unit in a layer, beyond the table (repeatable; also CHECK_IMPORTS_LAYERS)")
     parser.add_argument("--self-test", action="store_true", help="check the checker on small trees")
+    parser.add_argument("--edges", action="store_true", help="also print every file-to-file edge, FILE:LINE -> FILE")
     args = parser.parse_args()
     if args.self_test:
         return self_test()
@@ -557,19 +858,23 @@ def main():
         sys.exit(f"check-imports: no folder {root}")
     layers = layer_overrides([os.environ.get("CHECK_IMPORTS_LAYERS", "")] + args.layer)
     findings, files, count = check(root, layers)
+    if args.edges:
+        for (f, g), line in sorted(check.file_edges.items()):
+            print(f"edge: {f}:{line} -> {g}")
     for finding in findings:
         print(describe(finding, root))
     if findings:
         upward = sum(1 for f in findings if f[0] == "upward")
         circle = sum(1 for f in findings if f[0] == "circle")
-        unknown = len(findings) - upward - circle
+        in_circles = sum(1 for f in findings if f[0] == "files")
+        unknown = sum(1 for f in findings if f[0] == "unknown")
         print(
-            f"check-imports: {files} files, {count} references: {upward} upward, {circle} circles,"
-            f" {unknown} units not in the table",
+            f"check-imports: {files} files, {count} references: {upward} upward, {circle} circles between units,"
+            f" {in_circles} groups of files in a circle, {unknown} units not in the table",
             file=sys.stderr,
         )
         return 1
-    print(f"check-imports: {files} files, {count} references, layers and units acyclic")
+    print(f"check-imports: {files} files, {count} references; layers, units and files acyclic")
     return 0
 
 

@@ -98,6 +98,44 @@ pub(crate) fn connect_error(url: &str) -> impl FnOnce(sqlx::Error) -> Error + '_
     move |source| Error::Connect { target: redact(url), source }
 }
 
+/// A connection pool on any of the three databases, set up the way rowbus needs it
+/// (strict `sql_mode` and READ COMMITTED on MySQL/MariaDB, WAL and a busy timeout on
+/// SQLite). Run code written for any [`Db`](crate::Db) on it with [`run`](Self::run).
+///
+/// ```no_run
+/// # async fn f() -> Result<(), rowbus::Error> {
+/// let db = rowbus::DbPool::connect_creating("sqlite://app.sqlite", 4).await?;
+/// db.deploy_notify_table(&rowbus::NotifyConfig::default()).await?;
+/// db.notify("jobs", "wake up").await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub enum DbPool {
+    /// A PostgreSQL pool.
+    #[cfg(feature = "postgres")]
+    Postgres(sqlx::PgPool),
+    /// A MySQL/MariaDB pool.
+    #[cfg(feature = "mysql")]
+    MySql(sqlx::MySqlPool),
+    /// A SQLite pool.
+    #[cfg(feature = "sqlite")]
+    Sqlite(sqlx::SqlitePool),
+}
+
+impl DbPool {
+    /// Which database this pool talks to.
+    pub fn backend(&self) -> Backend {
+        match self {
+            #[cfg(feature = "postgres")]
+            DbPool::Postgres(_) => Backend::Postgres,
+            #[cfg(feature = "mysql")]
+            DbPool::MySql(_) => Backend::MySql,
+            #[cfg(feature = "sqlite")]
+            DbPool::Sqlite(_) => Backend::Sqlite,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -38,7 +38,7 @@ pub enum Event {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Resume {
     /// No position was stored under the name: listening starts now, as
-    /// [`Listener::listen`] does, and this position is stored.
+    /// [`Listener::listen`](super::Listener::listen) does, and this position is stored.
     New,
     /// From the stored position: every notification committed after what was
     /// acknowledged is delivered (a notification delivered but not acknowledged before,

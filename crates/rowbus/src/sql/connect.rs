@@ -7,7 +7,8 @@ use futures::future::BoxFuture;
 use notify_table::{Dialect, Row, Statement};
 use sqlx::Pool;
 
-use super::{DbPool, Positions};
+use super::Positions;
+use crate::backend::DbPool;
 use crate::driver::TextsAndInts;
 use crate::driver::sealed::Driver;
 use crate::error::Error;

@@ -42,6 +42,7 @@ mod wake;
 
 use crate::backend::Backend;
 
+pub use crate::backend::DbPool;
 pub use catalog::Catalog;
 pub use claims::{ACK_BATCH, Claiming};
 pub use connect::{Connecting, TableConn};
@@ -58,7 +59,7 @@ pub(crate) use naming::{DEDUP, KEYS, OLD_CLAIM, pairs_filter, placeholders, quot
 pub use pause::Pausing;
 pub(crate) use pause::{PAUSE_SUFFIX, PauseSql};
 pub(crate) use pool::ForBackend;
-pub use pool::{DbPool, OnPool, connect, connect_creating};
+pub use pool::{OnPool, connect, connect_creating};
 pub use positions::Positions;
 pub(crate) use positions::{POSITIONS_SUFFIX, PositionsSql, micros, text};
 pub use publish::Publishing;

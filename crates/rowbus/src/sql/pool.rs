@@ -8,7 +8,7 @@ use futures::future::BoxFuture;
 use sqlx::{ColumnIndex, Decode, Encode, Executor, Pool, Type};
 
 use super::Db;
-use crate::backend::{Backend, redact};
+use crate::backend::{Backend, DbPool, redact};
 use crate::error::Error;
 
 /// Code written once for the three databases, run for the one a [`Backend`] names.
@@ -120,30 +120,6 @@ async fn connect_typed<DB: Db>(url: &str, max: u32, create: bool) -> Result<Pool
     DB::connect_pool(url, max, create).await
 }
 
-/// A connection pool on any of the three databases, set up the way rowbus needs it
-/// (strict `sql_mode` and READ COMMITTED on MySQL/MariaDB, WAL and a busy timeout on
-/// SQLite). Run code written for any [`Db`] on it with [`run`](Self::run).
-///
-/// ```no_run
-/// # async fn f() -> Result<(), rowbus::Error> {
-/// let db = rowbus::DbPool::connect_creating("sqlite://app.sqlite", 4).await?;
-/// db.deploy_notify_table(&rowbus::NotifyConfig::default()).await?;
-/// db.notify("jobs", "wake up").await?;
-/// # Ok(()) }
-/// ```
-#[derive(Debug, Clone)]
-pub enum DbPool {
-    /// A PostgreSQL pool.
-    #[cfg(feature = "postgres")]
-    Postgres(sqlx::PgPool),
-    /// A MySQL/MariaDB pool.
-    #[cfg(feature = "mysql")]
-    MySql(sqlx::MySqlPool),
-    /// A SQLite pool.
-    #[cfg(feature = "sqlite")]
-    Sqlite(sqlx::SqlitePool),
-}
-
 /// Connects a pool of one database.
 struct Connect<'a> {
     url: &'a str,
@@ -189,18 +165,6 @@ impl DbPool {
             DbPool::MySql(pool) => f.run(pool).await,
             #[cfg(feature = "sqlite")]
             DbPool::Sqlite(pool) => f.run(pool).await,
-        }
-    }
-
-    /// Which database this pool talks to.
-    pub fn backend(&self) -> Backend {
-        match self {
-            #[cfg(feature = "postgres")]
-            DbPool::Postgres(_) => Backend::Postgres,
-            #[cfg(feature = "mysql")]
-            DbPool::MySql(_) => Backend::MySql,
-            #[cfg(feature = "sqlite")]
-            DbPool::Sqlite(_) => Backend::Sqlite,
         }
     }
 

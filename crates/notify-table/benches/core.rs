@@ -48,7 +48,7 @@ fn bench_polled(c: &mut Criterion) {
         let label = format!("{channels}ch");
 
         // Every poll returns the same rows, all of them read already (the first window's
-        // steady state, or the seed's window).
+        // steady state, or a core that re-reads its whole window on every poll).
         let nt = RefCell::new(listener(channels));
         let rows = poll_rows(channels, 1);
         {

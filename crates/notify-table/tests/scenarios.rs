@@ -333,7 +333,8 @@ fn a_poll_reads_what_is_new_not_the_window() {
     db.advance(20);
     db.notify(3, "jobs");
     assert_eq!(tick(&mut nt, &db), vec![note(1, "jobs"), note(2, "jobs"), note(3, "jobs")]);
-    // The seed's window re-read 1 and 2 in 41 more polls and 3 in 61 (143 rows).
+    // A core that re-read its whole window would read 1 and 2 again in 41 more polls
+    // and 3 in 61 (143 rows).
     assert_eq!(rows_read(&mut nt, &mut db, 100), 0);
 }
 

@@ -153,7 +153,7 @@ fn chaos_on_sqlite_loses_nothing() {
     chaos("sqlite:");
 }
 
-/// Issue 6, item 3: the harness's own throwaway server, crashed hard mid-run and started
+/// The harness's own throwaway server, crashed hard mid-run and started
 /// again; the broker and the listeners recover by themselves and nothing acknowledged is lost.
 #[test]
 fn chaos_with_server_crashes_on_postgres_loses_nothing() {

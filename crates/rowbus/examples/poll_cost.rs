@@ -112,7 +112,7 @@ impl Conn for MySqlConnection {
                 payload: r.try_get(2)?,
                 pid: r.try_get(3)?,
                 cutoff: r.try_get(4)?,
-                at: r.try_get(5)?, // the head row's time (issue 16); benches/poll-cost/run.sh drops this line for older cores
+                at: r.try_get(5)?, // the head row's time; benches/poll-cost/run.sh drops this line for older cores, which had none
             });
         }
         Ok(out)
@@ -160,7 +160,7 @@ impl Conn for SqliteConnection {
                 payload: r.try_get(2)?,
                 pid: unsigned(r.try_get(3)?),
                 cutoff: r.try_get(4)?,
-                at: r.try_get(5)?, // the head row's time (issue 16); benches/poll-cost/run.sh drops this line for older cores
+                at: r.try_get(5)?, // the head row's time; benches/poll-cost/run.sh drops this line for older cores, which had none
             });
         }
         Ok(out)

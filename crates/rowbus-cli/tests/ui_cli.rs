@@ -552,6 +552,40 @@ fn refusals() {
     assert!(line.contains(&format!("cannot listen on {taken}")), "{line}");
 }
 
+/// Each table written in the page (the queues', the durable listeners') names each of its
+/// columns once: no two headers alike (the buttons' column has none). The durable
+/// listeners' headers say what their columns hold.
+#[test]
+fn page_tables_name_each_column() {
+    let db = Db::new(Kind::Sqlite, "page", &["jobs"]);
+    let q = db.fill();
+    let served = Served::start(db.rowbus(&["ui", q, "--listen", "127.0.0.1:0"]));
+    let page = served.get("/").1;
+    let heads: Vec<&str> =
+        page.split("<thead>").skip(1).map(|rest| &rest[..rest.find("</thead>").unwrap()]).collect();
+    assert_eq!(heads.len(), 2, "the queues' and durable listeners' tables:\n{page}");
+    let mut durable = None;
+    for head in heads {
+        let names: Vec<&str> = head
+            .split("<th")
+            .skip(1)
+            .map(|th| &th[th.find('>').unwrap() + 1..th.find("</th>").unwrap()])
+            .filter(|name| !name.is_empty())
+            .collect();
+        for (i, name) in names.iter().enumerate() {
+            assert!(!names[..i].contains(name), "two {name:?} headers in {head}");
+        }
+        if names.first() == Some(&"Channel") {
+            durable = Some(names);
+        }
+    }
+    assert_eq!(
+        durable.expect("the durable listeners' table"),
+        ["Channel", "Name", "Rows behind", "Oldest unread", "Last check-in", "Name held"]
+    );
+    served.stop();
+}
+
 /// Chromium, from PATH; the test fails loudly without it.
 fn chromium() -> PathBuf {
     let path = std::env::var_os("PATH").unwrap_or_default();

@@ -207,14 +207,17 @@ fn routes<DB: Db>(app: App<DB>, token: Option<Token>) -> Router {
         .route("/metrics", get(metrics_text::<DB>));
     let router = match token {
         Some(token) => router.merge(
-            // Any other path is an unknown operation, still behind the token check.
+            // Any other path under /api/ops/ is an unknown operation, still behind the
+            // token check. A route layer, not a layer: a layer would take in the fallback,
+            // putting every path outside the routes behind the token too (405 by GET, 403
+            // by POST) rather than answering 404.
             Router::new()
                 .route("/api/ops/queues/{queue}/dead/requeue", post(dead::requeue::<DB>))
                 .route("/api/ops/queues/{queue}/dead/purge", post(dead::purge::<DB>))
                 .route("/api/ops/queues/{queue}/pause", post(pause::pause::<DB>))
                 .route("/api/ops/queues/{queue}/resume", post(pause::resume::<DB>))
                 .route("/api/ops/{*operation}", any(no_such_operation))
-                .layer(axum::middleware::from_fn_with_state(token, token::require)),
+                .route_layer(axum::middleware::from_fn_with_state(token, token::require)),
         ),
         None => router,
     };

@@ -552,6 +552,38 @@ fn refusals() {
     assert!(line.contains(&format!("cannot listen on {taken}")), "{line}");
 }
 
+/// A path the dashboard does not serve is 404 by any method, with or without operations;
+/// a path it serves, by a method it does not take, is 405.
+#[test]
+fn unknown_paths_are_not_found() {
+    let db = Db::new(Kind::Sqlite, "paths", &["jobs"]);
+    let q = db.fill();
+    for args in
+        [&["ui", q, "--listen", "127.0.0.1:0"][..], &["ui", q, "--listen", "127.0.0.1:0", "--read-only"]]
+    {
+        let served = Served::start(db.rowbus(args));
+        let token = served.token.clone();
+        let mut headers = vec![];
+        headers.extend(token.as_deref().map(|t| ("x-rowbus-token", t)));
+        for path in
+            ["/nosuch", "/api", "/api/nosuch", "/api/queues/x/dead/more", "/metrics/more", "/index.html"]
+        {
+            for method in ["GET", "POST", "PUT"] {
+                let (status, _, body) = served.request(method, path, &[]);
+                assert_eq!(status, 404, "{method} {path} ({args:?}): {body}");
+                let (status, _, body) = served.request(method, path, &headers);
+                assert_eq!(status, 404, "{method} {path} with the token ({args:?}): {body}");
+            }
+        }
+        for (method, path) in
+            [("POST", "/"), ("POST", "/api/queues"), ("DELETE", "/metrics"), ("POST", "/api/queues/x/dead")]
+        {
+            assert_eq!(served.request(method, path, &[]).0, 405, "{method} {path} ({args:?})");
+        }
+        served.stop();
+    }
+}
+
 /// Each table written in the page (the queues', the durable listeners') names each of its
 /// columns once: no two headers alike (the buttons' column has none). The durable
 /// listeners' headers say what their columns hold.

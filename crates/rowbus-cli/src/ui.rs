@@ -1,11 +1,13 @@
 //! `rowbus ui`: a dashboard of the queues (one page, served from the binary), their
 //! figures as JSON (`GET /api/queues`) and as Prometheus metrics (`GET /metrics`).
 //!
-//! Operations that change state live under `/api/ops/`, behind [`token::require`]: a POST
-//! carrying the token printed at start. With --read-only there are none. The dead letters
-//! of a queue, and their operations, are in [`dead`]; pauses and theirs in [`pause`].
+//! Every request must name a host the dashboard serves ([`host::require`]). Operations
+//! that change state live under `/api/ops/`, behind [`token::require`]: a POST carrying
+//! the token printed at start. With --read-only there are none. The dead letters of a
+//! queue, and their operations, are in [`dead`]; pauses and theirs in [`pause`].
 
 mod dead;
+mod host;
 mod metrics;
 mod pause;
 mod throughput;
@@ -59,6 +61,11 @@ pub(crate) struct UiArgs {
     /// [default: a random one, printed at start]
     #[arg(long, env = "ROWBUS_UI_TOKEN", hide_env_values = true, value_name = "TOKEN")]
     token: Option<String>,
+    /// A host name or address the dashboard also answers for, with a port when not the
+    /// listening one (a proxy's): requests must name localhost, 127.0.0.1, [::1], the
+    /// address listened on or reached, or one of these (repeatable)
+    #[arg(long = "allow-host", value_name = "HOST[:PORT]")]
+    allow_host: Vec<String>,
 }
 
 use throughput::Sample;
@@ -151,6 +158,7 @@ pub(crate) async fn ui<DB: Db>(
     args: UiArgs,
 ) -> Result<(), CliError> {
     parse_tables(&args.tables)?;
+    let allowed = args.allow_host.iter().map(|h| host::Allowed::given(h)).collect::<Result<Vec<_>, _>>()?;
     let token = match (&args.token, args.read_only) {
         (_, true) => None,
         (Some(given), false) => Some(Token::given(given)?),
@@ -178,10 +186,10 @@ pub(crate) async fn ui<DB: Db>(
         .map_err(|e| CliError::Message(format!("cannot tell the address listened on: {e}")))?;
     let sampler = tokio::spawn(sample(app.clone()));
     let broker = app.broker.clone();
-    let router = routes(app, token.clone());
+    let router = routes(app, token.clone(), host::Hosts::new(address, allowed));
     if !address.ip().is_loopback() {
         eprintln!(
-            "rowbus: warning: serving on {address}, beyond this machine: anyone who reaches it sees the queues"
+            "rowbus: warning: serving on {address}, beyond this machine: anyone who reaches it sees the queues (by its address; a name needs --allow-host)"
         );
     }
     match &token {
@@ -191,15 +199,17 @@ pub(crate) async fn ui<DB: Db>(
         ),
         None => eprintln!("rowbus: dashboard on http://{address}/ (read-only; metrics at /metrics)"),
     }
-    let served = axum::serve(listener, router).with_graceful_shutdown(crate::interrupted()).await;
+    let served = axum::serve(listener, router.into_make_service_with_connect_info::<host::Reached>())
+        .with_graceful_shutdown(crate::interrupted())
+        .await;
     sampler.abort();
     broker.shutdown(Duration::ZERO).await;
     served.map_err(|e| CliError::Message(format!("the dashboard's server failed: {e}")))
 }
 
 /// The routes: the page, its JSON, the metrics and, unless read-only, the operations
-/// behind the token.
-fn routes<DB: Db>(app: App<DB>, token: Option<Token>) -> Router {
+/// behind the token; all of them, and the answer to a path that is none, for `hosts` only.
+fn routes<DB: Db>(app: App<DB>, token: Option<Token>, hosts: host::Hosts) -> Router {
     let router = Router::new()
         .route("/", get(page))
         .route("/api/queues", get(queues::<DB>))
@@ -221,7 +231,8 @@ fn routes<DB: Db>(app: App<DB>, token: Option<Token>) -> Router {
         ),
         None => router,
     };
-    router.with_state(app)
+    // A layer, not a route layer: unknown paths are refused to other hosts too.
+    router.with_state(app).layer(axum::middleware::from_fn_with_state(hosts, host::require))
 }
 
 /// Samples the queues every [`SAMPLE_EVERY`] for the chart; a failed sample is skipped

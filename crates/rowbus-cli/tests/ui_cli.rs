@@ -156,23 +156,25 @@ impl Served {
     /// `METHOD path` with `headers` and `body`; the status, the response's headers
     /// (lowercase) and body.
     fn send(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, String, String) {
-        let mut stream = TcpStream::connect(&self.address)
-            .unwrap_or_else(|e| panic!("cannot connect to {}: {e}", self.address));
-        stream.set_read_timeout(Some(RUN_TIMEOUT)).unwrap();
-        let mut request =
-            format!("{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n", self.address);
+        let mut request = format!("{method} {path} HTTP/1.1\r\nHost: {}\r\n", self.address);
         for (name, value) in headers {
             request.push_str(&format!("{name}: {value}\r\n"));
         }
-        request.push_str(&format!("Content-Length: {}\r\n\r\n{body}", body.len()));
-        stream.write_all(request.as_bytes()).unwrap();
-        let mut response = String::new();
-        stream.read_to_string(&mut response).unwrap();
-        let (head, body) =
-            response.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no header end: {response:?}"));
-        let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("{head}"));
-        assert!(!head.to_lowercase().contains("transfer-encoding"), "a chunked response:\n{head}");
-        (status, head.to_lowercase(), body.to_owned())
+        request.push_str(&format!("Content-Length: {}\r\n", body.len()));
+        self.raw(&request, body)
+    }
+
+    /// `GET path` as a page at `host` (none: no Host header) would send it, on HTTP/1.1;
+    /// the status and the body.
+    fn get_as(&self, host: Option<&str>, path: &str) -> (u16, String) {
+        let host = host.map(|h| format!("Host: {h}\r\n")).unwrap_or_default();
+        let (status, _, body) = self.raw(&format!("GET {path} HTTP/1.1\r\n{host}"), "");
+        (status, body)
+    }
+
+    /// Sends `head` and `body` to the server, as [`exchange`] does.
+    fn raw(&self, head: &str, body: &str) -> (u16, String, String) {
+        exchange(&self.address, head, body)
     }
 
     /// Sends SIGTERM: the server must exit cleanly, saying nothing more.
@@ -254,6 +256,24 @@ impl Served {
         assert_eq!(status, 200, "GET {path}:\n{head}\n\n{body}");
         (head, body)
     }
+}
+
+/// Sends `head` (the request line and headers, each ending in CRLF, without the empty
+/// line) and `body` to `address`, closing the connection after; the status, the
+/// response's headers (lowercase) and body.
+fn exchange(address: &str, head: &str, body: &str) -> (u16, String, String) {
+    let mut stream =
+        TcpStream::connect(address).unwrap_or_else(|e| panic!("cannot connect to {address}: {e}"));
+    stream.set_read_timeout(Some(RUN_TIMEOUT)).unwrap();
+    let request = format!("{head}Connection: close\r\n\r\n{body}");
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) =
+        response.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no header end: {response:?}"));
+    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("{head}"));
+    assert!(!head.to_lowercase().contains("transfer-encoding"), "a chunked response:\n{head}");
+    (status, head.to_lowercase(), body.to_owned())
 }
 
 /// The dashboard's JSON and the metrics show each group's figures as the database has
@@ -550,6 +570,147 @@ fn refusals() {
     let taken = served.address.clone();
     let line = assert_error(&run(db.rowbus(&["ui", q, "--listen", &taken])), "an address in use");
     assert!(line.contains(&format!("cannot listen on {taken}")), "{line}");
+}
+
+/// The dashboard answers only requests naming a host it serves, so that a page elsewhere
+/// cannot read it through a name of its own resolved to this machine (DNS rebinding):
+/// every route, the page, the JSON, the dead letters, the metrics, the operations and
+/// unknown paths, refuses a foreign `Host` (with or without a port), one with another
+/// port, one smuggled behind userinfo or in an absolute request line, and a request
+/// without one (HTTP/1.0 or 1.1), saying so in a short text; `localhost`, `127.0.0.1` and
+/// `[::1]` (with the listening port or none, in any case) and the `--allow-host` names
+/// pass. A malformed `--allow-host` is one error line.
+#[test]
+fn foreign_hosts_are_refused() {
+    let db = Db::new(Kind::Sqlite, "hosts", &["jobs"]);
+    let q = db.fill();
+    let served = Served::start(db.rowbus(&[
+        "ui",
+        q,
+        "--listen",
+        "127.0.0.1:0",
+        "--allow-host",
+        "dash.example",
+        "--allow-host",
+        "proxy.example:8443",
+    ]));
+    let token = served.token.clone().expect("a token");
+    let port = served.address.rsplit(':').next().unwrap().to_owned();
+    let other_port = if port == "7474" { "7475" } else { "7474" };
+    let dead = format!("/api/queues/{q}/dead");
+    let requeue = format!("/api/ops/queues/{q}/dead/requeue");
+
+    let foreign = [
+        format!("attacker.example:{port}"),
+        "attacker.example".to_owned(),
+        format!("dash.example.attacker.example:{port}"),
+        format!("localhost:{other_port}"),
+        format!("127.0.0.1:{other_port}"),
+        format!("dash.example:{other_port}"),
+        "proxy.example".to_owned(),
+        format!("proxy.example:{port}"),
+        format!("localhost:{port}@attacker.example"),
+        "".to_owned(),
+    ];
+    for host in &foreign {
+        for path in ["/", "/api/queues", dead.as_str(), "/metrics", "/nosuch"] {
+            let (status, body) = served.get_as(Some(host), path);
+            assert_eq!(status, 403, "GET {path} with Host {host:?}: {body}");
+            assert!(body.ends_with('\n') && body.lines().count() == 1, "GET {path}: {body:?}");
+            assert!(!body.contains("doomed") && !body.contains(ERROR), "{body}");
+        }
+        let head = format!(
+            "POST {requeue} HTTP/1.1\r\nHost: {host}\r\nx-rowbus-token: {token}\r\n\
+             content-type: application/json\r\nContent-Length: 12\r\n"
+        );
+        let (status, _, body) = served.raw(&head, r#"{"all":true}"#);
+        assert_eq!(status, 403, "POST {requeue} with Host {host:?}: {body}");
+    }
+    assert_eq!(served.dead(q).len(), 1, "a refused requeue moved the dead letter");
+    // No Host at all: HTTP/1.0 and 1.1.
+    for version in ["1.0", "1.1"] {
+        let (status, _, body) = served.raw(&format!("GET {dead} HTTP/{version}\r\n"), "");
+        assert_eq!(status, 403, "GET {dead} over HTTP/{version} without Host: {body}");
+        assert!(!body.contains("doomed"), "{body}");
+    }
+    // The request line's authority is checked too, whatever the Host header says.
+    let head = format!("GET http://attacker.example:{port}{dead} HTTP/1.1\r\nHost: {}\r\n", served.address);
+    let (status, _, body) = served.raw(&head, "");
+    assert_eq!(status, 403, "an absolute request line naming another host: {body}");
+
+    let allowed = [
+        format!("127.0.0.1:{port}"),
+        "127.0.0.1".to_owned(),
+        format!("localhost:{port}"),
+        "localhost".to_owned(),
+        format!("LocalHost:{port}"),
+        format!("[::1]:{port}"),
+        "[::1]".to_owned(),
+        format!("dash.example:{port}"),
+        "dash.example".to_owned(),
+        "DASH.example".to_owned(),
+        "proxy.example:8443".to_owned(),
+    ];
+    for host in &allowed {
+        for path in ["/", "/api/queues", dead.as_str(), "/metrics"] {
+            let (status, body) = served.get_as(Some(host), path);
+            assert_eq!(status, 200, "GET {path} with Host {host:?}: {body}");
+        }
+        assert_eq!(served.get_as(Some(host), "/nosuch").0, 404, "Host {host:?}");
+    }
+    let (status, body) = served.operation(&requeue, Some(&token), r#"{"all":true}"#);
+    assert_eq!((status, body.as_str()), (200, r#"{"requeued":1}"#), "an allowed host's operation");
+    served.stop();
+
+    for bad in ["", "two words", "a/b", "user@host", "host:port", "http://host"] {
+        let line = assert_error(
+            &run(db.rowbus(&["ui", q, "--listen", "127.0.0.1:0", "--allow-host", bad])),
+            &format!("--allow-host {bad:?}"),
+        );
+        assert!(line.contains("--allow-host"), "{line}");
+    }
+}
+
+/// On an IPv6 address, its literal in brackets is served; on every address of the
+/// machine (0.0.0.0), the address a client reached is served as well as the localhost
+/// names, a foreign name is not.
+#[test]
+fn hosts_of_the_listening_address() {
+    let db = Db::new(Kind::Sqlite, "listenhosts", &["jobs"]);
+    let q = db.fill();
+    let served = Served::start(db.rowbus(&["ui", q, "--listen", "[::1]:0", "--read-only"]));
+    let port = served.address.rsplit(':').next().unwrap().to_owned();
+    assert_eq!(served.address, format!("[::1]:{port}"));
+    for host in [format!("[::1]:{port}"), format!("[0:0:0:0:0:0:0:1]:{port}"), format!("localhost:{port}")] {
+        assert_eq!(served.get_as(Some(&host), "/api/queues").0, 200, "Host {host}");
+    }
+    assert_eq!(served.get_as(Some(&format!("[::2]:{port}")), "/api/queues").0, 403);
+    served.stop();
+
+    let served = Served::start(db.rowbus(&["ui", q, "--listen", "0.0.0.0:0", "--read-only"]));
+    let port = served.address.strip_prefix("0.0.0.0:").unwrap_or_else(|| panic!("{}", served.address));
+    let get = |address: &str, host: &str| {
+        exchange(address, &format!("GET /api/queues HTTP/1.1\r\nHost: {host}\r\n"), "").0
+    };
+    let loopback = format!("127.0.0.1:{port}");
+    assert_eq!(get(&loopback, &loopback), 200);
+    assert_eq!(get(&loopback, &format!("localhost:{port}")), 200);
+    assert_eq!(get(&loopback, &served.address), 200, "the address printed");
+    assert_eq!(get(&loopback, &format!("attacker.example:{port}")), 403);
+    // The machine's own address, where it has one besides loopback.
+    let outward = std::net::UdpSocket::bind("0.0.0.0:0")
+        .and_then(|s| s.connect("192.0.2.255:9").and(s.local_addr()))
+        .map(|a| a.ip())
+        .ok()
+        .filter(|ip| !ip.is_loopback() && !ip.is_unspecified());
+    if let Some(ip) = outward {
+        let address = format!("{ip}:{port}");
+        assert_eq!(get(&address, &address), 200, "the address reached, {address}");
+        assert_eq!(get(&address, &loopback), 200, "a localhost name, through {address}");
+        assert_eq!(get(&address, &format!("attacker.example:{port}")), 403);
+    }
+    // Stopped when dropped: its stderr has the warning about serving beyond loopback.
+    drop(served);
 }
 
 /// A path the dashboard does not serve is 404 by any method, with or without operations;

@@ -672,8 +672,8 @@ fn foreign_hosts_are_refused() {
 }
 
 /// On an IPv6 address, its literal in brackets is served; on every address of the
-/// machine (0.0.0.0), the address a client reached is served as well as the localhost
-/// names, a foreign name is not.
+/// machine (0.0.0.0), the address a client reached (here loopback) is served as well as
+/// the localhost names, a foreign name is not.
 #[test]
 fn hosts_of_the_listening_address() {
     let db = Db::new(Kind::Sqlite, "listenhosts", &["jobs"]);
@@ -697,18 +697,8 @@ fn hosts_of_the_listening_address() {
     assert_eq!(get(&loopback, &format!("localhost:{port}")), 200);
     assert_eq!(get(&loopback, &served.address), 200, "the address printed");
     assert_eq!(get(&loopback, &format!("attacker.example:{port}")), 403);
-    // The machine's own address, where it has one besides loopback.
-    let outward = std::net::UdpSocket::bind("0.0.0.0:0")
-        .and_then(|s| s.connect("192.0.2.255:9").and(s.local_addr()))
-        .map(|a| a.ip())
-        .ok()
-        .filter(|ip| !ip.is_loopback() && !ip.is_unspecified());
-    if let Some(ip) = outward {
-        let address = format!("{ip}:{port}");
-        assert_eq!(get(&address, &address), 200, "the address reached, {address}");
-        assert_eq!(get(&address, &loopback), 200, "a localhost name, through {address}");
-        assert_eq!(get(&address, &format!("attacker.example:{port}")), 403);
-    }
+    // (The address a client reached on another interface is served too: tests send
+    // nothing beyond loopback, so that rule is checked by the unit tests of `ui::host`.)
     // Stopped when dropped: its stderr has the warning about serving beyond loopback.
     drop(served);
 }

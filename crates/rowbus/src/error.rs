@@ -230,6 +230,22 @@ pub enum Error {
         /// The queue table's columns it lacks.
         missing: Vec<&'static str>,
     },
+    /// A queue whose tables would share a name with another queue's: `jobs_dead` deployed
+    /// as a queue beside `jobs` (whose dead letters go to `jobs_dead`), either way round,
+    /// and the same for every side table. A deploy refuses it and creates nothing.
+    #[error(
+        "cannot deploy queue `{queue}`: the table `{table}` would belong both to it and to the queue \
+         `{other}`, mixing their messages; give the new queue a name that shares no table with \
+         another queue's (nothing was created)"
+    )]
+    QueueNameCollides {
+        /// The queue being deployed.
+        queue: String,
+        /// The name both queues would take.
+        table: String,
+        /// The queue already deployed.
+        other: String,
+    },
     /// Another deploy held the deploy lock for longer than a deploy waits.
     #[error(
         "cannot deploy `{table}`: another deploy held the deploy lock for {}s; nothing was created, \

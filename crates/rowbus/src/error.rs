@@ -287,6 +287,28 @@ pub enum Error {
         /// The message's id.
         id: i64,
     },
+    /// Moving a message to its queue's dead-letter table failed (the table is missing, or
+    /// is not a dead-letter table): the message was not dead-lettered. It stays in its
+    /// queue and runs again after `after`, its attempt not counted again, until the move
+    /// succeeds.
+    #[error(
+        "message {id} of `{table}` could not be dead-lettered into `{dead}` and stays in the queue, to run \
+         again in {after:?} (`rowbus deploy --queue {table}`, or Queue::deploy, recreates a missing \
+         dead-letter table)"
+    )]
+    DeadLetterFailed {
+        /// The queue table.
+        table: String,
+        /// Its dead-letter table.
+        dead: String,
+        /// The message's id.
+        id: i64,
+        /// When the message runs again.
+        after: Duration,
+        /// Why the move failed.
+        #[source]
+        source: Box<Error>,
+    },
     /// A duration out of its range, refused before any statement: longer than a database
     /// can add to its clock ([`MAX_DURATION`](crate::limits::MAX_DURATION)), a lease of zero, or
     /// a poll interval under [`MIN_POLL_INTERVAL`](crate::limits::MIN_POLL_INTERVAL).

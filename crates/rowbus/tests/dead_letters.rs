@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::{Cleanup, MARIADB, PG, TempSqlite, next_delivery as next, on_each_database, unique};
 use rowbus::dead::{DeadLetter, DeadLetterPage, DeadLetters};
-use rowbus::{Broker, BrokerOptions, Db, DbPool, Message, Queue, RetryPolicy};
+use rowbus::{Broker, BrokerOptions, Db, DbPool, Error, Message, Queue, RetryPolicy};
 
 /// A broker whose messages die at their first failure, and the same pool as a [`DbPool`]
 /// for the test's own statements; the SQLite file lives as long as it.
@@ -361,9 +361,11 @@ async fn a_failed_dead_letter_move_is_reported_and_retried<DB: Db>(env: Env<DB>)
     let id = d.id();
     assert_eq!(d.attempt(), 1);
     let err = d.fail("boom").await.expect_err("a dead-letter move into a missing table");
+    assert!(matches!(&err, Error::DeadLetterFailed { id: failed, .. } if *failed == id), "{err:?}");
     let message = err.to_string();
     assert!(message.contains(&format!("`{}_dead`", q.table())), "the dead-letter table is named: {message}");
-    assert_eq!(broker.stats().dead_lettered, 0, "not counted as dead-lettered");
+    let stats = broker.stats();
+    assert_eq!((stats.dead_lettered, stats.dead_letter_failures), (0, 1), "not counted as dead-lettered");
     assert_eq!(in_table(&env.db, &q).await, 1, "the message is still in its queue");
 
     // Back after the delay (not the minute's lease), its attempt still the first.
@@ -377,7 +379,8 @@ async fn a_failed_dead_letter_move_is_reported_and_retried<DB: Db>(env: Env<DB>)
     last.fail("boom again").await.unwrap();
     let letter = q.dead_letter(id).await.unwrap().expect("dead-lettered once the table is back");
     assert_eq!((letter.attempts, letter.last_error.as_deref()), (1, Some("boom again")));
-    assert_eq!(broker.stats().dead_lettered, 1);
+    let stats = broker.stats();
+    assert_eq!((stats.dead_lettered, stats.dead_letter_failures), (1, 1));
     assert_eq!(in_table(&env.db, &q).await, 0);
     drop(sub);
     broker.shutdown(Duration::from_secs(1)).await;

@@ -46,7 +46,8 @@ pub(crate) struct ConsumeArgs {
     batch: Option<u32>,
     /// Run `sh -c CMD` per message with the payload on stdin (and ROWBUS_TABLE,
     /// ROWBUS_GROUP, ROWBUS_ID, ROWBUS_ATTEMPT set): exit status 0 acknowledges it, any
-    /// other fails the attempt (retried with backoff, then dead-lettered). The command's
+    /// other fails the attempt (retried with backoff, then dead-lettered; when the
+    /// dead-letter table cannot take it, it is said so and the message runs again). The command's
     /// output is rowbus's; messages are not printed
     #[arg(long, value_name = "CMD", conflicts_with = "json")]
     exec: Option<String>,
@@ -308,9 +309,25 @@ async fn run<DB: Db>(
     }
     let stats = broker.stats();
     eprintln!(
-        "rowbus: stopped: {} acknowledged, {} retried, {} dead-lettered, {} given back, {} abandoned, released",
-        stats.acked, stats.retried, stats.dead_lettered, stats.released, stats.abandoned
+        "rowbus: stopped: {} acknowledged, {} retried, {} dead-lettered, {} failed to dead-letter, {} given back, \
+         {} abandoned, released",
+        stats.acked,
+        stats.retried,
+        stats.dead_lettered,
+        stats.dead_letter_failures,
+        stats.released,
+        stats.abandoned
     );
+    if stats.dead_letter_failures > 0 {
+        eprintln!(
+            "rowbus: warning: {} dead-letter move{} failed; the messages stay in `{}` and run again: check its \
+             dead-letter table (`rowbus deploy --queue {}` recreates a missing one)",
+            stats.dead_letter_failures,
+            if stats.dead_letter_failures == 1 { "" } else { "s" },
+            queue.table(),
+            queue.table()
+        );
+    }
     if stats.conflicts > 0 {
         // Not failures: each was tried again at once (on Galera, mostly claims that lost
         // certification to another node's); how often says how much consumers collide.
@@ -339,8 +356,8 @@ async fn handle_one<DB: Db>(shared: Arc<Shared>, d: Delivery<DB>) -> Result<(), 
         return match execute(&shared, &d).await {
             Ran::Ok => Ok(()),
             Ran::Failed(reason) => {
-                report_failure(&shared, &d, &reason);
-                Err(reason)
+                fail(&shared, d, &reason).await;
+                Ok(())
             }
             Ran::Stopped => {
                 give_back(d).await;
@@ -368,8 +385,8 @@ async fn handle_batch<DB: Db>(shared: Arc<Shared>, batch: Vec<Delivery<DB>>) -> 
             let settled = match execute(&shared, &d).await {
                 Ran::Ok => d.ack().await,
                 Ran::Failed(reason) => {
-                    report_failure(&shared, &d, &reason);
-                    d.fail(&reason).await
+                    fail(&shared, d, &reason).await;
+                    Ok(())
                 }
                 Ran::Stopped => d.release().await,
             };
@@ -540,13 +557,26 @@ fn signalled(status: &ExitStatus) -> bool {
     }
 }
 
-/// One stderr line per failed attempt: what happened and what comes next.
-fn report_failure<DB: Db>(shared: &Shared, d: &Delivery<DB>, reason: &str) {
-    let (attempt, max) = (d.attempt(), shared.retry.max_attempts);
-    let next = if shared.retry.exhausted(attempt) {
-        "dead-lettered".to_owned()
-    } else {
-        format!("retrying in {}", queue_cmd::human(shared.retry.delay(attempt)))
-    };
-    eprintln!("rowbus: message {} (attempt {attempt} of {max}): {reason}; {next}", d.id());
+/// Settles a failed attempt (retried, or dead-lettered once it used its attempts) and
+/// says so in one stderr line: what happened and what came of it.
+async fn fail<DB: Db>(shared: &Shared, d: Delivery<DB>, reason: &str) {
+    let (id, attempt, max) = (d.id(), d.attempt(), shared.retry.max_attempts);
+    let what = format!("rowbus: message {id} (attempt {attempt} of {max}): {reason}");
+    if !shared.retry.exhausted(attempt) {
+        eprintln!("{what}; retrying in {}", queue_cmd::human(shared.retry.delay(attempt)));
+        if let Err(e) = d.fail(reason).await {
+            eprintln!("rowbus: warning: {}", crate::one_line(&e));
+        }
+        return;
+    }
+    match d.fail(reason).await {
+        Ok(()) => eprintln!("{what}; dead-lettered"),
+        Err(rowbus::Error::DeadLetterFailed { dead, after, source, .. }) => eprintln!(
+            "{what}; it could not be dead-lettered into `{dead}` ({}): it stays in the queue and runs \
+             again in {}",
+            crate::one_line(&source),
+            queue_cmd::human(after)
+        ),
+        Err(e) => eprintln!("{what}; dead-lettering it failed: {}", crate::one_line(&e)),
+    }
 }

@@ -314,6 +314,7 @@ async fn queues<DB: Db>(State(app): State<App<DB>>) -> Response {
         "acknowledged": counters.acked,
         "retried": counters.retried,
         "dead_lettered": counters.dead_lettered,
+        "dead_letter_failures": counters.dead_letter_failures,
         "claims": counters.claims,
         "claim_failures": counters.claim_errors,
     });

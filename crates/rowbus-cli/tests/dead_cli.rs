@@ -169,3 +169,49 @@ fn dead_commands_refuse_what_they_cannot_do(kind: Kind) {
     );
 }
 on_each_database!(dead_commands_refuse_what_they_cannot_do on postgres, sqlite);
+
+/// A message that uses its attempts while its queue's dead-letter table is gone (dropped
+/// by hand) is not reported dead-lettered: `consume` says it could not be dead-lettered,
+/// naming the table, and runs it again after the retry delay, its attempt staying the last
+/// (never "attempt 2 of 1"); once `deploy` brings the table back it is dead-lettered, and
+/// the summary counts the failures apart from the dead letters.
+fn a_failed_dead_letter_is_reported_not_counted(kind: Kind) {
+    let db = Db::new(kind);
+    let q = db.queue.clone();
+    db.ok(&["deploy", "--queue", &q]);
+    let dead = format!("{q}_dead");
+    match kind {
+        Kind::MariaDb => db.database.exec(&format!("DROP TABLE `{dead}`")),
+        _ => db.database.exec(&format!("DROP TABLE \"{dead}\"")),
+    };
+    db.ok(&["publish", &q, "doomed"]);
+    let args =
+        ["consume", &q, "--exec", "exit 1", "--max-attempts", "1", "--retry-delay", "500ms", "--lease", "1m"];
+    let mut consumer = Running::spawn(db.rowbus(&args), Duration::from_secs(15));
+    consumer.await_stderr("consuming", LINE_TIMEOUT, |line| line.starts_with("rowbus: consuming "));
+    for time in ["first", "second"] {
+        let line = consumer.await_stderr("could not be dead-lettered", LINE_TIMEOUT, |line| {
+            line.contains("(attempt ") || line.contains("could not be dead-lettered")
+        });
+        assert!(line.contains("(attempt 1 of 1)"), "the {time} attempt: {line}");
+        assert!(line.contains("could not be dead-lettered"), "the {time} failure: {line}");
+        assert!(line.contains(&format!("`{dead}`")) && !line.ends_with("; dead-lettered"), "{line}");
+    }
+    db.ok(&["deploy", "--queue", &q]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while db.list(&[]).is_empty() {
+        assert!(Instant::now() < deadline, "not dead-lettered within 20 s of the redeploy");
+        thread::sleep(Duration::from_millis(100));
+    }
+    let (status, _, stderr) = consumer.stop("INT");
+    assert!(status.success(), "the consumer exited {status}: {stderr:#?}");
+    let summary = stderr.iter().find(|l| l.starts_with("rowbus: stopped: ")).expect("a summary");
+    assert!(summary.contains(" 1 dead-lettered,"), "{summary}");
+    let failed: u64 = summary
+        .split(", ")
+        .find_map(|part| part.strip_suffix(" failed to dead-letter"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count of failed dead letters in: {summary}"));
+    assert!(failed >= 2, "{summary}");
+}
+on_each_database!(a_failed_dead_letter_is_reported_not_counted);

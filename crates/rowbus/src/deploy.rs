@@ -105,8 +105,9 @@ impl<DB: Db> Drop for Deploying<DB> {
 
 /// Runs `statements` (which create `table`) on one connection of `pool`, in a
 /// transaction, under the dialect's deploy lock for `table`. With `queue`, first refuses
-/// a table of that name that is not a queue table, before anything is created, and
-/// brings one made by an older rowbus up to date (the columns it lacks, first).
+/// a queue that would share a table with another queue ([`refuse_shared`]) and a table of
+/// that name that is not a queue table, before anything is created, and brings one made
+/// by an older rowbus up to date (the columns it lacks, first).
 pub(crate) async fn locked<DB: Db>(
     pool: &Pool<DB>,
     table: &str,
@@ -122,6 +123,9 @@ pub(crate) async fn locked<DB: Db>(
     deploying.holds_lock = true;
     DB::lock_deploy(&mut tx, table).await?;
     let created = async {
+        if let Some(queue) = queue {
+            refuse_shared::<DB>(&mut tx, queue).await?;
+        }
         if let Some(queue) = queue
             && refuse_foreign(queue, find_on::<DB>(&mut tx, queue.schema(), queue.name()).await?)?
         {
@@ -143,6 +147,51 @@ pub(crate) async fn locked<DB: Db>(
     }
     deploying.holds_lock = false;
     created
+}
+
+/// Refuses with [`Error::QueueNameCollides`] deploying `queue` when a name it takes (its
+/// table, side tables and, where they share the tables' names, indexes:
+/// [`Schema::queue_names`](crate::sql::Schema::queue_names)) is one a deployed queue of its
+/// schema takes: `jobs_dead` beside `jobs`, either way round.
+async fn refuse_shared<DB: Db>(conn: &mut DB::Connection, queue: &QueueTable) -> Result<(), Error> {
+    let qualified = |name: &str| match queue.schema() {
+        Some(schema) => format!("{schema}.{name}"),
+        None => name.to_owned(),
+    };
+    for (table, other) in shared_names(queue.name(), &DB::queue_names(), DB::NAMES_FOLD_CASE) {
+        if find_on::<DB>(conn, queue.schema(), &other).await? == TableState::Deployed {
+            return Err(Error::QueueNameCollides {
+                queue: queue.to_string(),
+                table: qualified(&table),
+                other: qualified(&other),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The queues whose names would overlap those of queue `name`, each with a name both
+/// would take: `(name + mine, other)` wherever `name + mine` is `other + theirs` for two
+/// different suffixes of `suffixes` (`""` among them). With `fold`, names match without
+/// regard to ASCII case.
+fn shared_names(name: &str, suffixes: &[&str], fold: bool) -> Vec<(String, String)> {
+    let ends_with = |text: &str, end: &str| {
+        text.len() >= end.len() && {
+            let tail = &text.as_bytes()[text.len() - end.len()..];
+            if fold { tail.eq_ignore_ascii_case(end.as_bytes()) } else { tail == end.as_bytes() }
+        }
+    };
+    let mut shared = Vec::new();
+    for mine in suffixes {
+        let taken = format!("{name}{mine}");
+        for theirs in suffixes {
+            // The same suffix would make the other queue this one; an empty rest no name.
+            if mine != theirs && taken.len() > theirs.len() && ends_with(&taken, theirs) {
+                shared.push((taken.clone(), taken[..taken.len() - theirs.len()].to_owned()));
+            }
+        }
+    }
+    shared
 }
 
 /// What an existing queue table (and its dead-letter table) needs to have every column
@@ -233,5 +282,36 @@ pub(crate) fn refuse_foreign(table: &QueueTable, state: TableState) -> Result<bo
         TableState::Missing => Ok(false),
         TableState::Deployed => Ok(true),
         TableState::NotAQueue { missing } => Err(Error::NotAQueueTable { table: table.to_string(), missing }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shared_names;
+
+    const SUFFIXES: [&str; 4] = ["", "_dead", "_pause", "_keys"];
+
+    #[test]
+    fn a_queue_and_its_side_tables_meet_other_queues_both_ways() {
+        let pairs = |name: &str| shared_names(name, &SUFFIXES, false);
+        let owned = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs.iter().map(|&(a, b)| (a.to_owned(), b.to_owned())).collect()
+        };
+        assert_eq!(
+            pairs("jobs"),
+            owned(&[("jobs_dead", "jobs_dead"), ("jobs_pause", "jobs_pause"), ("jobs_keys", "jobs_keys")])
+        );
+        // A queue named as `jobs`'s dead-letter table takes `jobs`'s name for that table.
+        let dead = pairs("jobs_dead");
+        assert!(dead.contains(&("jobs_dead".to_owned(), "jobs".to_owned())), "{dead:?}");
+        assert!(dead.contains(&("jobs_dead_dead".to_owned(), "jobs_dead_dead".to_owned())), "{dead:?}");
+        assert!(!dead.iter().any(|(_, other)| other == "jobs_dead"), "never itself: {dead:?}");
+    }
+
+    #[test]
+    fn folding_case_finds_names_that_differ_in_case() {
+        assert!(shared_names("JOBS_DEAD", &SUFFIXES, false).iter().all(|(_, other)| other != "JOBS"));
+        let folded = shared_names("JOBS_DEAD", &SUFFIXES, true);
+        assert!(folded.contains(&("JOBS_DEAD".to_owned(), "JOBS".to_owned())), "{folded:?}");
     }
 }

@@ -230,6 +230,22 @@ pub enum Error {
         /// The queue table's columns it lacks.
         missing: Vec<&'static str>,
     },
+    /// A queue whose tables would share a name with another queue's: `jobs_dead` deployed
+    /// as a queue beside `jobs` (whose dead letters go to `jobs_dead`), either way round,
+    /// and the same for every side table. A deploy refuses it and creates nothing.
+    #[error(
+        "cannot deploy queue `{queue}`: the table `{table}` would belong both to it and to the queue \
+         `{other}`, mixing their messages; give the new queue a name that shares no table with \
+         another queue's (nothing was created)"
+    )]
+    QueueNameCollides {
+        /// The queue being deployed.
+        queue: String,
+        /// The name both queues would take.
+        table: String,
+        /// The queue already deployed.
+        other: String,
+    },
     /// Another deploy held the deploy lock for longer than a deploy waits.
     #[error(
         "cannot deploy `{table}`: another deploy held the deploy lock for {}s; nothing was created, \
@@ -270,6 +286,28 @@ pub enum Error {
         table: String,
         /// The message's id.
         id: i64,
+    },
+    /// Moving a message to its queue's dead-letter table failed (the table is missing, or
+    /// is not a dead-letter table): the message was not dead-lettered. It stays in its
+    /// queue and runs again after `after`, its attempt not counted again, until the move
+    /// succeeds.
+    #[error(
+        "message {id} of `{table}` could not be dead-lettered into `{dead}` and stays in the queue, to run \
+         again in {after:?} (`rowbus deploy --queue {table}`, or Queue::deploy, recreates a missing \
+         dead-letter table)"
+    )]
+    DeadLetterFailed {
+        /// The queue table.
+        table: String,
+        /// Its dead-letter table.
+        dead: String,
+        /// The message's id.
+        id: i64,
+        /// When the message runs again.
+        after: Duration,
+        /// Why the move failed.
+        #[source]
+        source: Box<Error>,
     },
     /// A duration out of its range, refused before any statement: longer than a database
     /// can add to its clock ([`MAX_DURATION`](crate::limits::MAX_DURATION)), a lease of zero, or

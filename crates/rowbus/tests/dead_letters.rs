@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::{Cleanup, MARIADB, PG, TempSqlite, next_delivery as next, on_each_database, unique};
 use rowbus::dead::{DeadLetter, DeadLetterPage, DeadLetters};
-use rowbus::{Broker, BrokerOptions, Db, DbPool, Message, Queue, RetryPolicy};
+use rowbus::{Broker, BrokerOptions, Db, DbPool, Error, Message, Queue, RetryPolicy};
 
 /// A broker whose messages die at their first failure, and the same pool as a [`DbPool`]
 /// for the test's own statements; the SQLite file lives as long as it.
@@ -311,3 +311,79 @@ async fn handler_errors_keep_their_causes<DB: Db>(env: Env<DB>) {
     table.drop_tables().await;
 }
 on_each_database!(handler_errors_keep_their_causes);
+
+/// Drops queue `q`'s dead-letter table with the test's own SQL, as an operator might.
+async fn drop_dead_table(db: &DbPool, q: &Queue<impl Db>) {
+    let dead = format!("{}_dead", q.table());
+    let sql = sqlx::AssertSqlSafe(match db {
+        DbPool::MySql(_) => format!("DROP TABLE `{dead}`"),
+        _ => format!("DROP TABLE \"{dead}\""),
+    });
+    match db {
+        DbPool::Postgres(pool) => sqlx::query(sql).execute(pool).await.map(drop),
+        DbPool::MySql(pool) => sqlx::query(sql).execute(pool).await.map(drop),
+        DbPool::Sqlite(pool) => sqlx::query(sql).execute(pool).await.map(drop),
+    }
+    .unwrap();
+}
+
+/// Messages in queue `q`'s own table, counted with the test's own SQL (the queue's
+/// figures read the dead-letter table too).
+async fn in_table(db: &DbPool, q: &Queue<impl Db>) -> i64 {
+    let table = q.table().to_string();
+    let sql = sqlx::AssertSqlSafe(match db {
+        DbPool::MySql(_) => format!("SELECT COUNT(*) FROM `{table}`"),
+        _ => format!("SELECT COUNT(*) FROM \"{table}\""),
+    });
+    match db {
+        DbPool::Postgres(pool) => sqlx::query_scalar(sql).fetch_one(pool).await.unwrap(),
+        DbPool::MySql(pool) => sqlx::query_scalar(sql).fetch_one(pool).await.unwrap(),
+        DbPool::Sqlite(pool) => sqlx::query_scalar(sql).fetch_one(pool).await.unwrap(),
+    }
+}
+
+/// A dead-letter move that fails (the dead-letter table dropped by hand) is an error
+/// naming that table, not a dead letter: nothing is counted as dead-lettered, the message
+/// stays in its queue and comes back after the retry delay with its attempt not counted
+/// again (no ever-growing "attempt 6 of 1"), and once a redeploy brings the table back it
+/// is dead-lettered.
+async fn a_failed_dead_letter_move_is_reported_and_retried<DB: Db>(env: Env<DB>) {
+    let table = Table::new(&env.broker).await;
+    let retry = RetryPolicy { max_attempts: 1, base: Duration::from_millis(300), ..RetryPolicy::default() };
+    let options = BrokerOptions { retry, lease: Duration::from_secs(60), ..BrokerOptions::default() };
+    let broker = Broker::new(env.broker.pool().clone(), options).await.unwrap();
+    let q = broker.queue(&table.0.table().to_string()).unwrap();
+    q.publish(Message::text("doomed")).await.unwrap();
+    drop_dead_table(&env.db, &q).await;
+
+    let mut sub = q.subscribe().stream().await.unwrap();
+    let d = next(&mut sub).await;
+    let id = d.id();
+    assert_eq!(d.attempt(), 1);
+    let err = d.fail("boom").await.expect_err("a dead-letter move into a missing table");
+    assert!(matches!(&err, Error::DeadLetterFailed { id: failed, .. } if *failed == id), "{err:?}");
+    let message = err.to_string();
+    assert!(message.contains(&format!("`{}_dead`", q.table())), "the dead-letter table is named: {message}");
+    let stats = broker.stats();
+    assert_eq!((stats.dead_lettered, stats.dead_letter_failures), (0, 1), "not counted as dead-lettered");
+    assert_eq!(in_table(&env.db, &q).await, 1, "the message is still in its queue");
+
+    // Back after the delay (not the minute's lease), its attempt still the first.
+    let again = next(&mut sub).await;
+    assert_eq!((again.id(), again.attempt()), (id, 1));
+    again.release().await.unwrap();
+
+    q.deploy().await.unwrap();
+    let last = next(&mut sub).await;
+    assert_eq!((last.id(), last.attempt()), (id, 1));
+    last.fail("boom again").await.unwrap();
+    let letter = q.dead_letter(id).await.unwrap().expect("dead-lettered once the table is back");
+    assert_eq!((letter.attempts, letter.last_error.as_deref()), (1, Some("boom again")));
+    let stats = broker.stats();
+    assert_eq!((stats.dead_lettered, stats.dead_letter_failures), (1, 1));
+    assert_eq!(in_table(&env.db, &q).await, 0);
+    drop(sub);
+    broker.shutdown(Duration::from_secs(1)).await;
+    table.drop_tables().await;
+}
+on_each_database!(a_failed_dead_letter_move_is_reported_and_retried);

@@ -250,3 +250,72 @@ async fn deploy_waits_for_the_lock_on_sqlite() {
     deploy_waits_for_the_lock::<sqlx::Sqlite>(&file.url, |_| "BEGIN IMMEDIATE".into(), |_| "COMMIT".into())
         .await;
 }
+
+/// The names a deploy of a queue takes besides its own, where a table's name could be
+/// taken: its side tables, and (PostgreSQL, SQLite) its indexes, which share the tables'
+/// names there.
+fn taken_names(backend: rowbus::Backend) -> Vec<&'static str> {
+    let mut suffixes = vec!["_dead", "_pause", "_sched", "_ticks", "_hist", "_keep"];
+    match backend {
+        rowbus::Backend::MySql => suffixes.extend(["_dedup", "_keys"]),
+        _ => suffixes.extend(["_ready", "_key", "_dedup", "_hidx"]),
+    }
+    suffixes
+}
+
+/// Asserts `err` refuses deploying `queue` because the name `table` is also queue
+/// `other`'s, in words an operator can act on.
+fn assert_collides(err: &Error, queue: &str, table: &str, other: &str) {
+    assert!(
+        matches!(err, Error::QueueNameCollides { queue: q, table: t, other: o } if q == queue && t == table && o == other),
+        "{err:?}"
+    );
+    let message = err.to_string();
+    for needle in [format!("`{queue}`"), format!("`{table}`"), format!("`{other}`")] {
+        assert!(message.contains(&needle), "expected {needle:?} in: {message}");
+    }
+}
+
+/// Two queues never share a table: a queue named as another's side table (`q_dead` after
+/// `q`, even once `q_dead` was dropped by hand), and a queue one of whose side tables is
+/// another queue (`q` after `q_dead`), are refused, for every side table and index name,
+/// creating nothing; redeploying a queue is still accepted.
+async fn deploy_refuses_queues_that_share_a_table<DB: Db>(url: &str)
+where
+    for<'c> &'c sqlx::Pool<DB>: sqlx::Executor<'c, Database = DB>,
+{
+    let cleanup = Cleanup::new(DB::BACKEND);
+    let b = broker::<DB>(url, BrokerOptions::default()).await;
+    let q = cleanup.queue(&unique("shared"));
+    let queue = b.queue(&q).unwrap();
+    queue.deploy().await.unwrap();
+    queue.deploy().await.expect("a redeploy of the same queue");
+    let quote = |name: &str| match DB::BACKEND {
+        rowbus::Backend::MySql => format!("`{name}`"),
+        _ => format!("\"{name}\""),
+    };
+    // The dead-letter table dropped by hand: its name is still the queue's.
+    exec(&b, format!("DROP TABLE {}", quote(&format!("{q}_dead")))).await;
+    for suffix in taken_names(DB::BACKEND) {
+        let side = cleanup.queue(&format!("{q}{suffix}"));
+        let err = b.queue(&side).unwrap().deploy().await.expect_err("a queue named as another's side table");
+        assert_collides(&err, &side, &side, &q);
+    }
+    assert_eq!(b.queue(&format!("{q}_dead_dead")).unwrap().state().await.unwrap(), TableState::Missing);
+    queue.deploy().await.expect("the redeploy that brings the dead-letter table back");
+
+    // The other way round: the side-table name is a queue first.
+    for suffix in taken_names(DB::BACKEND) {
+        let base = cleanup.queue(&unique("shared"));
+        let side = cleanup.queue(&format!("{base}{suffix}"));
+        let other = b.queue(&side).unwrap();
+        other.deploy().await.unwrap();
+        let err = b.queue(&base).unwrap().deploy().await.expect_err("a queue whose side table is a queue");
+        assert_collides(&err, &base, &side, &side);
+        assert_eq!(b.queue(&base).unwrap().state().await.unwrap(), TableState::Missing, "{base} was created");
+        other.undeploy().await.unwrap();
+    }
+    queue.undeploy().await.unwrap();
+    b.shutdown(Duration::from_secs(1)).await;
+}
+on_each_database!(deploy_refuses_queues_that_share_a_table);

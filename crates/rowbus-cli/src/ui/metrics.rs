@@ -53,7 +53,7 @@ impl Exposition {
 type Counter = (&'static str, &'static str, fn(&Stats) -> u64);
 
 /// The counters of [`Stats`] exported.
-const COUNTERS: [Counter; 7] = [
+const COUNTERS: [Counter; 8] = [
     ("rowbus_published_total", "Messages this process published.", |s| s.published),
     (
         "rowbus_publish_statements_total",
@@ -67,6 +67,11 @@ const COUNTERS: [Counter; 7] = [
     ("rowbus_dead_lettered_total", "Messages this process moved to a dead-letter table.", |s| {
         s.dead_lettered
     }),
+    (
+        "rowbus_dead_letter_failures_total",
+        "Dead-letter moves this process tried that failed (the dead-letter table missing, say); each message stayed in its queue, to run again.",
+        |s| s.dead_letter_failures,
+    ),
     ("rowbus_claims_total", "Claims this process ran.", |s| s.claims),
     ("rowbus_claim_failures_total", "Claims this process ran that failed.", |s| s.claim_errors),
 ];
@@ -225,6 +230,7 @@ mod tests {
             acked: 4,
             retried: 3,
             dead_lettered: 2,
+            dead_letter_failures: 6,
             claims: 9,
             claim_errors: 1,
             ..Stats::default()
@@ -267,6 +273,7 @@ mod tests {
                 "rowbus_acknowledged_total",
                 "rowbus_retried_total",
                 "rowbus_dead_lettered_total",
+                "rowbus_dead_letter_failures_total",
                 "rowbus_claims_total",
                 "rowbus_claim_failures_total",
             ]
@@ -281,6 +288,7 @@ mod tests {
             "rowbus_acknowledged_total 4",
             "rowbus_retried_total 3",
             "rowbus_dead_lettered_total 2",
+            "rowbus_dead_letter_failures_total 6",
             "rowbus_claims_total 9",
             "rowbus_claim_failures_total 1",
         ] {

@@ -65,6 +65,7 @@ pub(crate) use positions::{POSITIONS_SUFFIX, PositionsSql, micros, text};
 pub use publish::Publishing;
 pub use schedule::Scheduling;
 pub(crate) use schedule::{SCHED_SUFFIX, ScheduleSql, TICKS_SUFFIX};
+pub(crate) use schema::QUEUE_NAMES;
 pub use schema::Schema;
 pub(crate) use statements::{InsertForm, TableSql};
 pub(crate) use table::{DEAD_FEATURE_COLUMNS, FEATURE_COLUMNS, QUEUE_COLUMNS};

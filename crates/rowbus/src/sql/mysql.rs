@@ -14,7 +14,7 @@ use sqlx::{ConnectOptions as _, Connection as _, MySql, Pool, Row as _};
 
 use super::{
     Catalog, Claiming, Connecting, DEDUP, DEPLOY_LOCK_WAIT, Db, Keeping, Naming, Pausing, Positions,
-    Publishing, Scheduling, Schema, Waking, placeholders,
+    Publishing, QUEUE_NAMES, Scheduling, Schema, Waking, placeholders,
 };
 use crate::backend::{Backend, connect_error, invalid_url, pool_options, redact};
 use crate::driver::sealed::Driver as _;
@@ -409,6 +409,12 @@ impl Schema for MySql {
     /// The keys' table and the deduplication ids' table.
     fn side_tables(table: &QueueTable) -> Vec<String> {
         vec![super::quoted::<Self>(table, DEDUP), super::quoted::<Self>(table, keys::KEYS_TABLE)]
+    }
+
+    /// Besides the shared ones, the deduplication ids' and the keys' tables (indexes are
+    /// named per table here).
+    fn queue_names() -> Vec<&'static str> {
+        [&QUEUE_NAMES[..], &[DEDUP, keys::KEYS_TABLE]].concat()
     }
 
     /// A queue table of an older rowbus kept its keys and deduplication ids in indexes.

@@ -11,7 +11,7 @@ use tracing::warn;
 
 use super::{
     Catalog, Claiming, Connecting, DEDUP, DEPLOY_LOCK_WAIT, Db, KEYS, Keeping, Naming, Pausing, Positions,
-    Publishing, READY, Scheduling, Schema, Waking,
+    Publishing, QUEUE_NAMES, READY, Scheduling, Schema, Waking,
 };
 use crate::backend::{Backend, connect_error, invalid_url, pool_options, redact};
 use crate::driver::sealed::Driver as _;
@@ -106,6 +106,11 @@ impl Naming for Postgres {
 }
 
 impl Schema for Postgres {
+    /// Besides the shared ones, its indexes': they share the tables' names.
+    fn queue_names() -> Vec<&'static str> {
+        [&QUEUE_NAMES[..], &[READY, KEYS, DEDUP, super::HISTORY_INDEX_SUFFIX]].concat()
+    }
+
     type TableState = ();
 
     fn table_state(_table: &QueueTable) {}

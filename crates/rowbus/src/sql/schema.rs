@@ -4,9 +4,15 @@
 use futures::future::BoxFuture;
 
 use super::Naming;
+use super::{HISTORY_SUFFIX, KEEP_SUFFIX, PAUSE_SUFFIX, SCHED_SUFFIX, TICKS_SUFFIX};
 use super::{OLD_CLAIM, quoted};
 use crate::error::Error;
 use crate::names::QueueTable;
+
+/// The suffixes of the names every database's deploy of a queue takes, the queue table's
+/// own (`""`) first: its dead-letter, pause, schedule, tick and history tables.
+pub(crate) const QUEUE_NAMES: [&str; 7] =
+    ["", "_dead", PAUSE_SUFFIX, SCHED_SUFFIX, TICKS_SUFFIX, HISTORY_SUFFIX, KEEP_SUFFIX];
 
 /// A queue's tables: made, upgraded and deployed one deploy at a time.
 pub trait Schema: Naming {
@@ -46,6 +52,18 @@ pub trait Schema: Naming {
     fn side_tables(_table: &QueueTable) -> Vec<String> {
         Vec::new()
     }
+
+    /// The suffixes of every name a deployed queue takes among its schema's table names:
+    /// [`QUEUE_NAMES`], then those of its [`side_tables`](Self::side_tables) and of its
+    /// indexes where they share the tables' names. Two queues must take no name in common: a
+    /// deploy refuses a queue whose names another queue's take
+    /// ([`Error::QueueNameCollides`]).
+    fn queue_names() -> Vec<&'static str> {
+        QUEUE_NAMES.to_vec()
+    }
+
+    /// Whether the database matches table names without regard to case.
+    const NAMES_FOLD_CASE: bool = false;
 
     /// What brings an older queue table's indexes up to date, run by a deploy after the
     /// columns ([`migrate_queue`](Self::migrate_queue)): for each change, a query returning

@@ -11,8 +11,8 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode};
 use sqlx::{Connection as _, Pool, Sqlite};
 
 use super::{
-    Catalog, Claiming, Connecting, DEDUP, Db, KEYS, Keeping, Naming, Pausing, Positions, Publishing, READY,
-    Scheduling, Schema, Waking,
+    Catalog, Claiming, Connecting, DEDUP, Db, KEYS, Keeping, Naming, Pausing, Positions, Publishing,
+    QUEUE_NAMES, READY, Scheduling, Schema, Waking,
 };
 use crate::backend::{Backend, connect_error, invalid_url, pool_options};
 use crate::driver::sealed::Driver as _;
@@ -141,6 +141,13 @@ impl Naming for Sqlite {
 }
 
 impl Schema for Sqlite {
+    /// Besides the shared ones, its indexes': they share the tables' names.
+    fn queue_names() -> Vec<&'static str> {
+        [&QUEUE_NAMES[..], &[READY, KEYS, DEDUP, super::HISTORY_INDEX_SUFFIX]].concat()
+    }
+
+    const NAMES_FOLD_CASE: bool = true;
+
     type TableState = ();
 
     fn table_state(_table: &QueueTable) {}

@@ -29,6 +29,9 @@ pub struct TableSql<DB: Schema> {
     pub release: Arc<str>,
     /// Binds: lease µs, id, token.
     pub extend: Arc<str>,
+    /// Binds: delay µs, error, id, token. Gives a leased message back to run again after
+    /// the delay, its attempt not counted: where dead-lettering it failed.
+    pub release_later: Arc<str>,
     /// Binds: error, id, token: copies the row into the dead-letter table.
     pub dead_insert: Arc<str>,
     /// Binds: group, group. Messages in the table, then in the dead-letter table.

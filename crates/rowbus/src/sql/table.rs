@@ -60,6 +60,15 @@ impl<DB: Schema + Publishing + Claiming + Pausing + Scheduling + Keeping> TableS
                 p(2)
             )
             .into(),
+            release_later: format!(
+                "UPDATE {t} SET visible_at = {}, lease = NULL, lease_until = NULL, attempts = attempts - 1, \
+                 last_error = {} WHERE id = {} AND lease = {}",
+                DB::later(&p(1)),
+                p(2),
+                p(3),
+                p(4)
+            )
+            .into(),
             extend: format!(
                 "UPDATE {t} SET lease_until = {} WHERE id = {} AND lease = {}",
                 DB::later(&p(1)),

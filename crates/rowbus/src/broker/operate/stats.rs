@@ -20,6 +20,11 @@ pub struct Stats {
     pub retried: u64,
     /// Messages moved to a dead-letter table.
     pub dead_lettered: u64,
+    /// Dead-letter moves that failed (the dead-letter table missing, say): each message
+    /// stayed in its queue, to run again after its retry delay
+    /// ([`Error::DeadLetterFailed`](crate::Error::DeadLetterFailed)). Not among
+    /// `dead_lettered`.
+    pub dead_letter_failures: u64,
     /// Messages a handler dropped.
     pub dropped: u64,
     /// Claimed messages given back unstarted (at shutdown).
@@ -66,6 +71,7 @@ pub(crate) struct Counters {
     acked: AtomicU64,
     retried: AtomicU64,
     dead_lettered: AtomicU64,
+    dead_letter_failures: AtomicU64,
     dropped: AtomicU64,
     released: AtomicU64,
     abandoned: AtomicU64,
@@ -110,6 +116,11 @@ impl Counters {
 
     pub fn dead_lettered(&self, n: u64) {
         add(&self.dead_lettered, n);
+    }
+
+    /// `n` messages whose move to the dead-letter table failed.
+    pub fn dead_letter_failed(&self, n: u64) {
+        add(&self.dead_letter_failures, n);
     }
 
     pub fn dropped(&self, n: u64) {
@@ -157,6 +168,7 @@ impl Counters {
             acked: get(&self.acked),
             retried: get(&self.retried),
             dead_lettered: get(&self.dead_lettered),
+            dead_letter_failures: get(&self.dead_letter_failures),
             dropped: get(&self.dropped),
             released: get(&self.released),
             abandoned: get(&self.abandoned),

@@ -124,9 +124,12 @@ impl<DB: Db> Lease<DB> {
         lease::retry(&self.queue, self.id, self.token, after, reason).await
     }
 
+    /// Moves the message to the dead-letter table; where that fails, it runs again after
+    /// the retry policy's delay for this attempt.
     async fn dead_letter(&self, reason: &str) -> Result<(), Error> {
         self.settling();
-        lease::dead_letter(&self.queue, self.id, self.token, reason).await?;
+        let after = self.queue.inner().options.retry.delay(self.attempt);
+        lease::dead_letter(&self.queue, self.id, self.token, reason, after).await?;
         self.free_key().await;
         Ok(())
     }
@@ -135,8 +138,9 @@ impl<DB: Db> Lease<DB> {
         let policy = &self.queue.inner().options.retry;
         let (table, id, attempt) = (self.queue.table(), self.id, self.attempt);
         if policy.exhausted(attempt) {
+            self.dead_letter(error).await?;
             warn!(%table, id, attempt, error, "dead-lettered");
-            self.dead_letter(error).await
+            Ok(())
         } else {
             let after = policy.delay(attempt);
             debug!(%table, id, attempt, ?after, error, "retrying");
@@ -173,8 +177,12 @@ impl<DB: Db> Lease<DB> {
             Ok(Outcome::Drop) => self.ack(true).await,
             Err(error) => self.fail(&error).await,
         };
-        if let Err(error) = settled {
-            warn!(%error, table = %self.queue.table(), id = self.id, "settling a message failed; it comes back when its lease runs out");
+        match settled {
+            // Logged, counted and given back where it failed.
+            Ok(()) | Err(Error::DeadLetterFailed { .. }) => {}
+            Err(error) => {
+                warn!(%error, table = %self.queue.table(), id = self.id, "settling a message failed; it comes back when its lease runs out");
+            }
         }
     }
 }
@@ -230,12 +238,15 @@ impl<DB: Db> Delivery<DB> {
     }
 
     /// A failed attempt: retries with the broker's backoff, or dead-letters the message
-    /// once it has used its attempts.
+    /// once it has used its attempts. A dead-letter move that fails is refused with
+    /// [`Error::DeadLetterFailed`], and the message runs again after the backoff.
     pub async fn fail(self, error: &str) -> Result<(), Error> {
         self.lease.fail(error).await
     }
 
-    /// Moves it to the dead-letter table now, with `reason`.
+    /// Moves it to the dead-letter table now, with `reason`. A move that fails (the
+    /// dead-letter table missing, say) is refused with [`Error::DeadLetterFailed`] and the
+    /// message runs again after the retry policy's delay, its attempt not counted.
     pub async fn dead_letter(self, reason: &str) -> Result<(), Error> {
         self.lease.dead_letter(reason).await
     }

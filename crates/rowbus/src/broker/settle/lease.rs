@@ -9,7 +9,7 @@ use notify_table::DurationRange;
 use sqlx::Transaction;
 
 use crate::broker::Queue;
-use crate::broker::exec::{micros, queue_error, retrying};
+use crate::broker::exec::{micros, retrying};
 use crate::broker::operate::history::{arcs, move_in, moved, record};
 use crate::driver::{Arg, ClaimedRow};
 use crate::error::{Error, check_duration};
@@ -190,32 +190,71 @@ pub(crate) async fn extend<DB: Db>(
 }
 
 /// Moves a leased message to the dead-letter table with `error`, in one transaction.
+///
+/// A move that fails (the dead-letter table missing or not one, or the history table
+/// where the queue keeps it) is counted, logged at error level and refused with
+/// [`Error::DeadLetterFailed`]: the message is given back to run again after `after`,
+/// its attempt not counted, so that it comes back as often as a retry would and its
+/// attempt does not grow past the last; a move that finds the lease lost changes nothing.
 pub(crate) async fn dead_letter<DB: Db>(
     queue: &Queue<DB>,
     id: i64,
     token: i64,
     error: &str,
+    after: Duration,
 ) -> Result<(), Error> {
     let (pool, sql, keeping) = (&queue.inner().pool, &*queue.sql, queue.keeps());
-    let mut tx = pool.begin_with(DB::WRITE_BEGIN).await.map_err(|e| queue_error(queue, e))?;
     let moved = async {
+        let mut tx = pool.begin_with(DB::WRITE_BEGIN).await?;
         let args = [Arg::Text(error), Arg::Int(id), Arg::Int(token)];
         let mut copied = DB::execute(&mut tx, &sql.dead_insert, &args).await?;
         if keeping && copied == 1 {
             copied = DB::execute(&mut tx, &sql.history.dead, &args).await?;
         }
         let deleted = DB::execute(&mut tx, &sql.ack, &[Arg::Int(id), Arg::Int(token)]).await?;
-        Ok::<_, sqlx::Error>(copied == 1 && deleted == 1)
+        if copied == 1 && deleted == 1 {
+            tx.commit().await?;
+            Ok(true)
+        } else {
+            tx.rollback().await?;
+            Ok::<_, sqlx::Error>(false)
+        }
     }
-    .await
-    .map_err(|e| queue_error(queue, e))?;
-    if !moved {
-        tx.rollback().await?;
-        return Err(lease_lost(queue, id));
+    .await;
+    match moved {
+        Ok(true) => {
+            queue.inner().counters.dead_lettered(1);
+            Ok(())
+        }
+        Ok(false) => Err(lease_lost(queue, id)),
+        Err(e) => Err(dead_letter_failed(queue, id, token, error, after, e).await),
     }
-    tx.commit().await?;
-    queue.inner().counters.dead_lettered(1);
-    Ok(())
+}
+
+/// After the move of leased message `id` to the dead-letter table failed with `e`:
+/// counts and logs it, gives the message back to run again after `after` (its attempt
+/// not counted, `error` kept as its last), and returns the error that says so.
+async fn dead_letter_failed<DB: Db>(
+    queue: &Queue<DB>,
+    id: i64,
+    token: i64,
+    error: &str,
+    after: Duration,
+    e: sqlx::Error,
+) -> Error {
+    queue.inner().counters.dead_letter_failed(1);
+    let table = queue.table().to_string();
+    let dead = format!("{table}_dead");
+    let cause = Error::Database(e);
+    tracing::error!(
+        %table, id, error = %cause.one_line(), ?after,
+        "dead-lettering a message failed; it stays in the queue and runs again after the delay"
+    );
+    let args = [Arg::Int(micros(after)), Arg::Text(error), Arg::Int(id), Arg::Int(token)];
+    if let Err(back) = execute(queue, &queue.sql.release_later, &args).await {
+        tracing::warn!(%table, id, error = %back.one_line(), "giving the message back failed; it comes back when its lease runs out");
+    }
+    Error::DeadLetterFailed { table, dead, id, after, source: Box::new(cause) }
 }
 
 /// In the claim's transaction, after its handler's writes were undone: puts the claimed

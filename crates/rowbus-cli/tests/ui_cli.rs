@@ -1,7 +1,9 @@
 //! End-to-end tests of `rowbus ui`: the binary serving a queue with known contents, read
 //! over plain HTTP (`/metrics`, `/api/queues`, the token on operations) and in a real
 //! browser (headless Chromium, which `scripts/services.sh` installs; the browser test
-//! fails when it is missing). The browser test keeps its screenshot in docs/dashboard.png.
+//! fails when it is missing). The browser test writes its screenshot under target/ (the
+//! test's temporary folder); with `ROWBUS_UPDATE_SCREENSHOT=1` it also replaces
+//! docs/dashboard.png, the picture the docs show, which a test run otherwise leaves alone.
 
 mod common;
 
@@ -823,7 +825,8 @@ fn button(dom: &str, row: &str, label: &str) -> (String, String) {
 /// In a real browser, the page fetches the figures and renders them: the queue's row
 /// with its depth, its groups, the dead letter's count, and the dead letter itself with
 /// its error and its requeue button; queue `mail`, paused by the dashboard, PAUSED with a
-/// button to resume it. The screenshot of this page is docs/dashboard.png. The requests
+/// button to resume it. Its screenshot is the one in docs/dashboard.png (see the module's
+/// doc for how to renew it). The requests
 /// the buttons send (their operation and body, as the page's `operation()` sends them)
 /// put the dead letter back and resume `mail`: the page, loaded again, shows the dead
 /// letter's group's depth up by one, no dead letter and nothing paused.
@@ -904,7 +907,8 @@ fn browser_shows_the_queue() {
     ] {
         assert!(dom.contains(needle), "the rendered page lacks {what} ({needle}):\n{dom}");
     }
-    let screenshot = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/dashboard.png");
+    let screenshot =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("dashboard-{}.png", std::process::id()));
     // The last run's screenshot must not pass for this one's.
     let _ = std::fs::remove_file(&screenshot);
     browse(&url, &[&format!("--screenshot={}", screenshot.display()), "--window-size=1200,900"]);
@@ -915,6 +919,11 @@ fn browser_shows_the_queue() {
         "{} is not a screenshot",
         screenshot.display()
     );
+    if std::env::var_os("ROWBUS_UPDATE_SCREENSHOT").is_some_and(|v| v == "1") {
+        let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/dashboard.png");
+        std::fs::write(&docs, &png).unwrap_or_else(|e| panic!("{}: {e}", docs.display()));
+    }
+    let _ = std::fs::remove_file(&screenshot);
 
     // The dead letter's requeue button, as rendered: what a click sends.
     let (op, body) = button(&dom, &letter, "Requeue");

@@ -48,9 +48,10 @@ pub(crate) use on_each_database;
 
 static COUNTER: AtomicUsize = AtomicUsize::new(0);
 
-/// A name no other test (nor another run of this file) uses: `name_<pid>_<n>`.
+/// A name no other test (nor another run of this file) uses: `name_<tag><pid>_<n>`, the
+/// tag being the run's (`ROWBUS_TEST_RUN`, set by `scripts/test.sh`), or none.
 pub fn unique(name: &str) -> String {
-    format!("{name}_{}_{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed))
+    format!("{name}_{}{}_{}", cleanup::run_tag(), std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed))
 }
 
 /// The binary, with none of the caller's DATABASE_URL or RUST_LOG, backtraces on (so that

@@ -246,3 +246,10 @@ impl Drop for Cleanup {
         }
     }
 }
+
+/// `ROWBUS_TEST_RUN` (letters and digits, at most 8), or nothing.
+#[allow(dead_code)]
+pub fn run_tag() -> String {
+    let tag = std::env::var("ROWBUS_TEST_RUN").unwrap_or_default();
+    tag.chars().filter(char::is_ascii_alphanumeric).take(8).collect::<String>().to_ascii_lowercase()
+}

@@ -46,10 +46,12 @@ macro_rules! on_each_database {
 #[allow(unused_imports)]
 pub(crate) use on_each_database;
 
-/// A name no other test (or test process) uses.
+/// A name no other test (or test process) uses: the process id and a count, after the
+/// run's tag when `scripts/test.sh` set one (`ROWBUS_TEST_RUN`), by which it tells what
+/// its run made from what other programs made on the same servers meanwhile.
 pub fn unique(prefix: &str) -> String {
     static NEXT: AtomicU64 = AtomicU64::new(0);
-    format!("{prefix}_{}_{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed))
+    format!("{prefix}_{}{}_{}", cleanup::run_tag(), std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
 /// A SQLite database file removed when dropped.

@@ -508,7 +508,9 @@ impl Claiming for MySql {
     /// The locking read of a claim, unless paused or held behind an earlier message of
     /// its key (binds: group, group, limit); [`claim`](Self::claim) marks the rows it
     /// returns. InnoDB reads the key check's subquery without locking it (checked: a
-    /// locked earlier row still holds its key), so `SKIP LOCKED` skips only candidates.
+    /// locked earlier row still holds its key), so `SKIP LOCKED` skips only candidates;
+    /// and from the statement's snapshot, so the claim checks its keyed rows again
+    /// (`keys::recheck`).
     fn claim_sql(table: &QueueTable) -> String {
         format!(
             "SELECT {CLAIMED} FROM {} AS q WHERE group_name = ? AND {} AND visible_at <= UTC_TIMESTAMP(6) \
@@ -537,7 +539,8 @@ impl Claiming for MySql {
         token: i64,
     ) -> BoxFuture<'c, Result<Vec<ClaimedRow>, sqlx::Error>> {
         Box::pin(async move {
-            let mut rows = claim_in_lanes(conn, &sql.claim, &sql.quoted, group, limit).await?;
+            let rows = claim_in_lanes(conn, &sql.claim, &sql.quoted, group, limit).await?;
+            let mut rows = keys::recheck(conn, sql, rows).await?;
             if !rows.is_empty() {
                 let mark = Arc::from(claim_mark(&sql.quoted, rows.len()));
                 let mut args = vec![Arg::Int(lease), Arg::Int(token)];
@@ -569,6 +572,7 @@ impl Claiming for MySql {
     ) -> BoxFuture<'c, Result<Vec<ClaimedRow>, sqlx::Error>> {
         Box::pin(async move {
             let rows = claim_in_lanes(conn, &sql.claim_locked, &sql.quoted, group, limit).await?;
+            let rows = keys::recheck(conn, sql, rows).await?;
             for chunk in rows.chunks(ACK_BATCH) {
                 let delete = sql.delete_ids(chunk.len());
                 let args: Vec<Arg<'_>> = chunk.iter().map(|row| Arg::Int(row.id)).collect();

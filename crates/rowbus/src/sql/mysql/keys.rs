@@ -26,8 +26,8 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use sqlx::{MySql, MySqlConnection, Pool};
 
-use crate::driver::Arg;
 use crate::driver::sealed::Driver as _;
+use crate::driver::{Arg, ClaimedRow};
 use crate::names::QueueTable;
 use crate::sql::{KEYS, Naming, TableSql, placeholders, quoted};
 
@@ -112,6 +112,37 @@ pub(super) fn key_free(table: &QueueTable) -> String {
         key_index(),
         quoted::<MySql>(table, "")
     )
+}
+
+/// The claimed `rows` less those whose key an earlier message in the queue holds, as a
+/// statement begun now sees the queue. The claim's own check is not enough on InnoDB: its
+/// locking read sees the latest committed rows, while the key check, a plain read, sees the
+/// statement's snapshot; a keyed batch committed while the claim scanned passed the check
+/// whole, its earlier rows not yet in the snapshot. Run after the locking read in the
+/// claim's transaction; the rows it drops stay locked until that transaction ends and are
+/// neither marked nor deleted. One statement, only when a claimed row has a key.
+pub(super) async fn recheck(
+    conn: &mut MySqlConnection,
+    sql: &TableSql<MySql>,
+    mut rows: Vec<ClaimedRow>,
+) -> Result<Vec<ClaimedRow>, sqlx::Error> {
+    let keyed: Vec<i64> = rows.iter().filter(|row| row.key.is_some()).map(|row| row.id).collect();
+    if keyed.is_empty() {
+        return Ok(rows);
+    }
+    let check = format!(
+        "SELECT CAST(q.id AS SIGNED) FROM {} AS q WHERE q.id IN ({}) AND NOT {}",
+        sql.quoted,
+        placeholders::<MySql>(1, keyed.len()),
+        key_free(&sql.table)
+    );
+    let args: Vec<Arg<'_>> = keyed.iter().map(|id| Arg::Int(*id)).collect();
+    let held = MySql::fetch_rows(conn, &Arc::from(check), &args, 0).await?;
+    let held: Vec<i64> = held.iter().map(|row| row.int(0)).collect();
+    if !held.is_empty() {
+        rows.retain(|row| !held.contains(&row.id));
+    }
+    Ok(rows)
 }
 
 /// The keys' index `(msg_key, id)`. MySQL names indexes per table, and a name made from

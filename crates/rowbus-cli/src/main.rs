@@ -254,6 +254,9 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             sent?;
         }
         Command::Listen { json, channels, durable, lease } => {
+            if let Some(name) = &durable {
+                durable_name(name)?;
+            }
             listen(url, config, &channels, json, durable.as_deref(), lease).await?
         }
         Command::Bench { what: BenchCommand::Notify(args) } => bench::notify(url, config, args).await?,
@@ -383,6 +386,17 @@ async fn listen(
         for channel in std::mem::take(&mut written) {
             listener.ack(&channel).await?;
         }
+    }
+}
+
+/// Checks `listen --durable NAME`'s name before connecting, saying what is wrong with it
+/// in the flag's words (the name itself may be hundreds of characters: not repeated).
+fn durable_name(name: &str) -> Result<(), CliError> {
+    match rowbus::durable::check_durable_name(name) {
+        Err(rowbus::Error::InvalidDurableName { reason, .. }) => {
+            Err(CliError::Message(format!("listen --durable NAME: {reason}")))
+        }
+        other => Ok(other?),
     }
 }
 

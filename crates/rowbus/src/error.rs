@@ -250,6 +250,15 @@ pub enum Error {
         /// The rule it breaks.
         reason: String,
     },
+    /// A durable listener's name that rowbus refuses: empty, or too long for the
+    /// positions table.
+    #[error("invalid durable listener name {name:?}: {reason}")]
+    InvalidDurableName {
+        /// The name as given.
+        name: String,
+        /// The rule it breaks.
+        reason: String,
+    },
     /// A message's ordering key or deduplication id that rowbus refuses.
     #[error("invalid message {field} {value:?}: it {reason}")]
     InvalidMessage {

@@ -115,7 +115,7 @@ enum Command {
         /// Keep each queue's handled messages (acknowledged, dropped, dead-lettered) this
         /// long in `<TABLE>_hist` (read with `rowbus history`), e.g. 7d, 12h; 0 stops
         /// keeping and lets the consumers delete what was kept [default: as it was]
-        #[arg(long, value_name = "DURATION", value_parser = history_cmd::keep_duration, requires = "queues")]
+        #[arg(long, value_name = "DURATION", value_parser = queue_cmd::duration, requires = "queues")]
         keep: Option<std::time::Duration>,
     },
     /// Publish a message (or each line of stdin) to a queue table
@@ -495,6 +495,49 @@ mod tests {
             (config.poll_interval, config.lookback, config.retention),
             (Duration::from_millis(250), Duration::from_secs(120), Duration::from_secs(3600))
         );
+    }
+
+    /// Every duration flag takes days, as every other unit, through the one parser; each
+    /// keeps its own range.
+    #[test]
+    fn duration_flags_take_days() {
+        let day = Duration::from_secs(86_400);
+        for args in [
+            &["publish", "q", "--delay", "1d", "x"][..],
+            &["schedule", "q", "nightly", "--every", "2d"],
+            &["deploy", "--queue", "q", "--keep", "7d"],
+            &["deploy", "--queue", "q", "--keep", "1.5d"],
+            &["consume", "q", "--lease", "1d", "--retry-delay", "0.5d", "--shutdown-timeout", "1d"],
+            &["listen", "ch", "--durable", "n", "--lease", "1d"],
+            &["dead", "requeue", "q", "--all", "--delay", "1d"],
+            &["dead", "purge", "q", "--older-than", "30d"],
+            &["bench", "notify", "--duration", "1d"],
+        ] {
+            parse(args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        }
+        let Command::Deploy { keep, .. } =
+            parse(&["deploy", "--queue", "q", "--keep", "1.5d"]).unwrap().command
+        else {
+            panic!("not deploy")
+        };
+        assert_eq!(keep, Some(day * 3 / 2));
+        let cli =
+            parse(&["--poll-interval", "0.001d", "--lookback", "1d", "--retention", "2d", "stats"]).unwrap();
+        let config = cli.notify_table.config().unwrap();
+        assert_eq!(
+            (config.poll_interval, config.lookback, config.retention),
+            (Duration::from_millis(86_400), day, day * 2)
+        );
+        // Each flag's range holds in days too.
+        for (args, flag) in [
+            (&["publish", "q", "--delay", "36501d", "x"][..], "--delay <DURATION>"),
+            (&["deploy", "--queue", "q", "--keep", "36501d"], "--keep <DURATION>"),
+            (&["consume", "q", "--lease", "0d"], "--lease <DURATION>"),
+            (&["listen", "ch", "--durable", "n", "--lease", "0d"], "--lease <DURATION>"),
+        ] {
+            let message = parse(args).err().unwrap_or_else(|| panic!("{args:?} accepted")).to_string();
+            assert!(message.contains(&format!("for '{flag}'")), "{message}");
+        }
     }
 
     /// A duration out of its flag's range is a clap error naming the flag.

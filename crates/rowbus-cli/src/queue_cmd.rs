@@ -30,7 +30,7 @@ macro_rules! outln {
 }
 pub(crate) use outln;
 
-/// A duration flag's value as clap parses it: `250ms`, `2s`, `1m`, `1h` or plain seconds
+/// A duration flag's value as clap parses it: `250ms`, `2s`, `1m`, `1h`, `7d` or plain seconds
 /// ([`rowbus::duration::parse_duration`]), at most [`rowbus::limits::MAX_DURATION`], so that the server is
 /// never asked to add more to its clock than it can hold.
 pub(crate) fn duration(text: &str) -> Result<Duration, String> {
@@ -158,6 +158,9 @@ mod tests {
         assert_eq!(duration("250ms"), Ok(Duration::from_millis(250)));
         assert_eq!(duration("1m"), Ok(Duration::from_secs(60)));
         assert_eq!(duration("0"), Ok(Duration::ZERO));
+        assert_eq!(duration("7d"), Ok(Duration::from_secs(7 * 86_400)));
+        assert_eq!(duration("1.5d"), Ok(Duration::from_secs(36 * 3600)));
+        assert!(duration("99999999d").unwrap_err().contains("at most 100 years"));
         assert_eq!(positive_duration("4s"), Ok(Duration::from_secs(4)));
         assert_eq!(positive_duration("0"), Err("must be greater than 0 and at most 100 years".to_owned()));
         assert_eq!(duration("1000000000000"), Err("must be at most 100 years".to_owned()));

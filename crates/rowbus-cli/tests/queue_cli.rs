@@ -537,7 +537,8 @@ fn duration_flags_take_units_and_refuse_what_the_database_cannot_hold(kind: Kind
         (&["publish", &q, "--delay", "1e12", "x"], "--delay", "1e12", not_a_duration),
         (&["publish", &q, "--delay", "4000000000", "x"], "--delay", "4000000000", century),
         (&["publish", &q, "--delay=-2s", "x"], "--delay", "-2s", "negative"),
-        (&["publish", &q, "--delay", "5d", "x"], "--delay", "5d", "ms, s, m or h"),
+        (&["publish", &q, "--delay", "5w", "x"], "--delay", "5w", "ms, s, m, h or d"),
+        (&["publish", &q, "--delay", "36501d", "x"], "--delay", "36501d", century),
     ] {
         let what = format!("{args:?} on {}", db.database.server());
         let started = Instant::now();

@@ -117,6 +117,11 @@ enum Command {
         /// keeping and lets the consumers delete what was kept [default: as it was]
         #[arg(long, value_name = "DURATION", value_parser = queue_cmd::duration, requires = "queues")]
         keep: Option<std::time::Duration>,
+        /// On PostgreSQL, create the schema of a `--queue SCHEMA.TABLE` that does not exist
+        /// (without it a missing schema is refused, so that a typo creates nothing). On
+        /// MySQL/MariaDB the qualifier is a database, which rowbus never creates
+        #[arg(long, requires = "queues")]
+        create_schema: bool,
     },
     /// Publish a message (or each line of stdin) to a queue table
     Publish(publish::PublishArgs),
@@ -213,9 +218,9 @@ async fn run(cli: Cli) -> Result<(), CliError> {
     let config = cli.notify_table.config()?;
     let url = cli.database_url.as_str();
     match cli.command {
-        Command::Deploy { queues, keep, durable } => {
+        Command::Deploy { queues, keep, durable, create_schema } => {
             let tables = queue_cmd::parse_tables(&queues)?;
-            on_database(url, 1, &config, QueueCommand::Deploy(tables, keep, durable)).await?;
+            on_database(url, 1, &config, QueueCommand::Deploy(tables, keep, durable, create_schema)).await?;
         }
         Command::History(args) => {
             queue_cmd::parse_tables(std::slice::from_ref(&args.table))?;
@@ -273,7 +278,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
 
 /// A command that works on a pool of the URL's database, written once for all three.
 enum QueueCommand {
-    Deploy(Vec<QueueTable>, Option<std::time::Duration>, bool),
+    Deploy(Vec<QueueTable>, Option<std::time::Duration>, bool, bool),
     History(history_cmd::HistoryArgs),
     Publish(publish::PublishArgs),
     Consume(consume::ConsumeArgs),
@@ -298,8 +303,9 @@ impl OnPool for OnDatabase<'_> {
     async fn run<DB: Db>(self, pool: rowbus::sqlx::Pool<DB>) -> Self::Output {
         let (url, config) = (self.url, self.config);
         match self.command {
-            QueueCommand::Deploy(tables, keep, durable) => {
-                queue_cmd::deploy(self.db, pool, config, &tables, keep, durable).await
+            QueueCommand::Deploy(tables, keep, durable, create_schema) => {
+                let options = queue_cmd::DeployFlags { keep, durable, create_schema };
+                queue_cmd::deploy(self.db, pool, config, &tables, options).await
             }
             QueueCommand::History(args) => history_cmd::history(pool, url, args).await,
             QueueCommand::Publish(args) => publish::publish(pool, url, config, args).await,

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use rowbus::duration::DurationRange;
-use rowbus::{Broker, BrokerOptions, Db, DbPool, NotifyConfig, Queue, QueueTable, redact};
+use rowbus::{Broker, BrokerOptions, Db, DbPool, DeployOptions, NotifyConfig, Queue, QueueTable, redact};
 
 use crate::cli_error::CliError;
 
@@ -111,13 +111,19 @@ pub(crate) async fn existing_queue<DB: Db>(
 /// queue table, its claim index and its dead-letter table; one line each. Every name is
 /// checked for this database, and refused where another table has it, before anything is
 /// created (each queue's deploy checks again under its lock).
+/// `rowbus deploy`'s flags beside its queues.
+pub(crate) struct DeployFlags {
+    pub keep: Option<Duration>,
+    pub durable: bool,
+    pub create_schema: bool,
+}
+
 pub(crate) async fn deploy<DB: Db>(
     db: &DbPool,
     pool: rowbus::sqlx::Pool<DB>,
     config: &NotifyConfig,
     tables: &[QueueTable],
-    keep: Option<Duration>,
-    durable: bool,
+    DeployFlags { keep, durable, create_schema }: DeployFlags,
 ) -> Result<(), CliError> {
     let broker = Broker::new(pool, BrokerOptions::default()).await?;
     let queues = tables.iter().map(|t| broker.queue(t.channel())).collect::<Result<Vec<_>, _>>()?;
@@ -132,10 +138,15 @@ pub(crate) async fn deploy<DB: Db>(
     outln!("{}", notify);
     for queue in queues {
         let table = queue.table();
-        match keep {
-            None => queue.deploy().await?,
-            Some(keep) => queue.deploy_keeping(keep).await?,
-        }
+        let mut options = DeployOptions::default().create_schema(create_schema);
+        options.keep = keep;
+        queue.deploy_with(&options).await.map_err(|e| match e {
+            rowbus::Error::MissingSchema { schema } => CliError::Message(format!(
+                "the schema `{schema}` does not exist: check the name in `--queue {table}`, or add \
+                 `--create-schema` to create it"
+            )),
+            other => other.into(),
+        })?;
         outln!("queue table `{table}` is ready (dead letters go to `{table}_dead`)");
         match keep {
             Some(Duration::ZERO) => {

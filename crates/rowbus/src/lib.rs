@@ -73,7 +73,7 @@ pub use broker::{
     Broker, BrokerOptions, BrokerTx, Delivery, Headers, Message, Outcome, Published, Queue, QueueTable,
     Received, RetryPolicy, Subscription, SubscriptionBuilder, TxMessage,
 };
-pub use deploy::NotifyDeploy;
+pub use deploy::{DeployOptions, NotifyDeploy};
 pub use error::Error;
 pub use listener::{Event, Listener, ListenerHandle, ListenerOptions};
 pub use notify::notify;

@@ -634,6 +634,10 @@ impl Connecting for MySql {
 }
 
 impl Catalog for MySql {
+    fn schema_exists_sql() -> &'static str {
+        "SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.schemata WHERE schema_name = ?"
+    }
+
     fn find_table_sql(schema: Option<&str>, name: &str) -> (String, Vec<String>) {
         let (in_schema, mut binds) = match schema {
             Some(schema) => ("?", vec![schema.to_owned()]),

@@ -361,6 +361,10 @@ impl Connecting for Postgres {
 }
 
 impl Catalog for Postgres {
+    fn schema_exists_sql() -> &'static str {
+        "SELECT COUNT(*) FROM pg_catalog.pg_namespace WHERE nspname = $1"
+    }
+
     /// `to_regclass` resolves the name as a statement would (the search path) and takes
     /// it quoted: validated identifiers, bound as a value.
     fn find_table_sql(schema: Option<&str>, name: &str) -> (String, Vec<String>) {

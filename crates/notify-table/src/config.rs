@@ -113,7 +113,7 @@ impl Config {
 
     /// Sets one setting from its text form, as a CLI flag or an environment variable
     /// gives it. Durations are plain seconds (`2`, `0.05`) or a number with one unit
-    /// (`250ms`, `1.5s`, `1m`, `1h`), as [`parse_duration`] reads them. Does not validate
+    /// (`250ms`, `1.5s`, `1m`, `1h`, `7d`), as [`parse_duration`] reads them. Does not validate
     /// the whole configuration; [`Config::validate`] does.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
         let value = value.trim();
@@ -209,7 +209,7 @@ fn duration(key: &'static str, value: &str) -> Result<Duration, ConfigError> {
     parse_duration(value).map_err(|_| ConfigError::Invalid {
         key,
         value: value.to_owned(),
-        rule: "must be a duration: seconds (2, 0.05) or a number with one unit (250ms, 1.5s, 1m, 1h)",
+        rule: "must be a duration: seconds (2, 0.05) or a number with one unit (250ms, 1.5s, 1m, 1h, 7d)",
     })
 }
 

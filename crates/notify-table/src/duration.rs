@@ -1,4 +1,4 @@
-//! Durations as people write them (`250ms`, `2s`, `1m`, `1h`, plain seconds), and the
+//! Durations as people write them (`250ms`, `2s`, `1m`, `1h`, `7d`, plain seconds), and the
 //! ranges a duration setting must stay in: what a database can add to its clock, and
 //! the shortest poll interval.
 
@@ -61,7 +61,7 @@ impl DurationRange {
 /// Text that is not a duration: [`parse_duration`] says what it accepts.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "`{input}` is not a duration ({reason}): write seconds (2, 0.05) or a number with one unit (250ms, 1.5s, 1m, 1h)"
+    "`{input}` is not a duration ({reason}): write seconds (2, 0.05) or a number with one unit (250ms, 1.5s, 1m, 1h, 7d)"
 )]
 pub struct DurationError {
     /// The text as given.
@@ -71,14 +71,19 @@ pub struct DurationError {
 }
 
 /// The units a number may carry, in nanoseconds.
-const UNITS: [(&str, u128); 4] =
-    [("ms", 1_000_000), ("s", 1_000_000_000), ("m", 60_000_000_000), ("h", 3_600_000_000_000)];
+const UNITS: [(&str, u128); 5] = [
+    ("ms", 1_000_000),
+    ("s", 1_000_000_000),
+    ("m", 60_000_000_000),
+    ("h", 3_600_000_000_000),
+    ("d", 86_400_000_000_000),
+];
 
 /// Fractional digits read; the rest are below a nanosecond even in hours.
 const FRACTION_DIGITS: usize = 18;
 
 /// Parses a duration: plain seconds (`2`, `0.05`), or a number with one unit `ms`, `s`,
-/// `m` or `h` (`250ms`, `1.5s`, `1m`, `1h`). Digits, at most one decimal point, no sign,
+/// `m`, `h` or `d` (`250ms`, `1.5s`, `1m`, `1h`, `7d`; a day is 24 hours). Digits, at most one decimal point, no sign,
 /// no exponent; spaces around it are ignored. Exact to the nanosecond (decimals are not
 /// rounded through a float). The range a setting needs is its caller's to check (see
 /// [`DurationRange`]).
@@ -90,6 +95,7 @@ const FRACTION_DIGITS: usize = 18;
 /// assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
 /// assert_eq!(parse_duration("0.05"), Ok(Duration::from_millis(50)));
 /// assert_eq!(parse_duration("1.5m"), Ok(Duration::from_secs(90)));
+/// assert_eq!(parse_duration("7d"), Ok(Duration::from_secs(7 * 86_400)));
 /// assert!(parse_duration("-1s").is_err());
 /// assert!(parse_duration("1e12").is_err());
 /// ```
@@ -111,7 +117,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, DurationError> {
         "" => 1_000_000_000,
         unit => match UNITS.iter().find(|(name, _)| *name == unit) {
             Some(&(_, scale)) => scale,
-            None => return Err(bad("the unit must be ms, s, m or h, after a plain number")),
+            None => return Err(bad("the unit must be ms, s, m, h or d, after a plain number")),
         },
     };
     let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
@@ -148,6 +154,10 @@ mod tests {
             ("2s", Duration::from_secs(2)),
             ("1m", Duration::from_secs(60)),
             ("1h", Duration::from_secs(3600)),
+            ("1d", Duration::from_secs(86_400)),
+            ("7d", Duration::from_secs(7 * 86_400)),
+            ("0.5d", Duration::from_secs(43_200)),
+            ("36500d", Duration::from_secs(36_500 * 86_400)),
             ("10m", Duration::from_secs(600)),
             (" 45 ", Duration::from_secs(45)),
             // Decimals, exact to the nanosecond.
@@ -180,7 +190,11 @@ mod tests {
             "-inf",
             "infinity",
             "soon",
-            "5d",
+            "5D",
+            "1w",
+            "2 d",
+            "1dd",
+            "d",
             "2 s",
             "1.5.2",
             ".5",
@@ -198,10 +212,15 @@ mod tests {
             assert_eq!(err.input, text);
             let message = err.to_string();
             assert!(message.starts_with(&format!("`{text}` is not a duration (")), "{message}");
-            assert!(message.ends_with("(250ms, 1.5s, 1m, 1h)"), "{message}");
+            assert!(message.ends_with("(250ms, 1.5s, 1m, 1h, 7d)"), "{message}");
         }
         assert_eq!(parse_duration("-2s").unwrap_err().reason, "negative");
         assert_eq!(parse_duration("18446744073709551616").unwrap_err().reason, "too long");
+        assert_eq!(
+            parse_duration("5w").unwrap_err().reason,
+            "the unit must be ms, s, m, h or d, after a plain number"
+        );
+        assert_eq!(parse_duration("999999999999999999999d").unwrap_err().reason, "too long");
     }
 
     #[test]

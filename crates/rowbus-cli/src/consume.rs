@@ -21,7 +21,7 @@ pub(crate) const AFTER_HELP: &str = "\
 For consume, --poll-interval DURATION is the longest wait between two claims when nothing wakes \
 the consumer [default: 1s]. Publishes of `rowbus publish` wake a consumer started with \
 --listen-notify at once (the notify table, when used, is then polled every 50ms). Durations \
-are 250ms, 2s, 1m, 1h or plain seconds.";
+are 250ms, 2s, 1m, 1h, 7d or plain seconds.";
 
 /// Options of `rowbus consume`.
 #[derive(Debug, Args)]

@@ -1,8 +1,6 @@
 //! `rowbus history QUEUE`: the handled messages a queue deployed with `--keep` keeps,
 //! newest first.
 
-use std::time::Duration;
-
 use clap::Args;
 use rowbus::history::{HistoryEntry, HistoryPage};
 use rowbus::sqlx::Pool;
@@ -33,16 +31,6 @@ pub(crate) struct HistoryArgs {
     /// "payload_hex"
     #[arg(long)]
     json: bool,
-}
-
-/// `deploy --keep`'s value: what every duration flag takes ([`queue_cmd::duration`]), and
-/// whole days (`7d`), the unit a history is usually kept in.
-pub(crate) fn keep_duration(text: &str) -> Result<Duration, String> {
-    let days = text.strip_suffix('d').and_then(|n| n.parse::<u64>().ok());
-    match days {
-        Some(days) => queue_cmd::duration(&days.saturating_mul(86_400).to_string()),
-        None => queue_cmd::duration(text),
-    }
 }
 
 /// Prints a page of the queue's history, one line each.
@@ -103,15 +91,6 @@ mod tests {
     use rowbus::history::HistoryOutcome;
 
     use super::*;
-
-    #[test]
-    fn keep_takes_days_and_every_duration_unit() {
-        assert_eq!(keep_duration("7d"), Ok(Duration::from_secs(7 * 86_400)));
-        assert_eq!(keep_duration("12h"), Ok(Duration::from_secs(12 * 3600)));
-        assert_eq!(keep_duration("0"), Ok(Duration::ZERO));
-        assert!(keep_duration("1.5d").unwrap_err().contains("not a duration"));
-        assert!(keep_duration("99999999d").unwrap_err().contains("at most 100 years"));
-    }
 
     #[test]
     fn lines_say_the_outcome_and_stay_one_line() {

@@ -115,8 +115,13 @@ enum Command {
         /// Keep each queue's handled messages (acknowledged, dropped, dead-lettered) this
         /// long in `<TABLE>_hist` (read with `rowbus history`), e.g. 7d, 12h; 0 stops
         /// keeping and lets the consumers delete what was kept [default: as it was]
-        #[arg(long, value_name = "DURATION", value_parser = history_cmd::keep_duration, requires = "queues")]
+        #[arg(long, value_name = "DURATION", value_parser = queue_cmd::duration, requires = "queues")]
         keep: Option<std::time::Duration>,
+        /// On PostgreSQL, create the schema of a `--queue SCHEMA.TABLE` that does not exist
+        /// (without it a missing schema is refused, so that a typo creates nothing). On
+        /// MySQL/MariaDB the qualifier is a database, which rowbus never creates
+        #[arg(long, requires = "queues")]
+        create_schema: bool,
     },
     /// Publish a message (or each line of stdin) to a queue table
     Publish(publish::PublishArgs),
@@ -213,9 +218,9 @@ async fn run(cli: Cli) -> Result<(), CliError> {
     let config = cli.notify_table.config()?;
     let url = cli.database_url.as_str();
     match cli.command {
-        Command::Deploy { queues, keep, durable } => {
+        Command::Deploy { queues, keep, durable, create_schema } => {
             let tables = queue_cmd::parse_tables(&queues)?;
-            on_database(url, 1, &config, QueueCommand::Deploy(tables, keep, durable)).await?;
+            on_database(url, 1, &config, QueueCommand::Deploy(tables, keep, durable, create_schema)).await?;
         }
         Command::History(args) => {
             queue_cmd::parse_tables(std::slice::from_ref(&args.table))?;
@@ -254,6 +259,9 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             sent?;
         }
         Command::Listen { json, channels, durable, lease } => {
+            if let Some(name) = &durable {
+                durable_name(name)?;
+            }
             listen(url, config, &channels, json, durable.as_deref(), lease).await?
         }
         Command::Bench { what: BenchCommand::Notify(args) } => bench::notify(url, config, args).await?,
@@ -270,7 +278,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
 
 /// A command that works on a pool of the URL's database, written once for all three.
 enum QueueCommand {
-    Deploy(Vec<QueueTable>, Option<std::time::Duration>, bool),
+    Deploy(Vec<QueueTable>, Option<std::time::Duration>, bool, bool),
     History(history_cmd::HistoryArgs),
     Publish(publish::PublishArgs),
     Consume(consume::ConsumeArgs),
@@ -295,8 +303,9 @@ impl OnPool for OnDatabase<'_> {
     async fn run<DB: Db>(self, pool: rowbus::sqlx::Pool<DB>) -> Self::Output {
         let (url, config) = (self.url, self.config);
         match self.command {
-            QueueCommand::Deploy(tables, keep, durable) => {
-                queue_cmd::deploy(self.db, pool, config, &tables, keep, durable).await
+            QueueCommand::Deploy(tables, keep, durable, create_schema) => {
+                let options = queue_cmd::DeployFlags { keep, durable, create_schema };
+                queue_cmd::deploy(self.db, pool, config, &tables, options).await
             }
             QueueCommand::History(args) => history_cmd::history(pool, url, args).await,
             QueueCommand::Publish(args) => publish::publish(pool, url, config, args).await,
@@ -383,6 +392,17 @@ async fn listen(
         for channel in std::mem::take(&mut written) {
             listener.ack(&channel).await?;
         }
+    }
+}
+
+/// Checks `listen --durable NAME`'s name before connecting, saying what is wrong with it
+/// in the flag's words (the name itself may be hundreds of characters: not repeated).
+fn durable_name(name: &str) -> Result<(), CliError> {
+    match rowbus::durable::check_durable_name(name) {
+        Err(rowbus::Error::InvalidDurableName { reason, .. }) => {
+            Err(CliError::Message(format!("listen --durable NAME: {reason}")))
+        }
+        other => Ok(other?),
     }
 }
 
@@ -481,6 +501,49 @@ mod tests {
             (config.poll_interval, config.lookback, config.retention),
             (Duration::from_millis(250), Duration::from_secs(120), Duration::from_secs(3600))
         );
+    }
+
+    /// Every duration flag takes days, as every other unit, through the one parser; each
+    /// keeps its own range.
+    #[test]
+    fn duration_flags_take_days() {
+        let day = Duration::from_secs(86_400);
+        for args in [
+            &["publish", "q", "--delay", "1d", "x"][..],
+            &["schedule", "q", "nightly", "--every", "2d"],
+            &["deploy", "--queue", "q", "--keep", "7d"],
+            &["deploy", "--queue", "q", "--keep", "1.5d"],
+            &["consume", "q", "--lease", "1d", "--retry-delay", "0.5d", "--shutdown-timeout", "1d"],
+            &["listen", "ch", "--durable", "n", "--lease", "1d"],
+            &["dead", "requeue", "q", "--all", "--delay", "1d"],
+            &["dead", "purge", "q", "--older-than", "30d"],
+            &["bench", "notify", "--duration", "1d"],
+        ] {
+            parse(args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        }
+        let Command::Deploy { keep, .. } =
+            parse(&["deploy", "--queue", "q", "--keep", "1.5d"]).unwrap().command
+        else {
+            panic!("not deploy")
+        };
+        assert_eq!(keep, Some(day * 3 / 2));
+        let cli =
+            parse(&["--poll-interval", "0.001d", "--lookback", "1d", "--retention", "2d", "stats"]).unwrap();
+        let config = cli.notify_table.config().unwrap();
+        assert_eq!(
+            (config.poll_interval, config.lookback, config.retention),
+            (Duration::from_millis(86_400), day, day * 2)
+        );
+        // Each flag's range holds in days too.
+        for (args, flag) in [
+            (&["publish", "q", "--delay", "36501d", "x"][..], "--delay <DURATION>"),
+            (&["deploy", "--queue", "q", "--keep", "36501d"], "--keep <DURATION>"),
+            (&["consume", "q", "--lease", "0d"], "--lease <DURATION>"),
+            (&["listen", "ch", "--durable", "n", "--lease", "0d"], "--lease <DURATION>"),
+        ] {
+            let message = parse(args).err().unwrap_or_else(|| panic!("{args:?} accepted")).to_string();
+            assert!(message.contains(&format!("for '{flag}'")), "{message}");
+        }
     }
 
     /// A duration out of its flag's range is a clap error naming the flag.

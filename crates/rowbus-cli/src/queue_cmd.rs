@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use rowbus::duration::DurationRange;
-use rowbus::{Broker, BrokerOptions, Db, DbPool, NotifyConfig, Queue, QueueTable, redact};
+use rowbus::{Broker, BrokerOptions, Db, DbPool, DeployOptions, NotifyConfig, Queue, QueueTable, redact};
 
 use crate::cli_error::CliError;
 
@@ -30,7 +30,7 @@ macro_rules! outln {
 }
 pub(crate) use outln;
 
-/// A duration flag's value as clap parses it: `250ms`, `2s`, `1m`, `1h` or plain seconds
+/// A duration flag's value as clap parses it: `250ms`, `2s`, `1m`, `1h`, `7d` or plain seconds
 /// ([`rowbus::duration::parse_duration`]), at most [`rowbus::limits::MAX_DURATION`], so that the server is
 /// never asked to add more to its clock than it can hold.
 pub(crate) fn duration(text: &str) -> Result<Duration, String> {
@@ -111,13 +111,19 @@ pub(crate) async fn existing_queue<DB: Db>(
 /// queue table, its claim index and its dead-letter table; one line each. Every name is
 /// checked for this database, and refused where another table has it, before anything is
 /// created (each queue's deploy checks again under its lock).
+/// `rowbus deploy`'s flags beside its queues.
+pub(crate) struct DeployFlags {
+    pub keep: Option<Duration>,
+    pub durable: bool,
+    pub create_schema: bool,
+}
+
 pub(crate) async fn deploy<DB: Db>(
     db: &DbPool,
     pool: rowbus::sqlx::Pool<DB>,
     config: &NotifyConfig,
     tables: &[QueueTable],
-    keep: Option<Duration>,
-    durable: bool,
+    DeployFlags { keep, durable, create_schema }: DeployFlags,
 ) -> Result<(), CliError> {
     let broker = Broker::new(pool, BrokerOptions::default()).await?;
     let queues = tables.iter().map(|t| broker.queue(t.channel())).collect::<Result<Vec<_>, _>>()?;
@@ -132,10 +138,15 @@ pub(crate) async fn deploy<DB: Db>(
     outln!("{}", notify);
     for queue in queues {
         let table = queue.table();
-        match keep {
-            None => queue.deploy().await?,
-            Some(keep) => queue.deploy_keeping(keep).await?,
-        }
+        let mut options = DeployOptions::default().create_schema(create_schema);
+        options.keep = keep;
+        queue.deploy_with(&options).await.map_err(|e| match e {
+            rowbus::Error::MissingSchema { schema } => CliError::Message(format!(
+                "the schema `{schema}` does not exist: check the name in `--queue {table}`, or add \
+                 `--create-schema` to create it"
+            )),
+            other => other.into(),
+        })?;
         outln!("queue table `{table}` is ready (dead letters go to `{table}_dead`)");
         match keep {
             Some(Duration::ZERO) => {
@@ -158,6 +169,9 @@ mod tests {
         assert_eq!(duration("250ms"), Ok(Duration::from_millis(250)));
         assert_eq!(duration("1m"), Ok(Duration::from_secs(60)));
         assert_eq!(duration("0"), Ok(Duration::ZERO));
+        assert_eq!(duration("7d"), Ok(Duration::from_secs(7 * 86_400)));
+        assert_eq!(duration("1.5d"), Ok(Duration::from_secs(36 * 3600)));
+        assert!(duration("99999999d").unwrap_err().contains("at most 100 years"));
         assert_eq!(positive_duration("4s"), Ok(Duration::from_secs(4)));
         assert_eq!(positive_duration("0"), Err("must be greater than 0 and at most 100 years".to_owned()));
         assert_eq!(duration("1000000000000"), Err("must be at most 100 years".to_owned()));

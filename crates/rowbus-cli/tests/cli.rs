@@ -416,6 +416,24 @@ fn invalid_channels_and_oversized_payloads_are_refused(kind: Kind) {
 }
 on_each_database!(invalid_channels_and_oversized_payloads_are_refused);
 
+/// `listen --durable NAME` with an empty name or one too long: refused as the name, in
+/// the flag's words, before connecting.
+#[test]
+fn a_bad_durable_name_is_refused_as_the_name() {
+    let db = Db::new(Kind::Sqlite, "durname");
+    db.deploy();
+    let cases: [(String, &[&str]); 2] = [
+        (String::new(), &["listen --durable NAME", "the name is empty"]),
+        ("n".repeat(300), &["listen --durable NAME", "300 characters", "at most 255"]),
+    ];
+    for (name, mentions) in cases {
+        let what = format!("listen --durable with a {}-character name", name.len());
+        let line = db.fail(&["listen", "ch", "--durable", &name], &what);
+        assert_mentions(&line, mentions, &what);
+        assert!(!line.contains("channel") && line.len() < 200, "{what}: {line}");
+    }
+}
+
 /// `listen` and `notify` before `deploy`.
 fn listen_and_notify_before_deploy_say_to_deploy(kind: Kind) {
     let db = Db::new(kind, "missing");

@@ -542,7 +542,8 @@ fn duration_flags_take_units_and_refuse_what_the_database_cannot_hold(kind: Kind
         (&["publish", &q, "--delay", "1e12", "x"], "--delay", "1e12", not_a_duration),
         (&["publish", &q, "--delay", "4000000000", "x"], "--delay", "4000000000", century),
         (&["publish", &q, "--delay=-2s", "x"], "--delay", "-2s", "negative"),
-        (&["publish", &q, "--delay", "5d", "x"], "--delay", "5d", "ms, s, m or h"),
+        (&["publish", &q, "--delay", "5w", "x"], "--delay", "5w", "ms, s, m, h or d"),
+        (&["publish", &q, "--delay", "36501d", "x"], "--delay", "36501d", century),
     ] {
         let what = format!("{args:?} on {}", db.database.server());
         let started = Instant::now();
@@ -849,3 +850,66 @@ fn exec_stderr_is_kept_with_the_failure(kind: Kind) {
     assert!(last_error.len() < 2400, "the last 2 KB of stderr, not all 3 KB: {} bytes", last_error.len());
 }
 on_each_database!(exec_stderr_is_kept_with_the_failure on mariadb);
+
+/// `deploy --queue S.Q` with a schema that does not exist is refused in the flags' words
+/// and creates nothing; with `--create-schema` PostgreSQL creates it (the cleanup drops it
+/// with what is in it). On MariaDB the qualifier is a database, never created.
+fn a_missing_schema_is_refused_unless_asked(kind: Kind) {
+    let db = Db::new(kind, "schema");
+    let schema = unique("qcli_typo");
+    if kind == Kind::Postgres {
+        db.database.cleanup.schema(&schema);
+    }
+    let queue = format!("{schema}.jobs");
+    let exists = || {
+        let sql = format!("SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name = '{schema}'");
+        db.database.exec(&sql).trim() == "1"
+    };
+    // The notify table is deployed before the queues (its line on stdout): the error is
+    // the queue's, one line.
+    let failed = |args: &[&str], what: &str| {
+        let output = run(db.rowbus(args));
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{what}\n{}", show(&output));
+        assert_eq!(stderr.lines().count(), 1, "{what}\n{}", show(&output));
+        assert!(stderr.starts_with("rowbus: error: "), "{what}\n{}", show(&output));
+        assert!(!text(&output.stdout).contains("queue table"), "{what}\n{}", show(&output));
+        stderr
+    };
+    let line = failed(&["deploy", "--queue", &queue], "a missing schema");
+    match kind {
+        Kind::Postgres => assert_mentions(
+            &line,
+            &[
+                &format!("the schema `{schema}` does not exist"),
+                &format!("--queue {queue}"),
+                "--create-schema",
+            ],
+            "a missing schema",
+        ),
+        _ => assert_mentions(
+            &line,
+            &[&format!("the database `{schema}` does not exist"), "CREATE DATABASE"],
+            "a missing database",
+        ),
+    }
+    assert!(!line.contains("DeployOptions"), "library words on the command line: {line}");
+    assert!(!exists(), "the refused deploy made `{schema}`");
+
+    match kind {
+        Kind::Postgres => {
+            let asked = run(db.rowbus(&["deploy", "--queue", &queue, "--create-schema"]));
+            assert!(asked.status.success(), "deploy --create-schema\n{}", show(&asked));
+            assert!(exists());
+            db.ok(&["publish", &queue, "in the new schema"]);
+            db.ok(&["deploy", "--queue", &queue]);
+        }
+        _ => {
+            let line =
+                failed(&["deploy", "--queue", &queue, "--create-schema"], "--create-schema on MariaDB");
+            assert_mentions(&line, &["does not create databases"], "--create-schema on MariaDB");
+            assert!(!exists());
+        }
+    }
+}
+on_each_database!(a_missing_schema_is_refused_unless_asked on postgres, mariadb);

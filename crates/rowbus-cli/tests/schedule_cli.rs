@@ -105,6 +105,12 @@ fn schedules_are_added_listed_and_removed(kind: Kind) {
     assert_eq!((sweep["group"].as_str(), sweep["payload"].as_str()), (Some("g"), Some("go")));
     assert!(sweep["last_tick"].is_null() && sweep["next_tick"].as_str().is_some_and(|t| t.ends_with('Z')));
     assert_eq!(json_lines[0]["cron"].as_str(), Some("0 3 * * *"));
+    // Days, as every duration flag takes them.
+    s.ok(&["schedule", q, "twice_weekly", "--every", "3.5d"]);
+    let listed = s.ok(&["schedule", "--list", q, "--json"]);
+    let days = listed.lines().map(json).find(|l| l["name"] == "twice_weekly").expect("the schedule in days");
+    assert_eq!(days["every_ms"].as_u64(), Some(302_400_000));
+    s.ok(&["schedule", q, "twice_weekly", "--remove"]);
 
     assert_eq!(
         s.ok(&["schedule", q, "sweep", "--remove"]),

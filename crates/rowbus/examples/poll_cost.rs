@@ -58,7 +58,8 @@ fn settings() -> Result<Settings, Failure> {
     };
     for arg in args {
         let (key, value) = arg.split_once('=').ok_or_else(|| format!("expected key=value, got {arg:?}"))?;
-        let secs = || value.parse::<f64>().map(Duration::from_secs_f64);
+        // Durations as every rowbus flag reads them: plain seconds or one unit (250ms, 1m, 1d).
+        let secs = || rowbus::duration::parse_duration(value);
         match key {
             "rate" => s.rate = value.parse()?,
             "lookback" => s.lookback = secs()?,

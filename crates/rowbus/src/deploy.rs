@@ -16,6 +16,42 @@ use crate::sql::{DEAD_FEATURE_COLUMNS, FEATURE_COLUMNS, PositionsSql, QUEUE_COLU
 use crate::sql::{DbPool, OnPool};
 use std::sync::Arc;
 
+/// How [`Queue::deploy_with`](crate::Queue::deploy_with) deploys a queue.
+///
+/// ```
+/// use std::time::Duration;
+/// let options = rowbus::DeployOptions::default().create_schema(true).keep(Duration::from_secs(7 * 86_400));
+/// assert!(options.create_schema && options.keep.is_some());
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DeployOptions {
+    /// On PostgreSQL, create the schema of a schema-qualified queue (`app.jobs`) when it
+    /// does not exist. Off by default: a missing schema is refused
+    /// ([`Error::MissingSchema`]), so that a mistyped qualifier creates nothing. On
+    /// MySQL/MariaDB the qualifier is a database, which rowbus never creates
+    /// ([`Error::MissingMySqlDatabase`]), this set or not.
+    pub create_schema: bool,
+    /// Set how long the queue keeps handled messages, as
+    /// [`Queue::deploy_keeping`](crate::Queue::deploy_keeping) does; `None` leaves the
+    /// setting as it is.
+    pub keep: Option<std::time::Duration>,
+}
+
+impl DeployOptions {
+    /// These options with [`create_schema`](Self::create_schema) set to `create`.
+    pub fn create_schema(mut self, create: bool) -> Self {
+        self.create_schema = create;
+        self
+    }
+
+    /// These options keeping handled messages for `keep` ([`keep`](Self::keep)).
+    pub fn keep(mut self, keep: std::time::Duration) -> Self {
+        self.keep = Some(keep);
+        self
+    }
+}
+
 /// What [`DbPool::deploy_notify_table`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NotifyDeploy {
@@ -103,15 +139,22 @@ impl<DB: Db> Drop for Deploying<DB> {
     }
 }
 
+/// A queue to deploy: its name, and whether a missing schema may be created.
+pub(crate) struct QueueDeploy<'a> {
+    pub table: &'a QueueTable,
+    pub create_schema: bool,
+}
+
 /// Runs `statements` (which create `table`) on one connection of `pool`, in a
 /// transaction, under the dialect's deploy lock for `table`. With `queue`, first refuses
-/// a queue that would share a table with another queue ([`refuse_shared`]) and a table of
-/// that name that is not a queue table, before anything is created, and brings one made
-/// by an older rowbus up to date (the columns it lacks, first).
+/// a missing schema (unless it may be created), a queue that would share a table with
+/// another queue ([`refuse_shared`]) and a table of that name that is not a queue table,
+/// before anything is created, and brings one made by an older rowbus up to date (the
+/// columns it lacks, first).
 pub(crate) async fn locked<DB: Db>(
     pool: &Pool<DB>,
     table: &str,
-    queue: Option<&QueueTable>,
+    queue: Option<QueueDeploy<'_>>,
     statements: &[Statement],
 ) -> Result<(), Error> {
     let mut deploying = Deploying { conn: pool.acquire().await?, holds_lock: false };
@@ -123,10 +166,15 @@ pub(crate) async fn locked<DB: Db>(
     deploying.holds_lock = true;
     DB::lock_deploy(&mut tx, table).await?;
     let created = async {
-        if let Some(queue) = queue {
+        if let Some(QueueDeploy { table, create_schema }) = &queue
+            && let Some(schema) = table.schema()
+        {
+            refuse_missing_schema::<DB>(&mut tx, schema, *create_schema).await?;
+        }
+        if let Some(QueueDeploy { table: queue, .. }) = &queue {
             refuse_shared::<DB>(&mut tx, queue).await?;
         }
-        if let Some(queue) = queue
+        if let Some(QueueDeploy { table: queue, .. }) = queue
             && refuse_foreign(queue, find_on::<DB>(&mut tx, queue.schema(), queue.name()).await?)?
         {
             for sql in migration::<DB>(&mut tx, queue).await? {
@@ -192,6 +240,27 @@ fn shared_names(name: &str, suffixes: &[&str], fold: bool) -> Vec<(String, Strin
         }
     }
     shared
+}
+
+/// Refuses a `schema` that does not exist, unless `create` and the qualifier is a schema
+/// (PostgreSQL; on MySQL/MariaDB it is a database, never created).
+async fn refuse_missing_schema<DB: Db>(
+    conn: &mut DB::Connection,
+    schema: &str,
+    create: bool,
+) -> Result<(), Error> {
+    let binds = [schema.to_owned()];
+    let row = fetch_on::<DB>(conn, DB::schema_exists_sql().to_owned(), &binds, 0).await?;
+    if row.first().is_some_and(|row| row.int(0) > 0) {
+        return Ok(());
+    }
+    if DB::QUALIFIER_IS_DATABASE {
+        Err(Error::MissingMySqlDatabase { database: schema.to_owned() })
+    } else if create {
+        Ok(())
+    } else {
+        Err(Error::MissingSchema { schema: schema.to_owned() })
+    }
 }
 
 /// What an existing queue table (and its dead-letter table) needs to have every column

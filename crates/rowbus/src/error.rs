@@ -258,9 +258,36 @@ pub enum Error {
         /// How long this deploy waited.
         waited: std::time::Duration,
     },
+    /// PostgreSQL: the schema a queue table is qualified with does not exist, and the
+    /// deploy was not asked to create it ([`DeployOptions::create_schema`](crate::DeployOptions::create_schema)).
+    #[error(
+        "the schema `{schema}` does not exist: a deploy creates a schema only when asked to (DeployOptions::create_schema)"
+    )]
+    MissingSchema {
+        /// The schema.
+        schema: String,
+    },
+    /// MySQL/MariaDB: the database a queue table is qualified with does not exist. rowbus
+    /// never creates databases, asked to create schemas or not.
+    #[error(
+        "the database `{database}` does not exist: on MySQL/MariaDB a queue's qualifier is a database, and rowbus does not create databases (CREATE DATABASE it first)"
+    )]
+    MissingMySqlDatabase {
+        /// The database.
+        database: String,
+    },
     /// A queue table or group name that rowbus refuses.
     #[error("invalid name {name:?}: {reason}")]
     InvalidName {
+        /// The name as given.
+        name: String,
+        /// The rule it breaks.
+        reason: String,
+    },
+    /// A durable listener's name that rowbus refuses: empty, or too long for the
+    /// positions table.
+    #[error("invalid durable listener name {name:?}: {reason}")]
+    InvalidDurableName {
         /// The name as given.
         name: String,
         /// The rule it breaks.

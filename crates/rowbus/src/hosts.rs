@@ -1,7 +1,9 @@
 //! Several hosts in one URL, as libpq and MariaDB Connector/J take them:
 //! `postgres://user@h1:5432,h2:5433/db?target_session_attrs=read-write`. sqlx parses one
 //! host only, so the URL is split here into one single-host URL per host, and connecting
-//! tries them in order.
+//! tries them in order. An IPv6 address is written in brackets (`[::1]:5432`), alone or
+//! in the list; the brackets are the URL's, and [`unbracket`] takes them off the host
+//! sqlx connects to.
 
 use std::future::Future;
 use std::time::Duration;
@@ -85,6 +87,9 @@ impl Hosts {
         if names.len() > 1 && names.iter().any(|h| h.is_empty()) {
             return Err(invalid(url, "an empty host in the host list: write hosts as h1:port,h2:port"));
         }
+        for name in &names {
+            check_host(url, name)?;
+        }
         let hosts = names
             .into_iter()
             .map(|host| {
@@ -115,6 +120,35 @@ impl Hosts {
         }
         Err(Error::NoHost { url: redact(url), tried: failures.join("; ") })
     }
+}
+
+/// Refuses a host that names an IPv6 address other than as `[address]` or
+/// `[address]:port`.
+fn check_host(url: &str, host: &str) -> Result<(), Error> {
+    let bad =
+        |why: &str| invalid(url, format!("`{host}`: {why}; write an IPv6 address in brackets: [::1]:5432"));
+    let Some(rest) = host.strip_prefix('[') else {
+        return match host.matches(':').count() > 1 || host.contains(']') {
+            true => Err(bad("an IPv6 address without brackets")),
+            false => Ok(()),
+        };
+    };
+    let Some((address, after)) = rest.split_once(']') else { return Err(bad("no closing bracket")) };
+    if address.parse::<std::net::Ipv6Addr>().is_err() {
+        return Err(bad("not an IPv6 address between the brackets"));
+    }
+    match after.strip_prefix(':') {
+        None if after.is_empty() => Ok(()),
+        Some(port) if port.parse::<u16>().is_ok() => Ok(()),
+        _ => Err(bad("after the brackets only a port may follow")),
+    }
+}
+
+/// The host to connect to as sqlx's options hold it: an IPv6 address without the
+/// brackets its URL wrote it in (sqlx keeps them, and then looks `[::1]` up as a name,
+/// which fails), any other host as it is.
+pub(crate) fn unbracket(host: &str) -> Option<&str> {
+    host.strip_prefix('[')?.strip_suffix(']')
 }
 
 /// [`Hosts::parse`] then [`Hosts::first`]: connects to the first host of `url` that
@@ -200,6 +234,53 @@ mod tests {
             urls("mysql://root@[::1]:3311,h2,[fe80::1]/test"),
             ["mysql://root@[::1]:3311/test", "mysql://root@h2/test", "mysql://root@[fe80::1]/test"]
         );
+    }
+
+    #[test]
+    fn ipv6_literals_alone_and_in_a_list() {
+        assert_eq!(urls("postgres://postgres@[::1]:5432/test"), ["postgres://postgres@[::1]:5432/test"]);
+        assert_eq!(urls("mysql://root@[::1]:3306/test"), ["mysql://root@[::1]:3306/test"]);
+        let hosts = Hosts::parse("postgres://postgres@[::1]:5432,127.0.0.1:5432/test").unwrap();
+        let got: Vec<_> = hosts.hosts.iter().map(|h| (h.host.as_str(), h.url.as_str())).collect();
+        assert_eq!(
+            got,
+            [
+                ("[::1]:5432", "postgres://postgres@[::1]:5432/test"),
+                ("127.0.0.1:5432", "postgres://postgres@127.0.0.1:5432/test"),
+            ]
+        );
+        assert_eq!(
+            urls("postgres://[2001:db8::2]:5433,[::ffff:127.0.0.1]/db?sslmode=disable"),
+            [
+                "postgres://[2001:db8::2]:5433/db?sslmode=disable",
+                "postgres://[::ffff:127.0.0.1]/db?sslmode=disable"
+            ]
+        );
+    }
+
+    #[test]
+    fn malformed_ipv6_hosts_are_refused() {
+        for (url, why) in [
+            ("postgres://u@::1:5432/db", "without brackets"),
+            ("postgres://u@h1,::1/db", "without brackets"),
+            ("postgres://u@[::1:5432/db", "no closing bracket"),
+            ("postgres://u@[::1]:5432,[zz]/db", "not an IPv6 address"),
+            ("mysql://u@[::1]x/db", "only a port"),
+            ("mysql://u@[::1]:port/db", "only a port"),
+            ("mysql://u@h1]/db", "without brackets"),
+        ] {
+            let e = Hosts::parse(url).unwrap_err();
+            assert!(matches!(e, Error::InvalidUrl { .. }), "{url}: {e}");
+            assert!(e.to_string().contains(why) && e.to_string().contains("[::1]:5432"), "{url}: {e}");
+        }
+    }
+
+    #[test]
+    fn unbracket_takes_the_brackets_off_ipv6_hosts_only() {
+        assert_eq!(unbracket("[::1]"), Some("::1"));
+        assert_eq!(unbracket("[fe80::1]"), Some("fe80::1"));
+        assert_eq!(unbracket("127.0.0.1"), None);
+        assert_eq!(unbracket("db.example"), None);
     }
 
     #[test]

@@ -73,7 +73,7 @@ pub use broker::{
     Broker, BrokerOptions, BrokerTx, Delivery, Headers, Message, Outcome, Published, Queue, QueueTable,
     Received, RetryPolicy, Subscription, SubscriptionBuilder, TxMessage,
 };
-pub use deploy::NotifyDeploy;
+pub use deploy::{DeployOptions, NotifyDeploy};
 pub use error::Error;
 pub use listener::{Event, Listener, ListenerHandle, ListenerOptions};
 pub use notify::notify;
@@ -84,7 +84,7 @@ pub use sql::{Db, DbPool, Notifier, OnPool, connect, connect_creating};
 pub mod limits {
     pub use crate::broker::{HISTORY_CLEANUP_BATCH, HISTORY_CLEANUP_INTERVAL, MAX_KEY_CHARS};
     pub use crate::broker::{MAX_SCHEDULE_NAME, MAX_SCHEDULE_PAYLOAD, MIN_EVERY};
-    pub use crate::names::{MAX_GROUP_CHARS, MAX_TABLE_NAME, check_group};
+    pub use crate::names::{MAX_DURABLE_NAME_CHARS, MAX_GROUP_CHARS, MAX_TABLE_NAME, check_group};
     pub use crate::sql::{PG_MAX_CHANNEL_BYTES, PG_PAYLOAD_LIMIT_BYTES, check_pg_channel, check_pg_payload};
     pub use notify_table::{MAX_DURATION, MIN_POLL_INTERVAL};
 }
@@ -123,6 +123,7 @@ pub mod stats {
 /// resumes where it stopped ([`Listener::listen_durable`](crate::Listener::listen_durable)).
 pub mod durable {
     pub use crate::listener::{DurableListener, Resume, durable_listeners, forget_durable_listener};
+    pub use crate::names::check_durable_name;
 }
 
 /// The sans-I/O core of the emulated LISTEN/NOTIFY, re-exported.

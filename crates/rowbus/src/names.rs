@@ -1,4 +1,4 @@
-//! Queue table and group names, validated.
+//! Queue table, group and durable listener names, validated.
 
 use std::fmt;
 use std::sync::Arc;
@@ -10,6 +10,9 @@ use crate::error::Error;
 pub const MAX_TABLE_NAME: usize = 57;
 /// Longest group name, in characters.
 pub const MAX_GROUP_CHARS: usize = 255;
+/// Longest durable listener name, in characters: the positions table keys on it as the
+/// notify table does on a channel (MySQL/MariaDB: 255 characters of utf8mb4).
+pub const MAX_DURABLE_NAME_CHARS: usize = 255;
 
 /// A queue table's name: `jobs`, or schema-qualified `app.jobs` where the database has
 /// schemas (PostgreSQL; on MySQL/MariaDB the qualifier is a database). Each part is a plain
@@ -100,6 +103,30 @@ pub fn check_group(group: &str) -> Result<(), Error> {
     Ok(())
 }
 
+/// Checks a durable listener's name
+/// ([`Listener::listen_durable`](crate::Listener::listen_durable)): not empty, at most
+/// [`MAX_DURABLE_NAME_CHARS`] characters. Refused with [`Error::InvalidDurableName`]
+/// rather than truncated, so that a name is never taken for another.
+///
+/// ```
+/// assert!(rowbus::durable::check_durable_name("mailer").is_ok());
+/// assert!(rowbus::durable::check_durable_name("").is_err());
+/// assert!(rowbus::durable::check_durable_name(&"x".repeat(256)).is_err());
+/// ```
+pub fn check_durable_name(name: &str) -> Result<(), Error> {
+    let invalid = |reason: String| Error::InvalidDurableName { name: name.to_owned(), reason };
+    if name.is_empty() {
+        return Err(invalid("the name is empty".to_owned()));
+    }
+    let chars = name.chars().count();
+    if chars > MAX_DURABLE_NAME_CHARS {
+        return Err(invalid(format!(
+            "{chars} characters, a durable listener's name has at most {MAX_DURABLE_NAME_CHARS}"
+        )));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -133,5 +160,25 @@ mod tests {
         assert!(check_group(&"g".repeat(255)).is_ok());
         assert!(check_group(&"g".repeat(256)).is_err());
         assert!(check_group("a ").is_err());
+    }
+
+    #[test]
+    fn durable_names_are_validated() {
+        assert!(check_durable_name("mailer").is_ok());
+        assert!(check_durable_name(" ").is_ok());
+        assert!(check_durable_name(&"𝄞".repeat(255)).is_ok());
+        for (bad, reason) in [
+            ("", "the name is empty"),
+            (&*"x".repeat(300), "300 characters"),
+            (&*"é".repeat(256), "256 characters"),
+        ] {
+            match check_durable_name(bad) {
+                Err(Error::InvalidDurableName { name, reason: why }) => {
+                    assert_eq!(name, bad);
+                    assert!(why.contains(reason), "{why}");
+                }
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
     }
 }

@@ -723,7 +723,8 @@ async fn names_are_validated_and_qualified_on_postgres() {
     }
     let schema = cleanup.schema(&unique("app"));
     let q = env.broker.queue(&format!("{schema}.jobs")).unwrap();
-    q.deploy().await.unwrap();
+    assert!(matches!(q.deploy().await, Err(Error::MissingSchema { .. })));
+    q.deploy_with(&rowbus::DeployOptions::default().create_schema(true)).await.unwrap();
     q.publish(Message::text("in a schema")).await.unwrap();
     assert_eq!(q.depth("").await.unwrap(), (1, 0));
     assert!(matches!(q.publish(Message::text("x").group("trailing ")).await, Err(Error::InvalidName { .. })));

@@ -319,3 +319,70 @@ where
     b.shutdown(Duration::from_secs(1)).await;
 }
 on_each_database!(deploy_refuses_queues_that_share_a_table);
+
+/// Whether PostgreSQL has schema `name`.
+async fn pg_schema_exists(broker: &Broker<sqlx::Postgres>, name: &str) -> bool {
+    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)")
+        .bind(name)
+        .fetch_one(broker.pool())
+        .await
+        .unwrap()
+}
+
+/// A queue in a schema that does not exist is refused, naming the schema, and nothing is
+/// made; asked to, the deploy creates the schema (then a plain deploy finds it). The
+/// cleanup drops the schema with everything in it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_deploy_refuses_a_missing_schema_unless_asked() {
+    let cleanup = Cleanup::new(rowbus::Backend::Postgres);
+    let schema = cleanup.schema(&unique("typo"));
+    let broker = broker::<sqlx::Postgres>(PG, BrokerOptions::default()).await;
+    let queue = broker.queue(&format!("{schema}.jobs")).unwrap();
+    for refused in [queue.deploy().await, queue.deploy_keeping(Duration::from_secs(60)).await] {
+        match refused {
+            Err(Error::MissingSchema { schema: named }) => assert_eq!(named, schema),
+            other => panic!("a missing schema was not refused: {other:?}"),
+        }
+    }
+    assert!(!pg_schema_exists(&broker, &schema).await, "the refused deploy made the schema");
+    assert_eq!(queue.state().await.unwrap(), TableState::Missing);
+
+    let options = rowbus::DeployOptions::default().create_schema(true).keep(Duration::from_secs(60));
+    queue.deploy_with(&options).await.unwrap();
+    assert!(pg_schema_exists(&broker, &schema).await);
+    assert_eq!(queue.state().await.unwrap(), TableState::Deployed);
+    assert_eq!(queue.keep().await.unwrap(), Some(Duration::from_secs(60)));
+    queue.deploy().await.expect("the schema exists now");
+    queue.publish(Message::text("in the new schema")).await.unwrap();
+    broker.shutdown(Duration::from_secs(1)).await;
+}
+
+/// On MySQL/MariaDB a queue's qualifier is a database, which rowbus never creates: a
+/// missing one is refused, asked to create it or not, and nothing is made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_deploy_refuses_a_missing_database_even_asked() {
+    let database = unique("typo");
+    let broker = broker::<sqlx::MySql>(MARIADB, BrokerOptions::default()).await;
+    let queue = broker.queue(&format!("{database}.jobs")).unwrap();
+    for create_schema in [false, true] {
+        let options = rowbus::DeployOptions::default().create_schema(create_schema);
+        match queue.deploy_with(&options).await {
+            Err(e @ Error::MissingMySqlDatabase { .. }) => {
+                let text = e.to_string();
+                assert!(
+                    text.contains(&format!("`{database}`")) && text.contains("does not create databases"),
+                    "{text}"
+                );
+            }
+            other => panic!("a missing database was not refused: {other:?}"),
+        }
+    }
+    let made: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name = ?")
+            .bind(&database)
+            .fetch_one(broker.pool())
+            .await
+            .unwrap();
+    assert_eq!(made, 0);
+    broker.shutdown(Duration::from_secs(1)).await;
+}

@@ -313,6 +313,31 @@ async fn a_free_name_can_be_forgotten(server: Option<&str>) {
     env.cleanup().await;
 }
 
+/// An empty durable name, and one longer than the positions table keeps, are refused as
+/// names (not as channels) by `listen_durable` and `forget_durable_listener`; 255
+/// characters are taken.
+async fn a_bad_durable_name_is_refused_as_a_name(server: Option<&str>) {
+    let env = env(server).await;
+    let ch = unique("badname");
+    let mut listener = listener(&env).await;
+    let lease = Duration::from_secs(1);
+    for (name, reason) in [(String::new(), "empty"), ("n".repeat(300), "300 characters")] {
+        let refused = listener.listen_durable(&ch, &name).await;
+        let forgot = env.db.run(Forget(env.config.clone(), ch.clone(), name.clone(), lease)).await;
+        for e in [refused.unwrap_err(), forgot.unwrap_err()] {
+            assert!(matches!(&e, Error::InvalidDurableName { name: n, .. } if *n == name), "{e:?}");
+            let text = e.to_string();
+            assert!(text.contains("durable listener name") && text.contains(reason), "{text}");
+            assert!(!text.contains("channel"), "{text}");
+        }
+    }
+    let longest = format!("{}{}", unique("n"), "é".repeat(200));
+    let longest: String = longest.chars().chain(std::iter::repeat('x')).take(255).collect();
+    assert_eq!(listener.listen_durable(&ch, &longest).await.unwrap(), Resume::New);
+    drop(listener);
+    env.cleanup().await;
+}
+
 /// [`rowbus::durable::forget_durable_listener`] on any database.
 struct Forget(rowbus::NotifyConfig, String, String, Duration);
 
@@ -411,3 +436,4 @@ on!(a_trailing_space_makes_another_durable_position: mariadb = Some(super::MARIA
 on!(a_gap_is_reported_only_when_the_rows_were_not_held: mariadb = Some(super::MARIADB), postgres = Some(super::PG), sqlite = None);
 on!(a_free_name_can_be_forgotten: mariadb = Some(super::MARIADB), postgres = Some(super::PG), sqlite = None);
 on!(acknowledging_while_the_buffer_is_full_goes_on: mariadb = Some(super::MARIADB), postgres = Some(super::PG), sqlite = None);
+on!(a_bad_durable_name_is_refused_as_a_name: mariadb = Some(super::MARIADB), postgres = Some(super::PG), sqlite = None);

@@ -1,7 +1,8 @@
 //! Several hosts in one URL on the real PostgreSQL and MariaDB: a first host that refuses
 //! connections (127.0.0.1:1) is skipped by pools, the listener (also on reconnect) and a
 //! broker's listening connection; a PostgreSQL URL asking for `read-write` refuses a
-//! read-only server; a URL whose hosts are all down says why for each.
+//! read-only server; a URL whose hosts are all down says why for each; an IPv6 address in
+//! brackets connects, alone and in a host list.
 
 mod common;
 
@@ -75,6 +76,69 @@ async fn first_host_refused<DB: Db>(server: &str, extra: &str) {
     here.shutdown(Duration::from_secs(1)).await;
     there.shutdown(Duration::from_secs(1)).await;
     env.cleanup().await;
+}
+
+/// A port on the IPv6 loopback that reaches the server at `127.0.0.1:port`: that port when
+/// the server listens on `[::1]` too, otherwise a relay's, which copies each connection's
+/// bytes to and from the server's IPv4 port (the test connects over IPv6 either way). The
+/// relay ends with the test's runtime.
+async fn over_ipv6(port: u16) -> u16 {
+    use tokio::net::{TcpListener, TcpStream};
+    if TcpStream::connect(("::1", port)).await.is_ok() {
+        return port;
+    }
+    let relay = TcpListener::bind("[::1]:0").await.expect("the IPv6 loopback");
+    let local = relay.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = relay.accept().await {
+            tokio::spawn(async move {
+                let mut server = TcpStream::connect(("127.0.0.1", port)).await?;
+                tokio::io::copy_bidirectional(&mut inbound, &mut server).await.map(drop)
+            });
+        }
+    });
+    local
+}
+
+/// `server`'s URL with its IPv4 host and port replaced by `hosts`.
+fn with_hosts(server: &str, hosts: &str) -> String {
+    let (user, rest) = server.split_once('@').unwrap();
+    let path = &rest[rest.find('/').unwrap()..];
+    format!("{user}@{hosts}{path}")
+}
+
+/// A pool and a listener on `[::1]` alone, then in a host list before and after an IPv4
+/// host (the first one listed refusing, in the last).
+async fn ipv6_literal(server: &str, port: u16) {
+    let v6 = over_ipv6(port).await;
+    for hosts in [
+        format!("[::1]:{v6}"),
+        format!("[::1]:{v6},127.0.0.1:{port}"),
+        format!("127.0.0.1:1,[::1]:{v6}"),
+        format!("[::1]:1,[::1]:{v6}"),
+    ] {
+        let url = with_hosts(server, &hosts);
+        // The pool (the notify table's deploy, the notifications) and the listener.
+        let env = env(Some(&url)).await;
+        let ch = unique("v6");
+        let mut listener =
+            Listener::connect_with(&url, env.options()).await.unwrap_or_else(|e| panic!("{url}: {e}"));
+        listener.listen(&ch).await.unwrap();
+        env.notify(&ch, "over IPv6").await;
+        assert_eq!(cp(&notification(&mut listener).await), (ch.as_str(), "over IPv6"), "{url}");
+        drop(listener);
+        env.cleanup().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_ipv6_literal() {
+    ipv6_literal(PG, 5432).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_ipv6_literal() {
+    ipv6_literal(MARIADB, 3306).await;
 }
 
 /// A URL whose every host is down: the pool and the listener fail, naming each host.

@@ -7,6 +7,7 @@ use sqlx::Pool;
 
 use crate::driver::Arg;
 use crate::error::{Error, is_missing_table};
+use crate::names::check_durable_name;
 use crate::sql::Db;
 use crate::sql::Notifier;
 use crate::sql::PositionsSql;
@@ -106,6 +107,7 @@ pub async fn forget_durable_listener<DB: Db>(
     name: &str,
     lease: Duration,
 ) -> Result<bool, Error> {
+    check_durable_name(name)?;
     let sql = PositionsSql::<DB>::new(&config.table)?;
     let mut conn = pool.acquire().await?;
     let key = [Arg::Text(channel), Arg::Text(name)];

@@ -17,6 +17,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::backend::Backend;
 use crate::error::Error;
+use crate::names::check_durable_name;
 use crate::sql::Db;
 use crate::sql::ForBackend;
 use driver::Command;
@@ -146,7 +147,7 @@ impl Listener {
     /// delivered.
     pub async fn listen_durable(&mut self, channel: &str, name: &str) -> Result<Resume, Error> {
         (self.check_channel)(channel)?;
-        notify_table::check_channel(name)?;
+        check_durable_name(name)?;
         let (reply, done) = oneshot::channel();
         let command = Command::ListenDurable { channel: channel.to_owned(), name: name.to_owned(), reply };
         self.commands.send(command).map_err(|_| Error::ListenerClosed)?;

@@ -11,6 +11,14 @@ pub trait Catalog: Naming {
     /// present joined by commas (`''` for none) and an integer, 0 when there is no table.
     fn find_table_sql(schema: Option<&str>, name: &str) -> (String, Vec<String>);
 
+    /// Whether schema `schema` exists (on MySQL/MariaDB: database): a statement binding
+    /// the name and returning one row, one integer, 0 when there is none.
+    fn schema_exists_sql() -> &'static str;
+
+    /// Whether a queue's qualifier names a database rather than a schema (MySQL/MariaDB):
+    /// a deploy never creates one, even when asked to create a missing schema.
+    const QUALIFIER_IS_DATABASE: bool = false;
+
     /// The queue tables where unqualified names resolve: one text column, the name as
     /// a statement would write it.
     fn queue_tables_sql() -> String;

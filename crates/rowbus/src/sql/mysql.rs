@@ -20,7 +20,7 @@ use crate::backend::{Backend, connect_error, invalid_url, pool_options, redact};
 use crate::driver::sealed::Driver as _;
 use crate::driver::{Arg, ClaimedRow};
 use crate::error::Error;
-use crate::hosts::{Hosts, connect_first, follow};
+use crate::hosts::{Hosts, connect_first, follow, unbracket};
 use crate::names::QueueTable;
 use crate::sql::ACK_BATCH;
 use crate::sql::DbPool;
@@ -218,12 +218,18 @@ async fn claim_in_lanes(
     Ok(rows)
 }
 
+/// The connect options of a single-host URL (`mariadb:` read as `mysql:`).
 fn options(url: &str) -> Result<MySqlConnectOptions, Error> {
     let url = match url.strip_prefix("mariadb:") {
         Some(rest) => format!("mysql:{rest}"),
         None => url.to_owned(),
     };
-    MySqlConnectOptions::from_str(&url).map_err(|e| invalid_url(&url, e))
+    let options = MySqlConnectOptions::from_str(&url).map_err(|e| invalid_url(&url, e))?;
+    // sqlx keeps an IPv6 address's brackets, and would look `[::1]` up as a name.
+    match unbracket(options.get_host()).map(str::to_owned) {
+        Some(address) => Ok(options.host(&address)),
+        None => Ok(options),
+    }
 }
 
 /// One connection in rowbus's session settings, to the first host of `url` that accepts
@@ -638,6 +644,12 @@ impl Connecting for MySql {
 }
 
 impl Catalog for MySql {
+    const QUALIFIER_IS_DATABASE: bool = true;
+
+    fn schema_exists_sql() -> &'static str {
+        "SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.schemata WHERE schema_name = ?"
+    }
+
     fn find_table_sql(schema: Option<&str>, name: &str) -> (String, Vec<String>) {
         let (in_schema, mut binds) = match schema {
             Some(schema) => ("?", vec![schema.to_owned()]),

@@ -17,7 +17,7 @@ use crate::backend::{Backend, connect_error, invalid_url, pool_options, redact};
 use crate::driver::sealed::Driver as _;
 use crate::driver::{Arg, TextsAndInts, notify_row, signed_id};
 use crate::error::Error;
-use crate::hosts::{Hosts, connect_first, follow};
+use crate::hosts::{Hosts, connect_first, follow, unbracket};
 use crate::names::QueueTable;
 use crate::sql::DbPool;
 use crate::sql::TableConn;
@@ -29,12 +29,21 @@ impl Db for Postgres {
     const BACKEND: Backend = Backend::Postgres;
 }
 
+/// The connect options of a single-host URL, an IPv6 address's brackets taken off.
+fn connect_options(url: &str) -> Result<PgConnectOptions, Error> {
+    let options = PgConnectOptions::from_str(url).map_err(|e| invalid_url(url, e))?;
+    match unbracket(options.get_host()).map(str::to_owned) {
+        Some(address) => Ok(options.host(&address)),
+        None => Ok(options),
+    }
+}
+
 /// The URL of the first host of `url` that accepts a connection and, when the URL asks
 /// for `target_session_attrs=read-write`, takes writes. A connection made from it stays
 /// on that host: a new call goes through the list again.
 pub(crate) async fn first_host(url: &str) -> Result<String, Error> {
     connect_first(url, |host, read_write| async move {
-        let options = PgConnectOptions::from_str(&host).map_err(|e| invalid_url(&host, e))?;
+        let options = connect_options(&host)?;
         let mut conn = options.connect().await.map_err(connect_error(&host))?;
         if read_write {
             check_writable(&mut conn, &host).await?;
@@ -322,7 +331,7 @@ impl Connecting for Postgres {
             // with the real cause, and picks the host. sqlx pools take one set of connect
             // options, so the pool starts on that host (and moves, with several: `follow`).
             let host = first_host(&url).await?;
-            let options = PgConnectOptions::from_str(&host).map_err(|e| invalid_url(&host, e))?;
+            let options = connect_options(&host)?;
             let pool = pool_options::<Self>(max);
             let pool = pool.connect_with(options).await.map_err(connect_error(&host))?;
             let hosts = Hosts::parse(&url)?;
@@ -338,7 +347,7 @@ impl Connecting for Postgres {
                         let url = url.clone();
                         async move {
                             let host = first_host(&url).await?;
-                            PgConnectOptions::from_str(&host).map_err(|e| invalid_url(&host, e))
+                            connect_options(&host)
                         }
                     },
                 );
@@ -357,6 +366,10 @@ impl Connecting for Postgres {
 }
 
 impl Catalog for Postgres {
+    fn schema_exists_sql() -> &'static str {
+        "SELECT COUNT(*) FROM pg_catalog.pg_namespace WHERE nspname = $1"
+    }
+
     /// `to_regclass` resolves the name as a statement would (the search path) and takes
     /// it quoted: validated identifiers, bound as a value.
     fn find_table_sql(schema: Option<&str>, name: &str) -> (String, Vec<String>) {
@@ -549,9 +562,19 @@ impl TableConn for PgListener {
         // host first fails fast, with the real cause, and picks the host. Every reconnect
         // comes here, so it goes through the host list again.
         let host = first_host(url).await?;
-        let mut listener = PgListener::connect(&host)
+        // A pool of one, as `PgListener::connect` makes, on options that take IPv6 hosts.
+        let pool = sqlx::pool::PoolOptions::<Postgres>::new()
+            .max_connections(1)
+            .max_lifetime(None)
+            .idle_timeout(None)
+            .connect_with(connect_options(&host)?)
             .await
             .map_err(|source| Error::Connect { target: redact(&host), source })?;
+        let mut listener = PgListener::connect_with(&pool)
+            .await
+            .map_err(|source| Error::Connect { target: redact(&host), source })?;
+        // The pool is this listener's alone and never closed by hand.
+        listener.ignore_pool_close_event(true);
         // A lost connection ends this session; the driver reconnects and reports it.
         listener.eager_reconnect(false);
         Ok(listener)

@@ -336,6 +336,12 @@ impl Connecting for Sqlite {
 }
 
 impl Catalog for Sqlite {
+    /// The attached databases' names (a queue table name with a schema is refused on
+    /// SQLite before any statement).
+    fn schema_exists_sql() -> &'static str {
+        "SELECT COUNT(*) FROM pragma_database_list WHERE name = ?1"
+    }
+
     fn find_table_sql(_: Option<&str>, name: &str) -> (String, Vec<String>) {
         let sql = format!(
             "SELECT COALESCE((SELECT group_concat(name, ',') FROM pragma_table_info(?1) WHERE name IN ({})), ''), \

@@ -6,12 +6,13 @@ use std::time::Duration;
 
 use notify_table::{Config as NotifyConfig, Statement};
 
-use crate::broker::exec::queue_error;
+use crate::broker::exec::{micros as micros_of, queue_error};
+use crate::broker::operate::history::keep_statements;
 use crate::broker::operate::pause::Paused;
 use crate::broker::{Broker, Queue};
 use crate::deploy;
 pub use crate::deploy::TableState;
-use crate::deploy::{fetch_on, find_on, refuse_foreign};
+use crate::deploy::{DeployOptions, QueueDeploy, fetch_on, find_on, refuse_foreign};
 use crate::driver::{Arg, TextsAndInts};
 use crate::error::Error;
 use crate::sql::Db;
@@ -120,24 +121,46 @@ impl<DB: Db> Queue<DB> {
     /// tick tables (`<table>_sched`, `<table>_ticks`, see [`schedule`](Self::schedule)) and
     /// its history tables (`<table>_hist` and `<table>_keep`, see
     /// [`deploy_keeping`](Self::deploy_keeping)) if
-    /// they do not exist; on PostgreSQL also the schema. Deploying a queue made by an older rowbus
+    /// they do not exist. Deploying a queue made by an older rowbus
     /// adds what it lacks. With `listen_notify` on
     /// MySQL/MariaDB or SQLite, also the notify table.
     ///
     /// Safe to run from every replica of an app at once: deploys take turns under a lock.
     /// A table of this name that is not a queue table is refused
-    /// ([`Error::NotAQueueTable`]) and nothing is created.
+    /// ([`Error::NotAQueueTable`]) and nothing is created; so is a schema-qualified queue
+    /// (`app.jobs`) whose schema does not exist ([`Error::MissingSchema`]; on MySQL/MariaDB
+    /// [`Error::MissingMySqlDatabase`]): [`deploy_with`](Self::deploy_with) can create the schema.
     pub async fn deploy(&self) -> Result<(), Error> {
-        let create: Vec<Statement> = self
+        self.deploy_with(&DeployOptions::default()).await
+    }
+
+    /// [`deploy`](Self::deploy) as `options` say: on PostgreSQL creating a missing schema
+    /// ([`DeployOptions::create_schema`]), setting how long handled messages are kept
+    /// ([`DeployOptions::keep`], as [`deploy_keeping`](Self::deploy_keeping)).
+    ///
+    /// ```no_run
+    /// # async fn f(queue: rowbus::Queue<sqlx::Postgres>) -> Result<(), rowbus::Error> {
+    /// queue.deploy_with(&rowbus::DeployOptions::default().create_schema(true)).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn deploy_with(&self, options: &DeployOptions) -> Result<(), Error> {
+        let mut statements: Vec<Statement> = self
             .sql
             .create
             .iter()
             .map(|sql| Statement { sql: Arc::from(sql.as_str()), binds: Vec::new() })
             .collect();
+        if let Some(keep) = options.keep {
+            statements.extend(keep_statements(self, keep)?);
+        }
         let pool = &self.inner().pool;
-        deploy::locked(pool, &self.table().to_string(), Some(self.table()), &create).await?;
+        let queue = QueueDeploy { table: self.table(), create_schema: options.create_schema };
+        deploy::locked(pool, &self.table().to_string(), Some(queue), &statements).await?;
         if let Some(notifier) = &self.inner().notifier {
             deploy::notify_table(pool, notifier).await?;
+        }
+        if let Some(keep) = options.keep {
+            self.keeping.set(micros_of(keep));
         }
         Ok(())
     }

@@ -15,7 +15,7 @@ use tracing::{Instrument as _, debug, info_span, warn};
 use crate::broker::exec::{micros, queue_error, retrying};
 pub(crate) use crate::broker::operate::keeping::Keeping;
 use crate::broker::{Broker, Inner, Queue, check_group};
-use crate::deploy;
+use crate::deploy::DeployOptions;
 use crate::driver::{Arg, ClaimedRow, HistoryRow};
 use crate::error::{Error, check_duration};
 use crate::sql::Db;
@@ -133,6 +133,17 @@ pub struct Pruned {
     pub batches: u64,
 }
 
+/// The statements that set `queue`'s keep duration to `keep`, run after its tables'
+/// in the deploy's transaction ([`Queue::deploy_with`]).
+pub(crate) fn keep_statements<DB: Db>(queue: &Queue<DB>, keep: Duration) -> Result<Vec<Statement>, Error> {
+    check_duration("keep", keep, DurationRange::Span)?;
+    let history = &queue.sql.history;
+    Ok(vec![
+        Statement { sql: Arc::from(history.clear_keep.to_string().as_str()), binds: Vec::new() },
+        Statement { sql: history.insert_keep.clone(), binds: vec![Value::Int(micros(keep))] },
+    ])
+}
+
 impl<DB: Db> Queue<DB> {
     /// Deploys the queue as [`deploy`](Self::deploy) does and sets how long it keeps
     /// handled messages: from now on every process consuming it moves each acknowledged,
@@ -151,24 +162,7 @@ impl<DB: Db> Queue<DB> {
     /// # Ok(()) }
     /// ```
     pub async fn deploy_keeping(&self, keep: Duration) -> Result<(), Error> {
-        check_duration("keep", keep, DurationRange::Span)?;
-        let history = &self.sql.history;
-        let mut statements: Vec<Statement> = self
-            .sql
-            .create
-            .iter()
-            .chain([history.clear_keep.to_string()].iter())
-            .map(|sql| Statement { sql: Arc::from(sql.as_str()), binds: Vec::new() })
-            .collect();
-        statements
-            .push(Statement { sql: history.insert_keep.clone(), binds: vec![Value::Int(micros(keep))] });
-        let pool = &self.inner().pool;
-        deploy::locked(pool, &self.table().to_string(), Some(self.table()), &statements).await?;
-        if let Some(notifier) = &self.inner().notifier {
-            deploy::notify_table(pool, notifier).await?;
-        }
-        self.keeping.set(micros(keep));
-        Ok(())
+        self.deploy_with(&DeployOptions::default().keep(keep)).await
     }
 
     /// How long the queue keeps handled messages; `None` when it keeps none.

@@ -387,3 +387,53 @@ async fn a_failed_dead_letter_move_is_reported_and_retried<DB: Db>(env: Env<DB>)
     table.drop_tables().await;
 }
 on_each_database!(a_failed_dead_letter_move_is_reported_and_retried);
+
+/// The same for a transactional handler: its batch's dead letters behind a savepoint, a
+/// failed move undoes neither the batch's transaction nor puts its rows back at once (they
+/// were claimable again the moment it rolled back, in a loop): the message is back after
+/// the backoff, its attempt not counted, the failure counted; once the table is back it
+/// is dead-lettered once.
+async fn a_failed_dead_letter_move_of_a_transactional_handler_is_retried<DB: Db>(env: Env<DB>) {
+    let table = Table::new(&env.broker).await;
+    let retry = RetryPolicy { max_attempts: 1, base: Duration::from_millis(400), ..RetryPolicy::default() };
+    let options =
+        BrokerOptions { retry, poll_interval: Duration::from_millis(20), ..BrokerOptions::default() };
+    let broker = Broker::new(env.broker.pool().clone(), options).await.unwrap();
+    let q = broker.queue(&table.0.table().to_string()).unwrap();
+    q.publish(Message::text("doomed")).await.unwrap();
+    drop_dead_table(&env.db, &q).await;
+
+    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = runs.clone();
+    let runner = tokio::spawn(q.subscribe().run_tx(move |_conn, _message| {
+        counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Box::pin(async { Err::<(), _>("boom") })
+    }));
+    let waited = tokio::time::Instant::now();
+    while broker.stats().dead_letter_failures == 0 {
+        assert!(waited.elapsed() < Duration::from_secs(20), "no failed dead-letter move counted");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // Polled every 20 ms, a batch put back at once would have run about 15 times more.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let stats = broker.stats();
+    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1, "run again before its backoff");
+    assert_eq!((stats.dead_lettered, stats.dead_letter_failures), (0, 1), "not counted as dead-lettered");
+    assert_eq!(in_table(&env.db, &q).await, 1, "the message is still in its queue");
+
+    q.deploy().await.unwrap();
+    let waited = tokio::time::Instant::now();
+    while broker.stats().dead_lettered == 0 {
+        assert!(waited.elapsed() < Duration::from_secs(20), "not dead-lettered once the table is back");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    runner.abort();
+    let _ = runner.await;
+    let letters = q.dead_letters(&DeadLetterPage::default()).await.unwrap();
+    assert_eq!(letters.len(), 1, "dead-lettered once");
+    assert_eq!(letters[0].attempts, 1, "its attempt not counted while the move failed");
+    assert_eq!(in_table(&env.db, &q).await, 0);
+    broker.shutdown(Duration::from_secs(1)).await;
+    table.drop_tables().await;
+}
+on_each_database!(a_failed_dead_letter_move_of_a_transactional_handler_is_retried);

@@ -268,7 +268,7 @@ pub(crate) async fn restore_failed<DB: Db>(
     rows: &[ClaimedRow],
     error: &str,
     after: Option<Duration>,
-) -> Result<u64, Error> {
+) -> Result<Restored, Error> {
     let retry = &queue.inner().options.retry;
     // Each row with the delay before its next attempt, or none when it is done for.
     let (dead, back): (Vec<_>, Vec<_>) = rows
@@ -280,23 +280,68 @@ pub(crate) async fn restore_failed<DB: Db>(
             (row, (!exhausted).then(|| micros(delay)))
         })
         .partition(|(_, delay)| delay.is_none());
-    for rows in [&dead, &back] {
-        for chunk in rows.chunks(RESTORE_BATCH) {
-            // A chunk is all dead or all back (and never empty).
-            let sql = match chunk[0].1 {
-                None => queue.sql.dead_restore(chunk.len()),
-                Some(_) => queue.sql.restore(chunk.len()),
-            };
+    for chunk in back.chunks(RESTORE_BATCH) {
+        let args: Vec<Arg<'_>> =
+            chunk.iter().flat_map(|&(row, delay)| restore_args(row, delay, error)).collect();
+        DB::execute(tx, &Arc::from(queue.sql.restore(chunk.len())), &args).await?;
+    }
+    if dead.is_empty() {
+        return Ok(Restored { dead: 0, dead_failed: 0 });
+    }
+    // The dead letters behind a savepoint of their own: a move that fails (the dead-letter
+    // table missing or not one) must not undo the batch's transaction, whose rows would be
+    // claimable again at once, in a loop.
+    DB::simple(tx, "SAVEPOINT rowbus_dead").await?;
+    let moved = async {
+        for chunk in dead.chunks(RESTORE_BATCH) {
             let args: Vec<Arg<'_>> =
                 chunk.iter().flat_map(|&(row, delay)| restore_args(row, delay, error)).collect();
-            DB::execute(tx, &Arc::from(sql), &args).await?;
+            DB::execute(tx, &Arc::from(queue.sql.dead_restore(chunk.len())), &args).await?;
         }
+        if queue.keeps() {
+            let dead: Vec<ClaimedRow> = dead.iter().map(|&(row, _)| row.clone()).collect();
+            record(queue, tx, &dead, Moved::Dead, Some(error)).await?;
+        }
+        Ok::<_, Error>(())
     }
-    if queue.keeps() && !dead.is_empty() {
-        let dead: Vec<ClaimedRow> = dead.iter().map(|&(row, _)| row.clone()).collect();
-        record(queue, tx, &dead, Moved::Dead, Some(error)).await?;
+    .await;
+    let Err(cause) = moved else {
+        return Ok(Restored { dead: dead.len() as u64, dead_failed: 0 });
+    };
+    DB::simple(tx, "ROLLBACK TO SAVEPOINT rowbus_dead").await?;
+    // Back in the queue after the policy's backoff, the attempt not counted: it comes back
+    // as often as a retry would, its attempt not growing past the last.
+    let table = queue.table().to_string();
+    tracing::error!(
+        %table, rows = dead.len(), error = %cause.one_line(),
+        "dead-lettering failed; the messages stay in the queue and run again after the backoff"
+    );
+    let unchanged: Vec<(ClaimedRow, Option<i64>)> = dead
+        .iter()
+        .map(|&(row, _)| {
+            let attempts = u32::try_from(row.attempts + 1).unwrap_or(u32::MAX);
+            let mut same = row.clone();
+            // restore_args counts the attempt; this one does not count.
+            same.attempts -= 1;
+            (same, Some(micros(retry.delay(attempts))))
+        })
+        .collect();
+    for chunk in unchanged.chunks(RESTORE_BATCH) {
+        let args: Vec<Arg<'_>> =
+            chunk.iter().flat_map(|(row, delay)| restore_args(row, *delay, error)).collect();
+        DB::execute(tx, &Arc::from(queue.sql.restore(chunk.len())), &args).await?;
     }
-    Ok(dead.len() as u64)
+    Ok(Restored { dead: 0, dead_failed: dead.len() as u64 })
+}
+
+/// What [`restore_failed`] did with the rows it did not put back to run again.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Restored {
+    /// Moved to the dead-letter table.
+    pub dead: u64,
+    /// Used their attempts, but their move to the dead-letter table failed: back in the
+    /// queue after the backoff instead.
+    pub dead_failed: u64,
 }
 
 /// The binds of a row [`restore_failed`] writes, in the order of both of its statements:

@@ -234,8 +234,8 @@ async fn transactional<DB, H>(
             }
         };
         DB::simple(tx, "ROLLBACK TO SAVEPOINT rowbus_handler").await?;
-        let dead = restore_failed(queue, tx, &claimed, &error, after).await?;
-        Ok::<_, Error>(Settled::Failed { dead })
+        let restored = restore_failed(queue, tx, &claimed, &error, after).await?;
+        Ok::<_, Error>(Settled::Failed { dead: restored.dead, dead_failed: restored.dead_failed })
     }
     .await;
     let committed = write.finish(settled.is_ok(), true).await;
@@ -259,8 +259,9 @@ async fn transactional<DB, H>(
             counters.dropped(n);
             true
         }
-        Settled::Failed { dead } => {
-            counters.failed_batch(n, dead);
+        Settled::Failed { dead, dead_failed } => {
+            counters.failed_batch(n - dead_failed, dead);
+            counters.dead_letter_failed(dead_failed);
             dead > 0
         }
     };
@@ -277,8 +278,10 @@ async fn transactional<DB, H>(
 enum Settled {
     Acked,
     Dropped,
-    /// Put back to run again, `dead` of them dead-lettered.
+    /// Put back to run again, `dead` of them dead-lettered, and `dead_failed` put back
+    /// because their move to the dead-letter table failed.
     Failed {
         dead: u64,
+        dead_failed: u64,
     },
 }

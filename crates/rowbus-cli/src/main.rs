@@ -137,9 +137,13 @@ enum Command {
         #[arg(long, value_name = "NAME")]
         durable: Option<String>,
         /// How long the durable name stays this process's after it stops checking in
-        /// (a crash): another `listen --durable` with the name is refused until then
+        /// (a crash): another `listen --durable` with the name waits until then
         #[arg(long, value_name = "DURATION", value_parser = queue_cmd::positive_duration, requires = "durable")]
         lease: Option<std::time::Duration>,
+        /// Refuse at once when another process holds the durable name, instead of waiting
+        /// (at most until its lease runs out: a crashed owner's name is taken then)
+        #[arg(long, requires = "durable")]
+        no_wait: bool,
         /// The channels
         #[arg(required = true)]
         channels: Vec<String>,
@@ -253,8 +257,9 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             db.close().await;
             sent?;
         }
-        Command::Listen { json, channels, durable, lease } => {
-            listen(url, config, &channels, json, durable.as_deref(), lease).await?
+        Command::Listen { json, channels, durable, lease, no_wait } => {
+            let durable = durable.as_deref().map(|name| Durably { name, lease, wait: !no_wait });
+            listen(url, config, &channels, json, durable).await?
         }
         Command::Bench { what: BenchCommand::Notify(args) } => bench::notify(url, config, args).await?,
         Command::Bench { what: BenchCommand::Broker(args) } => {
@@ -334,23 +339,31 @@ async fn on_database(
     done
 }
 
+/// `listen --durable NAME`: the name, the lease, whether to wait for a name another holds.
+#[derive(Clone, Copy)]
+struct Durably<'a> {
+    name: &'a str,
+    lease: Option<std::time::Duration>,
+    wait: bool,
+}
+
 async fn listen(
     url: &str,
     config: NotifyConfig,
     channels: &[String],
     json: bool,
-    durable: Option<&str>,
-    lease: Option<std::time::Duration>,
+    durably: Option<Durably<'_>>,
 ) -> Result<(), CliError> {
+    let durable = durably.map(|d| d.name);
     let mut options = ListenerOptions { notify_table: config, ..ListenerOptions::default() };
-    if let Some(lease) = lease {
+    if let Some(lease) = durably.and_then(|d| d.lease) {
         options.durable_lease = lease;
     }
     let mut listener = Listener::connect_with(url, options).await?;
     for channel in channels {
-        match durable {
+        match durably {
             None => listener.listen(channel).await?,
-            Some(name) => match listener.listen_durable(channel, name).await? {
+            Some(Durably { name, wait, .. }) => match take_name(&mut listener, channel, name, wait).await? {
                 Resume::New => {}
                 Resume::Resumed => eprintln!("rowbus: {channel}: resuming {name:?} after its last line"),
                 Resume::Gap => eprintln!(
@@ -383,6 +396,28 @@ async fn listen(
         for channel in std::mem::take(&mut written) {
             listener.ack(&channel).await?;
         }
+    }
+}
+
+/// Takes durable name `name` on `channel`; when another process holds it and `wait`,
+/// says so once and waits at most until its lease runs out.
+async fn take_name(
+    listener: &mut Listener,
+    channel: &str,
+    name: &str,
+    wait: bool,
+) -> Result<Resume, CliError> {
+    match listener.try_listen_durable(channel, name).await {
+        Err(rowbus::Error::DurableNameTaken { since, expires_in, .. }) if wait => {
+            eprintln!(
+                "rowbus: {channel}: the durable name {name:?} is held by another process (it checked in {} ago); \
+                 waiting at most {} for its lease to run out",
+                queue_cmd::human(since),
+                queue_cmd::human(expires_in)
+            );
+            Ok(listener.listen_durable(channel, name).await?)
+        }
+        other => Ok(other?),
     }
 }
 

@@ -523,9 +523,15 @@ impl Positions for Postgres {
              \x20 first_unread BIGINT NOT NULL,\n\
              \x20 owner BIGINT NOT NULL,\n\
              \x20 checked_in BIGINT NOT NULL,\n\
+             \x20 lease BIGINT NOT NULL DEFAULT 0,\n\
              \x20 PRIMARY KEY (channel, name)\n\
              )"
         )
+    }
+
+    /// `IF NOT EXISTS`: two deploys may upgrade one table at once.
+    fn add_positions_lease(t: &str) -> String {
+        format!("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS lease BIGINT NOT NULL DEFAULT 0")
     }
 }
 

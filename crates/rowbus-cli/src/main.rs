@@ -127,13 +127,15 @@ enum Command {
     History(history_cmd::HistoryArgs),
     /// Print notifications on the channels, one line each, until interrupted
     Listen {
-        /// Print JSON lines {"channel": ..., "payload": ..., "pid": ...}
+        /// Print JSON lines {"channel": ..., "payload": ..., "pid": ...}; a plain notification
+        /// on a durable channel (PostgreSQL) has "durable": false
         #[arg(long)]
         json: bool,
         /// Listen durably under this name: resume after the last line written by a
         /// `listen` with the same name, so that nothing committed while none ran is missed
         /// (a line written just before a crash may come again). On PostgreSQL it reads what
-        /// `notify --durable` sent (deploy with `deploy --durable`)
+        /// `notify --durable` sent (deploy with `deploy --durable`); a plain `notify` is
+        /// printed while it runs, but not resumed
         #[arg(long, value_name = "NAME")]
         durable: Option<String>,
         /// How long the durable name stays this process's after it stops checking in
@@ -156,7 +158,8 @@ enum Command {
         #[arg(default_value = "")]
         payload: String,
         /// On PostgreSQL, also write it to the notify table (in the same transaction as its
-        /// pg_notify), for durable listeners (`listen --durable`); elsewhere it always is
+        /// pg_notify), for durable listeners (`listen --durable`), which otherwise get it
+        /// only while they run; elsewhere it always is
         #[arg(long)]
         durable: bool,
     },
@@ -449,6 +452,17 @@ fn print_event(
                 queue_cmd::outln!("{}: {}", n.channel, n.payload.escape_debug())
             }
             written.insert(n.channel);
+        }
+        // A plain `notify` on a durable channel (PostgreSQL): printed, not resumed after a restart.
+        Event::Transient(n) => {
+            if json {
+                queue_cmd::outln!(
+                    "{}",
+                    serde_json::json!({"channel": n.channel, "payload": n.payload, "pid": n.pid, "durable": false})
+                )
+            } else {
+                queue_cmd::outln!("{}: {}", n.channel, n.payload.escape_debug())
+            }
         }
         Event::Disconnected(error) => {
             eprintln!("rowbus: connection lost ({}); reconnecting", one_line(&error))

@@ -157,8 +157,8 @@ impl Listener {
     /// deploy it with `rowbus deploy --durable`
     /// ([`DbPool::deploy_durable_notify_table`](crate::DbPool::deploy_durable_notify_table)),
     /// and send with a [`Notifier::durable`](crate::Notifier::durable) (`rowbus notify
-    /// --durable`): a plain `pg_notify` on the channel only wakes the listener, and is not
-    /// delivered.
+    /// --durable`). A plain `pg_notify` on the channel, which has no row, is delivered while
+    /// the listener is connected as [`Event::Transient`]: not acknowledged, not resumed.
     pub async fn listen_durable(&mut self, channel: &str, name: &str) -> Result<Resume, Error> {
         // When the owner's lease runs out as first seen.
         let mut deadline: Option<Instant> = None;

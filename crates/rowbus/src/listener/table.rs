@@ -9,6 +9,7 @@ use tokio::time::{Interval, MissedTickBehavior};
 use tracing::{debug, warn};
 
 use super::driver::{Claimed, Command, Control, Session, Wake};
+use super::event::Event;
 use super::options::ListenerOptions;
 use crate::error::{Error, is_missing_column, is_missing_table};
 use crate::notify::missing;
@@ -211,7 +212,7 @@ impl<C: TableConn> TableSession<C> {
         let Some(rows) = answering(self.conn.fetch(&stmt), &mut self.table, control).await else {
             return Ok(Wake::Command(None));
         };
-        let notifications = self.table.polled(token, rows?)?;
+        let notifications = self.table.polled(token, rows?)?.into_iter().map(Event::Notification).collect();
         if self.table.cleanup_sql().is_some() {
             let held = self.held().await;
             self.clean_up(held, control).await;

@@ -265,6 +265,11 @@ impl Waking for Postgres {
         check_pg_channel(channel)?;
         check_pg_payload(payload)?;
         if let Some(table) = &notifier.postgres {
+            // Its `pg_notify` carries the payload behind the durable mark.
+            let marked = payload.len() + notify_table::PG_DURABLE_MARK.len();
+            if marked >= super::PG_PAYLOAD_LIMIT_BYTES {
+                return Err(Error::PgPayloadTooLarge { bytes: marked });
+            }
             return Ok(table.notify_sql(channel, payload)?);
         }
         Ok(Statement {

@@ -34,6 +34,11 @@ impl Dialect {
     }
 }
 
+/// What a durable notification's `pg_notify` payload starts with on PostgreSQL (the
+/// payload follows): `chr(30) || 'rowbus' || chr(30)`, so that a durable listener tells a
+/// durable notification, whose row it reads from the table, from a plain `pg_notify`.
+pub const PG_DURABLE_MARK: &str = "\u{1e}rowbus\u{1e}";
+
 /// The longest notify-table name on PostgreSQL: an identifier is at most 63 bytes, and
 /// the longest index name adds [`PG_LONGEST_SUFFIX`] to the table's.
 pub const PG_MAX_TABLE_LEN: usize = 63 - PG_LONGEST_SUFFIX.len();
@@ -175,13 +180,14 @@ impl Sql {
                     format!("CREATE INDEX IF NOT EXISTS \"{table}_channel_at\" ON {t} (channel, created_at)"),
                     format!("CREATE INDEX IF NOT EXISTS \"{table}_at\" ON {t} (created_at)"),
                 ],
-                // The row, and a NOTIFY on the channel in the same transaction: LISTENers
-                // on the channel get it as from `pg_notify`, and a durable listener wakes
-                // and reads the row. Both are delivered at commit, never on rollback.
+                // The row, and a NOTIFY on the channel in the same transaction, its payload
+                // behind `PG_DURABLE_MARK`: a durable listener wakes and reads the row (and
+                // tells it from a plain `pg_notify`, which has no row), rowbus's plain
+                // LISTENers drop the mark. Both are delivered at commit, never on rollback.
                 format!(
                     "WITH n AS (INSERT INTO {t} (channel, payload, pid, created_at) \
                      VALUES ($1, $2, pg_backend_pid(), {PG_TIME}) RETURNING id) \
-                     SELECT pg_notify($1, $2) FROM n"
+                     SELECT pg_notify($1, chr(30) || 'rowbus' || chr(30) || $2) FROM n"
                 ),
                 format!(
                     "SELECT COALESCE((SELECT id FROM {t} WHERE channel = $1 ORDER BY id DESC LIMIT 1), 0) AS id, \
@@ -502,7 +508,10 @@ mod tests {
             assert_eq!(numbered(sql), (binds, true), "{sql}");
             assert!(!sql.contains('?') && !sql.contains('`'), "{sql}");
         }
-        assert!(pg.notify.contains("pg_notify($1, $2)"), "LISTENers on the channel are woken");
+        assert!(
+            pg.notify.contains("pg_notify($1, chr(30) || 'rowbus' || chr(30) || $2)"),
+            "LISTENers on the channel are woken, the payload marked durable: {PG_DURABLE_MARK:?}"
+        );
         assert_eq!(pg.delete(2), "DELETE FROM \"t\" WHERE id IN ($1, $2)");
     }
 

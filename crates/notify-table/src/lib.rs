@@ -69,7 +69,7 @@ mod table;
 
 pub use channel::{MAX_CHANNEL_CHARS, MAX_PAYLOAD_BYTES, check_channel, check_payload};
 pub use config::{Config, MAX_CLEANUP_LIMIT, MAX_TABLE_LEN};
-pub use dialect::{Dialect, PG_MAX_TABLE_LEN};
+pub use dialect::{Dialect, PG_DURABLE_MARK, PG_MAX_TABLE_LEN};
 pub use duration::{DurationError, DurationRange, MAX_DURATION, MIN_POLL_INTERVAL, parse_duration};
 pub use error::{ConfigError, Error};
 pub use position::{Ahead, FirstWindow, Gap, MAX_GAPS, Position};

@@ -295,6 +295,8 @@ async fn listen_task(
                     Event::Disconnected(_) => log.disconnected.push(now_us()),
                     Event::Reconnected { .. } => log.reconnected.push(now_us()),
                     Event::Stopped { .. } => {}
+                    // Not a row of the notify table: none of the harness's notifications.
+                    Event::Transient(_) => log.foreign += 1,
                 }
             }
         }

@@ -132,19 +132,25 @@ enum Command {
     History(history_cmd::HistoryArgs),
     /// Print notifications on the channels, one line each, until interrupted
     Listen {
-        /// Print JSON lines {"channel": ..., "payload": ..., "pid": ...}
+        /// Print JSON lines {"channel": ..., "payload": ..., "pid": ...}; a plain notification
+        /// on a durable channel (PostgreSQL) has "durable": false
         #[arg(long)]
         json: bool,
         /// Listen durably under this name: resume after the last line written by a
         /// `listen` with the same name, so that nothing committed while none ran is missed
         /// (a line written just before a crash may come again). On PostgreSQL it reads what
-        /// `notify --durable` sent (deploy with `deploy --durable`)
+        /// `notify --durable` sent (deploy with `deploy --durable`); a plain `notify` is
+        /// printed while it runs, but not resumed
         #[arg(long, value_name = "NAME")]
         durable: Option<String>,
         /// How long the durable name stays this process's after it stops checking in
-        /// (a crash): another `listen --durable` with the name is refused until then
+        /// (a crash): another `listen --durable` with the name waits until then
         #[arg(long, value_name = "DURATION", value_parser = queue_cmd::positive_duration, requires = "durable")]
         lease: Option<std::time::Duration>,
+        /// Refuse at once when another process holds the durable name, instead of waiting
+        /// (at most until its lease runs out: a crashed owner's name is taken then)
+        #[arg(long, requires = "durable")]
+        no_wait: bool,
         /// The channels
         #[arg(required = true)]
         channels: Vec<String>,
@@ -157,7 +163,8 @@ enum Command {
         #[arg(default_value = "")]
         payload: String,
         /// On PostgreSQL, also write it to the notify table (in the same transaction as its
-        /// pg_notify), for durable listeners (`listen --durable`); elsewhere it always is
+        /// pg_notify), for durable listeners (`listen --durable`), which otherwise get it
+        /// only while they run; elsewhere it always is
         #[arg(long)]
         durable: bool,
     },
@@ -258,11 +265,12 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             db.close().await;
             sent?;
         }
-        Command::Listen { json, channels, durable, lease } => {
+        Command::Listen { json, channels, durable, lease, no_wait } => {
             if let Some(name) = &durable {
                 durable_name(name)?;
             }
-            listen(url, config, &channels, json, durable.as_deref(), lease).await?
+            let durable = durable.as_deref().map(|name| Durably { name, lease, wait: !no_wait });
+            listen(url, config, &channels, json, durable).await?
         }
         Command::Bench { what: BenchCommand::Notify(args) } => bench::notify(url, config, args).await?,
         Command::Bench { what: BenchCommand::Broker(args) } => {
@@ -343,23 +351,31 @@ async fn on_database(
     done
 }
 
+/// `listen --durable NAME`: the name, the lease, whether to wait for a name another holds.
+#[derive(Clone, Copy)]
+struct Durably<'a> {
+    name: &'a str,
+    lease: Option<std::time::Duration>,
+    wait: bool,
+}
+
 async fn listen(
     url: &str,
     config: NotifyConfig,
     channels: &[String],
     json: bool,
-    durable: Option<&str>,
-    lease: Option<std::time::Duration>,
+    durably: Option<Durably<'_>>,
 ) -> Result<(), CliError> {
+    let durable = durably.map(|d| d.name);
     let mut options = ListenerOptions { notify_table: config, ..ListenerOptions::default() };
-    if let Some(lease) = lease {
+    if let Some(lease) = durably.and_then(|d| d.lease) {
         options.durable_lease = lease;
     }
     let mut listener = Listener::connect_with(url, options).await?;
     for channel in channels {
-        match durable {
+        match durably {
             None => listener.listen(channel).await?,
-            Some(name) => match listener.listen_durable(channel, name).await? {
+            Some(Durably { name, wait, .. }) => match take_name(&mut listener, channel, name, wait).await? {
                 Resume::New => {}
                 Resume::Resumed => eprintln!("rowbus: {channel}: resuming {name:?} after its last line"),
                 Resume::Gap => eprintln!(
@@ -406,6 +422,28 @@ fn durable_name(name: &str) -> Result<(), CliError> {
     }
 }
 
+/// Takes durable name `name` on `channel`; when another process holds it and `wait`,
+/// says so once and waits at most until its lease runs out.
+async fn take_name(
+    listener: &mut Listener,
+    channel: &str,
+    name: &str,
+    wait: bool,
+) -> Result<Resume, CliError> {
+    match listener.try_listen_durable(channel, name).await {
+        Err(rowbus::Error::DurableNameTaken { since, expires_in, .. }) if wait => {
+            eprintln!(
+                "rowbus: {channel}: the durable name {name:?} is held by another process (it checked in {} ago); \
+                 waiting at most {} for its lease to run out",
+                queue_cmd::human(since),
+                queue_cmd::human(expires_in)
+            );
+            Ok(listener.listen_durable(channel, name).await?)
+        }
+        other => Ok(other?),
+    }
+}
+
 /// Gives the durable names up, so that a `listen` started next may take them at once.
 async fn release(listener: &Listener, channels: &[String], durable: Option<&str>) -> Result<(), CliError> {
     if durable.is_some() {
@@ -434,6 +472,17 @@ fn print_event(
                 queue_cmd::outln!("{}: {}", n.channel, n.payload.escape_debug())
             }
             written.insert(n.channel);
+        }
+        // A plain `notify` on a durable channel (PostgreSQL): printed, not resumed after a restart.
+        Event::Transient(n) => {
+            if json {
+                queue_cmd::outln!(
+                    "{}",
+                    serde_json::json!({"channel": n.channel, "payload": n.payload, "pid": n.pid, "durable": false})
+                )
+            } else {
+                queue_cmd::outln!("{}: {}", n.channel, n.payload.escape_debug())
+            }
         }
         Event::Disconnected(error) => {
             eprintln!("rowbus: connection lost ({}); reconnecting", one_line(&error))

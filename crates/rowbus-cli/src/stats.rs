@@ -129,6 +129,7 @@ pub(crate) fn durable_json(durable: &[DurableListener]) -> serde_json::Value {
                 "lag_rows": d.lag_rows,
                 "lag_s": d.lag.map(|l| l.as_secs_f64()),
                 "checked_in_s_ago": d.checked_in.as_secs_f64(),
+                "lease_s": d.lease.as_secs_f64(),
                 "owned": d.owned,
             })
         })
@@ -143,6 +144,7 @@ fn print_durable(durable: &[DurableListener]) -> Result<(), CliError> {
             None => "up to date".to_owned(),
         };
         let mark = d.mark.map_or_else(|| "none stored".to_owned(), |m| format!("at id {m}"));
+        // Held only within the owner's lease: one that crashed frees the name when it runs out.
         let owner = if d.owned { "held" } else { "free" };
         outln!(
             "durable listener {:?} on {:?}: {mark}, {lag}; checked in {} ago ({owner})",

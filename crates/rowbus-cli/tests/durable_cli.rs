@@ -193,7 +193,8 @@ fn sigkill_and_restart_miss_nothing(kind: Kind) {
 on_each_database!(sigkill_and_restart_miss_nothing);
 
 /// `rowbus notify --durable` on PostgreSQL writes the row a durable `listen` reads, and
-/// still reaches a plain `listen`; a plain `notify` reaches only the plain one.
+/// still reaches a plain `listen` as sent; a plain `notify` reaches both too (the durable
+/// one prints it while it runs, and does not resume it).
 fn postgres_durable_notify_reaches_both_listeners(kind: Kind) {
     let table = unique("dcli");
     let database = Database::new(kind, &table);
@@ -222,11 +223,93 @@ fn postgres_durable_notify_reaches_both_listeners(kind: Kind) {
     }
     assert_eq!(plain.next_line("the plain notification"), format!("{channel}: plain"));
     assert_eq!(plain.next_line("the durable notification"), format!("{channel}: kept"));
-    assert_eq!(durable.next_line("the durable notification"), format!("{channel}: kept"));
-    durable.no_line(Duration::from_millis(500), "the plain notification has no row");
+    let mut got = [durable.next_line("a notification"), durable.next_line("the other notification")];
+    got.sort();
+    assert_eq!(got, [format!("{channel}: kept"), format!("{channel}: plain")]);
+    durable.no_line(Duration::from_millis(500), "each notification comes once");
+    plain.no_line(Duration::from_millis(100), "each notification comes once");
     for mut running in [durable, plain] {
         let (status, _, stderr) = running.stop("TERM");
         assert!(status.success(), "{status}, {stderr:?}");
     }
 }
 on_each_database!(postgres_durable_notify_reaches_both_listeners on postgres);
+
+/// `listen --durable NAME` with its name held, waiting for it, once it says so.
+fn waiting(db: &Db, channel: &str, name: &str) -> Running {
+    let mut waiting =
+        Running::spawn(db.rowbus(&["listen", channel, "--durable", name, "--lease", "4s"]), TIMEOUT);
+    let said = waiting.await_stderr("waiting", TIMEOUT, |line| line.contains("waiting at most"));
+    assert!(said.contains("held by another process"), "{said}");
+    waiting
+}
+
+/// Whether `rowbus stats` says durable listener `name` is held.
+fn stats_says_held(db: &Db, name: &str) -> bool {
+    let stats = run(db.rowbus(&["stats"]));
+    assert!(stats.status.success(), "{}", show(&stats));
+    let text = String::from_utf8_lossy(&stats.stdout).into_owned();
+    let line = text.lines().find(|l| l.contains(&format!("{name:?}"))).unwrap_or_else(|| panic!("{text}"));
+    assert!(line.ends_with("(held)") || line.ends_with("(free)"), "{line}");
+    line.ends_with("(held)")
+}
+
+/// An owner SIGKILLed keeps its name until its lease runs out: two `listen`s started at
+/// once with the name both wait for it, and exactly one takes it, the other refused; the
+/// winner SIGKILLed in turn, `stats` says held only until its lease has run out.
+fn a_killed_owners_name_goes_to_one_of_two_waiting(kind: Kind) {
+    let table = unique("dcli");
+    let database = Database::new(kind, &table);
+    database.cleanup.notify_table(&table);
+    let db = Db { database, table };
+    let deployed = run(db.rowbus(&["deploy", "--durable"]));
+    assert!(deployed.status.success(), "deploy failed\n{}", show(&deployed));
+    let (channel, name) = (unique("dch"), unique("reader"));
+    let mut owner =
+        Running::spawn(db.rowbus(&["listen", &channel, "--durable", &name, "--lease", "4s"]), TIMEOUT);
+    owner.await_stderr("listening on", TIMEOUT, |line| line.contains("listening on"));
+    assert!(stats_says_held(&db, &name), "a live owner holds its name");
+    owner.stop("KILL");
+
+    let mut racers = [waiting(&db, &channel, &name), waiting(&db, &channel, &name)];
+    let outcomes: Vec<String> = racers
+        .iter_mut()
+        .map(|r| {
+            r.await_stderr("listening or refused", TIMEOUT, |l| {
+                l.contains("listening on") || l.contains("error")
+            })
+        })
+        .collect();
+    let winners: Vec<usize> = (0..2).filter(|&i| outcomes[i].contains("listening on")).collect();
+    assert_eq!(winners.len(), 1, "exactly one takes the name: {outcomes:?}");
+    let (winner, loser) = (winners[0], 1 - winners[0]);
+    assert!(outcomes[loser].contains("in use by another process"), "{outcomes:?}");
+    let (status, _) = racers[loser].wait_exit(TIMEOUT);
+    assert!(!status.success(), "the refused one fails");
+
+    let sent = run(db.rowbus(&["notify", &channel, "to the winner", "--durable"]));
+    assert!(sent.status.success(), "{}", show(&sent));
+    assert_eq!(racers[winner].next_line("the notification"), format!("{channel}: to the winner"));
+    racers[winner].stop("KILL");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while stats_says_held(&db, &name) {
+        assert!(Instant::now() < deadline, "still held a minute after its owner was killed");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let json = run(db.rowbus(&["stats", "--json"]));
+    let report: serde_json::Value = serde_json::from_slice(&json.stdout).expect("stats --json");
+    let mine =
+        report["durable_listeners"].as_array().unwrap().iter().find(|d| d["name"] == name.as_str()).cloned();
+    let mine = mine.unwrap_or_else(|| panic!("{report}"));
+    assert_eq!((mine["owned"].as_bool(), mine["lease_s"].as_f64()), (Some(false), Some(4.0)), "{mine}");
+
+    // `--no-wait` refuses at once while a live owner holds the name.
+    let mut live = listen(&db, &channel, &name);
+    let refused = run(db.rowbus(&["listen", &channel, "--durable", &name, "--no-wait"]));
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success() && !said.contains("waiting"), "{}", show(&refused));
+    assert!(said.contains("in use by another process"), "{}", show(&refused));
+    let (status, _, _) = live.stop("TERM");
+    assert!(status.success());
+}
+on_each_database!(a_killed_owners_name_goes_to_one_of_two_waiting);

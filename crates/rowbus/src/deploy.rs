@@ -8,7 +8,7 @@ use sqlx::{Connection as _, Pool};
 
 use crate::driver::TextsAndInts;
 use crate::driver::{Arg, args_of};
-use crate::error::Error;
+use crate::error::{Error, is_missing_column};
 use crate::names::QueueTable;
 use crate::sql::Db;
 use crate::sql::Notifier;
@@ -117,6 +117,11 @@ pub(crate) async fn notify_table<DB: Db>(
     // for its suffix gets none (durable listeners on it say so).
     if let Ok(positions) = PositionsSql::<DB>::new(name) {
         statements.push(Statement { sql: positions.create.clone(), binds: Vec::new() });
+        // One made before the owner's lease was stored gets the column.
+        let probed = DB::fetch_rows(&mut *pool.acquire().await?, &positions.probe_lease, &[], 0).await;
+        if probed.as_ref().is_err_and(is_missing_column) {
+            statements.push(Statement { sql: positions.add_lease.clone(), binds: Vec::new() });
+        }
     }
     locked(pool, name, None, &statements).await?;
     Ok(NotifyDeploy::TableReady { table: name.clone() })

@@ -74,6 +74,15 @@ pub enum Error {
         /// The table's name.
         table: String,
     },
+    /// The positions table of durable listeners was made by an older rowbus.
+    #[error(
+        "the positions table `{table}` of durable listeners was made by an older rowbus: bring it up to \
+         date with `rowbus deploy` (`--durable` on PostgreSQL)"
+    )]
+    PositionsTableOutdated {
+        /// The table's name.
+        table: String,
+    },
     /// The notify table's name leaves no room for the positions table's suffix.
     #[error(
         "durable listeners need the table `{table}_positions`, longer than the database allows: \
@@ -543,6 +552,17 @@ pub(crate) fn is_missing_table(e: &sqlx::Error) -> bool {
     }
     // PostgreSQL undefined_table; SQLite reports it in the message only.
     db.code().as_deref() == Some("42P01") || db.message().contains("no such table")
+}
+
+/// Whether `e` says a column does not exist (a table made by an older rowbus).
+pub(crate) fn is_missing_column(e: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(db) = e else { return false };
+    #[cfg(feature = "mysql")]
+    if let Some(my) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
+        return my.number() == 1054;
+    }
+    // PostgreSQL undefined_column; SQLite reports it in the message only.
+    db.code().as_deref() == Some("42703") || db.message().contains("no such column")
 }
 
 #[cfg(test)]

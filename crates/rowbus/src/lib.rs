@@ -49,6 +49,7 @@
 //! db.notify("jobs", "wake up").await?;
 //! match listener.recv().await? {
 //!     Event::Notification(n) => println!("{}: {} (from {})", n.channel, n.payload, n.pid),
+//!     Event::Transient(n) => println!("{}: {} (not resumable)", n.channel, n.payload),
 //!     Event::Disconnected(error) => eprintln!("lost the connection ({error}); resync"),
 //!     Event::Reconnected { missed } => eprintln!("listening again; resync {missed:?}"),
 //!     Event::Stopped { channel, error } => eprintln!("stopped listening on {channel}: {error}"),

@@ -65,7 +65,7 @@ async fn a_restart_resumes_after_what_was_acknowledged(server: Option<&str>) {
     assert_eq!(cp(&notification(&mut first).await), (ch.as_str(), "delivered, not acknowledged"));
 
     let mut second = listener(&env).await;
-    match second.listen_durable(&ch, &name).await {
+    match second.try_listen_durable(&ch, &name).await {
         Err(Error::DurableNameTaken { channel, name: taken, expires_in, .. }) => {
             assert_eq!((channel.as_str(), taken.as_str()), (ch.as_str(), name.as_str()));
             assert!(expires_in <= Duration::from_secs(1), "{expires_in:?}");
@@ -78,7 +78,11 @@ async fn a_restart_resumes_after_what_was_acknowledged(server: Option<&str>) {
     tx.notify(&env.notifier, &ch, "rolled back").await;
     tx.rollback().await;
 
-    assert_eq!(take_over(&mut second, &ch, &name).await, Resume::Resumed);
+    let listed = env.db.run(Listed(env.config.clone())).await;
+    let mine = listed.iter().find(|d| d.channel == ch && d.name == name).expect("listed");
+    assert_eq!(mine.lease, Duration::from_secs(1), "{mine:?}");
+    // The crashed owner's name, waited for: taken once its lease has run out.
+    assert_eq!(second.listen_durable(&ch, &name).await.unwrap(), Resume::Resumed);
     assert_eq!(cp(&notification(&mut second).await), (ch.as_str(), "delivered, not acknowledged"));
     assert_eq!(cp(&notification(&mut second).await), (ch.as_str(), "while away"));
     silence(&mut second, Duration::from_millis(400)).await;
@@ -384,9 +388,10 @@ async fn postgres_durable_listeners_need_the_durable_deploy() {
     env.cleanup().await;
 }
 
-/// On PostgreSQL a durable notification reaches plain LISTENers too, once; a plain
-/// `pg_notify` on a durable channel wakes its listener but is not delivered to it (it has
-/// no row), and a durable listener's plain channels are LISTEN's as before.
+/// On PostgreSQL a durable notification reaches plain LISTENers too, once, its payload as
+/// sent; a plain `pg_notify` on a durable channel reaches its durable listener too, once,
+/// as an `Event::Transient` (not acknowledged, not resumed), each kind in order; a durable
+/// listener's plain channels are LISTEN's as before.
 #[tokio::test]
 async fn postgres_durable_and_plain_listeners_share_a_channel() {
     let env = env(Some(PG)).await;
@@ -398,20 +403,39 @@ async fn postgres_durable_and_plain_listeners_share_a_channel() {
     plain.listen(&ch).await.unwrap();
 
     let not_durable = rowbus::Notifier::new(env.config.clone()).unwrap();
-    env.db.notify_with(&not_durable, &ch, "no row").await.unwrap();
-    env.notify(&ch, "with a row").await;
-    env.db.notify_with(&not_durable, &plain_ch, "plain").await.unwrap();
-    assert_eq!(cp(&notification(&mut plain).await), (ch.as_str(), "no row"));
-    assert_eq!(cp(&notification(&mut plain).await), (ch.as_str(), "with a row"));
-    let mut got = [notification(&mut durable).await, notification(&mut durable).await];
-    got.sort_by(|a, b| a.channel.cmp(&b.channel));
-    let got: Vec<(&str, &str)> = got.iter().map(cp).collect();
-    let mut want = vec![(ch.as_str(), "with a row"), (plain_ch.as_str(), "plain")];
-    want.sort();
-    assert_eq!(got, want);
+    let sent = ["plain 1", "durable 1", "plain 2", "durable 2", "plain 3", "durable 3"];
+    for payload in sent {
+        if payload.starts_with("plain") {
+            env.db.notify_with(&not_durable, &ch, payload).await.unwrap();
+        } else {
+            env.notify(&ch, payload).await;
+        }
+    }
+    env.db.notify_with(&not_durable, &plain_ch, "other channel").await.unwrap();
+    for payload in sent {
+        assert_eq!(cp(&notification(&mut plain).await), (ch.as_str(), payload));
+    }
+    let (mut transient, mut kept, mut other) = (Vec::new(), Vec::new(), Vec::new());
+    while transient.len() + kept.len() + other.len() < sent.len() + 1 {
+        match event_within(&mut durable, Duration::from_secs(10)).await {
+            Some(Event::Transient(n)) if n.channel == ch => transient.push(n.payload),
+            Some(Event::Notification(n)) if n.channel == ch => kept.push(n.payload),
+            Some(Event::Notification(n)) if n.channel == plain_ch => other.push(n.payload),
+            event => panic!("unexpected: {event:?}"),
+        }
+    }
+    assert_eq!(transient, ["plain 1", "plain 2", "plain 3"], "plain ones, once each, in order");
+    assert_eq!(kept, ["durable 1", "durable 2", "durable 3"], "durable ones, once each, in order");
+    assert_eq!(other, ["other channel"]);
     silence(&mut durable, Duration::from_millis(300)).await;
     silence(&mut plain, Duration::from_millis(300)).await;
-    assert_eq!(env.count(&ch).await, 1, "one row: the durable notification's");
+    assert_eq!(env.count(&ch).await, 3, "a row per durable notification");
+
+    // The durable ones are acknowledged; a restart has nothing to resume, the plain ones
+    // included.
+    durable.ack(&ch).await.unwrap();
+    durable.unlisten(&ch).await.unwrap();
+    resumes_with_nothing_left(&env, &ch, &name).await;
     drop((durable, plain));
     env.cleanup().await;
 }

@@ -367,7 +367,7 @@ impl<DB: Db> Broker<DB> {
 async fn wake_from_notifications(mut listener: Listener, wakers: Arc<Wakers>) {
     loop {
         match listener.recv().await {
-            Ok(Event::Notification(n)) => {
+            Ok(Event::Notification(n) | Event::Transient(n)) => {
                 let group = (!n.payload.is_empty()).then_some(n.payload.as_str());
                 let woken = wakers.wake(&n.channel, group);
                 debug!(table = %n.channel, group = n.payload, woken, "woken by a notification");

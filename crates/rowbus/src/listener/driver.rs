@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use notify_table::{Notification, Position};
+use notify_table::Position;
 use tokio::sync::{mpsc, oneshot, watch};
 use tracing::{debug, info, warn};
 
@@ -39,7 +39,8 @@ pub(crate) enum Command {
 
 /// Why a session's wait ended.
 pub(crate) enum Wake {
-    Notifications(Vec<Notification>),
+    /// [`Event::Notification`]s, and [`Event::Transient`]s on PostgreSQL.
+    Notifications(Vec<Event>),
     /// A command to run on the session; `None` when the handle is gone.
     Command(Option<Command>),
 }
@@ -301,11 +302,12 @@ impl Driver {
     /// where each durable channel stands after them. While the receiver's buffer is full
     /// it answers commands: a caller that acknowledges between receives must not wait for
     /// a task that waits for it. `Ok(false)` when the receiver or the handle is gone.
-    async fn deliver<S: Session>(&mut self, live: &mut S, batch: Vec<Notification>) -> Result<bool, Error> {
+    async fn deliver<S: Session>(&mut self, live: &mut S, batch: Vec<Event>) -> Result<bool, Error> {
         // A handle of its own: a permit must not borrow `self`, which a command needs.
         let events = self.events.clone();
-        for n in batch {
+        for event in batch {
             if !self.control.durable.is_empty()
+                && let Event::Notification(n) = &event
                 && let Some(durable) = self.control.durable.get_mut(&n.channel)
             {
                 durable.sent += 1;
@@ -326,7 +328,7 @@ impl Driver {
                     }
                 }
             };
-            permit.send(Item::Event(Event::Notification(n)));
+            permit.send(Item::Event(event));
         }
         for (channel, durable) in &mut self.control.durable {
             if let Some(position) = live.position(channel) {

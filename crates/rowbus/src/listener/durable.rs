@@ -5,12 +5,13 @@ use std::time::Duration;
 use notify_table::{Config, Position};
 use sqlx::Pool;
 
+use super::options::ListenerOptions;
 use crate::driver::Arg;
-use crate::error::{Error, is_missing_table};
+use crate::error::{Error, is_missing_column, is_missing_table};
 use crate::names::check_durable_name;
 use crate::sql::Db;
 use crate::sql::Notifier;
-use crate::sql::PositionsSql;
+use crate::sql::{POSITIONS_SUFFIX, PositionsSql};
 
 /// A durable listener's stored position, as [`durable_listeners`] reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,9 +30,13 @@ pub struct DurableListener {
     pub lag: Option<Duration>,
     /// Time since it last checked in (server time).
     pub checked_in: Duration,
-    /// Whether a process holds the name (it may have stopped without giving it up: see
-    /// `checked_in`).
+    /// Whether a process holds the name: it took it and checked in within its lease. One
+    /// that stopped without giving the name up (a crash) holds it until its lease runs out.
     pub owned: bool,
+    /// The lease of the name's last owner (the default
+    /// [`durable_lease`](crate::ListenerOptions::durable_lease) where an older rowbus
+    /// stored none).
+    pub lease: Duration,
 }
 
 /// Every durable listener of the notify table `config` names, with its lag, by channel
@@ -55,6 +60,8 @@ pub async fn durable_listeners<DB: Db>(
     let rows = match DB::fetch_rows(&mut conn, &sql.list, &[], 3).await {
         Ok(rows) => rows,
         Err(e) if is_missing_table(&e) => return Ok(Vec::new()),
+        // Made before the lease was stored: the default one is assumed.
+        Err(e) if is_missing_column(&e) => DB::fetch_rows(&mut conn, &sql.list_without_lease, &[], 3).await?,
         Err(e) => return Err(e.into()),
     };
     let lag_sql = format!(
@@ -70,6 +77,10 @@ pub async fn durable_listeners<DB: Db>(
     let mut out = Vec::with_capacity(rows.len());
     for row in rows {
         let (owner, since) = (row.int(1), row.int(2));
+        let lease = match row.int(3) {
+            0 => ListenerOptions::default().durable_lease,
+            stored => micros(stored),
+        };
         let mark = row.text(2).parse::<Position>().ok().map(|p| p.mark);
         let above = i64::try_from(mark.unwrap_or(0)).unwrap_or(i64::MAX);
         let lag = DB::fetch_rows(&mut conn, &lag_sql, &[Arg::Text(row.text(0)), Arg::Int(above)], 0).await?;
@@ -81,7 +92,8 @@ pub async fn durable_listeners<DB: Db>(
             lag_rows: u64::try_from(lag.int(0)).unwrap_or(0),
             lag: lag.ints.get(1).copied().flatten().map(micros),
             checked_in: micros(since),
-            owned: owner != 0,
+            owned: owner != 0 && micros(since) <= lease,
+            lease,
         });
     }
     Ok(out)
@@ -90,8 +102,9 @@ pub async fn durable_listeners<DB: Db>(
 /// Deletes durable listener `name`'s stored position on `channel`, so that it no longer
 /// shows in [`durable_listeners`] and a listener taking the name next starts afresh
 /// ([`Resume::New`](crate::durable::Resume::New)). Refuses ([`Error::DurableNameTaken`]) a name
-/// a process holds and checked in within `lease` (its
-/// [`durable_lease`](crate::ListenerOptions::durable_lease)): stop it first. Returns
+/// a process holds and checked in within its lease (the one it stored; `lease`, its
+/// [`durable_lease`](crate::ListenerOptions::durable_lease), where an older rowbus stored
+/// none): stop it first. Returns
 /// whether there was a position to delete.
 ///
 /// ```no_run
@@ -116,6 +129,11 @@ pub async fn forget_durable_listener<DB: Db>(
         Ok(deleted) if deleted > 0 => return Ok(true),
         Ok(_) => {}
         Err(e) if is_missing_table(&e) => return Ok(false),
+        Err(e) if is_missing_column(&e) => {
+            return Err(Error::PositionsTableOutdated {
+                table: format!("{}{POSITIONS_SUFFIX}", config.table),
+            });
+        }
         Err(e) => return Err(e.into()),
     }
     // Nothing deleted: no such name, or one a process holds.
@@ -123,6 +141,10 @@ pub async fn forget_durable_listener<DB: Db>(
     match held.first() {
         Some(row) => {
             let since = Duration::from_micros(u64::try_from(row.int(1)).unwrap_or(0));
+            let lease = match row.int(2) {
+                0 => lease,
+                stored => Duration::from_micros(u64::try_from(stored).unwrap_or(0)),
+            };
             let (channel, name) = (channel.to_owned(), name.to_owned());
             Err(Error::DurableNameTaken { channel, name, since, expires_in: lease.saturating_sub(since) })
         }

@@ -9,6 +9,14 @@ use crate::error::Error;
 pub enum Event {
     /// A notification on a channel this listener listens on.
     Notification(Notification),
+    /// A plain notification on a durable channel (PostgreSQL only): a `pg_notify` sent
+    /// without a row in the notify table (not by a
+    /// [`Notifier::durable`](crate::Notifier::durable)). Delivered while the listener is
+    /// connected, as LISTEN delivers it, but kept nowhere: not counted by
+    /// [`ack`](super::Listener::ack), and not delivered again after a restart or a
+    /// reconnect. In order among themselves; durable notifications, in order among
+    /// themselves, may come before or after them.
+    Transient(Notification),
     /// The connection was lost. The listener reconnects by itself with capped
     /// exponential backoff, then reports [`Event::Reconnected`].
     Disconnected(Error),

@@ -11,6 +11,7 @@ mod table;
 use std::collections::HashMap;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use futures::Stream;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -29,6 +30,15 @@ pub use options::ListenerOptions;
 #[cfg(feature = "postgres")]
 use pg::PgSession;
 use table::TableSession;
+
+/// How often a durable listener waiting for a name held by another tries to take it: a
+/// name given up is taken this soon.
+const WAIT_STEP: Duration = Duration::from_millis(200);
+/// How much later than first seen an owner's lease may run out before the owner counts as
+/// alive (it checked in): more than the round trips between two looks.
+const OWNER_CHECKED_IN: Duration = Duration::from_millis(250);
+/// How long past the owner's lease as first seen a waiting listener goes on trying.
+const WAIT_GRACE: Duration = Duration::from_secs(1);
 
 /// Listens for notifications on one dedicated connection: PostgreSQL's own LISTEN, or
 /// the notify table polled every `poll_interval` on MySQL/MariaDB and SQLite.
@@ -135,17 +145,47 @@ impl Listener {
     /// only one delivered but not acknowledged before a restart; a rolled-back one never.
     ///
     /// The name is this listener's while it checks in (every third of
-    /// [`ListenerOptions::durable_lease`]): another listener asking for it meanwhile is
-    /// refused with [`Error::DurableNameTaken`]. Needs the positions table, which
-    /// deploying the notify table creates.
+    /// [`ListenerOptions::durable_lease`]). When another listener holds it, this one waits
+    /// at most until that owner's lease runs out as it stands now (a crashed owner's
+    /// name is taken once its lease has run out; one given up, at once), and is refused
+    /// with [`Error::DurableNameTaken`] when the owner checked in meanwhile, still
+    /// alive, or holds the name still when that time is up. Of several waiting for one
+    /// name, one takes it and the others are refused. [`try_listen_durable`](Self::try_listen_durable)
+    /// refuses at once instead. Needs the positions table, which deploying the notify
+    /// table creates.
     ///
     /// On PostgreSQL the channel is read from the notify table as well, woken by LISTEN:
     /// deploy it with `rowbus deploy --durable`
     /// ([`DbPool::deploy_durable_notify_table`](crate::DbPool::deploy_durable_notify_table)),
     /// and send with a [`Notifier::durable`](crate::Notifier::durable) (`rowbus notify
-    /// --durable`): a plain `pg_notify` on the channel only wakes the listener, and is not
-    /// delivered.
+    /// --durable`). A plain `pg_notify` on the channel, which has no row, is delivered while
+    /// the listener is connected as [`Event::Transient`]: not acknowledged, not resumed.
     pub async fn listen_durable(&mut self, channel: &str, name: &str) -> Result<Resume, Error> {
+        // When the owner's lease runs out as first seen.
+        let mut deadline: Option<Instant> = None;
+        loop {
+            let refused = match self.try_listen_durable(channel, name).await {
+                Err(error @ Error::DurableNameTaken { .. }) => error,
+                other => return other,
+            };
+            let Error::DurableNameTaken { expires_in, .. } = &refused else { unreachable!() };
+            let now = Instant::now();
+            let runs_out = now + *expires_in;
+            let first = *deadline.get_or_insert(runs_out);
+            // The owner checked in since (or another listener took the name): it lives.
+            if runs_out > first + OWNER_CHECKED_IN || now > first + WAIT_GRACE {
+                return Err(refused);
+            }
+            tracing::debug!(channel, name, ?expires_in, "waiting for the durable name's lease to run out");
+            let wait = runs_out.saturating_duration_since(now).min(WAIT_STEP).max(Duration::from_millis(10));
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    /// [`listen_durable`](Self::listen_durable), refused at once with
+    /// [`Error::DurableNameTaken`] (which says when the owner's lease runs out) when
+    /// another listener holds the name.
+    pub async fn try_listen_durable(&mut self, channel: &str, name: &str) -> Result<Resume, Error> {
         (self.check_channel)(channel)?;
         check_durable_name(name)?;
         let (reply, done) = oneshot::channel();

@@ -19,6 +19,7 @@ pub struct ListenerOptions {
     /// A durable listener's lease on its name, at least three poll intervals: it checks
     /// in (storing what was acknowledged) every third of it, between polls, and another
     /// process may take the name over once it has not for this long (after a crash, say).
+    /// It is stored with the name: a listener waiting for the name waits for this one.
     pub durable_lease: Duration,
     /// How recently a durable listener must have checked in for every listener's cleanup
     /// to keep the rows it has not read yet; one away longer stops holding them back (and

@@ -3,26 +3,30 @@
 
 use std::time::Duration;
 
-use notify_table::{Notification, Position};
+use notify_table::{Notification, PG_DURABLE_MARK, Position};
 use sqlx::postgres::{PgListener, PgNotification};
 
 use super::driver::{Claimed, Control, Session, Wake};
+use super::event::Event;
 use super::options::ListenerOptions;
 use super::table::TableSession;
 use crate::error::Error;
 use crate::sql::check_pg_channel;
 
 /// One LISTEN connection. A plain channel is LISTEN's alone; a durable one is LISTENed
-/// for its wake-ups (a durable notifier sends `pg_notify` with each row) and read from
-/// the notify table by the core, which keeps its position.
+/// for its wake-ups (a durable notifier sends `pg_notify` with each row, its payload
+/// behind [`PG_DURABLE_MARK`]) and read from the notify table by the core, which keeps its
+/// position; a plain `pg_notify` on it, unmarked, is delivered as it comes, transient.
 pub(crate) struct PgSession {
     table: TableSession<PgListener>,
 }
 
-fn notification(n: PgNotification) -> Notification {
+/// The notification as sent: a durable notifier's without its mark.
+fn notification(n: &PgNotification) -> Notification {
+    let payload = n.payload();
     Notification {
         channel: n.channel().to_owned(),
-        payload: n.payload().to_owned(),
+        payload: payload.strip_prefix(PG_DURABLE_MARK).unwrap_or(payload).to_owned(),
         pid: u64::from(n.process_id()),
     }
 }
@@ -88,8 +92,9 @@ impl Session for PgSession {
     }
 
     /// Waits for LISTEN's notifications or, with durable channels, the poll interval (a
-    /// fallback: gaps age and the cleanup runs even when nothing is sent). A wake-up on a
-    /// durable channel polls the table at once; its payload is not delivered, the row is.
+    /// fallback: gaps age and the cleanup runs even when nothing is sent). A durable
+    /// notifier's wake-up on a durable channel polls the table at once (its payload is not
+    /// delivered, the row is); a plain `pg_notify` on it is delivered as it is, transient.
     async fn next(&mut self, control: &mut Control) -> Result<Wake, Error> {
         let polling = self.table.is_polling();
         let received = tokio::select! {
@@ -110,11 +115,15 @@ impl Session for PgSession {
             let mut next = Some(first);
             while let Some(n) = next {
                 if self.table.is_subscribed(n.channel()) {
-                    poll = true;
+                    if n.payload().starts_with(PG_DURABLE_MARK) {
+                        poll = true;
+                    } else {
+                        batch.push(Event::Transient(notification(&n)));
+                    }
                 } else if control.channels.contains(n.channel()) {
                     // Notifications already on the wire for a channel unlistened since
                     // are dropped.
-                    batch.push(notification(n));
+                    batch.push(Event::Notification(notification(&n)));
                 }
                 next = self.table.conn.next_buffered();
             }

@@ -9,8 +9,9 @@ use tokio::time::{Interval, MissedTickBehavior};
 use tracing::{debug, warn};
 
 use super::driver::{Claimed, Command, Control, Session, Wake};
+use super::event::Event;
 use super::options::ListenerOptions;
-use crate::error::{Error, is_missing_table};
+use crate::error::{Error, is_missing_column, is_missing_table};
 use crate::notify::missing;
 use crate::sql::TableConn;
 use crate::sql::{POSITIONS_SUFFIX, PositionsSql, micros, text};
@@ -118,25 +119,31 @@ impl<C: TableConn> Session for TableSession<C> {
         let key = || vec![text(channel), text(name)];
         let insert = Statement { sql: sql.insert.clone(), binds: key() };
         let read = Statement { sql: sql.read.clone(), binds: key() };
-        let mut take = vec![Value::Int(token)];
+        let mut take = vec![Value::Int(token), micros(lease)];
         take.extend(key());
         take.extend([Value::Int(token), micros(lease)]);
         let take = Statement { sql: sql.take.clone(), binds: take };
-        let missing = |table: &NotifyTable| Error::MissingPositionsTable {
-            table: format!("{}{POSITIONS_SUFFIX}", table.config().table),
-        };
+        let table = format!("{}{POSITIONS_SUFFIX}", self.table.config().table);
         match self.conn.execute(&insert).await {
-            Err(e) if is_missing_table(&e) => return Err(missing(&self.table)),
+            Err(e) if is_missing_table(&e) => return Err(Error::MissingPositionsTable { table }),
             other => other?,
         };
-        let row = self.conn.rows(&read, 1).await?.pop().unwrap_or_default();
+        let row = match self.conn.rows(&read, 1).await {
+            Err(e) if is_missing_column(&e) => return Err(Error::PositionsTableOutdated { table }),
+            other => other?.pop().unwrap_or_default(),
+        };
         let since = Duration::from_micros(u64::try_from(row.int(1)).unwrap_or(0));
+        // The owner's lease; this listener's where an older rowbus stored none.
+        let owners = match row.int(2) {
+            0 => lease,
+            stored => Duration::from_micros(u64::try_from(stored).unwrap_or(0)),
+        };
         if self.conn.execute(&take).await? == 0 {
             return Err(Error::DurableNameTaken {
                 channel: channel.to_owned(),
                 name: name.to_owned(),
                 since,
-                expires_in: lease.saturating_sub(since),
+                expires_in: owners.saturating_sub(since),
             });
         }
         let position = match row.text(0) {
@@ -205,7 +212,7 @@ impl<C: TableConn> TableSession<C> {
         let Some(rows) = answering(self.conn.fetch(&stmt), &mut self.table, control).await else {
             return Ok(Wake::Command(None));
         };
-        let notifications = self.table.polled(token, rows?)?;
+        let notifications = self.table.polled(token, rows?)?.into_iter().map(Event::Notification).collect();
         if self.table.cleanup_sql().is_some() {
             let held = self.held().await;
             self.clean_up(held, control).await;

@@ -802,6 +802,7 @@ impl Positions for MySql {
              \x20 `first_unread` BIGINT NOT NULL,\n\
              \x20 `owner` BIGINT NOT NULL,\n\
              \x20 `checked_in` BIGINT NOT NULL,\n\
+             \x20 `lease` BIGINT NOT NULL DEFAULT 0,\n\
              \x20 PRIMARY KEY (`channel`, `name`)\n\
              ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
         )

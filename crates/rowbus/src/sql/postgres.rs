@@ -274,6 +274,11 @@ impl Waking for Postgres {
         check_pg_channel(channel)?;
         check_pg_payload(payload)?;
         if let Some(table) = &notifier.postgres {
+            // Its `pg_notify` carries the payload behind the durable mark.
+            let marked = payload.len() + notify_table::PG_DURABLE_MARK.len();
+            if marked >= super::PG_PAYLOAD_LIMIT_BYTES {
+                return Err(Error::PgPayloadTooLarge { bytes: marked });
+            }
             return Ok(table.notify_sql(channel, payload)?);
         }
         Ok(Statement {
@@ -536,9 +541,15 @@ impl Positions for Postgres {
              \x20 first_unread BIGINT NOT NULL,\n\
              \x20 owner BIGINT NOT NULL,\n\
              \x20 checked_in BIGINT NOT NULL,\n\
+             \x20 lease BIGINT NOT NULL DEFAULT 0,\n\
              \x20 PRIMARY KEY (channel, name)\n\
              )"
         )
+    }
+
+    /// `IF NOT EXISTS`: two deploys may upgrade one table at once.
+    fn add_positions_lease(t: &str) -> String {
+        format!("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS lease BIGINT NOT NULL DEFAULT 0")
     }
 }
 

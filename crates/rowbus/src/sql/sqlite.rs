@@ -471,6 +471,7 @@ impl Positions for Sqlite {
              \x20 `first_unread` INTEGER NOT NULL,\n\
              \x20 `owner` INTEGER NOT NULL,\n\
              \x20 `checked_in` INTEGER NOT NULL,\n\
+             \x20 `lease` INTEGER NOT NULL DEFAULT 0,\n\
              \x20 PRIMARY KEY (`channel`, `name`)\n\
              )"
         )

@@ -90,7 +90,9 @@ pub fn check_pg_payload(payload: &str) -> Result<(), Error> {
 /// MySQL/MariaDB and SQLite. Limits are checked before anything reaches the server.
 ///
 /// On PostgreSQL a [`durable`](Self::durable) notifier does both: the row, for durable
-/// listeners, and `pg_notify`, which wakes them and reaches plain LISTENers as before.
+/// listeners, and `pg_notify`, which wakes them and reaches plain LISTENers too (its
+/// payload behind [`PG_DURABLE_MARK`](notify_table::PG_DURABLE_MARK), which a rowbus
+/// [`Listener`](crate::Listener) drops).
 ///
 /// Run it inside a transaction to have the notification delivered when that
 /// transaction commits, and never if it rolls back.
@@ -143,7 +145,9 @@ impl Notifier {
     /// the caller's transaction, so that durable listeners
     /// ([`Listener::listen_durable`](crate::Listener::listen_durable)) miss nothing sent
     /// while they were away; the `pg_notify` it sends as well wakes them at once. Plain
-    /// LISTENers get the notification as from [`new`](Self::new). On MySQL/MariaDB and
+    /// rowbus LISTENers get the notification as from [`new`](Self::new) (other programs'
+    /// LISTENers see the payload behind [`PG_DURABLE_MARK`](notify_table::PG_DURABLE_MARK)),
+    /// and its payload may be 8 bytes shorter. On MySQL/MariaDB and
     /// SQLite every notifier writes the row: the same as `new`.
     ///
     /// ```no_run

@@ -49,6 +49,15 @@ pub(crate) fn keep_duration(text: &str) -> Result<Duration, String> {
 pub(crate) async fn history<DB: Db>(pool: Pool<DB>, url: &str, args: HistoryArgs) -> Result<(), CliError> {
     let broker = Broker::new(pool, BrokerOptions::default()).await?;
     let queue = queue_cmd::existing_queue(&broker, &args.table, url).await?;
+    if queue.keep().await?.is_none() {
+        // Said before whatever is left from when it kept: an empty answer is not "nothing
+        // was handled".
+        let table = queue.table();
+        eprintln!(
+            "rowbus: `{table}` keeps no history (what it kept before is deleted as consumers run): turn it on \
+             with `rowbus deploy --queue {table} --keep DURATION`, e.g. --keep 7d"
+        );
+    }
     let page = HistoryPage { group: args.group, limit: args.limit, offset: args.offset };
     for entry in queue.history(&page).await? {
         match args.json {

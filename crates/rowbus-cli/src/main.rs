@@ -123,9 +123,11 @@ enum Command {
     /// Handle a queue table's messages until interrupted: print them, or run a command on each
     #[command(after_help = consume::AFTER_HELP)]
     Consume(consume::ConsumeArgs),
-    /// Print the handled messages a queue deployed with `--keep` keeps, newest first
+    /// Print the handled messages a queue deployed with `--keep` keeps, newest first (on a
+    /// queue that keeps none, it says so on stderr)
     History(history_cmd::HistoryArgs),
-    /// Print notifications on the channels, one line each, until interrupted
+    /// Print notifications on the channels, one line each, until interrupted (a closed
+    /// stdout, `| head -1`, ends it quietly with status 0)
     Listen {
         /// Print JSON lines {"channel": ..., "payload": ..., "pid": ...}
         #[arg(long)]
@@ -223,6 +225,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         }
         Command::Publish(args) => {
             queue_cmd::parse_tables(std::slice::from_ref(&args.table))?;
+            args.check()?;
             on_database(url, 2, &config, QueueCommand::Publish(args)).await?;
         }
         Command::Consume(args) => {

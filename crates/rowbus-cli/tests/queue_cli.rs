@@ -849,3 +849,95 @@ fn exec_stderr_is_kept_with_the_failure(kind: Kind) {
     assert!(last_error.len() < 2400, "the last 2 KB of stderr, not all 3 KB: {} bytes", last_error.len());
 }
 on_each_database!(exec_stderr_is_kept_with_the_failure on mariadb);
+
+/// `publish --header a=1 --header a=2` is refused, naming the header: a message holds one
+/// value per name, and keeping one of the two silently would lose the other.
+fn a_header_given_twice_is_refused(kind: Kind) {
+    let db = Db::new(kind, "hdr2");
+    let q = db.queue("hdr2");
+    db.deploy(&[&q]);
+    let line = db.fail(&["publish", &q, "--header", "a=1", "--header", "a=2", "x"], "a header given twice");
+    assert_mentions(&line, &["--header \"a\" is given twice"], "the refusal");
+    assert_eq!(db.depth(&q, ""), 0, "nothing published");
+    db.publish(&q, &["--header", "a=1", "--header", "b=2", "x"], 1);
+}
+on_each_database!(a_header_given_twice_is_refused);
+
+/// `publish -` stopped by SIGINT exits with status 1, its one error line saying what was
+/// published: a script must not take an interrupted run for a complete one.
+fn an_interrupted_publish_dash_exits_1_saying_what_it_published(kind: Kind) {
+    use std::io::Write as _;
+    let db = Db::new(kind, "pubint");
+    let q = db.queue("pubint");
+    db.deploy(&[&q]);
+    let mut cmd = db.rowbus(&["publish", &q, "-"]);
+    let mut child = cmd
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("rowbus publish -");
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    stdin.write_all(b"one\ntwo\nthree\n").unwrap();
+    stdin.flush().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while db.depth(&q, "") < 3 {
+        assert!(Instant::now() < deadline, "the three lines were not published within 20 s");
+        thread::sleep(Duration::from_millis(50));
+    }
+    let pid = child.id().to_string();
+    assert!(Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
+    let stdout = common::read_all(child.stdout.take().unwrap());
+    let stderr = common::read_all(child.stderr.take().unwrap());
+    let status = common::wait_timeout(&mut child, EXIT_TIMEOUT).expect("exits after SIGINT");
+    drop(stdin);
+    let output =
+        std::process::Output { status, stdout: stdout.join().unwrap(), stderr: stderr.join().unwrap() };
+    let line = assert_error(&output, "an interrupted `publish -`");
+    assert_mentions(
+        &line,
+        &[&format!("interrupted: published 3 messages to `{q}` from the first 3 lines of stdin")],
+        "the interruption",
+    );
+}
+on_each_database!(an_interrupted_publish_dash_exits_1_saying_what_it_published);
+
+/// `consume | head -1` ends quietly with status 0 once `head` has gone, as `listen` does:
+/// no error line, and the message it could not write is given back.
+fn a_closed_pipe_ends_consume_quietly(kind: Kind) {
+    let db = Db::new(kind, "cpipe");
+    let q = db.queue("cpipe");
+    db.deploy(&[&q]);
+    // More than a pipe holds, so that the consumer still writes when `head` is gone.
+    let filler = "x".repeat(4000);
+    let input: String = (0..50).map(|i| format!("m{i} {filler}\n")).collect();
+    assert_eq!(
+        db.ok_with(&["publish", &q, "-"], Some(input.as_bytes())),
+        format!("published 50 messages to `{q}`\n")
+    );
+    let mut cmd = Command::new("bash");
+    cmd.args([
+        "-c",
+        "set -o pipefail; \"$@\" | head -1; echo \"rc=$?\"",
+        "bash",
+        env!("CARGO_BIN_EXE_rowbus"),
+    ])
+    .args(["--database-url", &db.database.url, "--notify-table", &db.notify_table, "consume", &q])
+    .env_remove("DATABASE_URL")
+    .env_remove("RUST_LOG");
+    let output = run(cmd);
+    let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
+    assert!(output.status.success(), "{}", show(&output));
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{}", show(&output));
+    assert!(lines[0].contains(" - m0 x"), "{}", show(&output));
+    assert_eq!(lines[1], "rc=0", "consume exited non-zero on a closed pipe\n{}", show(&output));
+    assert!(!stderr.contains("error"), "{}", show(&output));
+    let left = db.depth(&q, "");
+    assert!(
+        (1..50).contains(&left),
+        "{left} left: the one it could not write was given back\n{}",
+        show(&output)
+    );
+}
+on_each_database!(a_closed_pipe_ends_consume_quietly);

@@ -56,8 +56,10 @@ pub(crate) struct ConsumeArgs {
     #[arg(long, value_name = "CMD", conflicts_with = "json")]
     exec: Option<String>,
     /// Print JSON lines {"id", "group", "payload", "attempt", "priority", "key", "headers"}
-    /// (and "payload_hex" when the payload is not UTF-8) instead of `ID GROUP PAYLOAD` (the
-    /// default group shows as -)
+    /// (a payload that is not UTF-8 is null, with its bytes in "payload_hex"; the default
+    /// group is "") instead of `ID GROUP PAYLOAD`: the default group shows as -, the payload
+    /// as published but for line feeds, carriage returns and other control characters
+    /// (tabs aside), written \n, \r, \u{1b}, and bytes that are not UTF-8, written \xff
     #[arg(long)]
     json: bool,
     /// Be woken by publishers in other processes at once rather than at the next poll
@@ -161,31 +163,23 @@ struct Shared {
     retry: RetryPolicy,
 }
 
-/// One delivery as a line: `ID GROUP PAYLOAD` (escaped onto one line), or JSON.
+/// One delivery as a line: `ID GROUP PAYLOAD` (the payload as published, but for line
+/// breaks and control characters: [`queue_cmd::bytes_on_one_line`]), or JSON.
 fn render<DB: Db>(d: &Delivery<DB>, json: bool) -> String {
-    let text = std::str::from_utf8(d.payload()).ok();
     if json {
         let mut value = serde_json::json!({
             "id": d.id(),
             "group": d.group(),
-            "payload": text.map_or_else(|| String::from_utf8_lossy(d.payload()).into_owned(), str::to_owned),
             "attempt": d.attempt(),
             "priority": d.priority(),
             "key": d.key(),
             "headers": d.headers(),
         });
-        if text.is_none() {
-            let hex: String = d.payload().iter().map(|b| format!("{b:02x}")).collect();
-            value["payload_hex"] = hex.into();
-        }
+        queue_cmd::json_payload(&mut value, d.payload());
         value.to_string()
     } else {
-        let group = if d.group().is_empty() { "-".to_owned() } else { d.group().escape_debug().to_string() };
-        let payload = match text {
-            Some(text) => text.escape_debug().to_string(),
-            None => d.payload().escape_ascii().to_string(),
-        };
-        format!("{} {group} {payload}", d.id())
+        let group = queue_cmd::group_text(d.group());
+        format!("{} {group} {}", d.id(), queue_cmd::bytes_on_one_line(d.payload()))
     }
 }
 

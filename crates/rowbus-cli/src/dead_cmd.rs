@@ -40,7 +40,8 @@ impl DeadCommand {
 pub(crate) struct ListArgs {
     /// The queue table (its dead letters are in `<TABLE>_dead`)
     table: String,
-    /// Only this group's dead letters
+    /// Only this group's dead letters (`--group ""`: the default group, which the lines
+    /// show as `group -` and JSON as "")
     #[arg(long, value_name = "G")]
     group: Option<String>,
     /// Print at most this many
@@ -179,9 +180,9 @@ fn text_line(letter: &DeadLetter) -> String {
         Err(_) => format!("<{} bytes, not UTF-8>", letter.payload.len()),
     };
     format!(
-        "id {}  group {:?}  attempts {}  died {}  published {}  error {}  payload {payload}",
+        "id {}  group {}  attempts {}  died {}  published {}  error {}  payload {payload}",
         letter.id,
-        letter.group,
+        queue_cmd::group_quoted(&letter.group),
         letter.attempts,
         rfc3339(letter.died_at),
         rfc3339(letter.published_at),
@@ -194,7 +195,6 @@ pub(crate) fn json_line(letter: &DeadLetter) -> serde_json::Value {
     let mut line = json!({
         "id": letter.id,
         "group": letter.group,
-        "payload": std::str::from_utf8(&letter.payload).ok(),
         "attempts": letter.attempts,
         "last_error": letter.last_error,
         "published_at": rfc3339(letter.published_at),
@@ -203,10 +203,7 @@ pub(crate) fn json_line(letter: &DeadLetter) -> serde_json::Value {
         "key": letter.key,
         "headers": letter.headers,
     });
-    if std::str::from_utf8(&letter.payload).is_err() {
-        let hex: String = letter.payload.iter().map(|b| format!("{b:02x}")).collect();
-        line["payload_hex"] = json!(hex);
-    }
+    queue_cmd::json_payload(&mut line, &letter.payload);
     line
 }
 

@@ -129,7 +129,9 @@ enum Command {
     /// Print notifications on the channels, one line each, until interrupted (a closed
     /// stdout, `| head -1`, ends it quietly with status 0)
     Listen {
-        /// Print JSON lines {"channel": ..., "payload": ..., "pid": ...}
+        /// Print JSON lines {"channel": ..., "payload": ..., "pid": ...} instead of
+        /// `CHANNEL: PAYLOAD`, where the payload is as sent but for line feeds, carriage
+        /// returns and other control characters (tabs aside), written \n, \r, \u{1b}
         #[arg(long)]
         json: bool,
         /// Listen durably under this name: resume after the last line written by a
@@ -414,7 +416,7 @@ fn print_event(
                     serde_json::json!({"channel": n.channel, "payload": n.payload, "pid": n.pid})
                 )
             } else {
-                queue_cmd::outln!("{}: {}", n.channel, n.payload.escape_debug())
+                queue_cmd::outln!("{}: {}", n.channel, queue_cmd::on_one_line(&n.payload))
             }
             written.insert(n.channel);
         }

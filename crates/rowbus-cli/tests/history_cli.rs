@@ -117,7 +117,7 @@ fn deploy_keep_and_history(kind: Kind) {
     assert_eq!(db.history(&["--limit", "1"]).len(), 1);
     let human = db.ok(&["history", &q]);
     assert_eq!(human.lines().count(), 2, "{human}");
-    assert!(human.lines().nth(1).unwrap().contains("  acked  group \"\"  attempts 1"), "{human}");
+    assert!(human.lines().nth(1).unwrap().contains("  acked  group -  attempts 1"), "{human}");
 
     let off = db.ok(&["deploy", "--queue", &q, "--keep", "0"]);
     assert!(off.contains(&format!("`{q}` keeps no history")), "{off}");

@@ -25,6 +25,21 @@ pub(crate) enum DeadCommand {
 }
 
 impl DeadCommand {
+    /// Checks, before connecting, that a requeue or purge names its dead letters.
+    pub(crate) fn check(&self) -> Result<(), CliError> {
+        let message = match self {
+            DeadCommand::Requeue(args) if !args.which.any() => {
+                "dead requeue needs --all (every dead letter) or --id ID (repeatable): which dead letters to put back"
+            }
+            DeadCommand::Purge(args) if !args.which.any() && args.older_than.is_none() => {
+                "dead purge needs --all (every dead letter), --id ID (repeatable) or --older-than DURATION: which \
+                 dead letters to delete"
+            }
+            _ => return Ok(()),
+        };
+        Err(CliError::Message(message.to_owned()))
+    }
+
     /// The queue table it works on.
     pub(crate) fn table(&self) -> &String {
         match self {
@@ -64,13 +79,28 @@ pub(crate) struct Selection {
     #[arg(long)]
     all: bool,
     /// This dead letter (repeatable)
-    #[arg(long = "id", value_name = "ID")]
+    #[arg(long = "id", value_name = "ID", value_parser = dead_id)]
     ids: Vec<i64>,
+}
+
+impl Selection {
+    /// Whether it names any dead letter.
+    fn any(&self) -> bool {
+        self.all || !self.ids.is_empty()
+    }
+}
+
+/// An `--id`: a message id, a whole number from 1 up.
+fn dead_id(text: &str) -> Result<i64, String> {
+    match text.parse::<i64>() {
+        Ok(id) if id >= 1 => Ok(id),
+        _ => Err(format!("not a whole number from 1 to {}", i64::MAX)),
+    }
 }
 
 /// Options of `rowbus dead requeue`.
 #[derive(Debug, Args)]
-#[command(group(ArgGroup::new("which").required(true).args(["all", "ids"])))]
+#[command(group(ArgGroup::new("which").args(["all", "ids"])))]
 pub(crate) struct RequeueArgs {
     /// The queue table
     table: String,
@@ -83,7 +113,7 @@ pub(crate) struct RequeueArgs {
 
 /// Options of `rowbus dead purge`.
 #[derive(Debug, Args)]
-#[command(group(ArgGroup::new("which").required(true).args(["all", "ids", "older_than"])))]
+#[command(group(ArgGroup::new("which").args(["all", "ids", "older_than"])))]
 pub(crate) struct PurgeArgs {
     /// The queue table
     table: String,
@@ -94,7 +124,8 @@ pub(crate) struct PurgeArgs {
     older_than: Option<Duration>,
 }
 
-/// Which dead letters `--all`, `--id` and `--older-than` name (clap requires one).
+/// Which dead letters `--all`, `--id` and `--older-than` name (one of them: clap refuses
+/// two, [`DeadCommand::check`] none).
 fn which(selection: Selection, older_than: Option<Duration>) -> DeadLetters {
     match (selection.all, older_than) {
         (true, _) => DeadLetters::All,

@@ -210,7 +210,7 @@ async fn main() -> ExitCode {
 
 /// The error and its causes, on one line.
 fn one_line(error: &rowbus::Error) -> String {
-    error.one_line()
+    cli_error::in_cli_words(&error.one_line())
 }
 
 async fn run(cli: Cli) -> Result<(), CliError> {
@@ -241,6 +241,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Demo(args) => on_database(url, 16, &config, QueueCommand::Demo(args)).await?,
         Command::Dead { what } => {
             queue_cmd::parse_tables(std::slice::from_ref(what.table()))?;
+            what.check()?;
             on_database(url, 2, &config, QueueCommand::Dead(what)).await?;
         }
         Command::Pause(args) => {

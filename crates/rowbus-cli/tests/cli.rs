@@ -524,3 +524,32 @@ fn help_lists_commands_as_a_user_meets_them() {
     let notify_flag = consume.find("--poll-interval").expect("the notify table's flags");
     assert!(own < heading && heading < notify_flag, "{consume}");
 }
+
+/// What a missing table or file says names the command that makes it, never a library
+/// function (`DbPool::connect_creating`, `DbPool::deploy_notify_table`, `Queue::deploy`).
+fn errors_name_commands_not_library_functions(kind: Kind) {
+    let db = Db::new(kind, "words");
+    let ch = unique("words");
+    let mut lines = Vec::new();
+    match kind {
+        // The positions table of durable listeners is made by `deploy --durable`.
+        Kind::Postgres => {
+            lines.push(db.fail(&["listen", "--durable", "n", &ch], "listen --durable before deploy"))
+        }
+        Kind::MariaDb | Kind::Sqlite => {
+            if kind == Kind::Sqlite {
+                lines.push(db.fail(&["stats"], "stats without the SQLite file"));
+                std::fs::File::create(db.database.sqlite_file().unwrap()).unwrap();
+            }
+            lines.push(db.fail(&["listen", &ch], "listen before deploy"));
+            lines.push(db.fail(&["notify", &ch, "x"], "notify before deploy"));
+        }
+    }
+    for line in lines {
+        assert!(line.contains("create it with `rowbus deploy"), "{line}");
+        for library in ["DbPool", "Queue::", "connect_creating", "deploy_notify_table"] {
+            assert!(!line.contains(library), "a library function named to a CLI user: {line}");
+        }
+    }
+}
+on_each_database!(errors_name_commands_not_library_functions);

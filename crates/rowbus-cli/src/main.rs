@@ -90,10 +90,14 @@ impl NotifyTableArgs {
 
 #[derive(Debug, Subcommand)]
 enum BenchCommand {
-    /// Notify-to-receive latency and the notifications/s one listener keeps up with
+    /// Notify-to-receive latency and the notifications/s one listener keeps up with; off
+    /// PostgreSQL (and with --durable) on a notify table of the run's own, dropped at the
+    /// end (--notify-table: that one), polled every 50ms as the broker's is (--poll-interval
+    /// sets it; the latency follows it)
     Notify(bench::NotifyBench),
     /// Table broker: publish and drain rates against a raw sqlx loop, and wake-up latency
-    /// (about two minutes with the defaults; progress on a terminal)
+    /// (minutes with the defaults, more on a slow disk; --messages and --rounds shorten it;
+    /// progress on a terminal)
     Broker(bench::broker::BrokerBench),
 }
 
@@ -262,7 +266,18 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Listen { json, channels, durable, lease } => {
             listen(url, config, &channels, json, durable.as_deref(), lease).await?
         }
-        Command::Bench { what: BenchCommand::Notify(args) } => bench::notify(url, config, args).await?,
+        Command::Bench { what: BenchCommand::Notify(args) } => {
+            // The broker's notify table defaults (50 ms polls), with what was given, on a
+            // table of the run's own unless one was named.
+            let mut config = cli.notify_table.applied_to(rowbus::BrokerOptions::default().notify_table)?;
+            let own = cli.notify_table.notify_table.is_none();
+            if own {
+                config
+                    .set("table", &format!("rowbus_bench_{}", std::process::id()))
+                    .map_err(rowbus::Error::from)?;
+            }
+            bench::notify(url, config, own, args).await?
+        }
         Command::Bench { what: BenchCommand::Broker(args) } => {
             // The broker's own notify table defaults (50 ms polls), with what was given.
             let notify_table = cli.notify_table.applied_to(rowbus::BrokerOptions::default().notify_table)?;

@@ -82,6 +82,29 @@ pub(crate) fn bar(len: u64, what: &str) -> ProgressBar {
     bar
 }
 
+/// `rows` (the header first) as aligned lines: each column as wide as its widest cell, two
+/// spaces apart, the columns `numeric` says right-aligned; the last cell is not padded.
+pub(crate) fn table(rows: &[Vec<String>], numeric: &[usize]) -> Vec<String> {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| rows.iter().filter_map(|row| row.get(c)).map(|cell| cell.chars().count()).max().unwrap_or(0))
+        .collect();
+    rows.iter()
+        .map(|row| {
+            let cells: Vec<String> = row
+                .iter()
+                .enumerate()
+                .map(|(c, cell)| match (numeric.contains(&c), c + 1 == row.len()) {
+                    (true, _) => format!("{cell:>0$}", widths[c]),
+                    (false, false) => format!("{cell:<0$}", widths[c]),
+                    (false, true) => cell.clone(),
+                })
+                .collect();
+            cells.join("  ").trim_end().to_owned()
+        })
+        .collect()
+}
+
 /// A task's result; a panic inside it goes on unwinding here.
 pub(crate) async fn joined<T>(task: tokio::task::JoinHandle<T>) -> T {
     match task.await {
@@ -90,8 +113,58 @@ pub(crate) async fn joined<T>(task: tokio::task::JoinHandle<T>) -> T {
     }
 }
 
-pub async fn notify(url: &str, config: NotifyConfig, args: NotifyBench) -> Result<(), rowbus::Error> {
+/// Runs `bench notify` on `config`'s notify table; `own` when it is the run's own, made for
+/// it: dropped at the end, whatever happened, so that the run leaves no rows behind.
+pub async fn notify(
+    url: &str,
+    config: NotifyConfig,
+    own: bool,
+    args: NotifyBench,
+) -> Result<(), rowbus::Error> {
     let db = DbPool::connect_with_size(url, args.notifiers.max(1)).await?;
+    let uses_table = args.durable || db.backend() != rowbus::Backend::Postgres;
+    let measured = measure(&db, url, &config, own && uses_table, &args).await;
+    let dropped = if own && uses_table { db.run(DropNotifyTable { config: &config }).await } else { Ok(()) };
+    db.close().await;
+    measured?;
+    dropped
+}
+
+/// Drops the run's own notify table and its positions table.
+struct DropNotifyTable<'a> {
+    config: &'a NotifyConfig,
+}
+
+impl rowbus::OnPool for DropNotifyTable<'_> {
+    type Output = Result<(), rowbus::Error>;
+    async fn run<DB: rowbus::Db>(self, pool: rowbus::sqlx::Pool<DB>) -> Self::Output
+    where
+        for<'c> &'c mut DB::Connection: rowbus::sqlx::Executor<'c, Database = DB>,
+    {
+        let table = &self.config.table;
+        for name in [format!("{table}_positions"), table.clone()] {
+            let quoted = match DB::BACKEND {
+                rowbus::Backend::MySql => format!("`{name}`"),
+                _ => format!("\"{name}\""),
+            };
+            let mut conn = pool.acquire().await?;
+            rowbus::sqlx::query(rowbus::sqlx::AssertSqlSafe(format!("DROP TABLE IF EXISTS {quoted}")))
+                .execute(&mut *conn)
+                .await?;
+        }
+        Ok(())
+    }
+}
+
+/// The measurements of `bench notify`, on `db`.
+async fn measure(
+    db: &DbPool,
+    url: &str,
+    config: &NotifyConfig,
+    own: bool,
+    args: &NotifyBench,
+) -> Result<(), rowbus::Error> {
+    let config = config.clone();
     let notifier = if args.durable {
         db.deploy_durable_notify_table(&config).await?;
         Arc::new(Notifier::durable(config.clone())?)
@@ -213,11 +286,14 @@ pub async fn notify(url: &str, config: NotifyConfig, args: NotifyBench) -> Resul
         }
     }
     drop(listener);
-    db.close().await;
 
+    let notify_table =
+        (db.backend() != rowbus::Backend::Postgres || args.durable).then_some(config.table.as_str());
     let results = serde_json::json!({
         "backend": db.backend().name(),
         "durable": args.durable,
+        "notify_table": notify_table,
+        "notify_table_dropped": own,
         "poll_interval_ms": poll.as_secs_f64() * 1000.0,
         "latency_samples": args.samples,
         "latency_lost": lost_samples,
@@ -235,26 +311,44 @@ pub async fn notify(url: &str, config: NotifyConfig, args: NotifyBench) -> Resul
     if args.json {
         println!("{results}");
     } else {
-        println!(
-            "{:<14} {:>8} {:>9} {:>9} {:>9} {:>11} {:>11} {:>8}",
-            "backend", "poll ms", "p50 ms", "p99 ms", "max ms", "sent/s", "recv/s", "all recv"
-        );
-        println!(
-            "{:<14} {:>8.0} {:>9.1} {:>9.1} {:>9.1} {:>11.0} {:>11.0} {:>8}",
-            db.backend().name(),
-            poll.as_secs_f64() * 1000.0,
-            latency.p50,
-            latency.p99,
-            latency.max,
-            total as f64 / window,
-            received as f64 / receive_window,
-            if received == total { "yes" } else { "NO" },
-        );
+        let rows = vec![
+            ["backend", "poll ms", "p50 ms", "p99 ms", "max ms", "sent/s", "recv/s", "all recv"]
+                .map(str::to_owned)
+                .to_vec(),
+            vec![
+                db.backend().name().to_owned(),
+                format!("{:.0}", poll.as_secs_f64() * 1000.0),
+                format!("{:.1}", latency.p50),
+                format!("{:.1}", latency.p99),
+                format!("{:.1}", latency.max),
+                format!("{:.0}", total as f64 / window),
+                format!("{:.0}", received as f64 / receive_window),
+                (if received == total { "yes" } else { "NO" }).to_owned(),
+            ],
+        ];
+        for line in table(&rows, &[1, 2, 3, 4, 5, 6]) {
+            println!("{line}");
+        }
         println!(
             "sent/s over the {:.1} s of sending; recv/s until the last arrived ({:.1} s); all recv: every \
              notification sent was received by the end",
             window, receive_window
         );
+        if poll > Duration::ZERO {
+            println!(
+                "the listener polls the notify table every {:.0} ms: a notification waits for the next poll, \
+                 so the latency is about half of that at p50 and up to all of it (the broker polls every \
+                 50 ms, the default here; --poll-interval sets it)",
+                poll.as_secs_f64() * 1000.0
+            );
+        }
+        match (notify_table, own) {
+            (Some(table), true) => println!("notify table `{table}`: the run's own, dropped at the end"),
+            (Some(table), false) => println!(
+                "notify table `{table}` (--notify-table): the run's notifications stay in it until its cleanup"
+            ),
+            (None, _) => {}
+        }
         if lost_samples > 0 {
             println!("{lost_samples} latency samples never arrived");
         }
@@ -289,6 +383,18 @@ mod tests {
         assert_eq!((p.p50, p.p99, p.max), (50.0, 99.0, 100.0));
         let p = percentiles(vec![ms(7)]);
         assert_eq!((p.p50, p.p99, p.max), (7.0, 7.0, 7.0));
+    }
+
+    #[test]
+    fn table_columns_fit_their_widest_cells() {
+        let rows: Vec<Vec<String>> = [["a", "n", "last"], ["a long label", "1,234", "x"], ["b", "5", ""]]
+            .iter()
+            .map(|row| row.map(str::to_owned).to_vec())
+            .collect();
+        assert_eq!(
+            table(&rows, &[1]),
+            ["a                 n  last", "a long label  1,234  x", "b                 5"]
+        );
     }
 
     #[test]

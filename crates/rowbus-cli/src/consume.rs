@@ -21,7 +21,11 @@ pub(crate) const AFTER_HELP: &str = "\
 For consume, --poll-interval DURATION is the longest wait between two claims when nothing wakes \
 the consumer [default: 1s]. Publishes of `rowbus publish` wake a consumer started with \
 --listen-notify at once (the notify table, when used, is then polled every 50ms). Durations \
-are 250ms, 2s, 1m, 1h, 7d or plain seconds.";
+are 250ms, 2s, 1m, 1h, 7d or plain seconds.
+
+A paused queue or group (`rowbus pause`) is said once on stderr, and again when it is resumed. \
+A closed stdout (`rowbus consume Q | head -1`) ends the consumer quietly with status 0, as it \
+does `rowbus listen`: the message that could not be written is given back.";
 
 /// Options of `rowbus consume`.
 #[derive(Debug, Args)]
@@ -52,8 +56,10 @@ pub(crate) struct ConsumeArgs {
     #[arg(long, value_name = "CMD", conflicts_with = "json")]
     exec: Option<String>,
     /// Print JSON lines {"id", "group", "payload", "attempt", "priority", "key", "headers"}
-    /// (and "payload_hex" when the payload is not UTF-8) instead of `ID GROUP PAYLOAD` (the
-    /// default group shows as -)
+    /// (a payload that is not UTF-8 is null, with its bytes in "payload_hex"; the default
+    /// group is "") instead of `ID GROUP PAYLOAD`: the default group shows as -, the payload
+    /// as published but for line feeds, carriage returns and other control characters
+    /// (tabs aside), written \n, \r, \u{1b}, and bytes that are not UTF-8, written \xff
     #[arg(long)]
     json: bool,
     /// Be woken by publishers in other processes at once rather than at the next poll
@@ -88,24 +94,42 @@ impl ConsumeArgs {
     }
 }
 
-/// Why the consumer stops before being interrupted: the first fatal error.
+/// Why the consumer stops before being interrupted.
+#[derive(Debug, Clone)]
+enum Stop {
+    /// Whatever read stdout went away (`| head`): a quiet end, as for `listen`.
+    OutputClosed,
+    /// An error that stops it.
+    Error(String),
+}
+
+/// Why the consumer stops before being interrupted: the first reason.
 #[derive(Debug, Clone)]
 struct Fatal(
-    /// The first fatal error, once there is one.
-    watch::Sender<Option<String>>,
+    /// The first reason, once there is one.
+    watch::Sender<Option<Stop>>,
 );
 
 impl Fatal {
-    /// No fatal error yet.
+    /// No reason yet.
     fn new() -> Self {
         Fatal(watch::Sender::new(None))
     }
 
-    /// Records `message` unless an earlier one is recorded.
-    fn set(&self, message: String) {
+    /// Records a failed write to stdout: a closed pipe ends quietly, anything else is an
+    /// error.
+    fn write_failed(&self, error: &std::io::Error) {
+        self.stop(match error.kind() {
+            std::io::ErrorKind::BrokenPipe => Stop::OutputClosed,
+            _ => Stop::Error(format!("cannot write to stdout: {error}")),
+        });
+    }
+
+    /// Records `reason` unless an earlier one is recorded.
+    fn stop(&self, reason: Stop) {
         self.0.send_if_modified(|slot| {
             if slot.is_none() {
-                *slot = Some(message);
+                *slot = Some(reason);
                 true
             } else {
                 false
@@ -113,12 +137,12 @@ impl Fatal {
         });
     }
 
-    /// Resolves with the first fatal error.
-    async fn wait(&self) -> String {
+    /// Resolves with the first reason.
+    async fn wait(&self) -> Stop {
         let mut rx = self.0.subscribe();
         match rx.wait_for(Option::is_some).await {
-            Ok(slot) => slot.clone().unwrap_or_default(),
-            Err(_) => String::new(),
+            Ok(slot) => slot.clone().unwrap_or(Stop::Error(String::new())),
+            Err(_) => Stop::Error(String::new()),
         }
     }
 }
@@ -139,31 +163,23 @@ struct Shared {
     retry: RetryPolicy,
 }
 
-/// One delivery as a line: `ID GROUP PAYLOAD` (escaped onto one line), or JSON.
+/// One delivery as a line: `ID GROUP PAYLOAD` (the payload as published, but for line
+/// breaks and control characters: [`queue_cmd::bytes_on_one_line`]), or JSON.
 fn render<DB: Db>(d: &Delivery<DB>, json: bool) -> String {
-    let text = std::str::from_utf8(d.payload()).ok();
     if json {
         let mut value = serde_json::json!({
             "id": d.id(),
             "group": d.group(),
-            "payload": text.map_or_else(|| String::from_utf8_lossy(d.payload()).into_owned(), str::to_owned),
             "attempt": d.attempt(),
             "priority": d.priority(),
             "key": d.key(),
             "headers": d.headers(),
         });
-        if text.is_none() {
-            let hex: String = d.payload().iter().map(|b| format!("{b:02x}")).collect();
-            value["payload_hex"] = hex.into();
-        }
+        queue_cmd::json_payload(&mut value, d.payload());
         value.to_string()
     } else {
-        let group = if d.group().is_empty() { "-".to_owned() } else { d.group().escape_debug().to_string() };
-        let payload = match text {
-            Some(text) => text.escape_debug().to_string(),
-            None => d.payload().escape_ascii().to_string(),
-        };
-        format!("{} {group} {payload}", d.id())
+        let group = queue_cmd::group_text(d.group());
+        format!("{} {group} {}", d.id(), queue_cmd::bytes_on_one_line(d.payload()))
     }
 }
 
@@ -272,10 +288,16 @@ async fn run<DB: Db>(
     let mut claim_errors = 0;
     let mut failures = broker.claim_failures();
     let mut reasons = HashSet::new();
+    let mut pause = PauseNotice::default();
+    let mut pause_check = tokio::time::interval(PAUSE_CHECK);
     let outcome = loop {
         tokio::select! {
+            _ = pause_check.tick() => pause.check(&queue, &args.group).await,
             _ = &mut interrupted => break Ok(()),
-            message = shared.fatal.wait() => break Err(CliError::Message(message)),
+            stop = shared.fatal.wait() => break Err(match stop {
+                Stop::OutputClosed => CliError::OutputClosed,
+                Stop::Error(message) => CliError::Message(message),
+            }),
             ended = &mut runner => break match ended {
                 Ok(Ok(())) => Ok(()),
                 Ok(Err(e)) => return Err(e.into()),
@@ -350,6 +372,45 @@ async fn run<DB: Db>(
     outcome
 }
 
+/// How often a consumer looks whether its queue (or group) is paused, to say so.
+const PAUSE_CHECK: Duration = Duration::from_secs(1);
+
+/// Says on stderr, once each time, that the consumer's queue or group was found paused
+/// and that it was resumed.
+#[derive(Default)]
+struct PauseNotice {
+    /// Whether the last look found it paused.
+    paused: bool,
+}
+
+impl PauseNotice {
+    async fn check<DB: Db>(&mut self, queue: &rowbus::Queue<DB>, group: &str) {
+        // A failed look says nothing: the claims report what is wrong.
+        let Ok(paused) = queue.paused().await else { return };
+        let table = queue.table();
+        let held = paused.covers(group);
+        if held && !self.paused {
+            let (what, resume) = match group {
+                _ if paused.queue => {
+                    (format!("the queue `{table}` is paused"), format!("rowbus resume {table}"))
+                }
+                "" => (
+                    format!("the default group of `{table}` is paused"),
+                    format!("rowbus resume {table} --group ''"),
+                ),
+                _ => (
+                    format!("group {group:?} of `{table}` is paused"),
+                    format!("rowbus resume {table} --group {group}"),
+                ),
+            };
+            eprintln!("rowbus: {what}: waiting, taking nothing until `{resume}`");
+        } else if !held && self.paused {
+            eprintln!("rowbus: `{table}` was resumed: consuming again");
+        }
+        self.paused = held;
+    }
+}
+
 /// One message (the workers' runner): printed, or given to the command.
 async fn handle_one<DB: Db>(shared: Arc<Shared>, d: Delivery<DB>) -> Result<(), String> {
     if shared.exec.is_some() {
@@ -367,7 +428,7 @@ async fn handle_one<DB: Db>(shared: Arc<Shared>, d: Delivery<DB>) -> Result<(), 
     }
     let line = render(&d, shared.json) + "\n";
     if let Err(e) = write_out(&line) {
-        shared.fatal.set(format!("cannot write to stdout: {e}"));
+        shared.fatal.write_failed(&e);
         give_back(d).await;
     }
     Ok(())
@@ -398,7 +459,7 @@ async fn handle_batch<DB: Db>(shared: Arc<Shared>, batch: Vec<Delivery<DB>>) -> 
     }
     let text: String = batch.iter().map(|d| render(d, shared.json) + "\n").collect();
     if let Err(e) = write_out(&text) {
-        shared.fatal.set(format!("cannot write to stdout: {e}"));
+        shared.fatal.write_failed(&e);
         for d in batch {
             give_back(d).await;
         }

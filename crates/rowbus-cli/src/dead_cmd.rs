@@ -25,6 +25,21 @@ pub(crate) enum DeadCommand {
 }
 
 impl DeadCommand {
+    /// Checks, before connecting, that a requeue or purge names its dead letters.
+    pub(crate) fn check(&self) -> Result<(), CliError> {
+        let message = match self {
+            DeadCommand::Requeue(args) if !args.which.any() => {
+                "dead requeue needs --all (every dead letter) or --id ID (repeatable): which dead letters to put back"
+            }
+            DeadCommand::Purge(args) if !args.which.any() && args.older_than.is_none() => {
+                "dead purge needs --all (every dead letter), --id ID (repeatable) or --older-than DURATION: which \
+                 dead letters to delete"
+            }
+            _ => return Ok(()),
+        };
+        Err(CliError::Message(message.to_owned()))
+    }
+
     /// The queue table it works on.
     pub(crate) fn table(&self) -> &String {
         match self {
@@ -40,7 +55,8 @@ impl DeadCommand {
 pub(crate) struct ListArgs {
     /// The queue table (its dead letters are in `<TABLE>_dead`)
     table: String,
-    /// Only this group's dead letters
+    /// Only this group's dead letters (`--group ""`: the default group, which the lines
+    /// show as `group -` and JSON as "")
     #[arg(long, value_name = "G")]
     group: Option<String>,
     /// Print at most this many
@@ -63,13 +79,28 @@ pub(crate) struct Selection {
     #[arg(long)]
     all: bool,
     /// This dead letter (repeatable)
-    #[arg(long = "id", value_name = "ID")]
+    #[arg(long = "id", value_name = "ID", value_parser = dead_id)]
     ids: Vec<i64>,
+}
+
+impl Selection {
+    /// Whether it names any dead letter.
+    fn any(&self) -> bool {
+        self.all || !self.ids.is_empty()
+    }
+}
+
+/// An `--id`: a message id, a whole number from 1 up.
+fn dead_id(text: &str) -> Result<i64, String> {
+    match text.parse::<i64>() {
+        Ok(id) if id >= 1 => Ok(id),
+        _ => Err(format!("not a whole number from 1 to {}", i64::MAX)),
+    }
 }
 
 /// Options of `rowbus dead requeue`.
 #[derive(Debug, Args)]
-#[command(group(ArgGroup::new("which").required(true).args(["all", "ids"])))]
+#[command(group(ArgGroup::new("which").args(["all", "ids"])))]
 pub(crate) struct RequeueArgs {
     /// The queue table
     table: String,
@@ -82,7 +113,7 @@ pub(crate) struct RequeueArgs {
 
 /// Options of `rowbus dead purge`.
 #[derive(Debug, Args)]
-#[command(group(ArgGroup::new("which").required(true).args(["all", "ids", "older_than"])))]
+#[command(group(ArgGroup::new("which").args(["all", "ids", "older_than"])))]
 pub(crate) struct PurgeArgs {
     /// The queue table
     table: String,
@@ -93,7 +124,8 @@ pub(crate) struct PurgeArgs {
     older_than: Option<Duration>,
 }
 
-/// Which dead letters `--all`, `--id` and `--older-than` name (clap requires one).
+/// Which dead letters `--all`, `--id` and `--older-than` name (one of them: clap refuses
+/// two, [`DeadCommand::check`] none).
 fn which(selection: Selection, older_than: Option<Duration>) -> DeadLetters {
     match (selection.all, older_than) {
         (true, _) => DeadLetters::All,
@@ -179,9 +211,9 @@ fn text_line(letter: &DeadLetter) -> String {
         Err(_) => format!("<{} bytes, not UTF-8>", letter.payload.len()),
     };
     format!(
-        "id {}  group {:?}  attempts {}  died {}  published {}  error {}  payload {payload}",
+        "id {}  group {}  attempts {}  died {}  published {}  error {}  payload {payload}",
         letter.id,
-        letter.group,
+        queue_cmd::group_quoted(&letter.group),
         letter.attempts,
         rfc3339(letter.died_at),
         rfc3339(letter.published_at),
@@ -194,7 +226,6 @@ pub(crate) fn json_line(letter: &DeadLetter) -> serde_json::Value {
     let mut line = json!({
         "id": letter.id,
         "group": letter.group,
-        "payload": std::str::from_utf8(&letter.payload).ok(),
         "attempts": letter.attempts,
         "last_error": letter.last_error,
         "published_at": rfc3339(letter.published_at),
@@ -203,10 +234,7 @@ pub(crate) fn json_line(letter: &DeadLetter) -> serde_json::Value {
         "key": letter.key,
         "headers": letter.headers,
     });
-    if std::str::from_utf8(&letter.payload).is_err() {
-        let hex: String = letter.payload.iter().map(|b| format!("{b:02x}")).collect();
-        line["payload_hex"] = json!(hex);
-    }
+    queue_cmd::json_payload(&mut line, &letter.payload);
     line
 }
 

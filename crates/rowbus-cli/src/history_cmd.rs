@@ -16,7 +16,8 @@ use crate::queue_cmd::{self, outln};
 pub(crate) struct HistoryArgs {
     /// The queue table (its history is in `<TABLE>_hist`)
     pub(crate) table: String,
-    /// Only this group's messages
+    /// Only this group's messages (`--group ""`: the default group, which the lines show as
+    /// `group -` and JSON as "")
     #[arg(long, value_name = "G")]
     group: Option<String>,
     /// Print at most this many
@@ -37,6 +38,15 @@ pub(crate) struct HistoryArgs {
 pub(crate) async fn history<DB: Db>(pool: Pool<DB>, url: &str, args: HistoryArgs) -> Result<(), CliError> {
     let broker = Broker::new(pool, BrokerOptions::default()).await?;
     let queue = queue_cmd::existing_queue(&broker, &args.table, url).await?;
+    if queue.keep().await?.is_none() {
+        // Said before whatever is left from when it kept: an empty answer is not "nothing
+        // was handled".
+        let table = queue.table();
+        eprintln!(
+            "rowbus: `{table}` keeps no history (what it kept before is deleted as consumers run): turn it on \
+             with `rowbus deploy --queue {table} --keep DURATION`, e.g. --keep 7d"
+        );
+    }
     let page = HistoryPage { group: args.group, limit: args.limit, offset: args.offset };
     for entry in queue.history(&page).await? {
         match args.json {
@@ -54,10 +64,10 @@ fn text_line(entry: &HistoryEntry) -> String {
         Err(_) => format!("<{} bytes, not UTF-8>", entry.payload.len()),
     };
     format!(
-        "id {}  {}  group {:?}  attempts {}  handled {}  published {}  error {}  payload {payload}",
+        "id {}  {}  group {}  attempts {}  handled {}  published {}  error {}  payload {payload}",
         entry.id,
         entry.outcome.as_str(),
-        entry.group,
+        queue_cmd::group_quoted(&entry.group),
         entry.attempts,
         rfc3339(entry.handled_at),
         rfc3339(entry.published_at),
@@ -70,17 +80,13 @@ fn json_line(entry: &HistoryEntry) -> serde_json::Value {
     let mut line = json!({
         "id": entry.id,
         "group": entry.group,
-        "payload": std::str::from_utf8(&entry.payload).ok(),
         "attempts": entry.attempts,
         "outcome": entry.outcome.as_str(),
         "last_error": entry.last_error,
         "published_at": rfc3339(entry.published_at),
         "handled_at": rfc3339(entry.handled_at),
     });
-    if std::str::from_utf8(&entry.payload).is_err() {
-        let hex: String = entry.payload.iter().map(|b| format!("{b:02x}")).collect();
-        line["payload_hex"] = json!(hex);
-    }
+    queue_cmd::json_payload(&mut line, &entry.payload);
     line
 }
 

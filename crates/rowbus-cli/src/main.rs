@@ -90,10 +90,14 @@ impl NotifyTableArgs {
 
 #[derive(Debug, Subcommand)]
 enum BenchCommand {
-    /// Notify-to-receive latency and the notifications/s one listener keeps up with
+    /// Notify-to-receive latency and the notifications/s one listener keeps up with; off
+    /// PostgreSQL (and with --durable) on a notify table of the run's own, dropped at the
+    /// end (--notify-table: that one), polled every 50ms as the broker's is (--poll-interval
+    /// sets it; the latency follows it)
     Notify(bench::NotifyBench),
     /// Table broker: publish and drain rates against a raw sqlx loop, and wake-up latency
-    /// (about two minutes with the defaults; progress on a terminal)
+    /// (minutes with the defaults, more on a slow disk; --messages and --rounds shorten it;
+    /// progress on a terminal)
     Broker(bench::broker::BrokerBench),
 }
 
@@ -128,12 +132,16 @@ enum Command {
     /// Handle a queue table's messages until interrupted: print them, or run a command on each
     #[command(after_help = consume::AFTER_HELP)]
     Consume(consume::ConsumeArgs),
-    /// Print the handled messages a queue deployed with `--keep` keeps, newest first
+    /// Print the handled messages a queue deployed with `--keep` keeps, newest first (on a
+    /// queue that keeps none, it says so on stderr)
     History(history_cmd::HistoryArgs),
-    /// Print notifications on the channels, one line each, until interrupted
+    /// Print notifications on the channels, one line each, until interrupted (a closed
+    /// stdout, `| head -1`, ends it quietly with status 0)
     Listen {
-        /// Print JSON lines {"channel": ..., "payload": ..., "pid": ...}; a plain notification
-        /// on a durable channel (PostgreSQL) has "durable": false
+        /// Print JSON lines {"channel": ..., "payload": ..., "pid": ...} instead of
+        /// `CHANNEL: PAYLOAD`, where the payload is as sent but for line feeds, carriage
+        /// returns and other control characters (tabs aside), written \n, \r, \u{1b}; a
+        /// plain notification on a durable channel (PostgreSQL) has "durable": false
         #[arg(long)]
         json: bool,
         /// Listen durably under this name: resume after the last line written by a
@@ -218,7 +226,7 @@ async fn main() -> ExitCode {
 
 /// The error and its causes, on one line.
 fn one_line(error: &rowbus::Error) -> String {
-    error.one_line()
+    cli_error::in_cli_words(&error.one_line())
 }
 
 async fn run(cli: Cli) -> Result<(), CliError> {
@@ -235,6 +243,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         }
         Command::Publish(args) => {
             queue_cmd::parse_tables(std::slice::from_ref(&args.table))?;
+            args.check()?;
             on_database(url, 2, &config, QueueCommand::Publish(args)).await?;
         }
         Command::Consume(args) => {
@@ -248,6 +257,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Demo(args) => on_database(url, 16, &config, QueueCommand::Demo(args)).await?,
         Command::Dead { what } => {
             queue_cmd::parse_tables(std::slice::from_ref(what.table()))?;
+            what.check()?;
             on_database(url, 2, &config, QueueCommand::Dead(what)).await?;
         }
         Command::Pause(args) => {
@@ -272,7 +282,18 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             let durable = durable.as_deref().map(|name| Durably { name, lease, wait: !no_wait });
             listen(url, config, &channels, json, durable).await?
         }
-        Command::Bench { what: BenchCommand::Notify(args) } => bench::notify(url, config, args).await?,
+        Command::Bench { what: BenchCommand::Notify(args) } => {
+            // The broker's notify table defaults (50 ms polls), with what was given, on a
+            // table of the run's own unless one was named.
+            let mut config = cli.notify_table.applied_to(rowbus::BrokerOptions::default().notify_table)?;
+            let own = cli.notify_table.notify_table.is_none();
+            if own {
+                config
+                    .set("table", &format!("rowbus_bench_{}", std::process::id()))
+                    .map_err(rowbus::Error::from)?;
+            }
+            bench::notify(url, config, own, args).await?
+        }
         Command::Bench { what: BenchCommand::Broker(args) } => {
             // The broker's own notify table defaults (50 ms polls), with what was given.
             let notify_table = cli.notify_table.applied_to(rowbus::BrokerOptions::default().notify_table)?;
@@ -469,7 +490,7 @@ fn print_event(
                     serde_json::json!({"channel": n.channel, "payload": n.payload, "pid": n.pid})
                 )
             } else {
-                queue_cmd::outln!("{}: {}", n.channel, n.payload.escape_debug())
+                queue_cmd::outln!("{}: {}", n.channel, queue_cmd::on_one_line(&n.payload))
             }
             written.insert(n.channel);
         }

@@ -35,10 +35,11 @@ pub(crate) struct PublishArgs {
     /// Deduplication id: nothing is published while a message with this id is in the queue
     #[arg(long, value_name = "ID")]
     dedup: Option<String>,
-    /// A header, `name=value` (repeatable)
+    /// A header, `name=value` (repeatable, each name once: a name given twice is refused)
     #[arg(long = "header", value_name = "NAME=VALUE", value_parser = header)]
     headers: Vec<(String, String)>,
-    /// The payload; `-` publishes each line of stdin as one message, in batches
+    /// The payload; `-` publishes each line of stdin as one message, in batches (Ctrl-C or
+    /// SIGTERM stops between batches: it says what was published and exits with status 1)
     payload: String,
     /// With `-`: publish empty lines too (skipped by default)
     #[arg(long)]
@@ -76,6 +77,30 @@ pub(crate) async fn publish<DB: Db>(
     result
 }
 
+impl PublishArgs {
+    /// What the flags say together, checked before connecting: each header name once,
+    /// `--dedup` of one message.
+    pub(crate) fn check(&self) -> Result<(), CliError> {
+        let mut seen = std::collections::HashSet::new();
+        for (name, _) in &self.headers {
+            if !seen.insert(name.as_str()) {
+                return Err(CliError::Message(format!(
+                    "--header {name:?} is given twice: a message holds one value per header name (give each \
+                     name once)"
+                )));
+            }
+        }
+        if self.payload == "-" && self.dedup.is_some() {
+            return Err(CliError::Message(
+                "--dedup names one message: with `-` every line would carry the same id (publish lines one by \
+                 one to give each its own)"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// `name=value`.
 fn header(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
@@ -86,13 +111,7 @@ fn header(text: &str) -> Result<(String, String), String> {
 
 /// Publishes on `broker`'s queue `args.table`.
 async fn publish_with<DB: Db>(broker: &Broker<DB>, url: &str, args: PublishArgs) -> Result<(), CliError> {
-    if args.payload == "-" && args.dedup.is_some() {
-        return Err(CliError::Message(
-            "--dedup names one message: with `-` every line would carry the same id (publish lines one by one to \
-             give each its own)"
-                .into(),
-        ));
-    }
+    args.check()?;
     let queue = queue_cmd::existing_queue(broker, &args.table, url).await?;
     let message = |payload: Vec<u8>| {
         let mut m = Message::new(payload).group(args.group.clone()).priority(args.priority);
@@ -163,8 +182,15 @@ async fn publish_with<DB: Db>(broker: &Broker<DB>, url: &str, args: PublishArgs)
             ))));
         }
     }
-    let note = if stopped { " (interrupted)" } else { "" };
-    outln!("published {}{note}", published.said());
+    if stopped {
+        // Not the end of the input: a script must not take it for a complete run.
+        return Err(CliError::Message(format!(
+            "interrupted: published {} from the first {} lines of stdin; the rest was not published",
+            published.said(),
+            published.lines
+        )));
+    }
+    outln!("published {}", published.said());
     Ok(())
 }
 

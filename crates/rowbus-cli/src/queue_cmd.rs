@@ -30,6 +30,56 @@ macro_rules! outln {
 }
 pub(crate) use outln;
 
+/// `text` as it is, but for what would break its line or the terminal: line feeds and
+/// carriage returns written `\n` and `\r`, other control characters (tabs aside) `\u{1b}`.
+/// What `listen` and `consume` print a payload as.
+pub(crate) fn on_one_line(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\t' => out.push(c),
+            c if c.is_control() => out.extend(c.escape_debug()),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// [`on_one_line`] of bytes: the UTF-8 in them as text, each byte that is not `\xNN`.
+pub(crate) fn bytes_on_one_line(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        out.push_str(&on_one_line(chunk.valid()));
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
+}
+
+/// A payload in a JSON line: `"payload"` the text, or null with `"payload_hex"` its bytes
+/// when they are not UTF-8. Every `--json` output (and the dashboard's) follows it.
+pub(crate) fn json_payload(line: &mut serde_json::Value, payload: &[u8]) {
+    match std::str::from_utf8(payload) {
+        Ok(text) => line["payload"] = text.into(),
+        Err(_) => {
+            line["payload"] = serde_json::Value::Null;
+            line["payload_hex"] = payload.iter().map(|b| format!("{b:02x}")).collect::<String>().into();
+        }
+    }
+}
+
+/// A group in plain text: `-` for the default group (`""`, as JSON keeps it).
+pub(crate) fn group_text(group: &str) -> String {
+    if group.is_empty() { "-".to_owned() } else { group.escape_debug().to_string() }
+}
+
+/// A group in the lines of `history` and `dead list`, whose strings are quoted: `-` for the
+/// default group, `"G"` for another.
+pub(crate) fn group_quoted(group: &str) -> String {
+    if group.is_empty() { "-".to_owned() } else { format!("{group:?}") }
+}
+
 /// A duration flag's value as clap parses it: `250ms`, `2s`, `1m`, `1h`, `7d` or plain seconds
 /// ([`rowbus::duration::parse_duration`]), at most [`rowbus::limits::MAX_DURATION`], so that the server is
 /// never asked to add more to its clock than it can hold.
@@ -179,6 +229,19 @@ mod tests {
             let err = duration(text).unwrap_err();
             assert!(err.starts_with(&format!("`{text}` is not a duration")), "{err}");
         }
+    }
+
+    #[test]
+    fn payload_lines_keep_the_text_but_line_breaks_and_controls() {
+        assert_eq!(on_one_line("a \"q\" \\ b\tc: é ✓"), "a \"q\" \\ b\tc: é ✓");
+        assert_eq!(on_one_line("one\ntwo\r\u{1b}[0m"), "one\\ntwo\\r\\u{1b}[0m");
+        assert_eq!(bytes_on_one_line(b"\xffok\n\"x\""), "\\xffok\\n\"x\"");
+        let mut line = serde_json::json!({});
+        json_payload(&mut line, b"\xff\x00");
+        assert_eq!(line, serde_json::json!({"payload": null, "payload_hex": "ff00"}));
+        json_payload(&mut line, b"ok");
+        assert_eq!(line["payload"], "ok");
+        assert_eq!((group_text(""), group_text("g\n")), ("-".to_owned(), "g\\n".to_owned()));
     }
 
     #[test]

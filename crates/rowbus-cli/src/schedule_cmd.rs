@@ -30,7 +30,7 @@ pub(crate) struct ScheduleArgs {
     every: Option<Duration>,
     /// Publish at the times of a cron expression, in UTC: "MIN HOUR DAY MONTH WEEKDAY"
     /// (e.g. "0 3 * * *", "*/15 * * * MON-FRI"), six fields with seconds first, or @hourly,
-    /// @daily...
+    /// @daily... (no year field)
     #[arg(long, value_name = "EXPR")]
     cron: Option<String>,
     /// Each tick's message payload [default: empty]
@@ -73,11 +73,24 @@ impl ScheduleArgs {
             }
             _ if self.remove => return Ok(Action::Remove { queue, name }),
             (Some(every), _) => Schedule::every(every),
-            (None, Some(cron)) => Schedule::cron(&cron)?,
+            (None, Some(cron)) => Schedule::cron(&cron_fields(&cron)?)?,
             (None, None) => unreachable!("clap requires one of --every, --cron, --remove, --list"),
         };
         Ok(Action::Store { queue, name, schedule: when.payload(self.payload).group(self.group) })
     }
+}
+
+/// `--cron`'s expression, refused with seven fields or more (a year): the help promises five,
+/// or six with seconds first (fewer the library refuses, saying why).
+fn cron_fields(expr: &str) -> Result<String, CliError> {
+    let fields = expr.split_whitespace().count();
+    if fields <= 6 {
+        return Ok(expr.to_owned());
+    }
+    Err(CliError::Message(format!(
+        "invalid cron expression {expr:?}: {fields} fields; write five fields (minute hour day-of-month month \
+         day-of-week, in UTC, e.g. \"0 3 * * *\") or six with seconds first, no year"
+    )))
 }
 
 /// Runs `rowbus schedule`.
@@ -161,7 +174,7 @@ async fn list<DB: Db>(
         let schedules = match queue.schedules().await {
             Ok(schedules) => schedules,
             Err(error @ Error::MissingScheduleTable { .. }) => {
-                eprintln!("rowbus: {}", error.one_line());
+                eprintln!("rowbus: {}", CliError::from(error).line());
                 continue;
             }
             Err(error) => return Err(error.into()),

@@ -170,26 +170,31 @@ fn listen_json_prints_one_object_per_notification(kind: Kind) {
 }
 on_each_database!(listen_json_prints_one_object_per_notification);
 
-/// The plain format: `channel: payload`, the payload escaped onto one line; SIGTERM.
-fn listen_prints_each_payload_escaped_on_one_line(kind: Kind) {
+/// The plain format: `channel: payload`, the payload as sent (quotes, backslashes and tabs
+/// too) but for its line breaks and control characters, escaped onto one line; SIGTERM.
+fn listen_prints_each_payload_as_sent_on_one_line(kind: Kind) {
     let db = Db::new(kind, "plain");
     db.deploy();
     let ch = unique("plain");
     let other = unique("plain_other");
     let mut listener = listen(db.rowbus(&["listen", &ch]), &[&ch]);
-    for (channel, payload) in
-        [(&ch, Some("hello world")), (&other, Some("x")), (&ch, Some(TRICKY)), (&ch, None)]
-    {
+    for (channel, payload) in [
+        (&ch, Some("hello world")),
+        (&other, Some("x")),
+        (&ch, Some(TRICKY)),
+        (&ch, Some("a\r\u{1b}b")),
+        (&ch, None),
+    ] {
         db.notify(channel, payload);
     }
     assert_eq!(listener.next_line("hello world"), format!("{ch}: hello world"));
     let escaped = listener.next_line("the tricky payload");
-    assert_eq!(escaped, format!(r#"{ch}: line one\nline \"two\" isn\'t \\ done\tyet: héllo ✓"#));
-    assert_eq!(escaped, format!("{ch}: {}", TRICKY.escape_debug()));
+    assert_eq!(escaped, format!("{ch}: line one\\nline \"two\" isn't \\ done\tyet: héllo ✓"));
+    assert_eq!(listener.next_line("the control characters"), format!("{ch}: a\\r\\u{{1b}}b"));
     assert_eq!(listener.next_line("the empty payload"), format!("{ch}: "));
     assert_clean_exit(listener.stop("TERM"), "TERM");
 }
-on_each_database!(listen_prints_each_payload_escaped_on_one_line on postgres, sqlite);
+on_each_database!(listen_prints_each_payload_as_sent_on_one_line);
 
 /// `bash -c SCRIPT`, whose `"$@"` is `rowbus --database-url PG_URL listen CHANNEL`, with
 /// none of the caller's DATABASE_URL or RUST_LOG.
@@ -536,4 +541,134 @@ fn help_lists_commands_as_a_user_meets_them() {
     let own = consume.find("--workers").expect("consume's own flags");
     let notify_flag = consume.find("--poll-interval").expect("the notify table's flags");
     assert!(own < heading && heading < notify_flag, "{consume}");
+}
+
+/// What a missing table or file says names the command that makes it, never a library
+/// function (`DbPool::connect_creating`, `DbPool::deploy_notify_table`, `Queue::deploy`).
+fn errors_name_commands_not_library_functions(kind: Kind) {
+    let db = Db::new(kind, "words");
+    let ch = unique("words");
+    let mut lines = Vec::new();
+    match kind {
+        // The positions table of durable listeners is made by `deploy --durable`.
+        Kind::Postgres => {
+            lines.push(db.fail(&["listen", "--durable", "n", &ch], "listen --durable before deploy"))
+        }
+        Kind::MariaDb | Kind::Sqlite => {
+            if kind == Kind::Sqlite {
+                lines.push(db.fail(&["stats"], "stats without the SQLite file"));
+                std::fs::File::create(db.database.sqlite_file().unwrap()).unwrap();
+            }
+            lines.push(db.fail(&["listen", &ch], "listen before deploy"));
+            lines.push(db.fail(&["notify", &ch, "x"], "notify before deploy"));
+        }
+    }
+    for line in lines {
+        assert!(line.contains("create it with `rowbus deploy"), "{line}");
+        for library in ["DbPool", "Queue::", "connect_creating", "deploy_notify_table"] {
+            assert!(!line.contains(library), "a library function named to a CLI user: {line}");
+        }
+    }
+}
+on_each_database!(errors_name_commands_not_library_functions);
+
+/// `bench notify` measures at the broker's poll interval (50 ms) unless told otherwise,
+/// says that the poll interval sets the latency, and works on a notify table of its own,
+/// dropped at the end: nothing of it is left in the shared default table `rowbus_notify`.
+/// On PostgreSQL, whose LISTEN needs no table, `--durable` uses one.
+fn bench_notify_uses_a_table_of_its_own_at_the_broker_poll(kind: Kind) {
+    let db = Db::new(kind, "bench");
+    if kind == Kind::Sqlite {
+        db.deploy(); // makes the file
+    }
+    let mut args = vec!["--database-url", db.database.url.as_str(), "bench", "notify"];
+    args.extend(["--samples", "5", "--notifiers", "1", "--duration", "0.2"]);
+    if kind == Kind::Postgres {
+        args.push("--durable");
+    }
+    let mut json_args = args.clone();
+    json_args.push("--json");
+    for (args, json) in [(json_args, true), (args, false)] {
+        let mut cmd = rowbus();
+        cmd.args(&args);
+        let (output, pid) = run_with(cmd, None, Duration::from_secs(60));
+        let own = format!("rowbus_bench_{pid}");
+        db.database.cleanup.notify_table(&own);
+        // What it may have written into the shared default table, deleted (it made it).
+        let left_in_default = match kind {
+            Kind::Sqlite => 0,
+            _ if !db.database.table_exists("rowbus_notify") => 0,
+            _ => {
+                let filter = format!("FROM rowbus_notify WHERE channel LIKE 'bench\\_{pid}\\_%'");
+                let n: u64 = db.database.exec(&format!("SELECT COUNT(*) {filter}")).trim().parse().unwrap();
+                db.database.exec(&format!("DELETE {filter}"));
+                n
+            }
+        };
+        assert!(output.status.success(), "{}", show(&output));
+        assert_eq!(left_in_default, 0, "rows left in rowbus_notify\n{}", show(&output));
+        assert!(!db.database.table_exists(&own), "{own} was not dropped\n{}", show(&output));
+        assert!(!db.database.table_exists(&format!("{own}_positions")), "{}", show(&output));
+        let stdout = text(&output.stdout);
+        let poll = if kind == Kind::Postgres { 0.0 } else { 50.0 };
+        if json {
+            let results: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+            assert_eq!(results["poll_interval_ms"], poll, "{results}");
+            assert_eq!(results["notify_table"], own.as_str(), "{results}");
+            assert_eq!(results["notify_table_dropped"], true, "{results}");
+        } else {
+            assert_mentions(
+                &stdout,
+                &[&format!("notify table `{own}`: the run's own, dropped at the end")],
+                "own",
+            );
+            if kind != Kind::Postgres {
+                assert_mentions(
+                    &stdout,
+                    &["polls the notify table every 50 ms", "--poll-interval sets it"],
+                    "poll",
+                );
+            }
+        }
+    }
+}
+on_each_database!(bench_notify_uses_a_table_of_its_own_at_the_broker_poll);
+
+/// Asserts the right-aligned column `column` of the table whose header is `lines[0]` ends
+/// where its header does on every row of it.
+fn assert_aligned(lines: &[&str], column: &str, output: &str) {
+    let end =
+        lines[0].find(column).unwrap_or_else(|| panic!("no {column:?} in {:?}", lines[0])) + column.len();
+    for row in &lines[1..] {
+        let at = |i: usize| row.as_bytes().get(i).copied().unwrap_or(b' ');
+        assert!(
+            at(end - 1).is_ascii_digit() && at(end) == b' ',
+            "{column:?} ends at {end} in the header, not in {row:?}:\n{output}"
+        );
+    }
+}
+
+/// `bench broker`'s tables fit their widest cells (a long scenario label, a slow poll's
+/// wake-up), and its help promises no run time it cannot keep.
+#[test]
+fn bench_broker_tables_fit_their_cells() {
+    let db = Db::new(Kind::Sqlite, "bbench");
+    db.deploy();
+    let mut cmd = rowbus();
+    cmd.args(["--database-url", &db.database.url, "--notify-table", &db.table, "--poll-interval", "1s"]);
+    cmd.args(["bench", "broker", "--only", "keeptxbatch100,latency-remote", "--messages", "200"]);
+    cmd.args(["--rounds", "1", "--latency-samples", "3"]);
+    let output = run_with(cmd, None, Duration::from_secs(120)).0;
+    assert!(output.status.success(), "{}", show(&output));
+    let stdout = text(&output.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    let throughput = lines.iter().position(|l| l.starts_with("scenario")).expect("a throughput table");
+    let latency = lines.iter().position(|l| l.starts_with("latency ")).expect("a latency table");
+    assert_aligned(&lines[throughput..latency], "msgs/s", &stdout);
+    assert_aligned(&lines[latency..latency + 2], "p50 ms", &stdout);
+    assert_aligned(&lines[latency..latency + 2], "max ms", &stdout);
+    let mut help = rowbus();
+    help.args(["bench", "--help"]);
+    let help = text(&run(help).stdout);
+    assert!(help.contains("broker") && !help.contains("two minutes"), "{help}");
 }

@@ -152,9 +152,23 @@ fn dead_commands_refuse_what_they_cannot_do(kind: Kind) {
     let db = Db::new(kind);
     let q = db.queue.clone();
     db.ok(&["deploy", "--queue", &q]);
+    // No selection: one line naming the flags that make one.
+    let line = assert_error(&run(db.rowbus(&["dead", "requeue", &q])), "requeue without a selection");
+    assert!(line.contains("dead requeue needs --all") && line.contains("--id ID"), "{line}");
+    let line = assert_error(&run(db.rowbus(&["dead", "purge", &q])), "purge without a selection");
+    assert!(line.contains("--all") && line.contains("--id ID") && line.contains("--older-than"), "{line}");
+    // An id out of range is named as given.
+    for id in ["100000000000000000000", "0", "1e20"] {
+        let output = run(db.rowbus(&["dead", "requeue", &q, "--id", id]));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            output.status.code() == Some(2)
+                && stderr.contains(&format!("'{id}' for '--id <ID>': not a whole number from 1 to")),
+            "{}",
+            show(&output)
+        );
+    }
     for args in [
-        &["dead", "requeue", q.as_str()][..],
-        &["dead", "purge", q.as_str()],
         &["dead", "purge", q.as_str(), "--all", "--id", "1"],
         &["dead", "requeue", q.as_str(), "--all", "--delay", "soon"],
     ] {
@@ -168,7 +182,7 @@ fn dead_commands_refuse_what_they_cannot_do(kind: Kind) {
         "{line}"
     );
 }
-on_each_database!(dead_commands_refuse_what_they_cannot_do on postgres, sqlite);
+on_each_database!(dead_commands_refuse_what_they_cannot_do);
 
 /// A message that uses its attempts while its queue's dead-letter table is gone (dropped
 /// by hand) is not reported dead-lettered: `consume` says it could not be dead-lettered,

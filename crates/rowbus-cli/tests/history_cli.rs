@@ -117,7 +117,7 @@ fn deploy_keep_and_history(kind: Kind) {
     assert_eq!(db.history(&["--limit", "1"]).len(), 1);
     let human = db.ok(&["history", &q]);
     assert_eq!(human.lines().count(), 2, "{human}");
-    assert!(human.lines().nth(1).unwrap().contains("  acked  group \"\"  attempts 1"), "{human}");
+    assert!(human.lines().nth(1).unwrap().contains("  acked  group -  attempts 1"), "{human}");
 
     let off = db.ok(&["deploy", "--queue", &q, "--keep", "0"]);
     assert!(off.contains(&format!("`{q}` keeps no history")), "{off}");
@@ -136,3 +136,23 @@ fn deploy_keep_and_history(kind: Kind) {
     assert!(line.contains("does not exist"), "{line}");
 }
 on_each_database!(deploy_keep_and_history);
+
+/// `history` of a queue that keeps no history says so on stderr, and how to turn it on,
+/// rather than print nothing.
+fn history_of_a_queue_keeping_none_says_how_to_keep(kind: Kind) {
+    let db = Db::new(kind);
+    let q = db.queue.clone();
+    db.ok(&["deploy", "--queue", &q]);
+    let output = run(db.rowbus(&["history", &q]));
+    assert!(output.status.success() && output.stdout.is_empty(), "{}", show(&output));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(&format!("`{q}` keeps no history"))
+            && stderr.contains(&format!("`rowbus deploy --queue {q} --keep DURATION`")),
+        "{}",
+        show(&output)
+    );
+    db.ok(&["deploy", "--queue", &q, "--keep", "1h"]);
+    assert_eq!(db.ok(&["history", &q]), "", "a queue that keeps history says nothing of it");
+}
+on_each_database!(history_of_a_queue_keeping_none_says_how_to_keep);

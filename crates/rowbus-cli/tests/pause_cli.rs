@@ -91,6 +91,42 @@ fn pause_holds_a_running_consumer_until_resume(kind: Kind) {
 }
 on_each_database!(pause_holds_a_running_consumer_until_resume);
 
+/// A consumer started on a paused queue says so, once, on stderr, and says when it is
+/// resumed.
+fn a_consumer_says_it_is_paused_and_resumed(kind: Kind) {
+    let notify_table = unique("pcli_notify");
+    let database = Database::new(kind, &notify_table);
+    let q = unique("pcli");
+    let rowbus_ok = |args: &[&str]| ok(&database, &notify_table, args);
+    let cleanup = Cleanup {
+        database: &database,
+        tables: [
+            queue_tables_on(kind.backend(), &q),
+            vec![notify_table.clone(), format!("{notify_table}_positions")],
+        ]
+        .concat(),
+    };
+    rowbus_ok(&["deploy", "--queue", &q]);
+    rowbus_ok(&["pause", &q]);
+    let mut cmd = rowbus();
+    cmd.args(["--database-url", &database.url, "--notify-table", &notify_table, "consume", &q]);
+    let mut consumer = Running::spawn(cmd, Duration::from_secs(15));
+    consumer.await_stderr("consuming", LINE_TIMEOUT, |line| line.starts_with("rowbus: consuming "));
+    let said = consumer.await_stderr("paused", LINE_TIMEOUT, |line| line.contains("paused"));
+    assert_eq!(
+        said,
+        format!("rowbus: the queue `{q}` is paused: waiting, taking nothing until `rowbus resume {q}`")
+    );
+    rowbus_ok(&["resume", &q]);
+    let said = consumer.await_stderr("resumed", LINE_TIMEOUT, |line| line.contains("resumed"));
+    assert_eq!(said, format!("rowbus: `{q}` was resumed: consuming again"));
+    let (status, _, stderr) = consumer.stop("INT");
+    assert!(status.success(), "{status} {stderr:?}");
+    assert_eq!(stderr.iter().filter(|l| l.contains("is paused")).count(), 1, "said once: {stderr:#?}");
+    drop(cleanup);
+}
+on_each_database!(a_consumer_says_it_is_paused_and_resumed);
+
 /// Drops the test's tables at the end, however it ends (SQLite's go with its file).
 struct Cleanup<'a> {
     database: &'a Database,

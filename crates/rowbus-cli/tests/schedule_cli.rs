@@ -156,6 +156,12 @@ fn mistakes_are_named(kind: Kind) {
     let q = s.q.as_str();
     let line = s.error(&["schedule", q, "x", "--cron", "0 3 * *"]);
     assert_mentions(&line, &["invalid cron expression \"0 3 * *\"", "five fields"], "bad cron");
+    let line = s.error(&["schedule", q, "x", "--cron", "0 0 3 * * * 2030"]);
+    assert_mentions(
+        &line,
+        &["invalid cron expression \"0 0 3 * * * 2030\": 7 fields", "five fields"],
+        "a year",
+    );
     let line = s.error(&["schedule", q, "x", "--cron", "0 0 30 2 *"]);
     assert_mentions(&line, &["\"0 0 30 2 *\"", "matches no date"], "impossible cron");
     let line = s.error(&["schedule", q, "x", "--every", "10ms"]);

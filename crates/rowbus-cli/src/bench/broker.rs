@@ -346,6 +346,56 @@ impl Results {
         })
     }
 
+    /// The two tables, throughput and latency, their columns as wide as their cells.
+    fn lines(&self, args: &BrokerBench) -> Vec<String> {
+        let mut lines = Vec::new();
+        if !self.runs.is_empty() {
+            let mut rows =
+                vec![["scenario", "what", "msgs/s", "vs baseline", "runs"].map(str::to_owned).to_vec()];
+            for (scenario, runs) in &self.runs {
+                let vs = match self.vs_raw(*scenario) {
+                    Some((raw, pct)) => format!("{pct:.0}% of {raw}"),
+                    None => String::new(),
+                };
+                let all: Vec<String> = runs.iter().map(|r| thousands(r.per_s)).collect();
+                let retries: u64 = runs.iter().map(|r| r.retries).sum();
+                let retries = match (retries, scenario) {
+                    (0, _) => String::new(),
+                    (n, Scenario::Raw(_)) => format!(" ({n} deadlocks retried)"),
+                    (n, _) => format!(" ({n} claims failed)"),
+                };
+                rows.push(vec![
+                    scenario.to_string(),
+                    scenario.label(args),
+                    thousands(self.median(*scenario).unwrap_or(0.0)),
+                    vs,
+                    format!("{}{retries}", all.join(" ")),
+                ]);
+            }
+            lines.extend(super::table(&rows, &[2]));
+        }
+        if !self.latency.is_empty() {
+            let mut rows =
+                vec![["latency", "wake-up", "p50 ms", "p99 ms", "max ms"].map(str::to_owned).to_vec()];
+            let mut lost = Vec::new();
+            for (scenario, l) in &self.latency {
+                rows.push(vec![
+                    scenario.to_string(),
+                    self.wake_up(*scenario),
+                    format!("{:.2}", l.percentiles.p50),
+                    format!("{:.2}", l.percentiles.p99),
+                    format!("{:.2}", l.percentiles.max),
+                ]);
+                if l.lost > 0 {
+                    lost.push(format!("{scenario}: {} latency samples never reached the handler", l.lost));
+                }
+            }
+            lines.extend(super::table(&rows, &[2, 3, 4]));
+            lines.extend(lost);
+        }
+        lines
+    }
+
     fn print(&self, args: &BrokerBench) {
         println!(
             "{} — {} messages per run, median of {} interleaved round{}",
@@ -354,46 +404,8 @@ impl Results {
             args.rounds,
             if args.rounds == 1 { "" } else { "s" }
         );
-        if !self.runs.is_empty() {
-            println!("{:<12} {:<36} {:>10}  {:<20} runs", "scenario", "what", "msgs/s", "vs baseline");
-        }
-        for (scenario, runs) in &self.runs {
-            let vs = match self.vs_raw(*scenario) {
-                Some((raw, pct)) => format!("{pct:.0}% of {raw}"),
-                None => String::new(),
-            };
-            let all: Vec<String> = runs.iter().map(|r| thousands(r.per_s)).collect();
-            let retries: u64 = runs.iter().map(|r| r.retries).sum();
-            let retries = match (retries, scenario) {
-                (0, _) => String::new(),
-                (n, Scenario::Raw(_)) => format!(" ({n} deadlocks retried)"),
-                (n, _) => format!(" ({n} claims failed)"),
-            };
-            println!(
-                "{:<12} {:<36} {:>10}  {:<20} {}{retries}",
-                scenario.to_string(),
-                scenario.label(args),
-                thousands(self.median(*scenario).unwrap_or(0.0)),
-                vs,
-                all.join(" "),
-            );
-        }
-        if !self.latency.is_empty() {
-            println!("{:<16} {:<24} {:>8} {:>8} {:>8}", "latency", "wake-up", "p50 ms", "p99 ms", "max ms");
-        }
-        for (scenario, l) in &self.latency {
-            let wake = self.wake_up(*scenario);
-            println!(
-                "{:<16} {:<24} {:>8.2} {:>8.2} {:>8.2}",
-                scenario.to_string(),
-                wake,
-                l.percentiles.p50,
-                l.percentiles.p99,
-                l.percentiles.max
-            );
-            if l.lost > 0 {
-                println!("{} latency samples never reached the handler", l.lost);
-            }
+        for line in self.lines(args) {
+            println!("{line}");
         }
         println!("({:.0} s in all)", self.elapsed.as_secs_f64());
     }

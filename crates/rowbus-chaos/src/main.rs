@@ -469,7 +469,7 @@ mod tests {
                 Duration::from_secs(60)
             )
         );
-        let err = Cli::try_parse_from(["rowbus-chaos", "--duration", "5d"]).unwrap_err().to_string();
-        assert!(err.contains("invalid value '5d' for '--duration <DURATION>'"), "{err}");
+        let err = Cli::try_parse_from(["rowbus-chaos", "--duration", "5w"]).unwrap_err().to_string();
+        assert!(err.contains("invalid value '5w' for '--duration <DURATION>'"), "{err}");
     }
 }

@@ -445,6 +445,12 @@ fn dead_letter_operations(kind: Kind) {
         let (got, text) = served.operation(&path, token, &body);
         assert_eq!(got, status, "POST {path} {body}: {text}");
     }
+    // An id out of range is refused as one, not as "not an integer".
+    for big in ["1e20", "100000000000000000000", "0", "-3"] {
+        let (got, text) = served.operation(&requeue, token, &format!(r#"{{"ids":[{big}]}}"#));
+        assert_eq!(got, 400, "{big}: {text}");
+        assert!(text.contains("is not a whole number from 1 to 9223372036854775807"), "{big}: {text}");
+    }
     assert_eq!(served.figures(q, "gone"), json!([0, 1]), "a refused operation changed something");
     assert_eq!(served.dead(q).len(), 1);
 

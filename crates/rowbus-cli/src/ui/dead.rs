@@ -64,7 +64,7 @@ pub(super) async fn list<DB: Db>(State(app): State<App<DB>>, Path(name): Path<St
 }
 
 /// Which dead letters an operation's body names: `{"all": true}` or `{"ids": [ID, ...]}`
-/// (integers), not both.
+/// (whole numbers from 1), not both.
 fn selection(body: &Value) -> Result<DeadLetters, String> {
     let object = body.as_object().ok_or("the body must be a JSON object")?;
     if let Some(unknown) = object.keys().find(|k| !matches!(k.as_str(), "all" | "ids")) {
@@ -79,7 +79,11 @@ fn selection(body: &Value) -> Result<DeadLetters, String> {
         None => Vec::new(),
         Some(Value::Array(ids)) => ids
             .iter()
-            .map(|id| id.as_i64().ok_or_else(|| format!("the id {id} is not an integer")))
+            .map(|id| {
+                id.as_i64().filter(|id| *id >= 1).ok_or_else(|| {
+                    format!("the id {id} is not a whole number from 1 to {} (ids are row ids)", i64::MAX)
+                })
+            })
             .collect::<Result<_, _>>()?,
         Some(_) => return Err("\"ids\" must be an array of integers".to_owned()),
     };
@@ -139,11 +143,11 @@ pub(super) async fn purge<DB: Db>(
 mod tests {
     use super::*;
 
-    /// `all` or integer `ids`, one of them; anything else is refused with why.
+    /// `all` or `ids` (whole numbers from 1), one of them; anything else is refused with why.
     #[test]
     fn selections() {
         assert_eq!(selection(&json!({ "all": true })), Ok(DeadLetters::All));
-        assert_eq!(selection(&json!({ "ids": [3, -1] })), Ok(DeadLetters::Ids(vec![3, -1])));
+        assert_eq!(selection(&json!({ "ids": [3, 1] })), Ok(DeadLetters::Ids(vec![3, 1])));
         assert_eq!(selection(&json!({ "all": false, "ids": [7] })), Ok(DeadLetters::Ids(vec![7])));
         for bad in [
             json!({}),
@@ -152,6 +156,9 @@ mod tests {
             json!({ "all": true, "ids": [1] }),
             json!({ "ids": ["1"] }),
             json!({ "ids": [1.5] }),
+            json!({ "ids": [3, -1] }),
+            json!({ "ids": [0] }),
+            json!({ "ids": [1e20] }),
             json!({ "ids": 1 }),
             json!({ "all": "yes" }),
             json!({ "all": true, "older_than": 5 }),

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Creates rowbus's least-privilege database roles and grants them what they need, nothing
-# more: notifier, listener, publisher, consumer. Idempotent: run it again after adding a
+# more: notifier, listener, publisher, consumer, and monitor (read-only: rowbus stats,
+# dead list, history). Idempotent: run it again after adding a
 # queue table. The SQL is in crates/rowbus-chaos/roles/{postgres,mariadb}.sql (the chaos
 # harness, `rowbus-chaos`, applies the same files); docs/operating.md lists the grants.
 #
@@ -16,13 +17,15 @@ usage() {
   cat >&2 <<'USAGE'
 usage: scripts/roles.sh postgres|mariadb [options]
   --password PW        password of the created roles (or ROWBUS_ROLE_PASSWORD); required
-  --prefix P           role names are P + notifier|listener|publisher|consumer [rowbus_]
+  --prefix P           role names are P + notifier|listener|publisher|consumer|monitor
+                       [rowbus_]
   --host H             server host [127.0.0.1]
   --port N             server port [5432 | 3306]
   --admin USER         administrator to connect as [postgres | root]
   --database DB        database [test]
-  --notify-table T     grant the notifier and listener on this notify table (MySQL/MariaDB)
-  --queue T            grant the publisher and consumer on queue table T (repeatable;
+  --notify-table T     grant the notifier, listener and monitor on this notify table and
+                       (monitor) its positions table, T_positions (MySQL/MariaDB)
+  --queue T            grant the publisher, consumer and monitor on queue table T (repeatable;
                        schema-qualified as schema.table)
   --listen-notify      the queues use listen_notify: also grant the wake-up notifications
   --dry-run            print the SQL instead of running it
@@ -115,4 +118,4 @@ case $db in
   mariadb)
     mariadb -h "$host" -P "${port:-3306}" -u "${admin:-root}" "$database" <"$rendered" ;;
 esac
-echo "roles.sh: roles ${prefix}{notifier,listener,publisher,consumer} ready on $db ($database)" >&2
+echo "roles.sh: roles ${prefix}{notifier,listener,publisher,consumer,monitor} ready on $db ($database)" >&2

@@ -1,4 +1,5 @@
--- rowbus least-privilege roles (users) on MySQL/MariaDB: notifier, listener, publisher, consumer.
+-- rowbus least-privilege roles (users) on MySQL/MariaDB: notifier, listener, publisher, consumer,
+-- monitor.
 -- Applied by scripts/roles.sh and by `rowbus-chaos` (which runs under these users).
 -- Each `-- @section NAME` is applied on its own; placeholders are substituted first:
 --   @PREFIX@ user-name prefix, @PASSWORD@ the users' password, @SCHEMA@ the database of the
@@ -16,11 +17,17 @@ CREATE USER IF NOT EXISTS '@PREFIX@publisher'@'%' IDENTIFIED BY '@PASSWORD@';
 ALTER USER '@PREFIX@publisher'@'%' IDENTIFIED BY '@PASSWORD@';
 CREATE USER IF NOT EXISTS '@PREFIX@consumer'@'%' IDENTIFIED BY '@PASSWORD@';
 ALTER USER '@PREFIX@consumer'@'%' IDENTIFIED BY '@PASSWORD@';
+CREATE USER IF NOT EXISTS '@PREFIX@monitor'@'%' IDENTIFIED BY '@PASSWORD@';
+ALTER USER '@PREFIX@monitor'@'%' IDENTIFIED BY '@PASSWORD@';
 
 -- @section notify
 -- notifier: one INSERT per notification. listener: polls (SELECT) and cleans up (DELETE).
 GRANT INSERT ON `@SCHEMA@`.`@NOTIFY@` TO '@PREFIX@notifier'@'%';
 GRANT SELECT, DELETE ON `@SCHEMA@`.`@NOTIFY@` TO '@PREFIX@listener'@'%';
+-- monitor (rowbus stats): the notify table's size and lag, and the durable listeners'
+-- positions (@NOTIFY@_positions, made with the notify table by rowbus deploy).
+GRANT SELECT ON `@SCHEMA@`.`@NOTIFY@` TO '@PREFIX@monitor'@'%';
+GRANT SELECT ON `@SCHEMA@`.`@NOTIFY@_positions` TO '@PREFIX@monitor'@'%';
 
 -- @section queue
 GRANT INSERT ON `@SCHEMA@`.`@QUEUE@` TO '@PREFIX@publisher'@'%';
@@ -50,6 +57,15 @@ GRANT SELECT, INSERT, DELETE ON `@SCHEMA@`.`@QUEUE@_hist` TO '@PREFIX@consumer'@
 -- each tick it publishes under the tick key, and cleans up old ticks.
 GRANT SELECT ON `@SCHEMA@`.`@QUEUE@_sched` TO '@PREFIX@consumer'@'%';
 GRANT SELECT, INSERT, DELETE ON `@SCHEMA@`.`@QUEUE@_ticks` TO '@PREFIX@consumer'@'%';
+-- monitor: reads what rowbus stats, dead list, history and schedule --list show; writes
+-- nothing (requeue, purge, pause and resume are an administrator's).
+GRANT SELECT ON `@SCHEMA@`.`@QUEUE@` TO '@PREFIX@monitor'@'%';
+GRANT SELECT ON `@SCHEMA@`.`@QUEUE@_dead` TO '@PREFIX@monitor'@'%';
+GRANT SELECT ON `@SCHEMA@`.`@QUEUE@_pause` TO '@PREFIX@monitor'@'%';
+GRANT SELECT ON `@SCHEMA@`.`@QUEUE@_hist` TO '@PREFIX@monitor'@'%';
+GRANT SELECT ON `@SCHEMA@`.`@QUEUE@_keep` TO '@PREFIX@monitor'@'%';
+GRANT SELECT ON `@SCHEMA@`.`@QUEUE@_sched` TO '@PREFIX@monitor'@'%';
+GRANT SELECT ON `@SCHEMA@`.`@QUEUE@_ticks` TO '@PREFIX@monitor'@'%';
 
 -- @section queue-listen-notify
 -- listen_notify: publishers write wake-up rows; the consumers' broker polls and cleans up.

@@ -1,4 +1,4 @@
--- rowbus least-privilege roles on PostgreSQL: notifier, listener, publisher, consumer.
+-- rowbus least-privilege roles on PostgreSQL: notifier, listener, publisher, consumer, monitor.
 -- Applied by scripts/roles.sh and by `rowbus-chaos` (which runs under these roles).
 -- Each `-- @section NAME` is applied on its own; placeholders are substituted first:
 --   @PREFIX@ role-name prefix, @PASSWORD@ the roles' password, @DATABASE@ the database,
@@ -11,7 +11,7 @@ DO $$
 DECLARE
   role text;
 BEGIN
-  FOREACH role IN ARRAY ARRAY['notifier', 'listener', 'publisher', 'consumer'] LOOP
+  FOREACH role IN ARRAY ARRAY['notifier', 'listener', 'publisher', 'consumer', 'monitor'] LOOP
     IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '@PREFIX@' || role) THEN
       EXECUTE format('CREATE ROLE %I LOGIN', '@PREFIX@' || role);
     END IF;
@@ -20,7 +20,8 @@ BEGIN
   END LOOP;
 END $$;
 GRANT CONNECT ON DATABASE "@DATABASE@"
-  TO "@PREFIX@notifier", "@PREFIX@listener", "@PREFIX@publisher", "@PREFIX@consumer";
+  TO "@PREFIX@notifier", "@PREFIX@listener", "@PREFIX@publisher", "@PREFIX@consumer",
+     "@PREFIX@monitor";
 -- notifier: pg_notify, which PUBLIC may run by default (granted in case that was revoked).
 GRANT EXECUTE ON FUNCTION pg_notify(text, text) TO "@PREFIX@notifier";
 -- listener: LISTEN needs no privilege at all.
@@ -29,7 +30,7 @@ GRANT EXECUTE ON FUNCTION pg_notify(text, text) TO "@PREFIX@notifier";
 -- PostgreSQL has no notify table: nothing to grant.
 
 -- @section queue
-GRANT USAGE ON SCHEMA "@SCHEMA@" TO "@PREFIX@publisher", "@PREFIX@consumer";
+GRANT USAGE ON SCHEMA "@SCHEMA@" TO "@PREFIX@publisher", "@PREFIX@consumer", "@PREFIX@monitor";
 -- An identity column's sequence needs no grant of its own (a SERIAL's would).
 GRANT INSERT ON "@SCHEMA@"."@QUEUE@" TO "@PREFIX@publisher";
 -- Claims are UPDATE ... RETURNING over SELECT ... FOR UPDATE SKIP LOCKED; acks delete.
@@ -46,6 +47,11 @@ GRANT SELECT, INSERT, DELETE ON "@SCHEMA@"."@QUEUE@_hist" TO "@PREFIX@consumer";
 -- each tick it publishes under the tick key, and cleans up old ticks.
 GRANT SELECT ON "@SCHEMA@"."@QUEUE@_sched" TO "@PREFIX@consumer";
 GRANT SELECT, INSERT, DELETE ON "@SCHEMA@"."@QUEUE@_ticks" TO "@PREFIX@consumer";
+-- monitor: reads what rowbus stats, dead list, history and schedule --list show; writes
+-- nothing (requeue, purge, pause and resume are an administrator's).
+GRANT SELECT ON "@SCHEMA@"."@QUEUE@", "@SCHEMA@"."@QUEUE@_dead", "@SCHEMA@"."@QUEUE@_pause",
+  "@SCHEMA@"."@QUEUE@_hist", "@SCHEMA@"."@QUEUE@_keep", "@SCHEMA@"."@QUEUE@_sched",
+  "@SCHEMA@"."@QUEUE@_ticks" TO "@PREFIX@monitor";
 
 -- @section queue-listen-notify
 -- listen_notify: publishers call pg_notify; the consumers' broker LISTENs (no privilege).

@@ -19,7 +19,7 @@ const MARIADB: &str = include_str!("../roles/mariadb.sql");
 pub(crate) const PREFIX: &str = "rowbus_chaos_";
 const PASSWORD: &str = "rowbus_chaos";
 
-/// The four roles of scripts/roles.sh.
+/// The roles of scripts/roles.sh the scenarios run under (its read-only monitor runs none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Role {
     Notifier,
@@ -153,7 +153,10 @@ mod tests {
         assert!(queue.contains("GRANT INSERT ON `test`.`jobs_dead` TO 'p_consumer'@'%';"), "{queue}");
         assert!(!queue.contains("CREATE USER"), "{queue}");
         let roles = render(POSTGRES, "roles", &[("@PREFIX@", "p_")]);
-        assert!(roles.contains("ARRAY['notifier', 'listener', 'publisher', 'consumer']"), "{roles}");
+        assert!(
+            roles.contains("ARRAY['notifier', 'listener', 'publisher', 'consumer', 'monitor']"),
+            "{roles}"
+        );
         for file in [POSTGRES, MARIADB] {
             for name in ["roles", "notify", "queue", "queue-listen-notify"] {
                 assert!(!section(file, name).is_empty(), "{name}");

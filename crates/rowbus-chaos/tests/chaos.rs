@@ -186,15 +186,16 @@ fn sql_as(db: &str, user: &str, statement: &str) -> bool {
     run(command, Duration::from_secs(30)).status.success()
 }
 
-/// scripts/roles.sh creates the four roles, idempotently, with what each needs and
+/// scripts/roles.sh creates the five roles, idempotently, with what each needs and
 /// nothing more. The roles stay (the script keeps them up to date); the tables are dropped.
+/// Then the monitor role at work: see [`monitor_reads_and_writes_nothing`].
 fn roles_script(db: &str) {
     let (admin, backend) =
         if db == "postgres" { ("postgres", Backend::Postgres) } else { ("root", Backend::MySql) };
     let (queue, notify) = ("roles_ci_q", "roles_ci_nt");
     let cleanup = Cleanup::new(backend);
     cleanup.queue(queue);
-    cleanup.table(notify);
+    cleanup.notify_table(notify);
     let mut statements = vec![
         format!("CREATE TABLE IF NOT EXISTS {queue} (id BIGINT, msg_key TEXT, dedup_id TEXT, v TEXT)"),
         format!("CREATE TABLE IF NOT EXISTS {queue}_dead (id BIGINT, v TEXT)"),
@@ -204,6 +205,7 @@ fn roles_script(db: &str) {
         format!("CREATE TABLE IF NOT EXISTS {queue}_sched (id BIGINT, v TEXT)"),
         format!("CREATE TABLE IF NOT EXISTS {queue}_ticks (id BIGINT, v TEXT)"),
         format!("CREATE TABLE IF NOT EXISTS {notify} (id BIGINT, v TEXT)"),
+        format!("CREATE TABLE IF NOT EXISTS {notify}_positions (id BIGINT, v TEXT)"),
     ];
     if db == "mariadb" {
         // MySQL/MariaDB keeps deduplication ids and ordering keys in tables of their own.
@@ -248,6 +250,23 @@ fn roles_script(db: &str) {
         allowed("roles_ci_consumer", format!("DELETE FROM {queue}_ticks WHERE id = 2")),
         refused("roles_ci_listener", format!("SELECT * FROM {queue}")),
         refused("roles_ci_notifier", format!("INSERT INTO {queue} (id) VALUES (1)")),
+        // The monitor reads what stats, dead list, history and schedule --list show.
+        allowed("roles_ci_monitor", format!("SELECT * FROM {queue}")),
+        allowed("roles_ci_monitor", format!("SELECT * FROM {queue}_dead")),
+        allowed("roles_ci_monitor", format!("SELECT * FROM {queue}_pause")),
+        allowed("roles_ci_monitor", format!("SELECT * FROM {queue}_hist")),
+        allowed("roles_ci_monitor", format!("SELECT * FROM {queue}_keep")),
+        allowed("roles_ci_monitor", format!("SELECT * FROM {queue}_sched")),
+        allowed("roles_ci_monitor", format!("SELECT * FROM {queue}_ticks")),
+        // ... and writes nothing.
+        refused("roles_ci_monitor", format!("INSERT INTO {queue} (id) VALUES (1)")),
+        refused("roles_ci_monitor", format!("UPDATE {queue} SET v = 'x'")),
+        refused("roles_ci_monitor", format!("DELETE FROM {queue}")),
+        refused("roles_ci_monitor", format!("INSERT INTO {queue}_dead (id) VALUES (1)")),
+        refused("roles_ci_monitor", format!("DELETE FROM {queue}_dead")),
+        refused("roles_ci_monitor", format!("INSERT INTO {queue}_pause (id) VALUES (1)")),
+        refused("roles_ci_monitor", format!("DELETE FROM {queue}_hist")),
+        refused("roles_ci_monitor", format!("INSERT INTO {queue}_ticks (id) VALUES (1)")),
     ];
     if db == "mariadb" {
         checks.extend([
@@ -286,6 +305,11 @@ fn roles_script(db: &str) {
             allowed("roles_ci_listener", format!("DELETE FROM {notify} WHERE id = 2")),
             refused("roles_ci_listener", format!("INSERT INTO {notify} (id) VALUES (1)")),
             allowed("roles_ci_publisher", format!("INSERT INTO {notify} (id) VALUES (1)")),
+            allowed("roles_ci_monitor", format!("SELECT * FROM {notify}")),
+            allowed("roles_ci_monitor", format!("SELECT * FROM {notify}_positions")),
+            refused("roles_ci_monitor", format!("DELETE FROM {notify}")),
+            refused("roles_ci_monitor", format!("SELECT * FROM {queue}_dedup")),
+            refused("roles_ci_monitor", format!("SELECT * FROM {queue}_keys")),
         ]);
     } else {
         checks.push(allowed("roles_ci_notifier", "SELECT pg_notify('roles_ci', 'x')".to_owned()));
@@ -294,6 +318,104 @@ fn roles_script(db: &str) {
     for (user, statement, expected) in checks {
         assert_eq!(sql_as(db, &user, &statement), expected, "{user}: {statement}");
     }
+    monitor_reads_and_writes_nothing(db);
+}
+
+/// The `rowbus` command, built beside this test (`cargo build -p rowbus-cli`).
+fn rowbus_command() -> Command {
+    let exe = std::env::current_exe().expect("the test's path");
+    let bin = exe.parent().and_then(Path::parent).expect("target/<profile>/deps").join("rowbus");
+    assert!(bin.exists(), "{} is missing: build it first, `cargo build -p rowbus-cli`", bin.display());
+    let mut command = Command::new(bin);
+    command.env_remove("DATABASE_URL").env_remove("RUST_LOG").current_dir(std::env::temp_dir());
+    command
+}
+
+/// The roles scripts/roles.sh made under `prefix`, dropped at the end, also when the test
+/// fails.
+struct Roles {
+    db: String,
+    prefix: String,
+}
+
+impl Drop for Roles {
+    fn drop(&mut self) {
+        for role in ["notifier", "listener", "publisher", "consumer", "monitor"] {
+            let user = format!("{}{role}", self.prefix);
+            let db = self.db.as_str();
+            let dropped = if db == "postgres" {
+                // Its grants first (a role that was never made has none: that may fail).
+                sql_as(db, "postgres", &format!("DROP OWNED BY \"{user}\""));
+                sql_as(db, "postgres", &format!("DROP ROLE IF EXISTS \"{user}\""))
+            } else {
+                sql_as(db, "root", &format!("DROP USER IF EXISTS '{user}'@'%'"))
+            };
+            if !dropped {
+                eprintln!("cannot drop the role {user} on {}: drop it by hand", self.db);
+            }
+        }
+    }
+}
+
+/// The monitor role of scripts/roles.sh, on a deployed queue (and, on MariaDB, notify
+/// table): `rowbus stats Q --json` and `rowbus dead list Q` work, publishing and consuming
+/// are refused. Roles and tables are this run's own, dropped at the end.
+fn monitor_reads_and_writes_nothing(db: &str) {
+    let (admin_url, backend) =
+        if db == "postgres" { (PG_URL, Backend::Postgres) } else { (MARIADB_URL, Backend::MySql) };
+    let tag = format!("roles_mon_{}{}", cleanup::run_tag(), std::process::id());
+    let cleanup = Cleanup::new(backend);
+    let queue = cleanup.queue(&format!("{tag}_q"));
+    let notify = cleanup.notify_table(&format!("{tag}_nt"));
+    let rowbus = |url: &str, args: &[&str]| {
+        let mut command = rowbus_command();
+        command.args(["--database-url", url, "--notify-table", &notify]).args(args);
+        run(command, Duration::from_secs(60))
+    };
+    let ok = |output: Output, what: &str| {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{what} on {db}: {stderr}");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    ok(rowbus(admin_url, &["deploy", "--queue", &queue]), "deploy");
+    ok(rowbus(admin_url, &["publish", &queue, "waiting"]), "publish as the administrator");
+    let roles = Roles { db: db.to_owned(), prefix: format!("{tag}_") };
+    let mut command = Command::new(repo().join("scripts/roles.sh"));
+    command.args([db, "--password", "pw", "--prefix", &roles.prefix, "--queue", &queue]);
+    if db == "mariadb" {
+        command.args(["--notify-table", &notify]);
+    }
+    ok(run(command, Duration::from_secs(60)), "roles.sh");
+    let monitor = match db {
+        "postgres" => format!("postgres://{}monitor:pw@127.0.0.1:5432/test", roles.prefix),
+        _ => format!("mysql://{}monitor:pw@127.0.0.1:3306/test", roles.prefix),
+    };
+
+    let stdout = ok(rowbus(&monitor, &["stats", &queue, "--json"]), "stats --json as the monitor");
+    let report: Value =
+        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"));
+    assert_eq!(report["queues"][0]["table"], queue.as_str(), "{report}");
+    assert_eq!(report["queues"][0]["depth"], 1, "{report}");
+    assert!(report["queues"][0].get("error").is_none(), "{report}");
+    if db == "mariadb" {
+        assert_eq!(report["notify_table"]["table"], notify.as_str(), "{report}");
+        assert!(
+            report["notify_table"].get("error").is_none(),
+            "the monitor reads the notify table: {report}"
+        );
+    }
+    assert!(report["durable_listeners"].is_array(), "{report}");
+    ok(rowbus(&monitor, &["dead", "list", &queue]), "dead list as the monitor");
+
+    let published = rowbus(&monitor, &["publish", &queue, "not allowed"]);
+    assert!(!published.status.success(), "the monitor published on {db}");
+    let consumed = rowbus(&monitor, &["consume", &queue]);
+    assert!(!consumed.status.success(), "the monitor consumed on {db}");
+    let stderr = String::from_utf8_lossy(&consumed.stderr);
+    assert!(stderr.contains("cannot claim"), "{db}: {stderr}");
+    let depth = ok(rowbus(admin_url, &["stats", &queue, "--json"]), "stats as the administrator");
+    let report: Value = serde_json::from_str(depth.trim()).expect("JSON");
+    assert_eq!(report["queues"][0]["depth"], 1, "the monitor changed the queue: {report}");
 }
 
 #[test]

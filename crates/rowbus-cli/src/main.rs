@@ -178,6 +178,11 @@ enum Command {
     },
     /// Queue tables as they stand (per group: depth, ready, delayed, in flight, oldest, dead, paused)
     /// and the notify table's size and lag
+    ///
+    /// A part the database refuses this role (a queue table, the notify table, the durable
+    /// listeners) gets a line saying so, "not readable by this role (permission denied)",
+    /// and the rest is shown. Exits 1 when a queue table could not be read, 0 otherwise
+    /// (the notify table or durable listeners unreadable alone do not fail it).
     Stats(stats::StatsArgs),
     /// Stop every consumer of a queue (or of one group) from taking messages, in every
     /// process, until `rowbus resume`; publishing goes on

@@ -18,7 +18,8 @@ pub(crate) struct StatsArgs {
     /// or database]
     pub(crate) tables: Vec<String>,
     /// Print one JSON object {"queues": [...], "notify_table": {...} or null,
-    /// "durable_listeners": [...]}
+    /// "durable_listeners": [...]}; a part this role may not read has an "error" instead
+    /// of figures (durable listeners: null, and "durable_listeners_error")
     #[arg(long)]
     json: bool,
 }
@@ -41,18 +42,70 @@ pub(crate) async fn stats<DB: Db>(
     parse_tables(&args.tables)?;
     let broker = Broker::new(pool, BrokerOptions::default()).await?;
     let tables = queue_tables(&broker, url, &args.tables, true).await?;
-    let lines = lines(&broker, &tables).await?;
-    let notify = broker.notify_table_stats(config).await?;
-    let durable = rowbus::durable::durable_listeners(broker.pool(), config).await?;
+    // Each part this role may not read is said once; the others are shown.
+    let mut lines = Vec::new();
+    let mut unreadable = Vec::new();
+    for table in &tables {
+        match readable(self::lines(&broker, std::slice::from_ref(table)).await)? {
+            Ok(found) => lines.extend(found),
+            Err(()) => unreadable.push(table),
+        }
+    }
+    let notify = readable(broker.notify_table_stats(config).await.map_err(CliError::from))?;
+    let durable =
+        readable(rowbus::durable::durable_listeners(broker.pool(), config).await.map_err(CliError::from))?;
     if args.json {
-        let mut report = to_json(&lines, notify.as_ref());
-        report["durable_listeners"] = durable_json(&durable);
+        let mut report = to_json(&lines, notify.as_ref().ok().and_then(Option::as_ref));
+        for table in &unreadable {
+            let entry = json!({"table": table.channel(), "error": NOT_READABLE});
+            report["queues"].as_array_mut().expect("an array").push(entry);
+        }
+        if notify.is_err() {
+            report["notify_table"] = json!({"table": config.table, "error": NOT_READABLE});
+        }
+        match &durable {
+            Ok(durable) => report["durable_listeners"] = durable_json(durable),
+            Err(_) => {
+                report["durable_listeners"] = serde_json::Value::Null;
+                report["durable_listeners_error"] = json!(NOT_READABLE);
+            }
+        }
         outln!("{report}");
     } else {
-        print_table(&lines, notify.as_ref(), url, config)?;
-        print_durable(&durable)?;
+        let shown = notify.as_ref().ok().and_then(Option::as_ref);
+        print_table(&lines, shown, url, config, !unreadable.is_empty())?;
+        for table in &unreadable {
+            outln!("queue table `{table}`: {NOT_READABLE}");
+        }
+        if notify.is_err() {
+            outln!("notify table `{}`: {NOT_READABLE}", config.table);
+        }
+        match &durable {
+            Ok(durable) => print_durable(durable)?,
+            Err(_) => outln!("durable listeners: {NOT_READABLE}"),
+        }
+    }
+    if !unreadable.is_empty() {
+        return Err(CliError::Message(format!(
+            "{} of {} queue tables not readable by this role (permission denied); what it may read is shown",
+            unreadable.len(),
+            tables.len()
+        )));
     }
     Ok(())
+}
+
+/// What `rowbus stats` says of a part the database refuses this role.
+const NOT_READABLE: &str = "not readable by this role (permission denied)";
+
+/// A part of the report: `Err(())` where the database refused this role the privilege
+/// to read it; any other failure stays one.
+fn readable<T>(part: Result<T, CliError>) -> Result<Result<T, ()>, CliError> {
+    match part {
+        Ok(found) => Ok(Ok(found)),
+        Err(CliError::Rowbus(e)) if e.is_permission_denied() => Ok(Err(())),
+        Err(e) => Err(e),
+    }
 }
 
 /// The queue tables `names` (each checked to exist), or when none are named every table
@@ -162,9 +215,12 @@ fn print_table(
     notify: Option<&NotifyTableStats>,
     url: &str,
     config: &NotifyConfig,
+    unreadable_queues: bool,
 ) -> Result<(), CliError> {
     if lines.is_empty() {
-        outln!("no queue tables in {}: create one with `rowbus deploy --queue TABLE`", redact(url));
+        if !unreadable_queues {
+            outln!("no queue tables in {}: create one with `rowbus deploy --queue TABLE`", redact(url));
+        }
     } else {
         let header = ["TABLE", "GROUP", "DEPTH", "READY", "DELAYED", "IN FLIGHT", "OLDEST", "DEAD", ""];
         let rows: Vec<[String; 9]> = lines

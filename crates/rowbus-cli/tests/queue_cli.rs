@@ -1062,3 +1062,123 @@ fn the_default_group_and_binary_payloads_read_alike_everywhere(kind: Kind) {
     stop_cleanly(&mut consumer, "INT");
 }
 on_each_database!(the_default_group_and_binary_payloads_read_alike_everywhere);
+
+/// A login role of the test's own, dropped at the end (also when the test fails) with
+/// whatever it was granted.
+struct Role {
+    kind: Kind,
+    name: String,
+}
+
+impl Role {
+    /// Creates the role (password `pw`).
+    fn new(db: &Db, name: &str) -> Role {
+        let role = Role { kind: db.database.kind, name: unique(name) };
+        match role.kind {
+            Kind::Postgres => db.database.exec(&format!("CREATE ROLE \"{}\" LOGIN PASSWORD 'pw'", role.name)),
+            _ => db.database.exec(&format!("CREATE USER '{}'@'%' IDENTIFIED BY 'pw'", role.name)),
+        };
+        role
+    }
+
+    /// The role, as a GRANT or REVOKE names it.
+    fn grantee(&self) -> String {
+        match self.kind {
+            Kind::Postgres => format!("\"{}\"", self.name),
+            _ => format!("'{}'@'%'", self.name),
+        }
+    }
+
+    /// The test server's URL, connecting as this role.
+    fn url(&self) -> String {
+        match self.kind {
+            Kind::Postgres => format!("postgres://{}:pw@127.0.0.1:5432/test", self.name),
+            _ => format!("mysql://{}:pw@127.0.0.1:3306/test", self.name),
+        }
+    }
+}
+
+impl Drop for Role {
+    fn drop(&mut self) {
+        let database = Database::new(self.kind, &self.name);
+        let sql = match self.kind {
+            Kind::Postgres => format!("DROP OWNED BY \"{0}\"; DROP ROLE IF EXISTS \"{0}\"", self.name),
+            _ => format!("DROP USER IF EXISTS '{}'@'%'", self.name),
+        };
+        if let Err(e) = database.client(&sql) {
+            eprintln!("cannot drop the role {}, drop it by hand: {e}", self.name);
+        }
+    }
+}
+
+/// A role that may read a queue's tables but not the notify table nor the durable
+/// listeners' positions gets the queue's figures from `stats` and a line for each part
+/// it may not read, and exit 0 (the whole command failed on the first refusal); a queue
+/// it may not read is said too, and fails the command.
+fn stats_shows_what_a_role_may_read(kind: Kind) {
+    let db = Db::new(kind, "monitor");
+    let queue = db.queue("monitor");
+    db.ok(&["deploy", "--queue", &queue, "--durable"]);
+    db.publish(&queue, &["one"], 1);
+    db.publish(&queue, &["two"], 1);
+    let role = Role::new(&db, "qcli_mon");
+    let to = role.grantee();
+    if kind == Kind::Postgres {
+        db.database.exec(&format!("GRANT USAGE ON SCHEMA public TO {to}"));
+    }
+    for table in [queue.clone(), format!("{queue}_dead"), format!("{queue}_pause")] {
+        db.database.exec(&format!("GRANT SELECT ON {table} TO {to}"));
+    }
+    let as_role = |args: &[&str]| {
+        let mut cmd = rowbus();
+        cmd.args(["--database-url", &role.url(), "--notify-table", &db.notify_table]).args(args);
+        run(cmd)
+    };
+    let not_readable = "not readable by this role (permission denied)";
+
+    let plain = as_role(&["stats", &queue]);
+    assert!(plain.status.success(), "stats as a role that may not read the notify table\n{}", show(&plain));
+    let stdout = text(&plain.stdout);
+    let figures = stdout
+        .lines()
+        .find(|l| l.starts_with(&queue))
+        .unwrap_or_else(|| panic!("no line of `{queue}`:\n{stdout}"));
+    assert_eq!(figures.split_whitespace().nth(2), Some("2"), "the depth: {stdout}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    let notify_line = format!("notify table `{}`: {not_readable}", db.notify_table);
+    assert_eq!(lines.iter().filter(|l| **l == notify_line).count(), 1, "said once:\n{stdout}");
+    assert_eq!(
+        lines.iter().filter(|l| **l == format!("durable listeners: {not_readable}")).count(),
+        1,
+        "{stdout}"
+    );
+
+    let json = as_role(&["stats", &queue, "--json"]);
+    assert!(json.status.success(), "stats --json\n{}", show(&json));
+    let report: Value = serde_json::from_str(&text(&json.stdout))
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", show(&json)));
+    assert_eq!(report["queues"][0]["table"], queue.as_str(), "{report}");
+    assert_eq!(report["queues"][0]["depth"], 2, "{report}");
+    assert_eq!(report["notify_table"]["table"], db.notify_table.as_str(), "{report}");
+    assert_eq!(report["notify_table"]["error"], not_readable, "{report}");
+    assert_eq!(report["durable_listeners"], Value::Null, "{report}");
+    assert_eq!(report["durable_listeners_error"], not_readable, "{report}");
+
+    // Every claim reads the pause table, and so does stats: without it the queue itself
+    // is not readable, which fails the command once it has said what it could.
+    db.database.exec(&format!("REVOKE SELECT ON {queue}_pause FROM {to}"));
+    let refused = as_role(&["stats", &queue]);
+    assert_eq!(refused.status.code(), Some(1), "a queue it may not read\n{}", show(&refused));
+    let stdout = text(&refused.stdout);
+    assert!(stdout.lines().any(|l| l == format!("queue table `{queue}`: {not_readable}")), "{stdout}");
+    assert!(stdout.lines().any(|l| l == notify_line), "{stdout}");
+    assert!(!stdout.contains("no queue tables"), "{stdout}");
+    let stderr = text(&refused.stderr);
+    assert_eq!(stderr.lines().count(), 1, "one error line\n{}", show(&refused));
+    assert_mentions(
+        &stderr,
+        &["rowbus: error: ", "1 of 1 queue tables", "permission denied"],
+        "stats of a queue it may not read",
+    );
+}
+on_each_database!(stats_shows_what_a_role_may_read on postgres, mariadb);

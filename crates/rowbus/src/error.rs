@@ -437,6 +437,18 @@ impl Error {
         }
     }
 
+    /// Whether the database refused the statement because the user lacks a privilege on
+    /// what it names: PostgreSQL's `insufficient_privilege` (SQLSTATE 42501), MySQL's and
+    /// MariaDB's 1142 (table) and 1143 (column) "command denied". Such a statement fails
+    /// for this user until an administrator grants more; another user may run it.
+    pub fn is_permission_denied(&self) -> bool {
+        match self {
+            Error::Database(e) => is_permission_denied(e),
+            Error::Shared(e) => e.is_permission_denied(),
+            _ => false,
+        }
+    }
+
     /// This error for each of several callers: a copy where it holds only its
     /// description (a missing table, say), else one [`Error::Shared`] for all.
     pub(crate) fn for_each(self, callers: usize) -> Vec<Error> {
@@ -563,6 +575,18 @@ pub(crate) fn is_missing_column(e: &sqlx::Error) -> bool {
     }
     // PostgreSQL undefined_column; SQLite reports it in the message only.
     db.code().as_deref() == Some("42703") || db.message().contains("no such column")
+}
+
+/// Whether a driver error says the user lacks the privilege the statement needs (see
+/// [`Error::is_permission_denied`]).
+pub(crate) fn is_permission_denied(e: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(db) = e else { return false };
+    #[cfg(feature = "mysql")]
+    if let Some(my) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
+        // 1142: SELECT (INSERT, ...) command denied for a table; 1143: for a column.
+        return matches!(my.number(), 1142 | 1143);
+    }
+    db.code().as_deref() == Some("42501")
 }
 
 #[cfg(test)]

@@ -40,7 +40,9 @@ pub struct DurableListener {
 }
 
 /// Every durable listener of the notify table `config` names, with its lag, by channel
-/// and name. Empty where the positions table does not exist.
+/// and name. Empty where the positions table does not exist. A user who may not read the
+/// positions table (or, for the lag, the notify table) gets the database's refusal
+/// ([`Error::is_permission_denied`]).
 ///
 /// ```no_run
 /// # async fn f(pool: sqlx::MySqlPool) -> Result<(), rowbus::Error> {

@@ -19,6 +19,11 @@ pub trait Catalog: Naming {
     /// a deploy never creates one, even when asked to create a missing schema.
     const QUALIFIER_IS_DATABASE: bool = false;
 
+    /// Whether [`find_table_sql`](Self::find_table_sql) leaves out tables the user has no
+    /// privilege on (MySQL/MariaDB's `information_schema` does), so that a table it does
+    /// not find may exist all the same, unreadable.
+    const CATALOG_HIDES_UNGRANTED: bool = false;
+
     /// The queue tables where unqualified names resolve: one text column, the name as
     /// a statement would write it.
     fn queue_tables_sql() -> String;

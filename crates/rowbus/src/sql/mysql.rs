@@ -645,6 +645,7 @@ impl Connecting for MySql {
 
 impl Catalog for MySql {
     const QUALIFIER_IS_DATABASE: bool = true;
+    const CATALOG_HIDES_UNGRANTED: bool = true;
 
     fn schema_exists_sql() -> &'static str {
         "SELECT CAST(COUNT(*) AS SIGNED) FROM information_schema.schemata WHERE schema_name = ?"

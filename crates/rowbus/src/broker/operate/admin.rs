@@ -14,7 +14,7 @@ use crate::deploy;
 pub use crate::deploy::TableState;
 use crate::deploy::{DeployOptions, QueueDeploy, fetch_on, find_on, refuse_foreign};
 use crate::driver::{Arg, TextsAndInts};
-use crate::error::Error;
+use crate::error::{Error, is_missing_table};
 use crate::sql::Db;
 use crate::sql::Notifier;
 use crate::sql::quoted;
@@ -96,17 +96,27 @@ impl<DB: Db> Broker<DB> {
     }
 
     /// The size and lag of the notify table `config` names; `None` where it does not
-    /// exist (on PostgreSQL, unless deployed for durable listeners).
+    /// exist (on PostgreSQL, unless deployed for durable listeners). A user who may not
+    /// read it gets the database's refusal ([`Error::is_permission_denied`]), also on
+    /// MySQL/MariaDB, whose catalog does not show such a user the table.
     pub async fn notify_table_stats(&self, config: &NotifyConfig) -> Result<Option<NotifyTableStats>, Error> {
         // On PostgreSQL: the table of the durable mode, where it was deployed.
         let notifier = Notifier::durable(config.clone())?;
-        if DB::notify_table(&notifier).is_none()
-            || find(self, None, &config.table).await? == TableState::Missing
-        {
+        if DB::notify_table(&notifier).is_none() {
+            return Ok(None);
+        }
+        let found = find(self, None, &config.table).await? != TableState::Missing;
+        if !found && !DB::CATALOG_HIDES_UNGRANTED {
             return Ok(None);
         }
         let sql = DB::notify_stats_sql(&DB::quote(&config.table));
-        let row = fetch(self, sql, &[], 0).await?.into_iter().next().unwrap_or_default();
+        let rows = match fetch(self, sql, &[], 0).await {
+            Ok(rows) => rows,
+            // Not in the catalog and not there: no notify table.
+            Err(e) if !found && is_missing_table(&e) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let row = rows.into_iter().next().unwrap_or_default();
         Ok(Some(NotifyTableStats {
             table: config.table.clone(),
             rows: row.int(0),

@@ -96,13 +96,22 @@ async fn notify_until(
     all
 }
 
+impl Db {
+    /// A notify table of the test's own, deployed for durable listeners (dropped with the
+    /// test's other tables).
+    fn deployed(kind: Kind) -> Db {
+        let table = unique("dcli");
+        let database = Database::new(kind, &table);
+        database.cleanup.notify_table(&table);
+        let db = Db { database, table };
+        let deployed = run(db.rowbus(&["deploy", "--durable"]));
+        assert!(deployed.status.success(), "deploy failed\n{}", show(&deployed));
+        db
+    }
+}
+
 fn sigkill_and_restart_miss_nothing(kind: Kind) {
-    let table = unique("dcli");
-    let database = Database::new(kind, &table);
-    database.cleanup.notify_table(&table);
-    let db = Db { database, table };
-    let deployed = run(db.rowbus(&["deploy", "--durable"]));
-    assert!(deployed.status.success(), "deploy failed\n{}", show(&deployed));
+    let db = Db::deployed(kind);
     let (channel, name) = (unique("dch"), unique("reader"));
     let prefix = format!("{channel}: ");
 
@@ -258,12 +267,7 @@ fn stats_says_held(db: &Db, name: &str) -> bool {
 /// once with the name both wait for it, and exactly one takes it, the other refused; the
 /// winner SIGKILLed in turn, `stats` says held only until its lease has run out.
 fn a_killed_owners_name_goes_to_one_of_two_waiting(kind: Kind) {
-    let table = unique("dcli");
-    let database = Database::new(kind, &table);
-    database.cleanup.notify_table(&table);
-    let db = Db { database, table };
-    let deployed = run(db.rowbus(&["deploy", "--durable"]));
-    assert!(deployed.status.success(), "deploy failed\n{}", show(&deployed));
+    let db = Db::deployed(kind);
     let (channel, name) = (unique("dch"), unique("reader"));
     let mut owner =
         Running::spawn(db.rowbus(&["listen", &channel, "--durable", &name, "--lease", "4s"]), TIMEOUT);

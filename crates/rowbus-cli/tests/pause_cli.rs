@@ -39,18 +39,9 @@ fn payload(line: &str) -> String {
 }
 
 fn pause_holds_a_running_consumer_until_resume(kind: Kind) {
-    let notify_table = unique("pcli_notify");
-    let database = Database::new(kind, &notify_table);
-    let q = unique("pcli");
+    let (database, notify_table, q) = fixture(kind);
     let rowbus_ok = |args: &[&str]| ok(&database, &notify_table, args);
-    let cleanup = Cleanup {
-        database: &database,
-        tables: [
-            queue_tables_on(kind.backend(), &q),
-            vec![notify_table.clone(), format!("{notify_table}_positions")],
-        ]
-        .concat(),
-    };
+    let cleanup = Cleanup::of(&database, &notify_table, &q);
 
     rowbus_ok(&["deploy", "--queue", &q]);
     let mut cmd = rowbus();
@@ -94,18 +85,9 @@ on_each_database!(pause_holds_a_running_consumer_until_resume);
 /// A consumer started on a paused queue says so, once, on stderr, and says when it is
 /// resumed.
 fn a_consumer_says_it_is_paused_and_resumed(kind: Kind) {
-    let notify_table = unique("pcli_notify");
-    let database = Database::new(kind, &notify_table);
-    let q = unique("pcli");
+    let (database, notify_table, q) = fixture(kind);
     let rowbus_ok = |args: &[&str]| ok(&database, &notify_table, args);
-    let cleanup = Cleanup {
-        database: &database,
-        tables: [
-            queue_tables_on(kind.backend(), &q),
-            vec![notify_table.clone(), format!("{notify_table}_positions")],
-        ]
-        .concat(),
-    };
+    let cleanup = Cleanup::of(&database, &notify_table, &q);
     rowbus_ok(&["deploy", "--queue", &q]);
     rowbus_ok(&["pause", &q]);
     let mut cmd = rowbus();
@@ -128,9 +110,27 @@ fn a_consumer_says_it_is_paused_and_resumed(kind: Kind) {
 on_each_database!(a_consumer_says_it_is_paused_and_resumed);
 
 /// Drops the test's tables at the end, however it ends (SQLite's go with its file).
+/// A database with a notify table's name and a queue's name of the test's own.
+fn fixture(kind: Kind) -> (Database, String, String) {
+    let notify_table = unique("pcli_notify");
+    (Database::new(kind, &notify_table), notify_table, unique("pcli"))
+}
+
 struct Cleanup<'a> {
     database: &'a Database,
     tables: Vec<String>,
+}
+
+impl<'a> Cleanup<'a> {
+    /// Drops queue `q`'s tables, notify table `notify_table` and its positions table.
+    fn of(database: &'a Database, notify_table: &str, q: &str) -> Self {
+        let tables = [
+            queue_tables_on(database.kind.backend(), q),
+            vec![notify_table.to_owned(), format!("{notify_table}_positions")],
+        ]
+        .concat();
+        Cleanup { database, tables }
+    }
 }
 
 impl Drop for Cleanup<'_> {

@@ -547,46 +547,40 @@ pub(crate) fn is_connection_lost(e: &sqlx::Error) -> bool {
 /// statements with 1047 ("WSREP has not yet prepared node for application use") until
 /// it is synced again.
 pub(crate) fn is_retryable(e: &sqlx::Error) -> bool {
-    let sqlx::Error::Database(db) = e else { return false };
-    #[cfg(feature = "mysql")]
-    if let Some(my) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
-        return matches!(my.number(), 1213 | 1205 | 1047);
-    }
-    matches!(db.code().as_deref(), Some("40001" | "40P01"))
+    error_is(e, &[1213, 1205, 1047], &["40001", "40P01"], None)
 }
 
 /// Whether a driver error says the table a statement named does not exist.
 pub(crate) fn is_missing_table(e: &sqlx::Error) -> bool {
-    let sqlx::Error::Database(db) = e else { return false };
-    #[cfg(feature = "mysql")]
-    if let Some(my) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
-        return my.number() == 1146;
-    }
     // PostgreSQL undefined_table; SQLite reports it in the message only.
-    db.code().as_deref() == Some("42P01") || db.message().contains("no such table")
+    error_is(e, &[1146], &["42P01"], Some("no such table"))
 }
 
 /// Whether `e` says a column does not exist (a table made by an older rowbus).
 pub(crate) fn is_missing_column(e: &sqlx::Error) -> bool {
-    let sqlx::Error::Database(db) = e else { return false };
-    #[cfg(feature = "mysql")]
-    if let Some(my) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
-        return my.number() == 1054;
-    }
     // PostgreSQL undefined_column; SQLite reports it in the message only.
-    db.code().as_deref() == Some("42703") || db.message().contains("no such column")
+    error_is(e, &[1054], &["42703"], Some("no such column"))
 }
 
 /// Whether a driver error says the user lacks the privilege the statement needs (see
 /// [`Error::is_permission_denied`]).
 pub(crate) fn is_permission_denied(e: &sqlx::Error) -> bool {
+    // MySQL 1142: SELECT (INSERT, ...) command denied for a table; 1143: for a column.
+    error_is(e, &[1142, 1143], &["42501"], None)
+}
+
+/// Whether `e` is a database error of one of the MySQL/MariaDB error numbers `mysql`,
+/// or elsewhere of one of the SQLSTATEs `codes` or with `message` in its text.
+fn error_is(e: &sqlx::Error, mysql: &[u16], codes: &[&str], message: Option<&str>) -> bool {
     let sqlx::Error::Database(db) = e else { return false };
     #[cfg(feature = "mysql")]
     if let Some(my) = db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>() {
-        // 1142: SELECT (INSERT, ...) command denied for a table; 1143: for a column.
-        return matches!(my.number(), 1142 | 1143);
+        return mysql.contains(&my.number());
     }
-    db.code().as_deref() == Some("42501")
+    #[cfg(not(feature = "mysql"))]
+    let _ = mysql;
+    db.code().is_some_and(|code| codes.contains(&code.as_ref()))
+        || message.is_some_and(|text| db.message().contains(text))
 }
 
 #[cfg(test)]

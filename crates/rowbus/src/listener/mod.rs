@@ -164,13 +164,12 @@ impl Listener {
         // When the owner's lease runs out as first seen.
         let mut deadline: Option<Instant> = None;
         loop {
-            let refused = match self.try_listen_durable(channel, name).await {
-                Err(error @ Error::DurableNameTaken { .. }) => error,
+            let (refused, expires_in) = match self.try_listen_durable(channel, name).await {
+                Err(error @ Error::DurableNameTaken { expires_in, .. }) => (error, expires_in),
                 other => return other,
             };
-            let Error::DurableNameTaken { expires_in, .. } = &refused else { unreachable!() };
             let now = Instant::now();
-            let runs_out = now + *expires_in;
+            let runs_out = now + expires_in;
             let first = *deadline.get_or_insert(runs_out);
             // The owner checked in since (or another listener took the name): it lives.
             if runs_out > first + OWNER_CHECKED_IN || now > first + WAIT_GRACE {

@@ -281,8 +281,10 @@ pub(crate) async fn restore_failed<DB: Db>(
         })
         .partition(|(_, delay)| delay.is_none());
     for chunk in back.chunks(RESTORE_BATCH) {
-        let args: Vec<Arg<'_>> =
-            chunk.iter().flat_map(|&(row, delay)| restore_args(row, delay, error)).collect();
+        let args: Vec<Arg<'_>> = chunk
+            .iter()
+            .flat_map(|&(row, delay)| restore_args(row, row.attempts + 1, delay, error))
+            .collect();
         DB::execute(tx, &Arc::from(queue.sql.restore(chunk.len())), &args).await?;
     }
     if dead.is_empty() {
@@ -294,8 +296,10 @@ pub(crate) async fn restore_failed<DB: Db>(
     DB::simple(tx, "SAVEPOINT rowbus_dead").await?;
     let moved = async {
         for chunk in dead.chunks(RESTORE_BATCH) {
-            let args: Vec<Arg<'_>> =
-                chunk.iter().flat_map(|&(row, delay)| restore_args(row, delay, error)).collect();
+            let args: Vec<Arg<'_>> = chunk
+                .iter()
+                .flat_map(|&(row, delay)| restore_args(row, row.attempts + 1, delay, error))
+                .collect();
             DB::execute(tx, &Arc::from(queue.sql.dead_restore(chunk.len())), &args).await?;
         }
         if queue.keeps() {
@@ -316,19 +320,14 @@ pub(crate) async fn restore_failed<DB: Db>(
         %table, rows = dead.len(), error = %cause.one_line(),
         "dead-lettering failed; the messages stay in the queue and run again after the backoff"
     );
-    let unchanged: Vec<(ClaimedRow, Option<i64>)> = dead
-        .iter()
-        .map(|&(row, _)| {
-            let attempts = u32::try_from(row.attempts + 1).unwrap_or(u32::MAX);
-            let mut same = row.clone();
-            // restore_args counts the attempt; this one does not count.
-            same.attempts -= 1;
-            (same, Some(micros(retry.delay(attempts))))
-        })
-        .collect();
-    for chunk in unchanged.chunks(RESTORE_BATCH) {
-        let args: Vec<Arg<'_>> =
-            chunk.iter().flat_map(|(row, delay)| restore_args(row, *delay, error)).collect();
+    for chunk in dead.chunks(RESTORE_BATCH) {
+        let args: Vec<Arg<'_>> = chunk
+            .iter()
+            .flat_map(|&(row, _)| {
+                let delay = retry.delay(u32::try_from(row.attempts + 1).unwrap_or(u32::MAX));
+                restore_args(row, row.attempts, Some(micros(delay)), error)
+            })
+            .collect();
         DB::execute(tx, &Arc::from(queue.sql.restore(chunk.len())), &args).await?;
     }
     Ok(Restored { dead: 0, dead_failed: dead.len() as u64 })
@@ -344,12 +343,13 @@ pub(crate) struct Restored {
     pub dead_failed: u64,
 }
 
-/// The binds of a row [`restore_failed`] writes, in the order of both of its statements:
-/// the delay and the deduplication id only where the row goes back to the queue.
-fn restore_args<'a>(row: &'a ClaimedRow, delay: Option<i64>, error: &'a str) -> Vec<Arg<'a>> {
+/// The binds of a row [`restore_failed`] writes with `attempts` as its count, in the order
+/// of both of its statements: the delay and the deduplication id only where the row goes
+/// back to the queue.
+fn restore_args<'a>(row: &'a ClaimedRow, attempts: i64, delay: Option<i64>, error: &'a str) -> Vec<Arg<'a>> {
     let text = |t: &'a Option<String>| t.as_deref().map_or(Arg::Null, Arg::Text);
     let mut args = vec![Arg::Int(row.id), Arg::Text(&row.group), Arg::Bytes(&row.payload)];
-    args.push(Arg::Int(row.attempts + 1));
+    args.push(Arg::Int(attempts));
     args.extend(delay.map(Arg::Int));
     args.extend([Arg::Int(row.created_at), Arg::Text(error), Arg::Int(row.priority)]);
     args.extend([text(&row.key), text(&row.headers)]);

@@ -132,3 +132,49 @@ pub use notify_table;
 /// The sqlx this rowbus is built on, for pools and your own statements in the same
 /// version (`rowbus::sqlx::Pool<DB>`).
 pub use sqlx;
+
+/// The Rust blocks of README.md and docs/, compiled (and run where they may) as doctests,
+/// so a snippet that stops compiling fails the tests.
+#[cfg(doctest)]
+mod snippets {
+    #[doc = include_str!("../../../README.md")]
+    struct Readme;
+    #[doc = include_str!("../../../docs/architecture.md")]
+    struct Architecture;
+    #[doc = include_str!("../../../docs/claims-and-leases.md")]
+    struct ClaimsAndLeases;
+    #[doc = include_str!("../../../docs/messages.md")]
+    struct Messages;
+    #[doc = include_str!("../../../docs/notify-table.md")]
+    struct NotifyTable;
+    #[doc = include_str!("../../../docs/operating.md")]
+    struct Operating;
+    #[doc = include_str!("../../../docs/publishing.md")]
+    struct Publishing;
+    #[doc = include_str!("../../../docs/reliability.md")]
+    struct Reliability;
+    #[doc = include_str!("../../../docs/scaling.md")]
+    struct Scaling;
+    #[doc = include_str!("../../../docs/schedules.md")]
+    struct Schedules;
+    #[doc = include_str!("../../../docs/waking.md")]
+    struct Waking;
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every page of docs/ is among the doctests' [`snippets`]: a new page's Rust blocks
+    /// compile too.
+    #[test]
+    fn every_page_of_the_docs_is_compiled() {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+        let lib = include_str!("lib.rs");
+        for page in std::fs::read_dir(format!("{root}/docs")).expect("docs/") {
+            let name = page.expect("docs/ entry").file_name().into_string().expect("a UTF-8 name");
+            if name.ends_with(".md") {
+                let include = format!("include_str!(\"../../../docs/{name}\")");
+                assert!(lib.contains(&include), "docs/{name} is not among the doctests' snippets in lib.rs");
+            }
+        }
+    }
+}

@@ -40,7 +40,7 @@ impl Dialect {
 pub const PG_DURABLE_MARK: &str = "\u{1e}rowbus\u{1e}";
 
 /// The longest notify-table name on PostgreSQL: an identifier is at most 63 bytes, and
-/// the longest index name adds [`PG_LONGEST_SUFFIX`] to the table's.
+/// the longest index name adds `_channel_id` to the table's.
 pub const PG_MAX_TABLE_LEN: usize = 63 - PG_LONGEST_SUFFIX.len();
 const PG_LONGEST_SUFFIX: &str = "_channel_id";
 

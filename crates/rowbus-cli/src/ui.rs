@@ -62,7 +62,7 @@ pub(crate) struct UiArgs {
     #[arg(long, env = "ROWBUS_UI_TOKEN", hide_env_values = true, value_name = "TOKEN")]
     token: Option<String>,
     /// A host name or address the dashboard also answers for, with a port when not the
-    /// listening one (a proxy's): requests must name localhost, 127.0.0.1, [::1], the
+    /// listening one (a proxy's): requests must name localhost, 127.0.0.1, \[::1\], the
     /// address listened on or reached, or one of these (repeatable)
     #[arg(long = "allow-host", value_name = "HOST[:PORT]")]
     allow_host: Vec<String>,

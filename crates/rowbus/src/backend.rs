@@ -113,12 +113,15 @@ pub(crate) fn connect_error(url: &str) -> impl FnOnce(sqlx::Error) -> Error + '_
 pub enum DbPool {
     /// A PostgreSQL pool.
     #[cfg(feature = "postgres")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
     Postgres(sqlx::PgPool),
     /// A MySQL/MariaDB pool.
     #[cfg(feature = "mysql")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "mysql")))]
     MySql(sqlx::MySqlPool),
     /// A SQLite pool.
     #[cfg(feature = "sqlite")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
     Sqlite(sqlx::SqlitePool),
 }
 

@@ -56,6 +56,7 @@
 //! }
 //! # Ok(()) }
 //! ```
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;
 mod broker;

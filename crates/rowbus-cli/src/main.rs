@@ -12,6 +12,7 @@ mod queue_cmd;
 mod schedule_cmd;
 mod stats;
 mod ui;
+mod undeploy_cmd;
 
 use std::process::ExitCode;
 
@@ -159,10 +160,18 @@ enum Command {
         /// (at most until its lease runs out: a crashed owner's name is taken then)
         #[arg(long, requires = "durable")]
         no_wait: bool,
+        /// Instead of listening, forget durable listener NAME on the channels: its position
+        /// is deleted (a later `listen --durable NAME` starts afresh) and it leaves `rowbus
+        /// stats`. Refused while a process holds the name
+        #[arg(long, value_name = "NAME", conflicts_with_all = ["durable", "json"])]
+        forget: Option<String>,
         /// The channels
         #[arg(required = true)]
         channels: Vec<String>,
     },
+    /// Drop queue tables with every table of their own (dead letters, pause, schedules,
+    /// history...) and every message in them; refused while messages are in flight
+    Undeploy(undeploy_cmd::UndeployArgs),
     /// Send one notification
     Notify {
         /// The channel
@@ -280,7 +289,13 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             db.close().await;
             sent?;
         }
-        Command::Listen { json, channels, durable, lease, no_wait } => {
+        Command::Listen { forget: Some(name), channels, .. } => {
+            let db = DbPool::connect_with_size(url, 1).await?;
+            let forgotten = undeploy_cmd::forget(&db, &config, &channels, &name).await;
+            db.close().await;
+            forgotten?;
+        }
+        Command::Listen { json, channels, durable, lease, no_wait, forget: None } => {
             if let Some(name) = &durable {
                 durable_name(name)?;
             }
@@ -305,6 +320,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             bench::broker::broker(url, notify_table, args).await?
         }
         Command::Ui(args) => on_database(url, 4, &config, QueueCommand::Ui(args)).await?,
+        Command::Undeploy(args) => on_database(url, 1, &config, QueueCommand::Undeploy(args)).await?,
         Command::Schedule(args) => schedule_cmd::schedule(url, args).await?,
     }
     Ok(())
@@ -321,6 +337,7 @@ enum QueueCommand {
     Dead(dead_cmd::DeadCommand),
     Ui(ui::UiArgs),
     Pause(pause_cmd::Action, pause_cmd::PauseArgs),
+    Undeploy(undeploy_cmd::UndeployArgs),
 }
 
 /// A [`QueueCommand`] with what every one of them needs.
@@ -349,6 +366,7 @@ impl OnPool for OnDatabase<'_> {
             QueueCommand::Dead(what) => dead_cmd::dead(pool, url, config, what).await,
             QueueCommand::Ui(args) => ui::ui(pool, url, config, args).await,
             QueueCommand::Pause(action, args) => pause_cmd::pause(pool, url, config, action, args).await,
+            QueueCommand::Undeploy(args) => undeploy_cmd::undeploy(pool, url, args).await,
         }
     }
 }
@@ -370,7 +388,8 @@ async fn on_database(
         | QueueCommand::Dead(_)
         | QueueCommand::History(_)
         | QueueCommand::Ui(_)
-        | QueueCommand::Pause(..) => DbPool::connect_with_size(url, max).await?,
+        | QueueCommand::Pause(..)
+        | QueueCommand::Undeploy(_) => DbPool::connect_with_size(url, max).await?,
     };
     let done = db.run(OnDatabase { db: &db, url, config, command }).await;
     db.close().await;

@@ -148,7 +148,7 @@ on_each_database!(replicas_deploy_the_notify_table_at_once on mariadb, sqlite);
 
 /// A deploy over a table that is not a queue table (here `(id INTEGER, name TEXT)`)
 /// refuses in one error naming the table and the columns it lacks, and creates nothing:
-/// no dead-letter table, no notify table.
+/// no dead-letter table, no notify table; an undeploy of the name refuses and drops nothing.
 async fn deploy_over_a_foreign_table_creates_nothing<DB: Db>(url: &str)
 where
     for<'c> &'c sqlx::Pool<DB>: sqlx::Executor<'c, Database = DB>,
@@ -179,11 +179,16 @@ where
     ] {
         assert!(message.contains(needle), "expected {needle:?} in: {message}");
     }
-    assert_eq!(q.state().await.unwrap(), TableState::NotAQueue { missing: lacks });
+    assert_eq!(q.state().await.unwrap(), TableState::NotAQueue { missing: lacks.clone() });
     assert!(matches!(q.is_deployed().await, Err(Error::NotAQueueTable { .. })));
     let dead = b.queue(&format!("{name}_dead")).unwrap();
     assert_eq!(dead.state().await.unwrap(), TableState::Missing, "{name}_dead was created");
     assert_eq!(b.notify_table_stats(&notify).await.unwrap(), None, "the notify table was created");
+
+    // Nor does an undeploy of the name drop the table.
+    let err = q.undeploy().await.expect_err("an undeploy of a table that is not a queue");
+    assert!(matches!(&err, Error::NotAQueueTable { table, .. } if *table == name), "{err:?}");
+    assert_eq!(q.state().await.unwrap(), TableState::NotAQueue { missing: lacks });
 
     exec(&b, format!("DROP TABLE {name}")).await;
     cleanup.forget(&name);

@@ -177,8 +177,10 @@ impl<DB: Db> Queue<DB> {
 
     /// Drops the queue table, its dead-letter table, its pause table, its schedule and
     /// tick tables, its history tables and (on MySQL/MariaDB) its deduplication ids'
-    /// table, with every message and schedule in them.
+    /// table, with every message and schedule in them. A table of the queue's name that is
+    /// not a queue table is left alone: [`Error::NotAQueueTable`], and nothing is dropped.
     pub async fn undeploy(&self) -> Result<(), Error> {
+        refuse_foreign(self.table(), self.state().await?)?;
         let mut conn = self.inner().pool.acquire().await?;
         let (schedule, history) = (&self.sql.schedule, &self.sql.history);
         for table in [

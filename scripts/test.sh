@@ -41,6 +41,13 @@ status=0
 # they are down; they are throwaway and CPU-heavy: stopped after the run, however it went.
 trap 'scripts/galera.sh down >/dev/null 2>&1 || true; scripts/pg-standby.sh down >/dev/null 2>&1 || true' EXIT
 cargo test --workspace --no-fail-fast "$@" || status=$?
+# The examples (examples/, built by `cargo test`), each run to its end on a SQLite file of
+# its own; the web one serves on a free port, places its own orders and exits.
+for example in typed_jobs cron_schedule durable_listener "web_outbox --demo"; do
+  echo "test.sh: running example $example" >&2
+  # shellcheck disable=SC2086 # the example's flags
+  timeout 120 target/debug/examples/$example >/dev/null || { echo "test.sh: example $example failed" >&2; status=1; }
+done
 after=$(test_tables)
 
 new=$(LC_ALL=C comm -13 <(printf '%s\n' "$before") <(printf '%s\n' "$after") | grep -vxF "$shared" || true)

@@ -56,7 +56,7 @@ async fn queues_work_through_transaction_pooling() {
         publisher.await.unwrap();
     }
     assert_eq!(queue.published_total().await.unwrap(), MESSAGES as u64);
-    assert_eq!(queue.depth("").await.unwrap(), (MESSAGES as i64, 0));
+    assert_eq!(queue.depth("").await.unwrap(), (MESSAGES as i64, 0), "all in the table, none dead");
 
     // Several consumers drain it, each message once.
     let consumers: Vec<_> = (0..CONSUMERS)
@@ -66,8 +66,9 @@ async fn queues_work_through_transaction_pooling() {
                 let mut sub = queue.subscribe().batch(10).stream().await.unwrap();
                 let mut seen = Vec::new();
                 loop {
-                    let (ready, in_flight) = queue.depth("").await.unwrap();
-                    if ready == 0 && in_flight == 0 {
+                    // Every message acknowledged (deleted): none left, leased or not.
+                    let (in_table, dead) = queue.depth("").await.unwrap();
+                    if in_table == 0 && dead == 0 {
                         return seen;
                     }
                     let next =

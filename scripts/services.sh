@@ -17,6 +17,13 @@ if ! command -v chromium >/dev/null; then
   apt-get update && apt-get install -y chromium
 fi
 
+# The PgBouncer tests start a PgBouncer of their own (Debian's `pgbouncer`) in front of
+# PostgreSQL; nothing here starts one.
+if ! command -v pgbouncer >/dev/null && ! [ -x /usr/sbin/pgbouncer ]; then
+  echo "services: installing pgbouncer" >&2
+  apt-get install -y pgbouncer || { apt-get update && apt-get install -y pgbouncer; }
+fi
+
 wait_for() { # name, command...
   local name=$1; shift
   for _ in $(seq 1 60); do

@@ -32,6 +32,7 @@ const LIBRARY_WORDS: &[&str] = &[
     ", or DbPool::deploy_notify_table (deploy_durable_notify_table), which makes it beside the notify table",
     ", or DbPool::deploy_notify_table (deploy_durable_notify_table)",
     " (or Queue::deploy)",
+    "BrokerOptions::listen_url; the CLI's ",
 ];
 
 /// `line`, a library error's, in the command's words: the commands it names and not the

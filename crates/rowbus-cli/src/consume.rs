@@ -213,7 +213,7 @@ pub(crate) async fn consume<DB: Db>(
         retry: retry.clone(),
         listen_notify: args.listen_notify,
         notify_table,
-        listen_url: Some(url.to_owned()),
+        listen_url: crate::listen_url(url),
         run_schedules: !args.no_schedules,
         ..BrokerOptions::default()
     };

@@ -159,16 +159,16 @@ pub(crate) async fn waking_broker<DB: Db>(
     requeues: bool,
 ) -> Result<Broker<DB>, CliError> {
     let notify_table = queue_cmd::broker_notify_config(config);
-    let listen_notify = requeues
+    let listen_url = crate::listen_url(url);
+    let ready = requeues
         && Broker::new(pool.clone(), BrokerOptions::default()).await?.notify_ready(&notify_table).await?;
+    let listen_notify = ready && listen_url.is_some();
+    if ready && !listen_notify {
+        crate::warn_no_wake_ups();
+    }
     Ok(Broker::new(
         pool,
-        BrokerOptions {
-            listen_notify,
-            notify_table,
-            listen_url: Some(url.to_owned()),
-            ..BrokerOptions::default()
-        },
+        BrokerOptions { listen_notify, notify_table, listen_url, ..BrokerOptions::default() },
     )
     .await?)
 }

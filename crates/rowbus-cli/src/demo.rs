@@ -167,7 +167,7 @@ pub(crate) async fn demo<DB: Db>(
     let options = BrokerOptions {
         listen_notify: true,
         notify_table: queue_cmd::broker_notify_config(config),
-        listen_url: Some(url.to_owned()),
+        listen_url: crate::listen_url(url),
         retry: RetryPolicy {
             max_attempts: 5,
             base: Duration::from_millis(100),

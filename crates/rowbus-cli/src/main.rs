@@ -32,6 +32,13 @@ struct Cli {
     #[arg(long, env = "DATABASE_URL", default_value = DEFAULT_URL, global = true)]
     database_url: String,
 
+    /// A direct URL to listen on (`listen`, `consume --listen-notify`, the wake-ups of
+    /// `publish` and `dead requeue`), when --database-url goes through PgBouncer in
+    /// transaction pooling mode (`?pgbouncer=true`): LISTEN needs a session of its own
+    /// [default: --database-url]
+    #[arg(long, env = "ROWBUS_LISTEN_URL", global = true, value_name = "URL")]
+    listen_url: Option<String>,
+
     #[command(flatten)]
     notify_table: NotifyTableArgs,
 
@@ -243,9 +250,34 @@ fn one_line(error: &rowbus::Error) -> String {
     cli_error::in_cli_words(&error.one_line())
 }
 
+/// `--listen-url`, set once from the command line before any command runs.
+static LISTEN_URL: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+
+/// The URL to listen on for a command on `url`: `--listen-url`, else `url` itself unless
+/// it goes through PgBouncer in transaction pooling mode (`None` then: no session to
+/// LISTEN on).
+pub(crate) fn listen_url(url: &str) -> Option<String> {
+    match LISTEN_URL.get().and_then(Option::as_ref) {
+        Some(listen) => Some(listen.clone()),
+        None if rowbus::uses_pgbouncer(url).unwrap_or(false) => None,
+        None => Some(url.to_owned()),
+    }
+}
+
+/// Says that the wake-ups a command would send are off: its URL goes through PgBouncer
+/// and no `--listen-url` was given.
+pub(crate) fn warn_no_wake_ups() {
+    eprintln!(
+        "rowbus: warning: through PgBouncer (pgbouncer=true) without --listen-url, consumers in other \
+         processes are not woken: they find the messages at their next poll (give a direct URL with \
+         --listen-url or ROWBUS_LISTEN_URL)"
+    );
+}
+
 async fn run(cli: Cli) -> Result<(), CliError> {
     let config = cli.notify_table.config()?;
     let url = cli.database_url.as_str();
+    let _ = LISTEN_URL.set(cli.listen_url.clone());
     match cli.command {
         Command::Deploy { queues, keep, durable, create_schema } => {
             let tables = queue_cmd::parse_tables(&queues)?;
@@ -416,7 +448,9 @@ async fn listen(
     if let Some(lease) = durably.and_then(|d| d.lease) {
         options.durable_lease = lease;
     }
-    let mut listener = Listener::connect_with(url, options).await?;
+    // A URL through PgBouncer is refused there, naming --listen-url.
+    let listen = listen_url(url).unwrap_or_else(|| url.to_owned());
+    let mut listener = Listener::connect_with(&listen, options).await?;
     for channel in channels {
         match durably {
             None => listener.listen(channel).await?,

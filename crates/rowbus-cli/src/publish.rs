@@ -56,21 +56,21 @@ pub(crate) async fn publish<DB: Db>(
     args: PublishArgs,
 ) -> Result<(), CliError> {
     let notify_table = queue_cmd::broker_notify_config(config);
-    let listen_notify =
+    let listen_url = crate::listen_url(url);
+    let notify_ready =
         Broker::new(pool.clone(), BrokerOptions::default()).await?.notify_ready(&notify_table).await?;
-    if !listen_notify {
+    let listen_notify = notify_ready && listen_url.is_some();
+    if notify_ready && !listen_notify {
+        crate::warn_no_wake_ups();
+    }
+    if !notify_ready {
         eprintln!(
             "rowbus: warning: the notify table `{}` does not exist: consumers in other processes are not \
              woken, they find the message at their next poll (create it with `rowbus deploy`)",
             notify_table.table
         );
     }
-    let options = BrokerOptions {
-        listen_notify,
-        notify_table,
-        listen_url: Some(url.to_owned()),
-        ..BrokerOptions::default()
-    };
+    let options = BrokerOptions { listen_notify, notify_table, listen_url, ..BrokerOptions::default() };
     let broker = Broker::new(pool, options).await?;
     let result = publish_with(&broker, url, args).await;
     broker.shutdown(Duration::ZERO).await;

@@ -30,15 +30,24 @@ impl Backend {
     /// ```
     pub fn from_url(url: &str) -> Result<Self, Error> {
         let scheme = url.split_once(':').map(|(scheme, _)| scheme.to_ascii_lowercase());
-        match scheme.as_deref() {
-            Some("postgres" | "postgresql") => Ok(Backend::Postgres),
-            Some("mysql" | "mariadb") => Ok(Backend::MySql),
-            Some("sqlite") => Ok(Backend::Sqlite),
-            _ => Err(Error::InvalidUrl {
+        let backend = match scheme.as_deref() {
+            Some("postgres" | "postgresql") => Backend::Postgres,
+            Some("mysql" | "mariadb") => Backend::MySql,
+            Some("sqlite") => Backend::Sqlite,
+            _ => {
+                return Err(Error::InvalidUrl {
+                    url: redact(url),
+                    reason: "expected a postgres://, mysql://, mariadb:// or sqlite: URL".into(),
+                });
+            }
+        };
+        if backend != Backend::Postgres && through_pgbouncer(url)?.1 {
+            return Err(Error::InvalidUrl {
                 url: redact(url),
-                reason: "expected a postgres://, mysql://, mariadb:// or sqlite: URL".into(),
-            }),
+                reason: format!("{PGBOUNCER}=true is for PostgreSQL URLs (PgBouncer pools PostgreSQL only)"),
+            });
         }
+        Ok(backend)
     }
 
     /// The backend's name, for messages.
@@ -62,6 +71,56 @@ pub fn redact(url: &str) -> String {
         },
         None => url.to_owned(),
     }
+}
+
+/// The query parameter that says a PostgreSQL URL goes through PgBouncer in transaction
+/// pooling mode (`?pgbouncer=true`, as Prisma spells it): no named prepared statements, and
+/// no session of its own for LISTEN.
+pub const PGBOUNCER: &str = "pgbouncer";
+
+/// Whether `url` says it goes through PgBouncer in transaction pooling mode
+/// (`pgbouncer=true`): what needs a session of its own (listening) must then be given
+/// another, direct URL.
+///
+/// ```
+/// assert!(rowbus::uses_pgbouncer("postgres://app@bouncer:6432/app?pgbouncer=true").unwrap());
+/// assert!(!rowbus::uses_pgbouncer("postgres://app@db:5432/app").unwrap());
+/// ```
+pub fn uses_pgbouncer(url: &str) -> Result<bool, Error> {
+    Ok(through_pgbouncer(url)?.1)
+}
+
+/// `url` without its [`PGBOUNCER`] parameter, and whether that said `true` (`false`, or
+/// none, is a direct connection). Any other value is refused.
+pub(crate) fn through_pgbouncer(url: &str) -> Result<(String, bool), Error> {
+    let Some((base, query)) = url.split_once('?') else { return Ok((url.to_owned(), false)) };
+    let mut pooled = false;
+    let mut kept = Vec::new();
+    for pair in query.split('&') {
+        match pair.split_once('=') {
+            Some((PGBOUNCER, value)) => {
+                pooled = match value.to_ascii_lowercase().as_str() {
+                    "true" => true,
+                    "false" => false,
+                    _ => {
+                        return Err(Error::InvalidUrl {
+                            url: redact(url),
+                            reason: format!("{PGBOUNCER}={value}: rowbus takes `true` or `false`"),
+                        });
+                    }
+                }
+            }
+            _ if pair == PGBOUNCER => {
+                return Err(Error::InvalidUrl {
+                    url: redact(url),
+                    reason: format!("{PGBOUNCER} without a value: write {PGBOUNCER}=true"),
+                });
+            }
+            _ => kept.push(pair),
+        }
+    }
+    let url = if kept.is_empty() { base.to_owned() } else { format!("{base}?{}", kept.join("&")) };
+    Ok((url, pooled))
 }
 
 /// How long a pooled connection may sit idle and still be handed out untested.
@@ -153,6 +212,31 @@ mod tests {
         assert_eq!(Backend::from_url("sqlite:x.db").unwrap(), Backend::Sqlite);
         for bad in ["", "localhost", "http://x", "redis://x"] {
             assert!(matches!(Backend::from_url(bad), Err(Error::InvalidUrl { .. })), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_pgbouncer_parameter_is_taken_out() {
+        let pooled = |url| through_pgbouncer(url).unwrap();
+        assert_eq!(pooled("postgres://h:6432/db?pgbouncer=true"), ("postgres://h:6432/db".into(), true));
+        assert_eq!(
+            pooled("postgres://h/db?sslmode=disable&pgbouncer=TRUE&application_name=x"),
+            ("postgres://h/db?sslmode=disable&application_name=x".into(), true)
+        );
+        assert_eq!(pooled("postgres://h/db?pgbouncer=false"), ("postgres://h/db".into(), false));
+        assert_eq!(
+            pooled("postgres://h/db?sslmode=disable"),
+            ("postgres://h/db?sslmode=disable".into(), false)
+        );
+        assert_eq!(pooled("postgres://h/db"), ("postgres://h/db".into(), false));
+        for bad in
+            ["postgres://h/db?pgbouncer=yes", "postgres://h/db?pgbouncer", "postgres://h/db?pgbouncer="]
+        {
+            assert!(matches!(through_pgbouncer(bad), Err(Error::InvalidUrl { .. })), "{bad}");
+        }
+        assert!(Backend::from_url("postgres://h/db?pgbouncer=true").is_ok());
+        for other in ["mysql://root@h/test?pgbouncer=true", "sqlite://x.db?pgbouncer=true"] {
+            assert!(matches!(Backend::from_url(other), Err(Error::InvalidUrl { .. })), "{other}");
         }
     }
 

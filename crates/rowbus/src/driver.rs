@@ -175,14 +175,49 @@ where
     Ok(u64::try_from(r.try_get::<i64, _>(0)?).unwrap_or_default())
 }
 
-/// Implements [`sealed::Driver`] for one sqlx database.
+/// Implements [`sealed::Driver`] for one sqlx database. With `unnamed` (an expression,
+/// read on each statement), statements are not named on the server and one made outside
+/// a transaction runs in one of its own: what PostgreSQL through PgBouncer in transaction
+/// pooling mode needs (see `postgres::unnamed`). sqlx prepares a statement and binds it
+/// after separate syncs, and the pooler may hand each sync's transaction another server
+/// connection unless a transaction holds it.
 macro_rules! driver {
     ($db:ty) => {
+        $crate::driver::driver!($db, false);
+    };
+    ($db:ty, $unnamed:expr) => {
+        /// Runs `$query` with `$run` on `$conn`, in a transaction of its own when
+        /// statements are unnamed and `$conn` is in none.
+        macro_rules! run_alone {
+            ($conn:ident, $unnamed_now:ident, |$c:ident| $run:expr) => {{
+                if $unnamed_now && !sqlx::Connection::is_in_transaction(&*$conn) {
+                    let mut tx = sqlx::Connection::begin(&mut *$conn).await?;
+                    let result = {
+                        let $c = &mut *tx;
+                        $run
+                    };
+                    match result {
+                        Ok(done) => {
+                            tx.commit().await?;
+                            done
+                        }
+                        Err(e) => {
+                            let _ = tx.rollback().await;
+                            return Err(e);
+                        }
+                    }
+                } else {
+                    let $c = $conn;
+                    $run?
+                }
+            }};
+        }
+
         impl $crate::driver::sealed::Driver for $db {
             fn statement(
                 stmt: &notify_table::Statement,
             ) -> sqlx::query::Query<'static, Self, Self::Arguments> {
-                $crate::driver::query(&stmt.sql, &$crate::driver::args_of(stmt))
+                $crate::driver::query(&stmt.sql, &$crate::driver::args_of(stmt), !$unnamed)
             }
 
             fn execute<'c>(
@@ -190,8 +225,12 @@ macro_rules! driver {
                 sql: &std::sync::Arc<str>,
                 args: &[$crate::driver::Arg<'_>],
             ) -> futures::future::BoxFuture<'c, Result<u64, sqlx::Error>> {
-                let query = $crate::driver::query::<$db>(sql, args);
-                Box::pin(async move { Ok(query.execute(conn).await?.rows_affected()) })
+                let unnamed = $unnamed;
+                let query = $crate::driver::query::<$db>(sql, args, !unnamed);
+                Box::pin(async move {
+                    let done = run_alone!(conn, unnamed, |c| query.execute(c).await);
+                    Ok(done.rows_affected())
+                })
             }
 
             fn simple<'c>(
@@ -207,9 +246,10 @@ macro_rules! driver {
                 args: &[$crate::driver::Arg<'_>],
             ) -> futures::future::BoxFuture<'c, Result<Vec<$crate::driver::ClaimedRow>, sqlx::Error>> {
                 use sqlx::Row as _;
-                let query = $crate::driver::query::<$db>(sql, args);
+                let unnamed = $unnamed;
+                let query = $crate::driver::query::<$db>(sql, args, !unnamed);
                 Box::pin(async move {
-                    let rows = query.fetch_all(conn).await?;
+                    let rows = run_alone!(conn, unnamed, |c| query.fetch_all(c).await);
                     rows.iter()
                         .map(|row| {
                             Ok($crate::driver::ClaimedRow {
@@ -234,9 +274,10 @@ macro_rules! driver {
                 args: &[$crate::driver::Arg<'_>],
             ) -> futures::future::BoxFuture<'c, Result<Vec<$crate::driver::DeadRow>, sqlx::Error>> {
                 use sqlx::Row as _;
-                let query = $crate::driver::query::<$db>(sql, args);
+                let unnamed = $unnamed;
+                let query = $crate::driver::query::<$db>(sql, args, !unnamed);
                 Box::pin(async move {
-                    let rows = query.fetch_all(conn).await?;
+                    let rows = run_alone!(conn, unnamed, |c| query.fetch_all(c).await);
                     rows.iter()
                         .map(|row| {
                             Ok($crate::driver::DeadRow {
@@ -262,9 +303,10 @@ macro_rules! driver {
                 args: &[$crate::driver::Arg<'_>],
             ) -> futures::future::BoxFuture<'c, Result<Vec<$crate::driver::HistoryRow>, sqlx::Error>> {
                 use sqlx::Row as _;
-                let query = $crate::driver::query::<$db>(sql, args);
+                let unnamed = $unnamed;
+                let query = $crate::driver::query::<$db>(sql, args, !unnamed);
                 Box::pin(async move {
-                    let rows = query.fetch_all(conn).await?;
+                    let rows = run_alone!(conn, unnamed, |c| query.fetch_all(c).await);
                     rows.iter()
                         .map(|row| {
                             Ok($crate::driver::HistoryRow {
@@ -294,9 +336,10 @@ macro_rules! driver {
                 args: &[$crate::driver::Arg<'_>],
                 texts: usize,
             ) -> futures::future::BoxFuture<'c, Result<Vec<$crate::driver::TextsAndInts>, sqlx::Error>> {
-                let query = $crate::driver::query::<$db>(sql, args);
+                let unnamed = $unnamed;
+                let query = $crate::driver::query::<$db>(sql, args, !unnamed);
                 Box::pin(async move {
-                    let rows = query.fetch_all(conn).await?;
+                    let rows = run_alone!(conn, unnamed, |c| query.fetch_all(c).await);
                     rows.iter().map(|row| $crate::driver::TextsAndInts::of(row, texts)).collect()
                 })
             }
@@ -316,15 +359,21 @@ pub(crate) fn args_of(stmt: &Statement) -> Vec<Arg<'_>> {
         .collect()
 }
 
-pub(crate) fn query<DB>(sql: &Arc<str>, args: &[Arg<'_>]) -> Query<'static, DB, DB::Arguments>
+/// `sql` with its binds; a `persistent` statement is named and kept on the connection
+/// (sqlx's default), another is the server's unnamed one, parsed again each time.
+pub(crate) fn query<DB>(
+    sql: &Arc<str>,
+    args: &[Arg<'_>],
+    persistent: bool,
+) -> Query<'static, DB, DB::Arguments>
 where
-    DB: Database,
+    DB: Database + sqlx::database::HasStatementCache,
     for<'a> &'a str: Encode<'a, DB> + Type<DB>,
     for<'a> &'a [u8]: Encode<'a, DB> + Type<DB>,
     for<'a> i64: Encode<'a, DB> + Type<DB>,
     for<'a> Option<&'a str>: Encode<'a, DB>,
 {
-    let mut query = sqlx::query(AssertSqlSafe(sql.clone()));
+    let mut query = sqlx::query(AssertSqlSafe(sql.clone())).persistent(persistent);
     for arg in args {
         query = match *arg {
             Arg::Text(text) => query.bind(text),

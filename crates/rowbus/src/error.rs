@@ -44,6 +44,19 @@ pub enum Error {
         /// The host's URL (password removed).
         target: String,
     },
+    /// Something that needs a database session of its own (LISTEN: listeners, the
+    /// broker's `listen_notify` wake-ups, durable listeners) was asked of a URL through
+    /// PgBouncer in transaction pooling mode (`pgbouncer=true`), which hands each
+    /// transaction whichever server connection is free.
+    #[error(
+        "{feature} needs a database session of its own, which PgBouncer in transaction pooling mode \
+         (pgbouncer=true) does not keep: give it a direct URL to PostgreSQL (BrokerOptions::listen_url; \
+         the CLI's --listen-url or ROWBUS_LISTEN_URL)"
+    )]
+    NeedsSession {
+        /// What asked for the session: "listening", "listen_notify".
+        feature: &'static str,
+    },
     /// The SQLite database file does not exist, and the connection was not one that
     /// creates it.
     #[error(

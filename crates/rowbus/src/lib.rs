@@ -70,7 +70,7 @@ mod names;
 mod notify;
 mod sql;
 
-pub use backend::{Backend, redact};
+pub use backend::{Backend, PGBOUNCER, redact, uses_pgbouncer};
 pub use broker::{
     Broker, BrokerOptions, BrokerTx, Delivery, Headers, Message, Outcome, Published, Queue, QueueTable,
     Received, RetryPolicy, Subscription, SubscriptionBuilder, TxMessage,

@@ -3,6 +3,8 @@
 //! output line by line, and checking the errors it reports.
 #![allow(dead_code)]
 
+#[path = "../../../rowbus/tests/common/bouncer.rs"]
+pub mod bouncer;
 #[path = "../../../rowbus/tests/common/cleanup.rs"]
 mod cleanup;
 
@@ -59,6 +61,7 @@ pub fn unique(name: &str) -> String {
 pub fn rowbus() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_rowbus"));
     cmd.env_remove("DATABASE_URL")
+        .env_remove("ROWBUS_LISTEN_URL")
         .env_remove("RUST_LOG")
         .env("RUST_BACKTRACE", "1")
         .current_dir(std::env::temp_dir())

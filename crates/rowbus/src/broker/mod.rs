@@ -82,7 +82,9 @@ pub struct BrokerOptions {
     /// missed, and the subscription then finds the message at its poll interval.
     pub notify_table: NotifyConfig,
     /// The URL `listen_notify`'s connection is made from; by default the pool's connect
-    /// options. Set it to the URL the pool was made from when that URL lists several
+    /// options. A pool through PgBouncer in transaction pooling mode (`pgbouncer=true`)
+    /// needs it: LISTEN needs a session of its own, so give a direct URL to the server
+    /// (without it, `listen_notify` is refused with [`Error::NeedsSession`]). Set it to the URL the pool was made from when that URL lists several
     /// hosts (`postgres://h1,h2/db?target_session_attrs=read-write`): the pool's options
     /// name only the host it settled on, and with the list the listening connection goes
     /// through the hosts again on every reconnect.
@@ -245,8 +247,14 @@ impl<DB: Db> Broker<DB> {
         if options.listen_notify {
             let url = match &options.listen_url {
                 Some(url) => url.clone(),
+                None if DB::through_pgbouncer(&pool) => {
+                    return Err(Error::NeedsSession { feature: "listen_notify" });
+                }
                 None => pool.connect_options().to_url_lossy().to_string(),
             };
+            if crate::backend::uses_pgbouncer(&url)? {
+                return Err(Error::NeedsSession { feature: "listen_notify" });
+            }
             notifier = Some(Notifier::new(options.notify_table.clone())?);
             let listener_options =
                 ListenerOptions { notify_table: options.notify_table.clone(), ..Default::default() };

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use futures::Stream;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::backend::Backend;
+use crate::backend::{Backend, uses_pgbouncer};
 use crate::error::Error;
 use crate::names::check_durable_name;
 use crate::sql::Db;
@@ -98,9 +98,14 @@ impl Listener {
     }
 
     /// Connects a listener. Fails at once on a bad URL, an unreachable server or an
-    /// invalid configuration; later connection losses are events, not errors.
+    /// invalid configuration; later connection losses are events, not errors. A URL
+    /// through PgBouncer in transaction pooling mode (`pgbouncer=true`) is refused
+    /// ([`Error::NeedsSession`]): LISTEN needs a session, give a direct URL.
     pub async fn connect_with(url: &str, options: ListenerOptions) -> Result<Self, Error> {
         let backend = Backend::from_url(url)?;
+        if uses_pgbouncer(url)? {
+            return Err(Error::NeedsSession { feature: "listening" });
+        }
         options.notify_table.validate()?;
         let (commands_tx, commands) = mpsc::unbounded_channel();
         let (events_tx, events) = mpsc::channel(options.buffer.max(1));

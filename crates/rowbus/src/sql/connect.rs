@@ -29,6 +29,12 @@ pub trait Connecting: Driver + Sized {
 
     /// The connection a listener's session runs on.
     type ListenConn: TableConn;
+
+    /// Whether `pool` was connected through PgBouncer in transaction pooling mode
+    /// (`pgbouncer=true`, PostgreSQL only): it has no session of its own to listen on.
+    fn through_pgbouncer(_pool: &Pool<Self>) -> bool {
+        false
+    }
 }
 
 /// A connection the notify-table core can run its statements on.

@@ -138,7 +138,10 @@ impl<'a> ForBackend for Connect<'a> {
 impl DbPool {
     /// Connects a pool of up to 8 connections (4 on SQLite) and checks that one works. A
     /// missing SQLite file is an error ([`Error::MissingDatabase`]), whatever the URL's
-    /// `mode`: [`connect_creating`](Self::connect_creating) makes it.
+    /// `mode`: [`connect_creating`](Self::connect_creating) makes it. A PostgreSQL URL with
+    /// `pgbouncer=true` ([`PGBOUNCER`](crate::PGBOUNCER)) goes through PgBouncer in
+    /// transaction pooling mode: no named statements, and listening on it is refused
+    /// ([`Error::NeedsSession`]).
     pub async fn connect(url: &str) -> Result<Self, Error> {
         Self::connect_with_size(url, 8).await
     }

@@ -1,7 +1,8 @@
 //! PostgreSQL: `$n` placeholders, `TIMESTAMPTZ`, native LISTEN/NOTIFY, schemas.
 
 use std::str::FromStr as _;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 use notify_table::{Dialect as NotifyDialect, NotifyTable, Row, Statement, Value};
@@ -13,7 +14,7 @@ use super::{
     Catalog, Claiming, Connecting, DEDUP, DEPLOY_LOCK_WAIT, Db, KEYS, Keeping, Naming, Pausing, Positions,
     Publishing, QUEUE_NAMES, READY, Scheduling, Schema, Waking,
 };
-use crate::backend::{Backend, connect_error, invalid_url, pool_options, redact};
+use crate::backend::{Backend, connect_error, invalid_url, pool_options, redact, through_pgbouncer};
 use crate::driver::sealed::Driver as _;
 use crate::driver::{Arg, TextsAndInts, notify_row, signed_id};
 use crate::error::Error;
@@ -23,7 +24,30 @@ use crate::sql::DbPool;
 use crate::sql::TableConn;
 use crate::sql::{Notifier, check_pg_channel, check_pg_payload};
 
-crate::driver::driver!(Postgres);
+crate::driver::driver!(Postgres, unnamed());
+
+/// Whether a pool of this process was connected through PgBouncer in transaction pooling
+/// mode (`pgbouncer=true`): from then on every PostgreSQL statement of the process is the
+/// server's unnamed one, and one outside a transaction runs in a transaction of its own.
+/// sqlx names every statement it keeps (`sqlx_s_1`, ...) per connection, and the pooler
+/// hands each transaction whichever server connection is free: another client's names
+/// are there, its own are not. Process-wide because sqlx connections carry no state of
+/// the caller's, and the statements run on bare connections; a process that never
+/// connects through PgBouncer keeps its named statements (one relaxed load per statement).
+static UNNAMED: AtomicBool = AtomicBool::new(false);
+
+/// The hosts and ports pools were connected to with `pgbouncer=true`: a pool on one of
+/// them has no session of its own to LISTEN on.
+static POOLERS: Mutex<Vec<(String, u16)>> = Mutex::new(Vec::new());
+
+/// See [`UNNAMED`].
+pub(crate) fn unnamed() -> bool {
+    UNNAMED.load(Ordering::Relaxed)
+}
+
+fn poolers() -> std::sync::MutexGuard<'static, Vec<(String, u16)>> {
+    POOLERS.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 impl Db for Postgres {
     const BACKEND: Backend = Backend::Postgres;
@@ -55,12 +79,12 @@ pub(crate) async fn first_host(url: &str) -> Result<String, Error> {
 }
 
 /// Refuses a server that does not take writes, as libpq's `read-write` does: a standby
-/// answers `on`, and so does a session whose `default_transaction_read_only` is on.
+/// answers `on`, and so does a session whose `default_transaction_read_only` is on. A
+/// simple query: no statement to prepare, through PgBouncer too.
 async fn check_writable(conn: &mut PgConnection, host: &str) -> Result<(), Error> {
-    let read_only: String = sqlx::query_scalar("SHOW transaction_read_only")
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(connect_error(host))?;
+    use sqlx::Row as _;
+    let row = sqlx::raw_sql("SHOW transaction_read_only").fetch_one(&mut *conn).await;
+    let read_only: String = row.and_then(|row| row.try_get(0)).map_err(connect_error(host))?;
     if read_only == "off" { Ok(()) } else { Err(Error::ReadOnlyHost { target: redact(host) }) }
 }
 
@@ -331,6 +355,19 @@ impl Connecting for Postgres {
     fn connect_pool(url: &str, max: u32, _create: bool) -> BoxFuture<'static, Result<Pool<Self>, Error>> {
         let url = url.to_owned();
         Box::pin(async move {
+            let (url, pooled) = through_pgbouncer(&url)?;
+            if pooled {
+                // Before the first statement: the checks below run through it too.
+                UNNAMED.store(true, Ordering::Relaxed);
+                for host in Hosts::parse(&url)?.hosts {
+                    let options = connect_options(&host.url)?;
+                    let endpoint = (options.get_host().to_owned(), options.get_port());
+                    let mut poolers = poolers();
+                    if !poolers.contains(&endpoint) {
+                        poolers.push(endpoint);
+                    }
+                }
+            }
             // A pool retries a refused connection until its acquire timeout and then
             // reports only the timeout: one direct connection per host first fails fast,
             // with the real cause, and picks the host. sqlx pools take one set of connect
@@ -368,6 +405,12 @@ impl Connecting for Postgres {
     const NATIVE_LISTEN: bool = true;
 
     type ListenConn = PgListener;
+
+    fn through_pgbouncer(pool: &Pool<Self>) -> bool {
+        let options = pool.connect_options();
+        let endpoint = (options.get_host().to_owned(), options.get_port());
+        unnamed() && poolers().contains(&endpoint)
+    }
 }
 
 impl Catalog for Postgres {

@@ -46,9 +46,13 @@ pub(crate) async fn stats<DB: Db>(
     let mut lines = Vec::new();
     let mut unreadable = Vec::new();
     for table in &tables {
-        match readable(self::lines(&broker, std::slice::from_ref(table)).await)? {
-            Ok(found) => lines.extend(found),
-            Err(()) => unreadable.push(table),
+        match self::lines(&broker, std::slice::from_ref(table)).await {
+            // Found in the catalog, dropped (`rowbus undeploy`) before it was read.
+            Err(CliError::Rowbus(rowbus::Error::MissingQueueTable { .. })) if args.tables.is_empty() => {}
+            read => match readable(read)? {
+                Ok(found) => lines.extend(found),
+                Err(()) => unreadable.push(table),
+            },
         }
     }
     let notify = readable(broker.notify_table_stats(config).await.map_err(CliError::from))?;

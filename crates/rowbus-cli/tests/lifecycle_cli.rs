@@ -131,8 +131,12 @@ fn listen_forget_deletes_a_durable_listeners_position(kind: Kind) {
     let channel = unique("lcli_ch");
     let listen =
         |args: &[&str]| db.rowbus(&[&["--poll-interval", "0.05", "listen", &channel], args].concat());
+    // Stats of a queue of the test's own: the durable listeners are listed beside it,
+    // and other programs' queues on the server are not read.
+    let q = db.queue();
+    db.ok(&["deploy", "--queue", &q]);
     let durable_names = || -> Vec<String> {
-        let stats: Value = serde_json::from_str(&db.ok(&["stats", "--json"])).unwrap();
+        let stats: Value = serde_json::from_str(&db.ok(&["stats", "--json", &q])).unwrap();
         stats["durable_listeners"]
             .as_array()
             .unwrap_or_else(|| panic!("no durable listeners in {stats}"))

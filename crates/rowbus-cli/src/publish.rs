@@ -10,7 +10,7 @@ use rowbus::{Broker, BrokerOptions, Db, Message, NotifyConfig};
 use tokio::sync::mpsc;
 
 use crate::cli_error::CliError;
-use crate::queue_cmd::{self, duration, outln};
+use crate::queue_cmd::{self, duration, outln, positive_duration};
 
 /// Most messages one `publish_batch` carries when reading stdin.
 const BATCH: usize = 1000;
@@ -26,6 +26,11 @@ pub(crate) struct PublishArgs {
     /// Wait before the message can be claimed, e.g. 250ms, 2s, 1m (plain seconds too)
     #[arg(long, value_name = "DURATION", value_parser = duration)]
     delay: Option<Duration>,
+    /// How long a consumer may handle the message, e.g. 30s, 5m: past it the handler is
+    /// stopped (an --exec command gets SIGTERM, then SIGKILL after the consumer's --grace)
+    /// and the attempt fails with "timed out after ..." (retried, then dead-lettered)
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
+    timeout: Option<Duration>,
     /// Priority: lower is handled sooner, negative allowed
     #[arg(long, value_name = "N", default_value_t = 0, allow_negative_numbers = true)]
     priority: i16,
@@ -120,6 +125,9 @@ async fn publish_with<DB: Db>(broker: &Broker<DB>, url: &str, args: PublishArgs)
         }
         if let Some(key) = &args.key {
             m = m.key(key.clone());
+        }
+        if let Some(timeout) = args.timeout {
+            m = m.timeout(timeout);
         }
         if let Some(id) = &args.dedup {
             m = m.dedup_id(id.clone());

@@ -6,7 +6,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tracing::{debug, warn};
 
-use crate::broker::publish::message::decode_headers;
+use crate::broker::publish::message::{decode_headers, message_timeout};
+use crate::broker::settle::control::Control;
 use crate::broker::settle::lease;
 use crate::broker::{Headers, Queue};
 use crate::driver::ClaimedRow;
@@ -56,6 +57,10 @@ pub(crate) struct Lease<DB: Db> {
     keyed: Option<Arc<str>>,
     /// Shared by a delivery and its runner's ticket: set once either settled it.
     settled: Arc<AtomicBool>,
+    /// What the runner signals to the handler.
+    control: Control,
+    /// How long its handler may run ([`Message::timeout`](crate::broker::Message::timeout)).
+    timeout: Option<Duration>,
 }
 
 impl<DB: Db> Clone for Lease<DB> {
@@ -67,6 +72,8 @@ impl<DB: Db> Clone for Lease<DB> {
             attempt: self.attempt,
             keyed: self.keyed.clone(),
             settled: self.settled.clone(),
+            control: self.control.clone(),
+            timeout: self.timeout,
         }
     }
 }
@@ -91,6 +98,21 @@ impl<DB: Db> Lease<DB> {
 
     pub fn token(&self) -> i64 {
         self.token
+    }
+
+    /// What the runner signals to the handler.
+    pub fn control(&self) -> &Control {
+        &self.control
+    }
+
+    /// The message's own timeout, if it has one.
+    pub fn timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+
+    /// The queue it came from.
+    pub fn queue(&self) -> &Queue<DB> {
+        &self.queue
     }
 
     /// Whether the message has an ordering key.
@@ -211,8 +233,16 @@ impl<DB: Db> Delivery<DB> {
     pub(crate) fn new(queue: Queue<DB>, row: ClaimedRow, token: i64) -> Self {
         let attempt = u32::try_from(row.attempts).unwrap_or(u32::MAX);
         let keyed = row.key.is_some().then(|| Arc::from(row.group.as_str()));
-        let lease = Lease { queue, id: row.id, token, attempt, keyed, settled: Arc::default() };
-        Delivery { lease, message: Received::new(row, attempt) }
+        let message = Received::new(row, attempt);
+        let timeout = message_timeout(&message.headers);
+        let (id, settled, control) = (message.row.id, Arc::default(), Control::default());
+        let lease = Lease { queue, id, token, attempt, keyed, settled, control, timeout };
+        Delivery { lease, message }
+    }
+
+    /// What the runner signals to the handler.
+    pub(crate) fn control(&self) -> &Control {
+        &self.lease.control
     }
 
     /// The lease, for a runner to settle the message after its handler.

@@ -72,7 +72,8 @@ fn said(done: &Cancelled, table: &str) -> String {
     let list = |ids: &[i64]| ids.iter().map(i64::to_string).collect::<Vec<_>>().join(", ");
     line += &format!(": {}", list(&done.ids));
     if !done.running.is_empty() {
-        let their = if done.running.len() == 1 { "its consumer stops it" } else { "their consumers stop them" };
+        let their =
+            if done.running.len() == 1 { "its consumer stops it" } else { "their consumers stop them" };
         line += &format!(" (running: {}; {their})", list(&done.running));
     }
     line
@@ -85,7 +86,10 @@ mod tests {
     #[test]
     fn says_what_it_cancelled() {
         let done = Cancelled { ids: vec![7, 9], running: vec![9] };
-        assert_eq!(said(&done, "jobs"), "cancelled 2 messages from `jobs`: 7, 9 (running: 9; its consumer stops it)");
+        assert_eq!(
+            said(&done, "jobs"),
+            "cancelled 2 messages from `jobs`: 7, 9 (running: 9; its consumer stops it)"
+        );
         assert_eq!(said(&Cancelled::default(), "jobs"), "cancelled 0 messages from `jobs`");
     }
 }

@@ -637,7 +637,9 @@ impl Drop for GroupGuard {
 /// Why a running message's handler was told to stop, for its stderr line.
 fn stopped(reason: rowbus::control::StopReason) -> String {
     match reason {
-        rowbus::control::StopReason::TimedOut(after) => format!("timed out after {}", queue_cmd::human(after)),
+        rowbus::control::StopReason::TimedOut(after) => {
+            format!("timed out after {}", queue_cmd::human(after))
+        }
         _ => "cancelled".to_owned(),
     }
 }

@@ -91,21 +91,29 @@ async fn look<DB: Db>(queue: &Queue<DB>, open: &[Lease<DB>], beat: Option<Durati
             let args: Vec<Arg<'_>> =
                 std::iter::once(Arg::Int(micros(lease))).chain(ids.iter().copied()).chain(pairs).collect();
             let (sql, args) = (&sql, &args);
-            retrying(queue, || async move { DB::execute(&mut *pool.acquire().await?, sql, args).await }).await?;
+            retrying(queue, || async move { DB::execute(&mut *pool.acquire().await?, sql, args).await })
+                .await?;
         }
         let sql: Arc<str> = Arc::from(queue.sql.lease_check(chunk.len()));
         let (sql, args) = (&sql, &ids);
         let rows =
-            retrying(queue, || async move { DB::fetch_rows(&mut *pool.acquire().await?, sql, args, 0).await })
-                .await?;
-        let found: HashMap<i64, (Option<i64>, bool)> =
-            rows.iter().map(|row| (row.int(0), (row.ints.get(1).copied().flatten(), row.int(2) == 1))).collect();
+            retrying(
+                queue,
+                || async move { DB::fetch_rows(&mut *pool.acquire().await?, sql, args, 0).await },
+            )
+            .await?;
+        let found: HashMap<i64, (Option<i64>, bool)> = rows
+            .iter()
+            .map(|row| (row.int(0), (row.ints.get(1).copied().flatten(), row.int(2) == 1)))
+            .collect();
         for lease in chunk {
             // Settled meanwhile: its handler's own doing, not a cancel.
             if lease.is_settled() {
                 continue;
             }
             match found.get(&lease.id()) {
+                // Gone after its lease was lost: another consumer's doing, not a cancel.
+                None if lease.control().is_lease_lost() => {}
                 None => {
                     if lease.control().stop(StopReason::Cancelled) {
                         debug!(id = lease.id(), "cancelled: asking its handler to stop");

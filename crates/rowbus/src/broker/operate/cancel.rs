@@ -54,7 +54,12 @@ struct Locked {
 
 impl Locked {
     fn of(row: TextsAndInts) -> Self {
-        Locked { id: row.int(0), running: row.int(1) == 1, keyed: row.int(2) == 1, group: row.text(0).to_owned() }
+        Locked {
+            id: row.int(0),
+            running: row.int(1) == 1,
+            keyed: row.int(2) == 1,
+            group: row.text(0).to_owned(),
+        }
     }
 }
 
@@ -152,7 +157,8 @@ impl<DB: Db> Queue<DB> {
     async fn after_cancel(&self, locked: &[Locked]) {
         let keyed: Vec<i64> = locked.iter().filter(|row| row.keyed).map(|row| row.id).collect();
         lease::keys_gone(self, &keyed).await;
-        let mut groups: Vec<String> = locked.iter().filter(|row| row.keyed).map(|row| row.group.clone()).collect();
+        let mut groups: Vec<String> =
+            locked.iter().filter(|row| row.keyed).map(|row| row.group.clone()).collect();
         if locked.iter().any(|row| row.running) {
             groups.push(CONTROL_GROUP.to_owned());
         }

@@ -1,14 +1,12 @@
 //! What a runner tells a running handler: its message was cancelled, its time ran out, or
 //! its lease was lost. One [`Control`] per claimed message, shared by its delivery and the
-//! runner; the handler reads it through [`Delivery`]'s methods.
+//! runner; the handler reads it through
+//! [`Delivery`](crate::broker::Delivery)'s methods.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
-
-use crate::broker::Delivery;
-use crate::sql::Db;
 
 /// Why a running handler is asked to stop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,43 +77,5 @@ impl Control {
     pub async fn lease_lost(&self) {
         let mut rx = self.0.subscribe();
         let _ = rx.wait_for(|s| s.lease_lost).await;
-    }
-}
-
-impl<DB: Db> Delivery<DB> {
-    /// Resolves when the runner asks this handler to stop: its message was cancelled
-    /// ([`Queue::cancel`](crate::broker::Queue::cancel), from any process), or it ran past its
-    /// timeout ([`Message::timeout`](crate::broker::Message::timeout),
-    /// [`SubscriptionBuilder::timeout`](crate::broker::SubscriptionBuilder::timeout)). The
-    /// handler should stop and return: after the subscription's
-    /// [`grace`](crate::broker::SubscriptionBuilder::grace) the runner drops its future.
-    /// Never resolves for a delivery taken from a [`stream`](crate::broker::SubscriptionBuilder::stream)
-    /// (nothing watches it there).
-    pub async fn cancelled(&self) -> StopReason {
-        self.control().stopped().await
-    }
-
-    /// Whether the runner asked this handler to stop (see [`cancelled`](Self::cancelled)).
-    pub fn is_cancelled(&self) -> bool {
-        self.control().reason().is_some()
-    }
-
-    /// Why the runner asked this handler to stop, if it did.
-    pub fn stop_reason(&self) -> Option<StopReason> {
-        self.control().reason()
-    }
-
-    /// Resolves when the runner finds this message's lease lost: its lease ran out (and
-    /// another consumer may hold it now), or another claim took it. Its settlement is then
-    /// refused ([`Error::LeaseLost`](crate::error::Error::LeaseLost)): the handler may stop, its
-    /// work may be done again elsewhere. The runner looks at every poll interval, and
-    /// at each [`heartbeat`](crate::broker::SubscriptionBuilder::heartbeat).
-    pub async fn lease_lost(&self) {
-        self.control().lease_lost().await;
-    }
-
-    /// Whether the runner found this message's lease lost (see [`lease_lost`](Self::lease_lost)).
-    pub fn is_lease_lost(&self) -> bool {
-        self.control().is_lease_lost()
     }
 }

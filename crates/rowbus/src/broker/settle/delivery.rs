@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tracing::{debug, warn};
 
 use crate::broker::publish::message::{decode_headers, message_timeout};
-use crate::broker::settle::control::Control;
+use crate::broker::settle::control::{Control, StopReason};
 use crate::broker::settle::lease;
 use crate::broker::{Headers, Queue};
 use crate::driver::ClaimedRow;
@@ -385,5 +385,43 @@ impl Received {
     /// One header's value.
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).map(String::as_str)
+    }
+}
+
+impl<DB: Db> Delivery<DB> {
+    /// Resolves when the runner asks this handler to stop: its message was cancelled
+    /// ([`Queue::cancel`](crate::broker::Queue::cancel), from any process), or it ran past its
+    /// timeout ([`Message::timeout`](crate::broker::Message::timeout),
+    /// [`SubscriptionBuilder::timeout`](crate::broker::SubscriptionBuilder::timeout)). The
+    /// handler should stop and return: after the subscription's
+    /// [`grace`](crate::broker::SubscriptionBuilder::grace) the runner drops its future.
+    /// Never resolves for a delivery taken from a [`stream`](crate::broker::SubscriptionBuilder::stream)
+    /// (nothing watches it there).
+    pub async fn cancelled(&self) -> StopReason {
+        self.control().stopped().await
+    }
+
+    /// Whether the runner asked this handler to stop (see [`cancelled`](Self::cancelled)).
+    pub fn is_cancelled(&self) -> bool {
+        self.control().reason().is_some()
+    }
+
+    /// Why the runner asked this handler to stop, if it did.
+    pub fn stop_reason(&self) -> Option<StopReason> {
+        self.control().reason()
+    }
+
+    /// Resolves when the runner finds this message's lease lost: its lease ran out (and
+    /// another consumer may hold it now), or another claim took it. Its settlement is then
+    /// refused ([`Error::LeaseLost`](crate::error::Error::LeaseLost)): the handler may stop, its
+    /// work may be done again elsewhere. The runner looks at every poll interval, and
+    /// at each [`heartbeat`](crate::broker::SubscriptionBuilder::heartbeat).
+    pub async fn lease_lost(&self) {
+        self.control().lease_lost().await;
+    }
+
+    /// Whether the runner found this message's lease lost (see [`lease_lost`](Self::lease_lost)).
+    pub fn is_lease_lost(&self) -> bool {
+        self.control().is_lease_lost()
     }
 }

@@ -236,3 +236,32 @@ fn cancel_all_of_a_group(kind: Kind) {
     assert!(!refused.status.success());
 }
 on_each_database!(cancel_all_of_a_group);
+
+/// `publish --json` prints each stored message's id, which `cancel --id` takes; a
+/// duplicate has none; with `-`, a line per stdin line.
+fn publish_json_prints_ids(kind: Kind) {
+    let db = Db::new(kind);
+    let q = db.queue.clone();
+    let line =
+        |text: &str| serde_json::from_str::<Value>(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
+    let one = line(&db.ok(&["publish", &q, "--json", "--dedup", "d1", "--delay", "1h", "x"]));
+    let id = one["id"].as_i64().unwrap_or_else(|| panic!("no id: {one}"));
+    let duplicate = line(&db.ok(&["publish", &q, "--json", "--dedup", "d1", "x"]));
+    assert_eq!(duplicate, serde_json::json!({"id": null, "duplicate": "d1"}));
+    let mut cmd = db.rowbus(&["publish", &q, "--json", "--delay", "1h", "-"]);
+    cmd.stdin(std::process::Stdio::piped());
+    let (out, _) = common::run_with(cmd, Some(b"a\nb\nc\n"), common::RUN_TIMEOUT);
+    assert!(out.status.success(), "{}", common::show(&out));
+    let ids: Vec<i64> =
+        String::from_utf8(out.stdout).unwrap().lines().map(|l| line(l)["id"].as_i64().unwrap()).collect();
+    assert_eq!(ids.len(), 3, "{ids:?}");
+    assert!(ids.windows(2).all(|w| w[0] < w[1]) && ids[0] > id, "{ids:?}");
+    let mut args = vec!["cancel".to_owned(), q.clone()];
+    for id in std::iter::once(id).chain(ids) {
+        args.extend(["--id".to_owned(), id.to_string()]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    assert!(db.ok(&args).starts_with(&format!("cancelled 4 messages from `{q}`: ")));
+    assert_eq!(db.depth(""), 0);
+}
+on_each_database!(publish_json_prints_ids);

@@ -150,11 +150,14 @@ async fn cancel_waiting<DB: Db>(env: Env<DB>) {
     drop(sub);
 
     // The group's cancel: its one message, nothing of the default group's.
-    q.publish(Message::text("stays")).await.unwrap();
+    let stays = q.publish_with_id(Message::text("stays").dedup_id("s")).await.unwrap().unwrap();
+    assert_eq!(q.publish_with_id(Message::text("again").dedup_id("s")).await.unwrap(), None);
     let done = q.cancel_group("g").await.unwrap();
     assert_eq!(done.count(), 1);
     assert_eq!((q.depth("g").await.unwrap().0, q.depth("").await.unwrap().0), (0, 1));
-    assert_eq!(env.broker.stats().cancelled, 4);
+    // The id a publish returned is the message's.
+    assert_eq!(q.cancel(&[stays]).await.unwrap().ids, vec![stays]);
+    assert_eq!(env.broker.stats().cancelled, 5);
     t.drop_tables().await;
 }
 on_each_database!(cancel_waiting);

@@ -386,3 +386,28 @@ fn bind(db: &DbPool) -> &'static str {
         _ => "?",
     }
 }
+
+/// A running keyed message, cancelled, frees its key at once: the next message of the key
+/// is claimed while the first one's holder still runs (its settlement then refused).
+async fn cancel_frees_the_key<DB: Db>(env: Env<DB>) {
+    let t = Table::new(&env.broker).await;
+    let q = &t.0;
+    let first = q.publish_with_id(Message::text("k1").key("k")).await.unwrap().unwrap();
+    q.publish(Message::text("k2").key("k")).await.unwrap();
+    let mut sub = q.subscribe().poll_interval(Duration::from_millis(50)).stream().await.unwrap();
+    let held = next(&mut sub).await;
+    assert_eq!(held.id(), first);
+    {
+        use futures::StreamExt as _;
+        let waiting = tokio::time::timeout(Duration::from_millis(300), sub.next()).await;
+        assert!(waiting.is_err(), "the key's next message waits while the first is held");
+    }
+    assert_eq!(q.cancel(&[first]).await.unwrap().running, vec![first]);
+    let second = next(&mut sub).await;
+    assert_eq!(second.text().unwrap(), "k2");
+    assert!(matches!(held.ack().await, Err(Error::LeaseLost { .. })));
+    second.ack().await.unwrap();
+    drop(sub);
+    t.drop_tables().await;
+}
+on_each_database!(cancel_frees_the_key);

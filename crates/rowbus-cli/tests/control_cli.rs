@@ -265,3 +265,25 @@ fn publish_json_prints_ids(kind: Kind) {
     assert_eq!(db.depth(""), 0);
 }
 on_each_database!(publish_json_prints_ids);
+
+/// `consume --heartbeat`: a command running three times its lease keeps the message (run
+/// once, acknowledged); the consumer's runner extends the lease, not the command's own
+/// extension.
+fn heartbeat_keeps_a_long_command(kind: Kind) {
+    let db = Db::new(kind);
+    let script = r#"echo run >> "$MARKS/runs"; sleep 3"#;
+    let mut consumer =
+        db.consumer(script, &["--workers", "2", "--lease", "1s", "--heartbeat", "--poll-interval", "200ms"]);
+    db.ok(&["publish", &db.queue, "job"]);
+    let deadline = Instant::now() + WITHIN;
+    while db.depth("") > 0 {
+        assert!(Instant::now() < deadline, "not acknowledged within {WITHIN:?}");
+        thread::sleep(Duration::from_millis(100));
+    }
+    let runs = std::fs::read_to_string(db.mark("runs")).unwrap();
+    assert_eq!(runs.lines().count(), 1, "run once: {runs:?}");
+    let (status, _, stderr) = consumer.stop("INT");
+    assert!(status.success(), "the consumer exited {status}: {stderr:#?}");
+    assert!(!stderr.iter().any(|l| l.contains("warning")), "no lost lease said: {stderr:#?}");
+}
+on_each_database!(heartbeat_keeps_a_long_command);

@@ -411,3 +411,35 @@ async fn cancel_frees_the_key<DB: Db>(env: Env<DB>) {
     t.drop_tables().await;
 }
 on_each_database!(cancel_frees_the_key);
+
+/// Four cancels racing for the same messages, from two brokers: each message is cancelled
+/// exactly once, and the reports add up to the messages published.
+async fn racing_cancels<DB: Db>(env: Env<DB>) {
+    let t = Table::new(&env.broker).await;
+    let q = t.0.clone();
+    let mut ids = Vec::new();
+    for i in 0..120 {
+        ids.push(
+            q.publish_with_id(Message::text(format!("m{i}")).delay(Duration::from_secs(3600)))
+                .await
+                .unwrap()
+                .unwrap(),
+        );
+    }
+    let other = Broker::new(env.broker.pool().clone(), options()).await.unwrap();
+    let other_q = other.queue(&q.table().to_string()).unwrap();
+    let mut racers = Vec::new();
+    for racer in 0..4 {
+        let (q, ids) = (if racer % 2 == 0 { q.clone() } else { other_q.clone() }, ids.clone());
+        racers.push(tokio::spawn(async move { q.cancel(&ids).await.unwrap().ids }));
+    }
+    let mut all = Vec::new();
+    for racer in racers {
+        all.extend(racer.await.unwrap());
+    }
+    all.sort_unstable();
+    assert_eq!(all, ids, "each message cancelled exactly once");
+    assert_eq!(q.depth("").await.unwrap().0, 0);
+    t.drop_tables().await;
+}
+on_each_database!(racing_cancels);

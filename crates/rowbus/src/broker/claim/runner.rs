@@ -783,3 +783,15 @@ async fn settle_batch<DB: Db>(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_timeout_is_said_in_its_own_unit() {
+        assert_eq!(timed_out(Duration::from_secs(30)), "timed out after 30s");
+        assert_eq!(timed_out(Duration::from_millis(1500)), "timed out after 1500ms");
+        assert_eq!(timed_out(Duration::from_micros(10)), "timed out after 1ms");
+    }
+}

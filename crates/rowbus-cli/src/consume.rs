@@ -81,6 +81,22 @@ pub(crate) struct ConsumeArgs {
     /// How long handlers in flight get to finish after Ctrl-C, e.g. 250ms, 2s, 1m
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration)]
     shutdown_timeout: Duration,
+    /// How long a handler may run on a message without a timeout of its own (`publish
+    /// --timeout`), e.g. 30s, 5m: past it, it is stopped as a cancel stops it (--exec:
+    /// SIGTERM, then SIGKILL after --grace) and the attempt fails with "timed out after
+    /// ..." (retried, then dead-lettered) [default: none]
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration, conflicts_with = "batch")]
+    timeout: Option<Duration>,
+    /// How long a handler told to stop (its message cancelled with `rowbus cancel`, or its
+    /// timeout reached) gets before it is dropped: an --exec command gets SIGTERM at once
+    /// and SIGKILL after this
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration)]
+    grace: Duration,
+    /// Extend the leases of the messages being handled every third of --lease, in one
+    /// statement for all of them: a handler may run longer than its lease, and a consumer
+    /// that dies loses its messages within one lease
+    #[arg(long)]
+    heartbeat: bool,
     /// Do not publish the queue's scheduled ticks (`rowbus schedule`) from this consumer;
     /// by default every consumer does, and each tick goes out once whatever their number
     #[arg(long)]
@@ -157,8 +173,9 @@ struct Shared {
     fatal: Fatal,
     /// Set when the consumer is stopping: a command killed meanwhile gives its message back.
     stopping: AtomicBool,
-    /// The lease a running command's message is extended by.
-    lease: Duration,
+    /// The lease a running command's message is extended by (none with `--heartbeat`: the
+    /// runner extends it).
+    lease: Option<Duration>,
     /// The broker's retry policy, to say what comes after a failure.
     retry: RetryPolicy,
 }
@@ -246,7 +263,7 @@ async fn run<DB: Db>(
         exec: args.exec.clone(),
         fatal: Fatal::new(),
         stopping: AtomicBool::new(false),
-        lease: args.lease,
+        lease: (!args.heartbeat).then_some(args.lease),
         retry,
     });
     let builder = queue
@@ -254,7 +271,13 @@ async fn run<DB: Db>(
         .group(args.group.clone())
         .poll_interval(broker.options().poll_interval)
         .lease(args.lease)
-        .shutdown_timeout(args.shutdown_timeout);
+        .shutdown_timeout(args.shutdown_timeout)
+        .grace(args.grace)
+        .heartbeat(args.heartbeat);
+    let builder = match args.timeout {
+        Some(timeout) => builder.timeout(timeout),
+        None => builder,
+    };
     let (mut runner, mode) = match args.batch {
         Some(n) => {
             let shared = shared.clone();
@@ -415,6 +438,8 @@ impl PauseNotice {
 async fn handle_one<DB: Db>(shared: Arc<Shared>, d: Delivery<DB>) -> Result<(), String> {
     if shared.exec.is_some() {
         return match execute(&shared, &d).await {
+            // Cancelled or timed out: the runner settles it (or, cancelled, nothing is left).
+            _ if d.is_cancelled() => Ok(()),
             Ran::Ok => Ok(()),
             Ran::Failed(reason) => {
                 fail(&shared, d, &reason).await;
@@ -444,6 +469,8 @@ async fn handle_batch<DB: Db>(shared: Arc<Shared>, batch: Vec<Delivery<DB>>) -> 
                 continue;
             }
             let settled = match execute(&shared, &d).await {
+                // Cancelled: gone from the queue, nothing to settle.
+                _ if d.is_cancelled() => Ok(()),
                 Ran::Ok => d.ack().await,
                 Ran::Failed(reason) => {
                     fail(&shared, d, &reason).await;
@@ -517,13 +544,22 @@ async fn execute<DB: Db>(shared: &Shared, d: &Delivery<DB>) -> Ran {
         }
     };
     let wait = async {
-        let mut every = tokio::time::interval((shared.lease / 3).max(Duration::from_millis(10)));
+        let lease = shared.lease.unwrap_or(Duration::MAX);
+        let mut every = tokio::time::interval((lease / 3).max(Duration::from_millis(10)));
         every.tick().await;
+        let mut told = false;
         loop {
             tokio::select! {
                 status = child.wait() => return status,
-                _ = every.tick() => {
-                    if let Err(e) = d.extend_lease(shared.lease).await {
+                reason = d.cancelled(), if !told => {
+                    // Asked to stop: SIGTERM now; the runner drops this handler after its
+                    // grace period, and the guard then kills what is left.
+                    told = true;
+                    eprintln!("rowbus: message {}: {}; sending SIGTERM to `{command}`", d.id(), stopped(reason));
+                    group.signal("TERM");
+                }
+                _ = every.tick(), if shared.lease.is_some() => {
+                    if let Err(e) = d.extend_lease(lease).await {
                         eprintln!("rowbus: warning: {}", crate::one_line(&e));
                     }
                 }
@@ -574,18 +610,37 @@ struct GroupGuard {
     exited: bool,
 }
 
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
+impl GroupGuard {
+    /// Sends `signal` (`TERM`, `KILL`) to the command's process group, unless it exited.
+    fn signal(&self, signal: &str) {
         #[cfg(unix)]
         if let (Some(pid), false) = (self.pid, self.exited) {
             // No libc here (unsafe code is forbidden): kill(1) signals the group.
             let _ = std::process::Command::new("kill")
-                .args(["-KILL", "--", &format!("-{pid}")])
+                .args([&format!("-{signal}"), "--", &format!("-{pid}")])
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .status();
         }
+        #[cfg(not(unix))]
+        let _ = signal;
+    }
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        self.signal("KILL");
+    }
+}
+
+/// Why a running message's handler was told to stop, for its stderr line.
+fn stopped(reason: rowbus::control::StopReason) -> String {
+    match reason {
+        rowbus::control::StopReason::TimedOut(after) => {
+            format!("timed out after {}", queue_cmd::human(after))
+        }
+        _ => "cancelled".to_owned(),
     }
 }
 

@@ -27,7 +27,7 @@ pub(crate) struct HistoryArgs {
     #[arg(long, value_name = "N", default_value_t = 0)]
     offset: u64,
     /// Print JSON lines {"id", "group", "payload", "attempts", "outcome", "last_error",
-    /// "published_at", "handled_at"}: outcome "acked", "dropped" or "dead"; times in
+    /// "published_at", "handled_at"}: outcome "acked", "dropped", "dead" or "cancelled"; times in
     /// RFC 3339 (UTC, microseconds); a payload that is not UTF-8 is null, with its bytes in
     /// "payload_hex"
     #[arg(long)]

@@ -1,6 +1,7 @@
 //! The `rowbus` command: LISTEN/NOTIFY on PostgreSQL, MySQL/MariaDB and SQLite.
 
 mod bench;
+mod cancel_cmd;
 mod cli_error;
 mod consume;
 mod dead_cmd;
@@ -210,6 +211,10 @@ enum Command {
     /// Publish a message to a queue on a timetable (--every, --cron), from every running
     /// consumer of it, each tick once; --remove one, --list them
     Schedule(schedule_cmd::ScheduleArgs),
+    /// Cancel messages whatever their state: removed from the queue (kept as cancelled
+    /// where the queue keeps history); a consumer running one is told to stop it (--exec:
+    /// SIGTERM, SIGKILL after its --grace); prints what it cancelled
+    Cancel(cancel_cmd::CancelArgs),
     /// A queue's dead letters: list them, put them back, purge them
     Dead {
         #[command(subcommand)]
@@ -301,6 +306,10 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             on_database(url, 1, &config, QueueCommand::Stats(args)).await?;
         }
         Command::Demo(args) => on_database(url, 16, &config, QueueCommand::Demo(args)).await?,
+        Command::Cancel(args) => {
+            queue_cmd::parse_tables(std::slice::from_ref(&args.table))?;
+            on_database(url, 2, &config, QueueCommand::Cancel(args)).await?;
+        }
         Command::Dead { what } => {
             queue_cmd::parse_tables(std::slice::from_ref(what.table()))?;
             what.check()?;
@@ -367,6 +376,7 @@ enum QueueCommand {
     Stats(stats::StatsArgs),
     Demo(demo::DemoArgs),
     Dead(dead_cmd::DeadCommand),
+    Cancel(cancel_cmd::CancelArgs),
     Ui(ui::UiArgs),
     Pause(pause_cmd::Action, pause_cmd::PauseArgs),
     Undeploy(undeploy_cmd::UndeployArgs),
@@ -396,6 +406,7 @@ impl OnPool for OnDatabase<'_> {
             QueueCommand::Stats(args) => stats::stats(pool, url, config, args).await,
             QueueCommand::Demo(args) => demo::demo(pool, url, config, args).await,
             QueueCommand::Dead(what) => dead_cmd::dead(pool, url, config, what).await,
+            QueueCommand::Cancel(args) => cancel_cmd::cancel(pool, url, config, args).await,
             QueueCommand::Ui(args) => ui::ui(pool, url, config, args).await,
             QueueCommand::Pause(action, args) => pause_cmd::pause(pool, url, config, action, args).await,
             QueueCommand::Undeploy(args) => undeploy_cmd::undeploy(pool, url, args).await,
@@ -418,6 +429,7 @@ async fn on_database(
         | QueueCommand::Consume(_)
         | QueueCommand::Stats(_)
         | QueueCommand::Dead(_)
+        | QueueCommand::Cancel(_)
         | QueueCommand::History(_)
         | QueueCommand::Ui(_)
         | QueueCommand::Pause(..)

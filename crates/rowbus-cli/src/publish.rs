@@ -10,7 +10,7 @@ use rowbus::{Broker, BrokerOptions, Db, Message, NotifyConfig};
 use tokio::sync::mpsc;
 
 use crate::cli_error::CliError;
-use crate::queue_cmd::{self, duration, outln};
+use crate::queue_cmd::{self, duration, outln, positive_duration};
 
 /// Most messages one `publish_batch` carries when reading stdin.
 const BATCH: usize = 1000;
@@ -26,6 +26,11 @@ pub(crate) struct PublishArgs {
     /// Wait before the message can be claimed, e.g. 250ms, 2s, 1m (plain seconds too)
     #[arg(long, value_name = "DURATION", value_parser = duration)]
     delay: Option<Duration>,
+    /// How long a consumer may handle the message, e.g. 30s, 5m: past it the handler is
+    /// stopped (an --exec command gets SIGTERM, then SIGKILL after the consumer's --grace)
+    /// and the attempt fails with "timed out after ..." (retried, then dead-lettered)
+    #[arg(long, value_name = "DURATION", value_parser = positive_duration)]
+    timeout: Option<Duration>,
     /// Priority: lower is handled sooner, negative allowed
     #[arg(long, value_name = "N", default_value_t = 0, allow_negative_numbers = true)]
     priority: i16,
@@ -44,6 +49,11 @@ pub(crate) struct PublishArgs {
     /// With `-`: publish empty lines too (skipped by default)
     #[arg(long)]
     keep_empty: bool,
+    /// Print a JSON line per message instead: {"id": N} for one stored (the id `rowbus
+    /// cancel --id` takes), {"id": null, "duplicate": "ID"} for one a --dedup id kept out.
+    /// Each message then goes in a statement of its own
+    #[arg(long)]
+    json: bool,
 }
 
 /// Publishes the payload, or stdin's lines; prints how many were published. Wakes
@@ -101,6 +111,14 @@ impl PublishArgs {
     }
 }
 
+/// A published message's JSON line: its id, or none and the dedup id that kept it out.
+fn id_line(id: Option<i64>, dedup: Option<&str>) -> serde_json::Value {
+    match id {
+        Some(id) => serde_json::json!({ "id": id }),
+        None => serde_json::json!({ "id": null, "duplicate": dedup }),
+    }
+}
+
 /// `name=value`.
 fn header(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
@@ -121,6 +139,9 @@ async fn publish_with<DB: Db>(broker: &Broker<DB>, url: &str, args: PublishArgs)
         if let Some(key) = &args.key {
             m = m.key(key.clone());
         }
+        if let Some(timeout) = args.timeout {
+            m = m.timeout(timeout);
+        }
         if let Some(id) = &args.dedup {
             m = m.dedup_id(id.clone());
         }
@@ -129,6 +150,11 @@ async fn publish_with<DB: Db>(broker: &Broker<DB>, url: &str, args: PublishArgs)
         }
         m
     };
+    if args.payload != "-" && args.json {
+        let id = queue.publish_with_id(message(args.payload.clone().into_bytes())).await?;
+        outln!("{}", id_line(id, args.dedup.as_deref()));
+        return Ok(());
+    }
     if args.payload != "-" {
         let done = queue.publish(message(args.payload.clone().into_bytes())).await?;
         match done.duplicates.first() {
@@ -172,8 +198,17 @@ async fn publish_with<DB: Db>(broker: &Broker<DB>, url: &str, args: PublishArgs)
                 next = lines.try_recv().ok();
             }
         }
-        let n = queue.publish_batch(batch).await.map_err(|e| published.failed(e.into()))?;
-        published.messages += n.stored;
+        if args.json {
+            // One statement each, to learn each id (stdin's lines carry no dedup id).
+            for m in batch {
+                let id = queue.publish_with_id(m).await.map_err(|e| published.failed(e.into()))?;
+                published.messages += u64::from(id.is_some());
+                outln!("{}", id_line(id, None));
+            }
+        } else {
+            let n = queue.publish_batch(batch).await.map_err(|e| published.failed(e.into()))?;
+            published.messages += n.stored;
+        }
         published.lines += read;
         if let Some((line, bytes)) = refused {
             return Err(published.failed(CliError::Message(format!(
@@ -190,7 +225,9 @@ async fn publish_with<DB: Db>(broker: &Broker<DB>, url: &str, args: PublishArgs)
             published.lines
         )));
     }
-    outln!("published {}", published.said());
+    if !args.json {
+        outln!("published {}", published.said());
+    }
     Ok(())
 }
 

@@ -75,6 +75,11 @@ pub use broker::{
     Broker, BrokerOptions, BrokerTx, Delivery, Headers, Message, Outcome, Published, Queue, QueueTable,
     Received, RetryPolicy, Subscription, SubscriptionBuilder, TxMessage,
 };
+
+/// Job control: cancelling messages, and what a running handler is told.
+pub mod control {
+    pub use crate::broker::{Cancel, Cancelled, StopReason, TIMEOUT_HEADER};
+}
 pub use deploy::{DeployOptions, NotifyDeploy};
 pub use error::Error;
 pub use listener::{Event, Listener, ListenerHandle, ListenerOptions};

@@ -38,6 +38,7 @@ use crate::sql::TableSql;
 pub use crate::names::{QueueTable, check_group};
 pub use claim::subscription::{Subscription, SubscriptionBuilder};
 pub use operate::admin::{GroupStats, NotifyTableStats, TableState};
+pub use operate::cancel::{Cancel, Cancelled};
 pub use operate::dead::{DeadLetter, DeadLetterPage, DeadLetters};
 pub use operate::history::{
     HISTORY_CLEANUP_BATCH, HISTORY_CLEANUP_INTERVAL, HistoryEntry, HistoryOutcome, HistoryPage, Pruned,
@@ -48,7 +49,8 @@ pub use operate::schedule::{
 };
 pub use operate::scheduler::{SCHEDULE_HEADER, TICK_HEADER};
 pub use operate::stats::{ClaimFailure, Stats};
-pub use publish::message::{Headers, MAX_KEY_CHARS, Message, Published};
+pub use publish::message::{Headers, MAX_KEY_CHARS, Message, Published, TIMEOUT_HEADER};
+pub use settle::control::StopReason;
 pub use settle::delivery::{Delivery, Outcome, Received, TxMessage};
 pub use settle::retry::RetryPolicy;
 

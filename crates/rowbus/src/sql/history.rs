@@ -32,6 +32,8 @@ pub enum Moved {
     Acked,
     Dropped,
     Dead,
+    /// Cancelled by an operator ([`Queue::cancel`](crate::broker::Queue::cancel)).
+    Cancelled,
 }
 
 impl Moved {
@@ -41,6 +43,7 @@ impl Moved {
             Moved::Acked => "acked",
             Moved::Dropped => "dropped",
             Moved::Dead => "dead",
+            Moved::Cancelled => "cancelled",
         }
     }
 }
@@ -125,6 +128,12 @@ impl<DB: Keeping> HistorySql<DB> {
     pub fn drop_many(&self, ids: usize) -> Vec<String> {
         let filter = format!("lease = {} AND id IN ({})", DB::param(1), placeholders::<DB>(2, ids));
         DB::move_to_history(&self.queue, &self.quoted, &filter, Moved::Dropped.as_sql(), "last_error")
+    }
+
+    /// Rows cancelled whatever their state, moved in. Binds (each statement): the ids.
+    pub fn cancel_ids(&self, ids: usize) -> Vec<String> {
+        let filter = format!("id IN ({})", placeholders::<DB>(1, ids));
+        DB::move_to_history(&self.queue, &self.quoted, &filter, Moved::Cancelled.as_sql(), "last_error")
     }
 
     /// `rows` rows a transactional claim took, written in as `outcome`. Binds per row: id,

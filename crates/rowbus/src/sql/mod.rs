@@ -21,6 +21,7 @@
 mod catalog;
 mod claims;
 mod connect;
+mod control;
 mod dead;
 mod history;
 #[cfg(feature = "mysql")]
@@ -55,7 +56,7 @@ pub(crate) use naming::DEPLOY_LOCK_WAIT;
 pub use naming::Naming;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub(crate) use naming::READY;
-pub(crate) use naming::{DEDUP, KEYS, OLD_CLAIM, pairs_filter, placeholders, quoted};
+pub(crate) use naming::{DEDUP, KEYS, OLD_CLAIM, pairs_filter, pairs_filter_from, placeholders, quoted};
 pub use pause::Pausing;
 pub(crate) use pause::{PAUSE_SUFFIX, PauseSql};
 pub(crate) use pool::ForBackend;

@@ -463,6 +463,9 @@ impl Publishing for MySql {
 
     const STATEMENT_LIMIT_SQL: Option<&'static str> = Some("SELECT CAST(@@max_allowed_packet AS SIGNED)");
 
+    /// The side tables' inserts write the id they are given: they leave it as it was.
+    const LAST_ID_SQL: &'static str = "SELECT CAST(LAST_INSERT_ID() AS SIGNED)";
+
     /// In the ids' table `<queue>_dedup`: see the `dedup` module.
     fn insert_deduplicated<'c>(
         conn: &'c mut Self::Connection,

@@ -107,11 +107,16 @@ pub(crate) fn quoted<DB: Naming>(table: &QueueTable, suffix: &str) -> String {
 
 /// The rows of `pairs` `(id, token)` pairs. Binds: the ids, then the pairs.
 pub(crate) fn pairs_filter<DB: Naming>(pairs: usize) -> String {
+    pairs_filter_from::<DB>(1, pairs)
+}
+
+/// [`pairs_filter`] whose first bind is the `first`-th of its statement.
+pub(crate) fn pairs_filter_from<DB: Naming>(first: usize, pairs: usize) -> String {
     // `id IN (...)` finds the rows by index everywhere; a row-value `(id, lease) IN`
     // alone is a full table scan on SQLite at any length and on MariaDB at length one.
-    let first = pairs + 1;
+    let tokens = first + pairs;
     let pairs_list: Vec<String> = (0..pairs)
-        .map(|i| format!("({}, {})", DB::param(first + 2 * i), DB::param(first + 2 * i + 1)))
+        .map(|i| format!("({}, {})", DB::param(tokens + 2 * i), DB::param(tokens + 2 * i + 1)))
         .collect();
-    format!("id IN ({}) AND (id, lease) IN ({})", placeholders::<DB>(1, pairs), pairs_list.join(", "))
+    format!("id IN ({}) AND (id, lease) IN ({})", placeholders::<DB>(first, pairs), pairs_list.join(", "))
 }

@@ -238,6 +238,9 @@ impl Schema for Postgres {
 impl Publishing for Postgres {
     /// A field's value (the payload) holds at most 1 GiB.
     const STATEMENT_LIMIT: (u64, &'static str) = ((1 << 30) - 1, "PostgreSQL's 1 GiB limit on a field");
+
+    /// The session's last sequence value: the queue table's id is the only one it draws.
+    const LAST_ID_SQL: &'static str = "SELECT lastval()";
 }
 
 impl Claiming for Postgres {

@@ -18,6 +18,10 @@ pub trait Publishing: Schema {
     /// A query returning the server's statement size limit, where it is a setting.
     const STATEMENT_LIMIT_SQL: Option<&'static str> = None;
 
+    /// A query returning, as a BIGINT, the id the connection's last INSERT of a queue row
+    /// generated (asked only right after one that stored a message).
+    const LAST_ID_SQL: &'static str;
+
     /// Stores one message with a deduplication id unless a message with that id is in the
     /// queue (ready, delayed or in flight); whether it stored it. Binds: those of
     /// [`TableSql::insert`], then the id. `alone`: no transaction is open on `conn` (else

@@ -222,6 +222,8 @@ impl Schema for Sqlite {
 impl Publishing for Sqlite {
     /// SQLite's default `SQLITE_MAX_LENGTH`, the most a string or blob holds.
     const STATEMENT_LIMIT: (u64, &'static str) = (1_000_000_000, "SQLite's SQLITE_MAX_LENGTH");
+
+    const LAST_ID_SQL: &'static str = "SELECT last_insert_rowid()";
 }
 
 impl Claiming for Sqlite {

@@ -12,3 +12,4 @@ pub(crate) mod claims;
 pub(crate) mod runner;
 pub(crate) mod subscription;
 pub(crate) mod wake;
+pub(crate) mod watch;

@@ -19,7 +19,9 @@ use tracing::{Instrument as _, debug, info_span, warn};
 
 use crate::broker::claim::ahead::Ahead;
 use crate::broker::claim::subscription::{Claimer, Pace, SubscriptionBuilder};
+use crate::broker::claim::watch::{self, Held, Watch};
 use crate::broker::settle::acks::PendingAcks;
+use crate::broker::settle::control::{Control, StopReason};
 use crate::broker::settle::delivery::Lease;
 use crate::broker::settle::lease;
 use crate::broker::{Delivery, Inner, Outcome, Queue};
@@ -159,6 +161,8 @@ struct Shared<DB: Db> {
     in_flight: InFlight<DB>,
     /// What stops the runner: a worker takes no message claimed ahead once it has.
     stop: Stop,
+    /// The timeout of messages without their own, and the grace of a handler asked to stop.
+    supervision: Supervision,
 }
 
 impl<DB: Db> Clone for Shared<DB> {
@@ -168,7 +172,66 @@ impl<DB: Db> Clone for Shared<DB> {
             ahead: self.ahead.clone(),
             in_flight: self.in_flight.clone(),
             stop: self.stop.clone(),
+            supervision: self.supervision,
         }
+    }
+}
+
+/// How a runner stops handlers: the subscription's timeout for messages without their
+/// own, and the grace a handler asked to stop gets.
+#[derive(Debug, Clone, Copy)]
+struct Supervision {
+    timeout: Option<Duration>,
+    grace: Duration,
+}
+
+/// What became of a handler the runner watched.
+enum Supervised<T> {
+    /// It returned, unasked.
+    Done(T),
+    /// It was asked to stop; it returned within the grace period or was dropped.
+    Stopped(StopReason),
+}
+
+/// Runs `handler` until it returns, or until it is asked to stop (through `control`, or
+/// at `timeout`): then it gets `grace` to return, and is dropped if it does not. What it
+/// returns after being asked is not used.
+async fn supervise<T>(
+    handler: impl Future<Output = T>,
+    control: &Control,
+    timeout: Option<Duration>,
+    grace: Duration,
+) -> Supervised<T> {
+    tokio::pin!(handler);
+    let deadline = async {
+        match timeout {
+            Some(after) => tokio::time::sleep(after).await,
+            None => std::future::pending().await,
+        }
+    };
+    let reason = tokio::select! {
+        done = &mut handler => return Supervised::Done(done),
+        reason = control.stopped() => reason,
+        () = deadline => {
+            let after = timeout.unwrap_or_default();
+            control.stop(StopReason::TimedOut(after));
+            // A cancel that came first is the reason.
+            control.reason().unwrap_or(StopReason::TimedOut(after))
+        }
+    };
+    if tokio::time::timeout(grace, &mut handler).await.is_err() {
+        debug!(?reason, ?grace, "the handler did not return within its grace period; dropped");
+    }
+    Supervised::Stopped(reason)
+}
+
+/// The error a timed-out attempt records: "timed out after 30s".
+pub(in crate::broker) fn timed_out(after: Duration) -> String {
+    let ms = after.as_millis();
+    if ms > 0 && ms.is_multiple_of(1000) {
+        format!("timed out after {}s", ms / 1000)
+    } else {
+        format!("timed out after {}ms", ms.max(1))
     }
 }
 
@@ -243,8 +306,23 @@ where
         let lease = delivery.lease();
         shared.in_flight.track([lease.clone()]);
         let started = Instant::now();
-        let result = outcome(handler(delivery)).await;
+        let Supervision { timeout, grace } = shared.supervision;
+        let timeout = lease.timeout().or(timeout);
+        let supervised = supervise(outcome(handler(delivery)), lease.control(), timeout, grace).await;
         shared.ahead.handled(started.elapsed());
+        let result = match supervised {
+            Supervised::Done(result) => result,
+            Supervised::Stopped(StopReason::Cancelled) => {
+                // Gone from the queue: nothing to settle.
+                lease.take();
+                debug!("cancelled; its handler stopped");
+                return;
+            }
+            Supervised::Stopped(StopReason::TimedOut(after)) => {
+                lease.queue().inner().counters.timed_out(1);
+                Err(timed_out(after))
+            }
+        };
         match result {
             // A keyed message's acknowledgement goes at once: it frees the key's next
             // message, which other subscriptions wait for.
@@ -307,6 +385,16 @@ impl<DB: Db> InFlight<DB> {
         let mut all = self.0.lock().unwrap_or_else(|e| e.into_inner());
         all.retain(|lease| !lease.is_settled());
         all.extend(leases);
+    }
+
+    /// The leases no handler settled yet, for the runner's look.
+    fn held(&self) -> Held<DB> {
+        let all = self.0.clone();
+        Arc::new(move || {
+            let mut all = all.lock().unwrap_or_else(|e| e.into_inner());
+            all.retain(|lease| !lease.is_settled());
+            all.clone()
+        })
     }
 
     /// Gives back every message no handler settled; how many.
@@ -441,6 +529,8 @@ struct Workers<DB: Db, F> {
     starting: Starting,
     flusher: Flusher,
     shared: Shared<DB>,
+    /// The look at the messages its handlers hold, while the runner runs.
+    _watch: Watch,
 }
 
 impl<DB, F, Fut, O, E> Workers<DB, F>
@@ -519,6 +609,8 @@ struct Batches<DB: Db, F> {
     batch: usize,
     flusher: Flusher,
     in_flight: InFlight<DB>,
+    /// The look at the messages its handlers hold, while the runner runs.
+    _watch: Watch,
 }
 
 impl<DB, F, Fut, O, E> Turn<DB> for Batches<DB, F>
@@ -586,12 +678,15 @@ impl<DB: Db> SubscriptionBuilder<DB> {
         let (handler, max, starting) = (Arc::new(handler), self.workers, Starting::default());
         let ahead = Arc::new(Ahead::new(self.claim_ahead.unwrap_or(self.workers), self.lease / 2));
         let stop = Stop { shutdown: self.queue.inner().shutdown.subscribe(), until: self.until.clone() };
+        let supervision = Supervision { timeout: self.timeout, grace: self.grace };
+        let in_flight = InFlight::default();
         self.leased(|flusher| Workers {
             handler,
             workers,
             max,
             starting,
-            shared: Shared { acks: flusher.acks.clone(), ahead, in_flight: InFlight::default(), stop },
+            _watch: self.watch(&in_flight),
+            shared: Shared { acks: flusher.acks.clone(), ahead, in_flight, stop, supervision },
             flusher,
         })
         .await
@@ -608,15 +703,22 @@ impl<DB: Db> SubscriptionBuilder<DB> {
     {
         let workers = Arc::new(Semaphore::new(self.workers));
         let (handler, queue, batch) = (Arc::new(handler), self.queue.clone(), self.batch);
+        let in_flight = InFlight::default();
         self.leased(|flusher| Batches {
             handler,
             workers,
             queue,
             batch,
             flusher,
-            in_flight: InFlight::default(),
+            _watch: self.watch(&in_flight),
+            in_flight,
         })
         .await
+    }
+
+    /// The runner's look at the messages its handlers hold (see [`watch`]).
+    fn watch(&self, in_flight: &InFlight<DB>) -> Watch {
+        watch::start(&self.queue, self.poll_interval, self.heartbeat.then_some(self.lease), in_flight.held())
     }
 
     /// Drives a lease runner, whose acknowledgements its claims may carry.
@@ -679,5 +781,17 @@ async fn settle_batch<DB: Db>(
                 lease.settle(other.clone()).await;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_timeout_is_said_in_its_own_unit() {
+        assert_eq!(timed_out(Duration::from_secs(30)), "timed out after 30s");
+        assert_eq!(timed_out(Duration::from_millis(1500)), "timed out after 1500ms");
+        assert_eq!(timed_out(Duration::from_micros(10)), "timed out after 1ms");
     }
 }

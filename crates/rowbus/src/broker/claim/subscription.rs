@@ -39,7 +39,17 @@ pub struct SubscriptionBuilder<DB: Db> {
     pub(crate) shutdown_timeout: Duration,
     pub(crate) until: Option<Until>,
     pub(crate) schedules: bool,
+    /// How long a handler may run on a message without a timeout of its own.
+    pub(crate) timeout: Option<Duration>,
+    /// How long a handler asked to stop gets before the runner drops it.
+    pub(crate) grace: Duration,
+    /// Whether the runner extends its messages' leases while their handlers run.
+    pub(crate) heartbeat: bool,
 }
+
+/// How long a handler asked to stop gets by default before its runner drops it
+/// ([`SubscriptionBuilder::grace`]).
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(10);
 
 /// A future that stops a runner when it resolves (see [`SubscriptionBuilder::until`]).
 #[derive(Clone)]
@@ -66,7 +76,43 @@ impl<DB: Db> SubscriptionBuilder<DB> {
             shutdown_timeout: Duration::from_secs(30),
             until: None,
             schedules,
+            timeout: None,
+            grace: DEFAULT_GRACE,
+            heartbeat: false,
         }
+    }
+
+    /// How long a handler of [`run`](Self::run) may run on a message that has no
+    /// [`timeout`](crate::broker::Message::timeout) of its own (none by default): past it, the
+    /// handler is asked to stop ([`Delivery::cancelled`](crate::broker::Delivery::cancelled)
+    /// resolves), gets the [`grace`](Self::grace) period, and the attempt fails with "timed
+    /// out after ..." as its error: retried with backoff, then dead-lettered, as any
+    /// failure. Greater than zero and at most [`MAX_DURATION`](crate::limits::MAX_DURATION), or
+    /// the subscription is refused when it starts. A timeout longer than the lease needs
+    /// [`heartbeat`](Self::heartbeat) (or the handler's own lease extensions) to be reached
+    /// before the lease runs out.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// How long a handler of [`run`](Self::run) asked to stop (its message cancelled, or its
+    /// timeout reached) gets to return before the runner drops its future and frees its
+    /// worker ([`DEFAULT_GRACE`] by default; at most [`MAX_DURATION`](crate::limits::MAX_DURATION)).
+    pub fn grace(mut self, grace: Duration) -> Self {
+        self.grace = grace;
+        self
+    }
+
+    /// Whether the runner ([`run`](Self::run), [`run_batch`](Self::run_batch)) extends the
+    /// leases of the messages its handlers hold, every third of the lease, in one statement
+    /// for all of them (off by default). A handler can then run longer than its lease, and
+    /// a process that dies loses its messages within one lease. A lease lost all the same
+    /// (the database unreachable for a whole lease, say) is reported to the handler
+    /// ([`Delivery::lease_lost`](crate::broker::Delivery::lease_lost)).
+    pub fn heartbeat(mut self, on: bool) -> Self {
+        self.heartbeat = on;
+        self
     }
 
     /// Whether this subscription runs its queue's schedules in its broker (publishes
@@ -254,6 +300,10 @@ impl<DB: Db> Claimer<DB> {
         crate::names::check_group(&builder.group)?;
         check_duration("poll_interval", builder.poll_interval, DurationRange::PollInterval)?;
         check_duration("lease", builder.lease, DurationRange::Positive)?;
+        if let Some(timeout) = builder.timeout {
+            check_duration("timeout", timeout, DurationRange::Positive)?;
+        }
+        check_duration("grace", builder.grace, DurationRange::Span)?;
         let inner = builder.queue.inner();
         if inner.is_shutting_down() {
             return Err(Error::ShuttingDown);

@@ -6,6 +6,10 @@ use std::sync::{Arc, RwLock};
 
 use tokio::sync::Notify;
 
+/// The group under which runners register to hear of cancels, and which a cancel's
+/// notification names: a space, which no group name can be (none ends with one).
+pub(crate) const CONTROL_GROUP: &str = " ";
+
 /// Every subscription's wake-up, by table channel and group.
 #[derive(Debug, Default)]
 pub(crate) struct Wakers {

@@ -42,6 +42,8 @@ pub enum HistoryOutcome {
     Dropped,
     /// It went to the dead-letter table.
     DeadLettered,
+    /// It was cancelled ([`Queue::cancel`]).
+    Cancelled,
     /// An outcome this rowbus does not know, as stored (written by a newer one).
     Other(String),
 }
@@ -52,16 +54,18 @@ impl HistoryOutcome {
             "acked" => HistoryOutcome::Acknowledged,
             "dropped" => HistoryOutcome::Dropped,
             "dead" => HistoryOutcome::DeadLettered,
+            "cancelled" => HistoryOutcome::Cancelled,
             _ => HistoryOutcome::Other(text),
         }
     }
 
-    /// The outcome as the history table stores it: `acked`, `dropped`, `dead`.
+    /// The outcome as the history table stores it: `acked`, `dropped`, `dead`, `cancelled`.
     pub fn as_str(&self) -> &str {
         match self {
             HistoryOutcome::Acknowledged => Moved::Acked.as_sql(),
             HistoryOutcome::Dropped => Moved::Dropped.as_sql(),
             HistoryOutcome::DeadLettered => Moved::Dead.as_sql(),
+            HistoryOutcome::Cancelled => Moved::Cancelled.as_sql(),
             HistoryOutcome::Other(text) => text,
         }
     }

@@ -8,6 +8,7 @@
 //! `schedule` and the dashboard use them.
 
 pub(crate) mod admin;
+pub(crate) mod cancel;
 pub(crate) mod dead;
 pub(crate) mod history;
 pub(crate) mod keeping;

@@ -47,6 +47,10 @@ pub struct Stats {
     pub history_cleanups: u64,
     /// History rows those passes deleted.
     pub history_pruned: u64,
+    /// Messages this broker cancelled ([`Queue::cancel`](crate::broker::Queue::cancel)).
+    pub cancelled: u64,
+    /// Handlers of this broker's runners that ran past their timeout.
+    pub timed_out: u64,
 }
 
 /// A claim that failed, as [`Broker::claim_failures`](crate::broker::Broker::claim_failures)
@@ -77,6 +81,8 @@ pub(crate) struct Counters {
     abandoned: AtomicU64,
     claim_errors: AtomicU64,
     leases_lost: AtomicU64,
+    cancelled: AtomicU64,
+    timed_out: AtomicU64,
     conflicts: AtomicU64,
     history_cleanups: AtomicU64,
     history_pruned: AtomicU64,
@@ -146,6 +152,14 @@ impl Counters {
         add(&self.history_cleanups, 1);
     }
 
+    pub fn cancelled(&self, n: u64) {
+        add(&self.cancelled, n);
+    }
+
+    pub fn timed_out(&self, n: u64) {
+        add(&self.timed_out, n);
+    }
+
     pub fn leases_lost(&self, n: u64) {
         add(&self.leases_lost, n);
     }
@@ -175,6 +189,8 @@ impl Counters {
             wakeups,
             claim_errors: get(&self.claim_errors),
             leases_lost: get(&self.leases_lost),
+            cancelled: get(&self.cancelled),
+            timed_out: get(&self.timed_out),
             conflicts: get(&self.conflicts),
             history_cleanups: get(&self.history_cleanups),
             history_pruned: get(&self.history_pruned),

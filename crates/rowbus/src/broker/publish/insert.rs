@@ -314,6 +314,34 @@ impl<DB: Db> Queue<DB> {
         self.publish_batch(std::iter::once(message)).await
     }
 
+    /// Publishes one message in a statement of its own (not shared with other publishes)
+    /// and returns its id: `None` when it was not stored, a message with its
+    /// [`dedup_id`](Message::dedup_id) being in the queue. The id is the one the database
+    /// generated on the same connection, read right after the insert (PostgreSQL
+    /// `lastval()`, MySQL/MariaDB `LAST_INSERT_ID()`, SQLite `last_insert_rowid()`): one
+    /// more round trip than [`publish`](Self::publish). Wakes subscriptions as it does.
+    pub async fn publish_with_id(&self, message: Message) -> Result<Option<i64>, Error> {
+        let messages = [message];
+        let limit = checked(self, &messages).await?;
+        let mut conn = self.inner().pool.acquire().await?;
+        let published = insert(self, &mut conn, &messages, limit, true).await?;
+        let id = match published.stored {
+            0 => None,
+            _ => {
+                let sql: Arc<str> = Arc::from(DB::LAST_ID_SQL);
+                let rows = DB::fetch_rows(&mut conn, &sql, &[], 0).await.map_err(|e| queue_error(self, e))?;
+                rows.first().and_then(|row| row.ints.first().copied().flatten())
+            }
+        };
+        let groups = groups_of(&messages);
+        wake_others(self, &mut conn, &groups).await;
+        drop(conn);
+        for group in &groups {
+            self.inner().wakers.wake(self.table().channel(), Some(group));
+        }
+        Ok(id)
+    }
+
     /// Publishes many messages in one statement (per 1,000; a message with a
     /// deduplication id in one of its own); says how many were stored and which ids were
     /// duplicates. Wakes each group's subscriptions once. Shares statements with other

@@ -8,6 +8,10 @@ use crate::error::Error;
 /// A message's headers: string keys and values, kept in key order.
 pub type Headers = BTreeMap<String, String>;
 
+/// The header that carries a message's own timeout ([`Message::timeout`]), in whole
+/// milliseconds.
+pub const TIMEOUT_HEADER: &str = "rowbus-timeout-ms";
+
 /// The longest ordering key or deduplication id, in characters (what a MySQL/MariaDB
 /// index column holds).
 pub const MAX_KEY_CHARS: usize = 255;
@@ -102,6 +106,19 @@ impl Message {
         self
     }
 
+    /// How long a handler may run on it: past that, a runner asks its handler to stop
+    /// ([`Delivery::cancelled`](crate::broker::Delivery::cancelled)) and the attempt fails with
+    /// "timed out after ..." as its error (retried, then dead-lettered, as any failure).
+    /// Overrides the subscription's [`timeout`](crate::broker::SubscriptionBuilder::timeout).
+    /// Greater than zero and at most [`MAX_DURATION`](crate::limits::MAX_DURATION), or the publish
+    /// is refused; kept in whole milliseconds (at least one) as the header
+    /// [`TIMEOUT_HEADER`], so it travels with the message to its retries, its dead letter
+    /// and back.
+    pub fn timeout(self, timeout: Duration) -> Self {
+        let ms = timeout.as_millis().max(u128::from(!timeout.is_zero()));
+        self.header(TIMEOUT_HEADER, ms.to_string())
+    }
+
     /// The payload.
     pub fn payload(&self) -> &[u8] {
         &self.payload
@@ -128,7 +145,8 @@ impl Message {
     /// every database.
     pub(crate) fn check(&self) -> Result<(), Error> {
         check_key("key", self.key.as_deref())?;
-        check_key("dedup_id", self.dedup_id.as_deref())
+        check_key("dedup_id", self.dedup_id.as_deref())?;
+        check_timeout(&self.headers)
     }
 }
 
@@ -148,6 +166,28 @@ fn check_key(field: &'static str, value: Option<&str>) -> Result<(), Error> {
         return Err(invalid("must not end with a space"));
     }
     Ok(())
+}
+
+/// Refuses a timeout header that is not a whole number of milliseconds, greater than
+/// zero and at most [`MAX_DURATION`](crate::limits::MAX_DURATION).
+fn check_timeout(headers: &Headers) -> Result<(), Error> {
+    let Some(value) = headers.get(TIMEOUT_HEADER) else { return Ok(()) };
+    let ms: Option<u64> = value.parse().ok();
+    match ms.map(Duration::from_millis) {
+        Some(d) => crate::error::check_duration("timeout", d, notify_table::DurationRange::Positive),
+        None => Err(Error::InvalidMessage {
+            field: "timeout",
+            value: value.clone(),
+            reason: format!("the {TIMEOUT_HEADER} header is a whole number of milliseconds"),
+        }),
+    }
+}
+
+/// A delivered message's own timeout, from its headers: none when it has none or one
+/// that is not a positive number of milliseconds.
+pub(crate) fn message_timeout(headers: &Headers) -> Option<Duration> {
+    let ms: u64 = headers.get(TIMEOUT_HEADER)?.parse().ok()?;
+    (ms > 0).then(|| Duration::from_millis(ms))
 }
 
 /// Headers as a JSON object.

@@ -6,7 +6,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tracing::{debug, warn};
 
-use crate::broker::publish::message::decode_headers;
+use crate::broker::publish::message::{decode_headers, message_timeout};
+use crate::broker::settle::control::{Control, StopReason};
 use crate::broker::settle::lease;
 use crate::broker::{Headers, Queue};
 use crate::driver::ClaimedRow;
@@ -56,6 +57,10 @@ pub(crate) struct Lease<DB: Db> {
     keyed: Option<Arc<str>>,
     /// Shared by a delivery and its runner's ticket: set once either settled it.
     settled: Arc<AtomicBool>,
+    /// What the runner signals to the handler.
+    control: Control,
+    /// How long its handler may run ([`Message::timeout`](crate::broker::Message::timeout)).
+    timeout: Option<Duration>,
 }
 
 impl<DB: Db> Clone for Lease<DB> {
@@ -67,6 +72,8 @@ impl<DB: Db> Clone for Lease<DB> {
             attempt: self.attempt,
             keyed: self.keyed.clone(),
             settled: self.settled.clone(),
+            control: self.control.clone(),
+            timeout: self.timeout,
         }
     }
 }
@@ -91,6 +98,21 @@ impl<DB: Db> Lease<DB> {
 
     pub fn token(&self) -> i64 {
         self.token
+    }
+
+    /// What the runner signals to the handler.
+    pub fn control(&self) -> &Control {
+        &self.control
+    }
+
+    /// The message's own timeout, if it has one.
+    pub fn timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+
+    /// The queue it came from.
+    pub fn queue(&self) -> &Queue<DB> {
+        &self.queue
     }
 
     /// Whether the message has an ordering key.
@@ -211,8 +233,16 @@ impl<DB: Db> Delivery<DB> {
     pub(crate) fn new(queue: Queue<DB>, row: ClaimedRow, token: i64) -> Self {
         let attempt = u32::try_from(row.attempts).unwrap_or(u32::MAX);
         let keyed = row.key.is_some().then(|| Arc::from(row.group.as_str()));
-        let lease = Lease { queue, id: row.id, token, attempt, keyed, settled: Arc::default() };
-        Delivery { lease, message: Received::new(row, attempt) }
+        let message = Received::new(row, attempt);
+        let timeout = message_timeout(&message.headers);
+        let (id, settled, control) = (message.row.id, Arc::default(), Control::default());
+        let lease = Lease { queue, id, token, attempt, keyed, settled, control, timeout };
+        Delivery { lease, message }
+    }
+
+    /// What the runner signals to the handler.
+    pub(crate) fn control(&self) -> &Control {
+        &self.lease.control
     }
 
     /// The lease, for a runner to settle the message after its handler.
@@ -355,5 +385,43 @@ impl Received {
     /// One header's value.
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).map(String::as_str)
+    }
+}
+
+impl<DB: Db> Delivery<DB> {
+    /// Resolves when the runner asks this handler to stop: its message was cancelled
+    /// ([`Queue::cancel`](crate::broker::Queue::cancel), from any process), or it ran past its
+    /// timeout ([`Message::timeout`](crate::broker::Message::timeout),
+    /// [`SubscriptionBuilder::timeout`](crate::broker::SubscriptionBuilder::timeout)). The
+    /// handler should stop and return: after the subscription's
+    /// [`grace`](crate::broker::SubscriptionBuilder::grace) the runner drops its future.
+    /// Never resolves for a delivery taken from a [`stream`](crate::broker::SubscriptionBuilder::stream)
+    /// (nothing watches it there).
+    pub async fn cancelled(&self) -> StopReason {
+        self.control().stopped().await
+    }
+
+    /// Whether the runner asked this handler to stop (see [`cancelled`](Self::cancelled)).
+    pub fn is_cancelled(&self) -> bool {
+        self.control().reason().is_some()
+    }
+
+    /// Why the runner asked this handler to stop, if it did.
+    pub fn stop_reason(&self) -> Option<StopReason> {
+        self.control().reason()
+    }
+
+    /// Resolves when the runner finds this message's lease lost: its lease ran out (and
+    /// another consumer may hold it now), or another claim took it. Its settlement is then
+    /// refused ([`Error::LeaseLost`](crate::error::Error::LeaseLost)): the handler may stop, its
+    /// work may be done again elsewhere. The runner looks at every poll interval, and
+    /// at each [`heartbeat`](crate::broker::SubscriptionBuilder::heartbeat).
+    pub async fn lease_lost(&self) {
+        self.control().lease_lost().await;
+    }
+
+    /// Whether the runner found this message's lease lost (see [`lease_lost`](Self::lease_lost)).
+    pub fn is_lease_lost(&self) -> bool {
+        self.control().is_lease_lost()
     }
 }

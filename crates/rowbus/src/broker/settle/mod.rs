@@ -7,6 +7,7 @@
 //! Entered from the claim room's runners, and by a `Delivery`'s own methods.
 
 pub(crate) mod acks;
+pub(crate) mod control;
 pub(crate) mod delivery;
 pub(crate) mod lease;
 pub(crate) mod retry;

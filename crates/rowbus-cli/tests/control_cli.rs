@@ -1,0 +1,289 @@
+//! End-to-end tests of job control: `rowbus cancel` reaching a `rowbus consume --exec`
+//! in another process (at its next poll, or at once with --listen-notify), SIGTERM then
+//! SIGKILL after --grace, `publish --timeout`, and `cancel --all`. Real processes against
+//! real PostgreSQL, MariaDB and SQLite.
+//!
+//! The servers must be up (`scripts/services.sh` starts them); a test fails, never skips,
+//! when one is unreachable. Every test uses its own tables, dropped at the end.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{Database, Kind, LINE_TIMEOUT, Running, on_each_database, rowbus, run_quietly, unique};
+use serde_json::Value;
+
+/// How long the test waits for what should happen well within it.
+const WITHIN: Duration = Duration::from_secs(20);
+
+/// One test's database, notify table, queue table and directory of marker files; the
+/// tables and the directory removed at the end.
+struct Db {
+    database: Database,
+    notify_table: String,
+    queue: String,
+    marks: PathBuf,
+}
+
+impl Db {
+    fn new(kind: Kind) -> Db {
+        let notify_table = unique("ccli_notify");
+        let queue = unique("ccli");
+        let marks = std::env::temp_dir().join(unique("rowbus_ccli_marks"));
+        std::fs::create_dir_all(&marks).unwrap();
+        let db = Db { database: Database::new(kind, &notify_table), notify_table, queue, marks };
+        db.ok(&["deploy", "--queue", &db.queue]);
+        db
+    }
+
+    /// `rowbus --database-url URL --notify-table T ARGS...`, with MARKS set to the marker
+    /// directory.
+    fn rowbus(&self, args: &[&str]) -> Command {
+        let mut cmd = rowbus();
+        cmd.args(["--database-url", &self.database.url, "--notify-table", &self.notify_table]).args(args);
+        cmd.env("MARKS", &self.marks);
+        cmd
+    }
+
+    /// Runs a command that must succeed without a word on stderr; its stdout.
+    fn ok(&self, args: &[&str]) -> String {
+        run_quietly(self.rowbus(args), None, self.database.server())
+    }
+
+    /// A consumer running `script` on each message, its extra `args` given; started.
+    fn consumer(&self, script: &str, args: &[&str]) -> Running {
+        let mut all = vec!["consume", &self.queue, "--exec", script];
+        all.extend(args);
+        let mut consumer = Running::spawn(self.rowbus(&all), Duration::from_secs(20));
+        consumer.await_stderr("consuming", LINE_TIMEOUT, |line| line.starts_with("rowbus: consuming "));
+        consumer
+    }
+
+    /// The marker file `name`.
+    fn mark(&self, name: &str) -> PathBuf {
+        self.marks.join(name)
+    }
+
+    /// Waits for a file whose name ends with `suffix`; its name without it.
+    fn await_mark(&self, suffix: &str) -> String {
+        let deadline = Instant::now() + WITHIN;
+        loop {
+            let found = std::fs::read_dir(&self.marks)
+                .unwrap()
+                .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .find_map(|name| name.strip_suffix(suffix).map(str::to_owned));
+            if let Some(stem) = found {
+                return stem;
+            }
+            assert!(Instant::now() < deadline, "no `*{suffix}` marker within {WITHIN:?}");
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// `group`'s line of `stats --json QUEUE` (null when the group has no message).
+    fn stats(&self, group: &str) -> Value {
+        let stats: Value = serde_json::from_str(&self.ok(&["stats", "--json", &self.queue])).unwrap();
+        let groups = stats["queues"].as_array().expect("a queues array");
+        groups.iter().find(|g| g["group"] == group).cloned().unwrap_or(Value::Null)
+    }
+
+    /// The queue's depth in `group` (0 when stats has no line for it).
+    fn depth(&self, group: &str) -> i64 {
+        self.stats(group)["depth"].as_i64().unwrap_or(0)
+    }
+}
+
+impl Drop for Db {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.marks);
+        self.database.cleanup.queue(&self.queue);
+        if self.database.kind == Kind::MariaDb {
+            self.database.cleanup.notify_table(&self.notify_table);
+        }
+    }
+}
+
+/// Waits until `path` exists.
+fn await_file(path: &Path) {
+    let deadline = Instant::now() + WITHIN;
+    while !path.exists() {
+        assert!(Instant::now() < deadline, "{} not written within {WITHIN:?}", path.display());
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The command of the cancel tests: says it started (`ID.started`), writes `ID.term` on
+/// SIGTERM and exits 143; runs for 60 s otherwise.
+const POLITE: &str = r#"trap 'touch "$MARKS/$ROWBUS_ID.term"; exit 143' TERM; touch "$MARKS/$ROWBUS_ID.started"; i=0; while [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done"#;
+
+/// `rowbus cancel --id` of a message a consumer in another process runs: the consumer's
+/// command gets SIGTERM (at the consumer's next poll; with --listen-notify and a ten minutes'
+/// poll interval, through the notification alone), the message is gone, and the consumer
+/// goes on with the next one.
+fn cancel_reaches_another_process(kind: Kind) {
+    for listen in [false, true] {
+        let db = Db::new(kind);
+        let args: &[&str] = match listen {
+            false => &["--poll-interval", "200ms", "--grace", "5s"],
+            true => &["--poll-interval", "10m", "--listen-notify", "--grace", "5s"],
+        };
+        let mut consumer = db.consumer(POLITE, args);
+        db.ok(&["publish", &db.queue, "job"]);
+        let id = db.await_mark(".started");
+        let said = db.ok(&["cancel", &db.queue, "--id", &id]);
+        assert_eq!(
+            said,
+            format!("cancelled 1 message from `{}`: {id} (running: {id}; its consumer stops it)\n", db.queue)
+        );
+        await_file(&db.mark(&format!("{id}.term")));
+        consumer.await_stderr("sending SIGTERM", WITHIN, |line| {
+            line == format!("rowbus: message {id}: cancelled; sending SIGTERM to `{POLITE}`")
+        });
+        assert_eq!(db.depth(""), 0, "the cancelled message is gone");
+        // The worker is free again: the next message runs.
+        db.ok(&["publish", &db.queue, "next"]);
+        let deadline = Instant::now() + WITHIN;
+        while std::fs::read_dir(&db.marks)
+            .unwrap()
+            .filter(|e| e.as_ref().is_ok_and(|e| e.file_name().to_string_lossy().ends_with(".started")))
+            .count()
+            < 2
+        {
+            assert!(Instant::now() < deadline, "the next message did not start");
+            thread::sleep(Duration::from_millis(50));
+        }
+        let (status, _, stderr) = consumer.stop("INT");
+        assert!(status.success(), "the consumer exited {status}: {stderr:#?}");
+    }
+}
+on_each_database!(cancel_reaches_another_process);
+
+/// A command that traps SIGTERM and goes on is killed (SIGKILL to its process group) once
+/// the --grace period has passed.
+fn stubborn_command_killed_after_grace(kind: Kind) {
+    let db = Db::new(kind);
+    let stubborn = r#"trap 'touch "$MARKS/$ROWBUS_ID.term"' TERM; echo $$ > "$MARKS/$ROWBUS_ID.pid"; touch "$MARKS/$ROWBUS_ID.started"; i=0; while [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done"#;
+    let mut consumer = db.consumer(stubborn, &["--poll-interval", "200ms", "--grace", "1s"]);
+    db.ok(&["publish", &db.queue, "job"]);
+    let id = db.await_mark(".started");
+    let pid = std::fs::read_to_string(db.mark(&format!("{id}.pid"))).unwrap().trim().to_owned();
+    db.ok(&["cancel", &db.queue, "--id", &id]);
+    await_file(&db.mark(&format!("{id}.term")));
+    let deadline = Instant::now() + WITHIN;
+    while Command::new("kill")
+        .args(["-0", &pid])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap()
+        .success()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the command trapping SIGTERM was not killed after the grace period"
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+    let (status, _, stderr) = consumer.stop("INT");
+    assert!(status.success(), "the consumer exited {status}: {stderr:#?}");
+}
+on_each_database!(stubborn_command_killed_after_grace);
+
+/// `publish --timeout`: a command still running then gets SIGTERM, and the attempt fails
+/// with "timed out after ..." (here dead-lettered: one attempt allowed); `consume
+/// --timeout` is the default for messages without their own.
+fn timeouts_fail_the_attempt(kind: Kind) {
+    let db = Db::new(kind);
+    let mut consumer =
+        db.consumer(POLITE, &["--poll-interval", "200ms", "--max-attempts", "1", "--timeout", "1h"]);
+    db.ok(&["publish", &db.queue, "--timeout", "500ms", "job"]);
+    let id = db.await_mark(".started");
+    await_file(&db.mark(&format!("{id}.term")));
+    let deadline = Instant::now() + WITHIN;
+    let dead = loop {
+        let out = db.ok(&["dead", "list", &db.queue, "--json"]);
+        if let Some(line) = out.lines().next() {
+            break serde_json::from_str::<Value>(line).unwrap();
+        }
+        assert!(Instant::now() < deadline, "not dead-lettered within {WITHIN:?}");
+        thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(dead["last_error"], "timed out after 500ms", "{dead}");
+    assert_eq!(dead["headers"]["rowbus-timeout-ms"], "500", "{dead}");
+    let (status, _, stderr) = consumer.stop("INT");
+    assert!(status.success(), "the consumer exited {status}: {stderr:#?}");
+}
+on_each_database!(timeouts_fail_the_attempt);
+
+/// `cancel --all` takes the default group's messages, `--group G --all` that group's;
+/// `--id` of nothing cancels nothing; neither --id nor --all is refused.
+fn cancel_all_of_a_group(kind: Kind) {
+    let db = Db::new(kind);
+    let q = db.queue.clone();
+    for (group, payload) in [("", "a"), ("", "b"), ("g", "c")] {
+        db.ok(&["publish", &q, "--group", group, "--delay", "1h", payload]);
+    }
+    let said = db.ok(&["cancel", &q, "--group", "g", "--all"]);
+    assert!(said.starts_with(&format!("cancelled 1 message from `{q}`: ")), "{said}");
+    assert_eq!((db.depth(""), db.depth("g")), (2, 0));
+    let said = db.ok(&["cancel", &q, "--all"]);
+    assert!(said.starts_with(&format!("cancelled 2 messages from `{q}`: ")), "{said}");
+    assert_eq!(db.depth(""), 0);
+    assert_eq!(db.ok(&["cancel", &q, "--id", "999999999"]), format!("cancelled 0 messages from `{q}`\n"));
+    let refused = db.rowbus(&["cancel", &q]).output().unwrap();
+    assert!(!refused.status.success());
+}
+on_each_database!(cancel_all_of_a_group);
+
+/// `publish --json` prints each stored message's id, which `cancel --id` takes; a
+/// duplicate has none; with `-`, a line per stdin line.
+fn publish_json_prints_ids(kind: Kind) {
+    let db = Db::new(kind);
+    let q = db.queue.clone();
+    let line =
+        |text: &str| serde_json::from_str::<Value>(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
+    let one = line(&db.ok(&["publish", &q, "--json", "--dedup", "d1", "--delay", "1h", "x"]));
+    let id = one["id"].as_i64().unwrap_or_else(|| panic!("no id: {one}"));
+    let duplicate = line(&db.ok(&["publish", &q, "--json", "--dedup", "d1", "x"]));
+    assert_eq!(duplicate, serde_json::json!({"id": null, "duplicate": "d1"}));
+    let mut cmd = db.rowbus(&["publish", &q, "--json", "--delay", "1h", "-"]);
+    cmd.stdin(std::process::Stdio::piped());
+    let (out, _) = common::run_with(cmd, Some(b"a\nb\nc\n"), common::RUN_TIMEOUT);
+    assert!(out.status.success(), "{}", common::show(&out));
+    let ids: Vec<i64> =
+        String::from_utf8(out.stdout).unwrap().lines().map(|l| line(l)["id"].as_i64().unwrap()).collect();
+    assert_eq!(ids.len(), 3, "{ids:?}");
+    assert!(ids.windows(2).all(|w| w[0] < w[1]) && ids[0] > id, "{ids:?}");
+    let mut args = vec!["cancel".to_owned(), q.clone()];
+    for id in std::iter::once(id).chain(ids) {
+        args.extend(["--id".to_owned(), id.to_string()]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    assert!(db.ok(&args).starts_with(&format!("cancelled 4 messages from `{q}`: ")));
+    assert_eq!(db.depth(""), 0);
+}
+on_each_database!(publish_json_prints_ids);
+
+/// `consume --heartbeat`: a command running three times its lease keeps the message (run
+/// once, acknowledged); the consumer's runner extends the lease, not the command's own
+/// extension.
+fn heartbeat_keeps_a_long_command(kind: Kind) {
+    let db = Db::new(kind);
+    let script = r#"echo run >> "$MARKS/runs"; sleep 3"#;
+    let mut consumer =
+        db.consumer(script, &["--workers", "2", "--lease", "1s", "--heartbeat", "--poll-interval", "200ms"]);
+    db.ok(&["publish", &db.queue, "job"]);
+    let deadline = Instant::now() + WITHIN;
+    while db.depth("") > 0 {
+        assert!(Instant::now() < deadline, "not acknowledged within {WITHIN:?}");
+        thread::sleep(Duration::from_millis(100));
+    }
+    let runs = std::fs::read_to_string(db.mark("runs")).unwrap();
+    assert_eq!(runs.lines().count(), 1, "run once: {runs:?}");
+    let (status, _, stderr) = consumer.stop("INT");
+    assert!(status.success(), "the consumer exited {status}: {stderr:#?}");
+    assert!(!stderr.iter().any(|l| l.contains("warning")), "no lost lease said: {stderr:#?}");
+}
+on_each_database!(heartbeat_keeps_a_long_command);

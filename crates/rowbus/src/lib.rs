@@ -149,6 +149,8 @@ mod snippets {
     struct Architecture;
     #[doc = include_str!("../../../docs/claims-and-leases.md")]
     struct ClaimsAndLeases;
+    #[doc = include_str!("../../../docs/control.md")]
+    struct Control;
     #[doc = include_str!("../../../docs/messages.md")]
     struct Messages;
     #[doc = include_str!("../../../docs/notify-table.md")]

@@ -40,7 +40,7 @@ status=0
 # (scripts/galera.sh) and a PostgreSQL primary and standby (scripts/pg-standby.sh) when
 # they are down; they are throwaway and CPU-heavy: stopped after the run, however it went.
 trap 'scripts/galera.sh down >/dev/null 2>&1 || true; scripts/pg-standby.sh down >/dev/null 2>&1 || true' EXIT
-cargo test --workspace --no-fail-fast "$@" || status=$?
+cargo test --workspace --all-features --no-fail-fast "$@" || status=$?
 # The examples (examples/, built by `cargo test`), each run to its end on a SQLite file of
 # its own; the web one serves on a free port, places its own orders and exits.
 for example in typed_jobs cron_schedule durable_listener "web_outbox --demo"; do

@@ -126,6 +126,14 @@ pub mod stats {
     pub use crate::broker::{ClaimFailure, GroupStats, NotifyTableStats, Paused, Stats, TableState};
 }
 
+/// Traces from publish to handler: the spans' names are `rowbus.publish`, `rowbus.message`
+/// and `rowbus.batch`, with OpenTelemetry's messaging attributes as fields; with the
+/// `opentelemetry` feature the publisher's W3C trace context travels in these headers
+/// and a handler's span continues it (see the module's page in docs/operating.md).
+pub mod telemetry {
+    pub use crate::broker::{TRACEPARENT, TRACESTATE};
+}
+
 /// Durable listeners: named positions that outlive a process, so a restarted listener
 /// resumes where it stopped ([`Listener::listen_durable`](crate::Listener::listen_durable)).
 pub mod durable {

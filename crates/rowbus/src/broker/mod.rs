@@ -10,13 +10,15 @@
 //! - `operate/`: the operator's side: deploy, dead letters, pause, history, schedules,
 //!   statistics.
 //!
-//! `exec` runs every statement that can deadlock, retried, with errors that name the queue.
+//! `exec` runs every statement that can deadlock, retried, with errors that name the queue;
+//! `telemetry` opens the publish and handler spans and carries trace context in headers.
 
 mod claim;
 mod exec;
 mod operate;
 mod publish;
 mod settle;
+mod telemetry;
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -53,6 +55,7 @@ pub use publish::message::{Headers, MAX_KEY_CHARS, Message, Published, TIMEOUT_H
 pub use settle::control::StopReason;
 pub use settle::delivery::{Delivery, Outcome, Received, TxMessage};
 pub use settle::retry::RetryPolicy;
+pub use telemetry::{TRACEPARENT, TRACESTATE};
 
 use claim::wake::Wakers;
 use operate::stats::Counters;

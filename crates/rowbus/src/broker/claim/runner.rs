@@ -24,6 +24,7 @@ use crate::broker::settle::acks::PendingAcks;
 use crate::broker::settle::control::{Control, StopReason};
 use crate::broker::settle::delivery::Lease;
 use crate::broker::settle::lease;
+use crate::broker::telemetry;
 use crate::broker::{Delivery, Inner, Outcome, Queue};
 use crate::error::{Error, chain_line};
 use crate::sql::Db;
@@ -301,7 +302,12 @@ where
     O: Into<Outcome> + Send + 'static,
     E: Display + Send + 'static,
 {
-    let span = info_span!("rowbus.message", id = delivery.id(), attempt = delivery.attempt());
+    let span = telemetry::message_span(
+        delivery.queue().table(),
+        delivery.id(),
+        delivery.attempt(),
+        delivery.headers(),
+    );
     async move {
         let lease = delivery.lease();
         shared.in_flight.track([lease.clone()]);
@@ -640,7 +646,7 @@ where
             let (handler, queue, acks) =
                 (self.handler.clone(), self.queue.clone(), self.flusher.acks.clone());
             let in_flight = self.in_flight.clone();
-            let span = info_span!("rowbus.batch", size = batch.len());
+            let span = telemetry::batch_span(queue.table(), batch.len(), batch.iter().map(|d| d.headers()));
             set.spawn(
                 async move {
                     // Held until the batch is settled: the claim for this worker then

@@ -4,9 +4,11 @@
 use std::sync::Arc;
 
 use notify_table::DurationRange;
+use tracing::Instrument as _;
 
 use crate::broker::exec::{DEADLOCK_TRIES, micros, queue_error};
 use crate::broker::publish::coalesce::{Entry, Merged, SHARED_AT_MOST};
+use crate::broker::telemetry;
 use crate::broker::{BrokerTx, Message, Published, Queue, check_group};
 use crate::driver::Arg;
 use crate::error::{Error, check_duration, is_retryable};
@@ -350,9 +352,17 @@ impl<DB: Db> Queue<DB> {
         &self,
         messages: impl IntoIterator<Item = Message>,
     ) -> Result<Published, Error> {
-        let messages: Vec<Message> = messages.into_iter().collect();
-        let limit = checked(self, &messages).await?;
-        autocommitted(self, messages, limit).await
+        #[cfg_attr(not(feature = "opentelemetry"), expect(unused_mut))]
+        let mut messages: Vec<Message> = messages.into_iter().collect();
+        let span = telemetry::publish_span(self.table(), messages.len());
+        #[cfg(feature = "opentelemetry")]
+        telemetry::inject(&span, &mut messages);
+        async move {
+            let limit = checked(self, &messages).await?;
+            autocommitted(self, messages, limit).await
+        }
+        .instrument(span)
+        .await
     }
 
     /// The largest message (payload and group, in bytes) the database takes: a publish of
@@ -377,9 +387,13 @@ impl<DB: Db> BrokerTx<DB> {
         queue: &Queue<DB>,
         messages: impl IntoIterator<Item = Message>,
     ) -> Result<Published, Error> {
-        let messages: Vec<Message> = messages.into_iter().collect();
-        let limit = checked(queue, &messages).await?;
-        let n = insert(queue, &mut **self.tx(), &messages, limit, false).await?;
+        #[cfg_attr(not(feature = "opentelemetry"), expect(unused_mut))]
+        let mut messages: Vec<Message> = messages.into_iter().collect();
+        let span = telemetry::publish_span(queue.table(), messages.len());
+        #[cfg(feature = "opentelemetry")]
+        telemetry::inject(&span, &mut messages);
+        let limit = checked(queue, &messages).instrument(span.clone()).await?;
+        let n = insert(queue, &mut **self.tx(), &messages, limit, false).instrument(span).await?;
         let channel = queue.table().channel_arc();
         let mut fresh = Vec::new();
         for group in groups_of(&messages) {

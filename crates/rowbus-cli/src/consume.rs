@@ -49,7 +49,8 @@ pub(crate) struct ConsumeArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10_000))]
     batch: Option<u32>,
     /// Run `sh -c CMD` per message with the payload on stdin (and ROWBUS_TABLE,
-    /// ROWBUS_GROUP, ROWBUS_ID, ROWBUS_ATTEMPT set): exit status 0 acknowledges it, any
+    /// ROWBUS_GROUP, ROWBUS_ID, ROWBUS_ATTEMPT set, and TRACEPARENT and TRACESTATE when its
+    /// publisher was traced): exit status 0 acknowledges it, any
     /// other fails the attempt (retried with backoff, then dead-lettered; when the
     /// dead-letter table cannot take it, it is said so and the message runs again). The command's
     /// output is rowbus's; messages are not printed
@@ -511,6 +512,16 @@ enum Ran {
     Stopped,
 }
 
+/// The W3C trace context the message's publisher wrote into its headers, as the
+/// environment variables OpenTelemetry's SDKs read it from (`TRACEPARENT`, `TRACESTATE`):
+/// the command's spans then join the publisher's trace, as children of its publish span.
+fn trace_context<DB: Db>(d: &Delivery<DB>) -> Vec<(&'static str, String)> {
+    [("TRACEPARENT", rowbus::telemetry::TRACEPARENT), ("TRACESTATE", rowbus::telemetry::TRACESTATE)]
+        .into_iter()
+        .filter_map(|(variable, header)| Some((variable, d.header(header)?.to_owned())))
+        .collect()
+}
+
 /// Runs `sh -c CMD` with the payload on stdin, extending the message's lease while it runs.
 async fn execute<DB: Db>(shared: &Shared, d: &Delivery<DB>) -> Ran {
     let command = shared.exec.as_deref().unwrap_or_default();
@@ -522,6 +533,7 @@ async fn execute<DB: Db>(shared: &Shared, d: &Delivery<DB>) -> Ran {
         .env("ROWBUS_GROUP", d.group())
         .env("ROWBUS_ID", d.id().to_string())
         .env("ROWBUS_ATTEMPT", d.attempt().to_string())
+        .envs(trace_context(d))
         .stdin(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);

@@ -126,6 +126,15 @@ pub mod stats {
     pub use crate::broker::{ClaimFailure, GroupStats, NotifyTableStats, Paused, Stats, TableState};
 }
 
+/// A harness for testing handlers and publishers: a broker on a SQLite file or a database
+/// of its own queues, dropped at the end; inline draining; delayed messages and schedule
+/// ticks brought forward (see docs/testing.md).
+#[cfg(feature = "testing")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
+pub mod testing {
+    pub use crate::broker::testing::{Drained, Handled, TestBroker};
+}
+
 /// Traces from publish to handler: the spans' names are `rowbus.publish`, `rowbus.message`
 /// and `rowbus.batch`, with OpenTelemetry's messaging attributes as fields; with the
 /// `opentelemetry` feature the publisher's W3C trace context travels in these headers

@@ -11,7 +11,8 @@
 //!   statistics.
 //!
 //! `exec` runs every statement that can deadlock, retried, with errors that name the queue;
-//! `telemetry` opens the publish and handler spans and carries trace context in headers.
+//! `telemetry` opens the publish and handler spans and carries trace context in headers;
+//! `testing` is the test harness (feature `testing`).
 
 mod claim;
 mod exec;
@@ -19,6 +20,8 @@ mod operate;
 mod publish;
 mod settle;
 mod telemetry;
+#[cfg(feature = "testing")]
+pub(crate) mod testing;
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;

@@ -228,6 +228,31 @@ async fn publish_tick<DB: Db>(
     }
 }
 
+/// Publishes the next tick of each of `queue`'s schedules now, ahead of its time: the
+/// test harness's way to run a schedule without waiting for it. Each is recorded as any
+/// tick is, so that no scheduler publishes it again when its time comes. The names of the
+/// schedules whose tick this call published.
+#[cfg(feature = "testing")]
+pub(crate) async fn publish_next_ticks<DB: Db>(queue: &Queue<DB>) -> Result<Vec<String>, Error> {
+    let mut conn = queue.inner().pool.acquire().await?;
+    let now = db_now(queue, &mut conn).await?;
+    let rows = DB::fetch_rows(&mut conn, &queue.sql.schedule.list, &[], 4)
+        .await
+        .map_err(|e| schedule_error(queue, e))?;
+    drop(conn);
+    let mut published = Vec::new();
+    for row in &rows {
+        let stored = decode(row)?;
+        let after = stored.last_tick.map_or(now, |last| last.max(now));
+        if let Some(tick) = stored.plan.next_after(after)
+            && publish_tick(queue, &stored.name, &stored, tick).await?
+        {
+            published.push(stored.name.clone());
+        }
+    }
+    Ok(published)
+}
+
 /// The header naming the schedule a tick's message comes from.
 pub const SCHEDULE_HEADER: &str = "rowbus-schedule";
 /// The header holding a tick's time, in microseconds since the Unix epoch.

@@ -31,6 +31,16 @@ pub(crate) fn handler_retry(after: Duration) -> (String, Option<Duration>) {
     }
 }
 
+/// What [`Error::InvalidDuration`] names a snooze's delay.
+const SNOOZE_DELAY: &str = "snooze delay";
+
+/// A handler's [`Outcome::Snooze`](crate::broker::Outcome::Snooze): its delay, or, over
+/// [`MAX_DURATION`](crate::limits::MAX_DURATION), the refusal that makes it the attempt's
+/// failure (as [`handler_retry`] does).
+pub(crate) fn handler_snooze(after: Duration) -> Result<Duration, String> {
+    check_duration(SNOOZE_DELAY, after, DurationRange::Span).map(|()| after).map_err(|e| e.to_string())
+}
+
 /// Rows a statement puts back after a failed transactional handler (11 binds each, well
 /// under every database's limit on binds).
 const RESTORE_BATCH: usize = 256;
@@ -163,6 +173,21 @@ pub(crate) async fn retry<DB: Db>(
     Ok(())
 }
 
+/// Puts a leased message back to run after `after`, its attempt not counted and its last
+/// error left as it was; refuses an `after` over [`MAX_DURATION`](crate::limits::MAX_DURATION)
+/// before any statement. The caller adds it to the queue's counts.
+pub(crate) async fn snooze<DB: Db>(
+    queue: &Queue<DB>,
+    id: i64,
+    token: i64,
+    after: Duration,
+) -> Result<(), Error> {
+    check_duration(SNOOZE_DELAY, after, DurationRange::Span)?;
+    on_lease(queue, &queue.sql.snooze, &[Arg::Int(micros(after)), Arg::Int(id), Arg::Int(token)], id).await?;
+    queue.inner().counters.snoozed(1);
+    Ok(())
+}
+
 /// Gives a leased message back unstarted, its attempt not counted.
 pub(crate) async fn release<DB: Db>(queue: &Queue<DB>, id: i64, token: i64) -> Result<(), Error> {
     on_lease(queue, &queue.sql.release, &[Arg::Int(id), Arg::Int(token)], id).await?;
@@ -283,7 +308,7 @@ pub(crate) async fn restore_failed<DB: Db>(
     for chunk in back.chunks(RESTORE_BATCH) {
         let args: Vec<Arg<'_>> = chunk
             .iter()
-            .flat_map(|&(row, delay)| restore_args(row, row.attempts + 1, delay, error))
+            .flat_map(|&(row, delay)| restore_args(row, row.attempts + 1, delay, Some(error)))
             .collect();
         DB::execute(tx, &Arc::from(queue.sql.restore(chunk.len())), &args).await?;
     }
@@ -298,7 +323,7 @@ pub(crate) async fn restore_failed<DB: Db>(
         for chunk in dead.chunks(RESTORE_BATCH) {
             let args: Vec<Arg<'_>> = chunk
                 .iter()
-                .flat_map(|&(row, delay)| restore_args(row, row.attempts + 1, delay, error))
+                .flat_map(|&(row, delay)| restore_args(row, row.attempts + 1, delay, Some(error)))
                 .collect();
             DB::execute(tx, &Arc::from(queue.sql.dead_restore(chunk.len())), &args).await?;
         }
@@ -325,12 +350,29 @@ pub(crate) async fn restore_failed<DB: Db>(
             .iter()
             .flat_map(|&(row, _)| {
                 let delay = retry.delay(u32::try_from(row.attempts + 1).unwrap_or(u32::MAX));
-                restore_args(row, row.attempts, Some(micros(delay)), error)
+                restore_args(row, row.attempts, Some(micros(delay)), Some(error))
             })
             .collect();
         DB::execute(tx, &Arc::from(queue.sql.restore(chunk.len())), &args).await?;
     }
     Ok(Restored { dead: 0, dead_failed: dead.len() as u64 })
+}
+
+/// In the claim's transaction, after its handler snoozed and its writes were undone: puts
+/// the claimed `rows` back to run after `after`, their attempt not counted. Their last
+/// error is cleared: the transactional claim took the rows without it.
+pub(crate) async fn restore_snoozed<DB: Db>(
+    queue: &Queue<DB>,
+    tx: &mut Transaction<'static, DB>,
+    rows: &[ClaimedRow],
+    after: Duration,
+) -> Result<(), Error> {
+    for chunk in rows.chunks(RESTORE_BATCH) {
+        let args: Vec<Arg<'_>> =
+            chunk.iter().flat_map(|row| restore_args(row, row.attempts, Some(micros(after)), None)).collect();
+        DB::execute(tx, &Arc::from(queue.sql.restore(chunk.len())), &args).await?;
+    }
+    Ok(())
 }
 
 /// What [`restore_failed`] did with the rows it did not put back to run again.
@@ -346,12 +388,17 @@ pub(crate) struct Restored {
 /// The binds of a row [`restore_failed`] writes with `attempts` as its count, in the order
 /// of both of its statements: the delay and the deduplication id only where the row goes
 /// back to the queue.
-fn restore_args<'a>(row: &'a ClaimedRow, attempts: i64, delay: Option<i64>, error: &'a str) -> Vec<Arg<'a>> {
+fn restore_args<'a>(
+    row: &'a ClaimedRow,
+    attempts: i64,
+    delay: Option<i64>,
+    error: Option<&'a str>,
+) -> Vec<Arg<'a>> {
     let text = |t: &'a Option<String>| t.as_deref().map_or(Arg::Null, Arg::Text);
     let mut args = vec![Arg::Int(row.id), Arg::Text(&row.group), Arg::Bytes(&row.payload)];
     args.push(Arg::Int(attempts));
     args.extend(delay.map(Arg::Int));
-    args.extend([Arg::Int(row.created_at), Arg::Text(error), Arg::Int(row.priority)]);
+    args.extend([Arg::Int(row.created_at), error.map_or(Arg::Null, Arg::Text), Arg::Int(row.priority)]);
     args.extend([text(&row.key), text(&row.headers)]);
     args.extend(delay.map(|_| text(&row.dedup_id)));
     args

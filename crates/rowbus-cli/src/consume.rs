@@ -343,10 +343,11 @@ async fn run<DB: Db>(
     }
     let stats = broker.stats();
     eprintln!(
-        "rowbus: stopped: {} acknowledged, {} retried, {} dead-lettered, {} failed to dead-letter, {} given back, \
-         {} abandoned, released",
+        "rowbus: stopped: {} acknowledged, {} retried, {} snoozed, {} dead-lettered, {} failed to dead-letter, \
+         {} given back, {} abandoned, released",
         stats.acked,
         stats.retried,
+        stats.snoozed,
         stats.dead_lettered,
         stats.dead_letter_failures,
         stats.released,

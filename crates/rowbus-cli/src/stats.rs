@@ -80,8 +80,7 @@ pub(crate) async fn stats<DB: Db>(
         outln!("{report}");
     } else {
         let shown = notify.as_ref().ok().and_then(Option::as_ref);
-        print_table(&lines, shown, url, config, !unreadable.is_empty())?;
-        print_counts(&counted)?;
+        print_table(&lines, &counted, shown, url, config, !unreadable.is_empty())?;
         for table in &unreadable {
             outln!("queue table `{table}`: {NOT_READABLE}");
         }
@@ -272,9 +271,11 @@ fn print_durable(durable: &[DurableListener]) -> Result<(), CliError> {
     Ok(())
 }
 
-/// The report as an aligned table, then the notify table's line.
+/// The report as an aligned table, then what each queue's consumers did and the notify
+/// table's line.
 fn print_table(
     lines: &[Line],
+    counted: &[Counts],
     notify: Option<&NotifyTableStats>,
     url: &str,
     config: &NotifyConfig,
@@ -326,6 +327,7 @@ fn print_table(
             outln!("{}", format(&row.each_ref().map(String::as_str)));
         }
     }
+    print_counts(counted)?;
     if let Some(n) = notify {
         let oldest = n.oldest.map_or_else(String::new, |d| format!(", oldest {} old", human(d)));
         let cleanup = if config.retention.is_zero() {

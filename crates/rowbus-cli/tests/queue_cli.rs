@@ -350,7 +350,7 @@ fn exec_status_75_snoozes(kind: Kind, mode: &[&str]) {
     db.wait_stats(&q, "", "acknowledged", |g| g["depth"] == 0);
     let stderr = stop_cleanly(&mut consumer, "INT");
     let _ = std::fs::remove_file(&mark);
-    let snoozed: Vec<&String> = stderr.iter().filter(|l| l.contains("snoozed")).collect();
+    let snoozed: Vec<&String> = stderr.iter().filter(|l| l.contains("snoozed by")).collect();
     assert_eq!(snoozed.len(), 1, "{stderr:#?}");
     assert_mentions(
         snoozed[0],
@@ -358,7 +358,10 @@ fn exec_status_75_snoozes(kind: Kind, mode: &[&str]) {
         "the snooze",
     );
     assert!(!stderr.iter().any(|l| l.contains("of 1)")), "no failed attempt: {stderr:#?}");
-    assert!(stderr.iter().any(|l| l.contains("1 acknowledged, 0 retried, 0 dead-lettered")), "{stderr:#?}");
+    assert!(
+        stderr.iter().any(|l| l.contains("1 acknowledged, 0 retried, 1 snoozed, 0 dead-lettered")),
+        "{stderr:#?}"
+    );
     let report = db.stats(&[&q]);
     let counts = &report["counts"][q.as_str()];
     assert_eq!(
@@ -451,11 +454,15 @@ fn stats_finds_the_queue_tables_and_counts_each_group(kind: Kind) {
     assert_eq!(row(lines[1]), [a.as_str(), "-", "1", "1", "0", "0", "0"]);
     assert_eq!(row(lines[2]), [a.as_str(), "x", "1", "1", "0", "0", "0"]);
     assert_eq!(row(lines[3]), [b.as_str(), "-", "1", "0", "1", "0", "0"]);
+    // What each queue's consumers did: nothing yet.
+    for (line, q) in [(lines[4], &a), (lines[5], &b)] {
+        assert_eq!(line, format!("events of `{q}`: cancelled 0, snoozed 0, timed out 0, lease lost 0"));
+    }
     if kind == Kind::Postgres {
-        assert_eq!(lines.len(), 4, "{plain}");
+        assert_eq!(lines.len(), 6, "{plain}");
     } else {
-        assert_eq!(lines.len(), 5, "{plain}");
-        assert!(lines[4].starts_with(&format!("notify table `{}`: ", db.notify_table)), "{plain}");
+        assert_eq!(lines.len(), 7, "{plain}");
+        assert!(lines[6].starts_with(&format!("notify table `{}`: ", db.notify_table)), "{plain}");
     }
 
     // In flight: a message whose command is still running.

@@ -21,7 +21,7 @@
 //! jobs.publish(Message::text("resize 42.png").group("images")).await?;
 //!
 //! // Four handlers at once; Ok acknowledges, Err retries with backoff, then dead-letters
-//! // (return an `Outcome` to retry later or drop it instead).
+//! // (return an `Outcome` to retry later, snooze it without using an attempt, or drop it).
 //! jobs.subscribe().group("images").workers(4).run(|delivery| async move {
 //!     println!("{} (attempt {})", delivery.text()?, delivery.attempt());
 //!     Ok::<_, rowbus::Error>(())

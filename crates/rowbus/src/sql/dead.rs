@@ -1,9 +1,9 @@
 //! A queue's dead-letter statements: reading dead letters, putting them back in the queue
 //! table, purging them. Binds are documented with each statement.
 
-use super::{Claiming, Counting, Keeping, Pausing, Publishing, Scheduling, Schema, TableSql, placeholders};
+use super::{Claiming, Keeping, Pausing, Publishing, Scheduling, Schema, TableSql, placeholders};
 
-impl<DB: Schema + Publishing + Claiming + Pausing + Scheduling + Keeping + Counting> TableSql<DB> {
+impl<DB: Schema + Publishing + Claiming + Pausing + Scheduling + Keeping> TableSql<DB> {
     /// A dead letter's columns as [`DeadRow`](crate::driver::DeadRow) reads them: id, group,
     /// payload, attempts, created_at µs, failed_at µs, last_error, priority, key, headers.
     fn dead_columns() -> String {

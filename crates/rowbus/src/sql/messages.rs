@@ -1,9 +1,9 @@
 //! Reading a queue table's messages for its operators: a page of them in id order, each
 //! with what tells its state (visible yet, leased).
 
-use super::{Catalog, Claiming, Counting, Keeping, Pausing, Publishing, Scheduling, Schema, TableSql};
+use super::{Catalog, Schema, TableSql};
 
-impl<DB: Schema + Publishing + Claiming + Pausing + Scheduling + Keeping + Counting + Catalog> TableSql<DB> {
+impl<DB: Schema + Catalog> TableSql<DB> {
     /// Up to a limit of the table's messages after an id, lowest id first, as
     /// [`QueuedRow`](crate::driver::QueuedRow) reads them: id, group, payload, attempts,
     /// created_at µs, µs since visible_at, µs since lease_until (NULL without a lease),

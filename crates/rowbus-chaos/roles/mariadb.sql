@@ -5,7 +5,8 @@
 --   @PREFIX@ user-name prefix, @PASSWORD@ the users' password, @SCHEMA@ the database of the
 --   tables, @NOTIFY@ the notify table, @QUEUE@ a queue table (its dead letters: @QUEUE@_dead, its pauses: @QUEUE@_pause, its history:
 --   @QUEUE@_hist and @QUEUE@_keep, its schedules: @QUEUE@_sched and @QUEUE@_ticks, its
---   deduplication ids: @QUEUE@_dedup, its ordering keys: @QUEUE@_keys).
+--   deduplication ids: @QUEUE@_dedup, its ordering keys: @QUEUE@_keys, its event counts:
+--   @QUEUE@_count).
 -- Every statement is idempotent: run it again after adding a queue. The tables must exist.
 
 -- @section roles
@@ -57,6 +58,8 @@ GRANT SELECT, INSERT, DELETE ON `@SCHEMA@`.`@QUEUE@_hist` TO '@PREFIX@consumer'@
 -- each tick it publishes under the tick key, and cleans up old ticks.
 GRANT SELECT ON `@SCHEMA@`.`@QUEUE@_sched` TO '@PREFIX@consumer'@'%';
 GRANT SELECT, INSERT, DELETE ON `@SCHEMA@`.`@QUEUE@_ticks` TO '@PREFIX@consumer'@'%';
+-- Consumers add to the queue's event counts (a snooze...): an upsert that reads the count.
+GRANT SELECT, INSERT, UPDATE ON `@SCHEMA@`.`@QUEUE@_count` TO '@PREFIX@consumer'@'%';
 -- monitor: reads what rowbus stats, dead list, history and schedule --list show; writes
 -- nothing (requeue, purge, pause and resume are an administrator's).
 GRANT SELECT ON `@SCHEMA@`.`@QUEUE@` TO '@PREFIX@monitor'@'%';
@@ -66,6 +69,7 @@ GRANT SELECT ON `@SCHEMA@`.`@QUEUE@_hist` TO '@PREFIX@monitor'@'%';
 GRANT SELECT ON `@SCHEMA@`.`@QUEUE@_keep` TO '@PREFIX@monitor'@'%';
 GRANT SELECT ON `@SCHEMA@`.`@QUEUE@_sched` TO '@PREFIX@monitor'@'%';
 GRANT SELECT ON `@SCHEMA@`.`@QUEUE@_ticks` TO '@PREFIX@monitor'@'%';
+GRANT SELECT ON `@SCHEMA@`.`@QUEUE@_count` TO '@PREFIX@monitor'@'%';
 
 -- @section queue-listen-notify
 -- listen_notify: publishers write wake-up rows; the consumers' broker polls and cleans up.

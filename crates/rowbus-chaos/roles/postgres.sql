@@ -3,7 +3,8 @@
 -- Each `-- @section NAME` is applied on its own; placeholders are substituted first:
 --   @PREFIX@ role-name prefix, @PASSWORD@ the roles' password, @DATABASE@ the database,
 --   @SCHEMA@ the queue table's schema, @QUEUE@ a queue table (its dead letters: @QUEUE@_dead, its pauses: @QUEUE@_pause, its history:
---   @QUEUE@_hist and @QUEUE@_keep, its schedules: @QUEUE@_sched and @QUEUE@_ticks).
+--   @QUEUE@_hist and @QUEUE@_keep, its schedules: @QUEUE@_sched and @QUEUE@_ticks, its event
+--   counts: @QUEUE@_count).
 -- Every statement is idempotent: run it again after adding a queue.
 
 -- @section roles
@@ -47,11 +48,13 @@ GRANT SELECT, INSERT, DELETE ON "@SCHEMA@"."@QUEUE@_hist" TO "@PREFIX@consumer";
 -- each tick it publishes under the tick key, and cleans up old ticks.
 GRANT SELECT ON "@SCHEMA@"."@QUEUE@_sched" TO "@PREFIX@consumer";
 GRANT SELECT, INSERT, DELETE ON "@SCHEMA@"."@QUEUE@_ticks" TO "@PREFIX@consumer";
+-- Consumers add to the queue's event counts (a snooze...): an upsert that reads the count.
+GRANT SELECT, INSERT, UPDATE ON "@SCHEMA@"."@QUEUE@_count" TO "@PREFIX@consumer";
 -- monitor: reads what rowbus stats, dead list, history and schedule --list show; writes
 -- nothing (requeue, purge, pause and resume are an administrator's).
 GRANT SELECT ON "@SCHEMA@"."@QUEUE@", "@SCHEMA@"."@QUEUE@_dead", "@SCHEMA@"."@QUEUE@_pause",
   "@SCHEMA@"."@QUEUE@_hist", "@SCHEMA@"."@QUEUE@_keep", "@SCHEMA@"."@QUEUE@_sched",
-  "@SCHEMA@"."@QUEUE@_ticks" TO "@PREFIX@monitor";
+  "@SCHEMA@"."@QUEUE@_ticks", "@SCHEMA@"."@QUEUE@_count" TO "@PREFIX@monitor";
 
 -- @section queue-listen-notify
 -- listen_notify: publishers call pg_notify; the consumers' broker LISTENs (no privilege).

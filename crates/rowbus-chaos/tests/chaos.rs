@@ -204,6 +204,7 @@ fn roles_script(db: &str) {
         format!("CREATE TABLE IF NOT EXISTS {queue}_keep (id BIGINT, v TEXT)"),
         format!("CREATE TABLE IF NOT EXISTS {queue}_sched (id BIGINT, v TEXT)"),
         format!("CREATE TABLE IF NOT EXISTS {queue}_ticks (id BIGINT, v TEXT)"),
+        format!("CREATE TABLE IF NOT EXISTS {queue}_count (name VARCHAR(64), n BIGINT)"),
         format!("CREATE TABLE IF NOT EXISTS {notify} (id BIGINT, v TEXT)"),
         format!("CREATE TABLE IF NOT EXISTS {notify}_positions (id BIGINT, v TEXT)"),
     ];
@@ -248,6 +249,10 @@ fn roles_script(db: &str) {
         refused("roles_ci_consumer", format!("INSERT INTO {queue}_sched (id) VALUES (1)")),
         allowed("roles_ci_consumer", format!("INSERT INTO {queue}_ticks (id) VALUES (1)")),
         allowed("roles_ci_consumer", format!("DELETE FROM {queue}_ticks WHERE id = 2")),
+        // It adds to the queue's event counts (an upsert: insert, or read and update).
+        allowed("roles_ci_consumer", format!("INSERT INTO {queue}_count (name, n) VALUES ('snoozed', 1)")),
+        allowed("roles_ci_consumer", format!("UPDATE {queue}_count SET n = n + 1 WHERE name = 'snoozed'")),
+        refused("roles_ci_consumer", format!("DELETE FROM {queue}_count")),
         refused("roles_ci_listener", format!("SELECT * FROM {queue}")),
         refused("roles_ci_notifier", format!("INSERT INTO {queue} (id) VALUES (1)")),
         // The monitor reads what stats, dead list, history and schedule --list show.
@@ -258,6 +263,7 @@ fn roles_script(db: &str) {
         allowed("roles_ci_monitor", format!("SELECT * FROM {queue}_keep")),
         allowed("roles_ci_monitor", format!("SELECT * FROM {queue}_sched")),
         allowed("roles_ci_monitor", format!("SELECT * FROM {queue}_ticks")),
+        allowed("roles_ci_monitor", format!("SELECT * FROM {queue}_count")),
         // ... and writes nothing.
         refused("roles_ci_monitor", format!("INSERT INTO {queue} (id) VALUES (1)")),
         refused("roles_ci_monitor", format!("UPDATE {queue} SET v = 'x'")),
@@ -267,6 +273,7 @@ fn roles_script(db: &str) {
         refused("roles_ci_monitor", format!("INSERT INTO {queue}_pause (id) VALUES (1)")),
         refused("roles_ci_monitor", format!("DELETE FROM {queue}_hist")),
         refused("roles_ci_monitor", format!("INSERT INTO {queue}_ticks (id) VALUES (1)")),
+        refused("roles_ci_monitor", format!("INSERT INTO {queue}_count (name, n) VALUES ('x', 1)")),
     ];
     if db == "mariadb" {
         checks.extend([

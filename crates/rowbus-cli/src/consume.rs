@@ -23,6 +23,10 @@ the consumer [default: 1s]. Publishes of `rowbus publish` wake a consumer starte
 --listen-notify at once (the notify table, when used, is then polled every 50ms). Durations \
 are 250ms, 2s, 1m, 1h, 7d or plain seconds.
 
+An --exec command that exits with status 75 (EX_TEMPFAIL, \"try again later\") snoozes its message: \
+it runs again after --snooze [default: 60s] as the same attempt (not counted against \
+--max-attempts, its last error unchanged), and `rowbus stats` counts it as snoozed.
+
 A paused queue or group (`rowbus pause`) is said once on stderr, and again when it is resumed. \
 A closed stdout (`rowbus consume Q | head -1`) ends the consumer quietly with status 0, as it \
 does `rowbus listen`: the message that could not be written is given back.";
@@ -50,9 +54,10 @@ pub(crate) struct ConsumeArgs {
     batch: Option<u32>,
     /// Run `sh -c CMD` per message with the payload on stdin (and ROWBUS_TABLE,
     /// ROWBUS_GROUP, ROWBUS_ID, ROWBUS_ATTEMPT set, and TRACEPARENT and TRACESTATE when its
-    /// publisher was traced): exit status 0 acknowledges it, any
-    /// other fails the attempt (retried with backoff, then dead-lettered; when the
-    /// dead-letter table cannot take it, it is said so and the message runs again). The command's
+    /// publisher was traced): exit status 0 acknowledges it, 75 (EX_TEMPFAIL) snoozes it
+    /// (back after --snooze, the attempt not counted), any other fails the attempt (retried
+    /// with backoff, then dead-lettered; when the dead-letter table cannot take it, it is
+    /// said so and the message runs again). The command's
     /// output is rowbus's; messages are not printed
     #[arg(long, value_name = "CMD", conflicts_with = "json")]
     exec: Option<String>,
@@ -75,6 +80,10 @@ pub(crate) struct ConsumeArgs {
     /// further failure
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = duration)]
     retry_delay: Duration,
+    /// How long a message an --exec command snoozes (exit status 75) waits before it runs
+    /// again, e.g. 30s, 5m: its attempt is not counted, so --max-attempts is not used up
+    #[arg(long, value_name = "DURATION", default_value = "60s", value_parser = duration, requires = "exec")]
+    snooze: Duration,
     /// How long a claimed message stays with this consumer, e.g. 30s, 5m (a running
     /// --exec command's lease is extended as it goes)
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = positive_duration)]
@@ -179,6 +188,8 @@ struct Shared {
     lease: Option<Duration>,
     /// The broker's retry policy, to say what comes after a failure.
     retry: RetryPolicy,
+    /// `--snooze`: how long a message the command snoozes waits.
+    snooze: Duration,
 }
 
 /// One delivery as a line: `ID GROUP PAYLOAD` (the payload as published, but for line
@@ -266,6 +277,7 @@ async fn run<DB: Db>(
         stopping: AtomicBool::new(false),
         lease: (!args.heartbeat).then_some(args.lease),
         retry,
+        snooze: args.snooze,
     });
     let builder = queue
         .subscribe()
@@ -355,10 +367,11 @@ async fn run<DB: Db>(
     }
     let stats = broker.stats();
     eprintln!(
-        "rowbus: stopped: {} acknowledged, {} retried, {} dead-lettered, {} failed to dead-letter, {} given back, \
-         {} abandoned, released",
+        "rowbus: stopped: {} acknowledged, {} retried, {} snoozed, {} dead-lettered, {} failed to dead-letter, \
+         {} given back, {} abandoned, released",
         stats.acked,
         stats.retried,
+        stats.snoozed,
         stats.dead_lettered,
         stats.dead_letter_failures,
         stats.released,
@@ -450,6 +463,10 @@ async fn handle_one<DB: Db>(shared: Arc<Shared>, d: Delivery<DB>) -> Result<(), 
                 give_back(d).await;
                 Ok(())
             }
+            Ran::Snoozed => {
+                snooze(&shared, d).await;
+                Ok(())
+            }
         };
     }
     let line = render(&d, shared.json) + "\n";
@@ -478,6 +495,10 @@ async fn handle_batch<DB: Db>(shared: Arc<Shared>, batch: Vec<Delivery<DB>>) -> 
                     Ok(())
                 }
                 Ran::Stopped => d.release().await,
+                Ran::Snoozed => {
+                    snooze(&shared, d).await;
+                    Ok(())
+                }
             };
             if let Err(e) = settled {
                 eprintln!("rowbus: warning: {}", crate::one_line(&e));
@@ -510,6 +531,8 @@ enum Ran {
     Failed(String),
     /// Killed by a signal while the consumer was stopping: not the message's fault.
     Stopped,
+    /// Exit status [`SNOOZE_STATUS`]: not now, later.
+    Snoozed,
 }
 
 /// The W3C trace context the message's publisher wrote into its headers, as the
@@ -521,6 +544,10 @@ fn trace_context<DB: Db>(d: &Delivery<DB>) -> Vec<(&'static str, String)> {
         .filter_map(|(variable, header)| Some((variable, d.header(header)?.to_owned())))
         .collect()
 }
+
+/// The exit status by which an --exec command snoozes its message: EX_TEMPFAIL of
+/// sysexits.h, "try again later".
+pub(crate) const SNOOZE_STATUS: i32 = 75;
 
 /// Runs `sh -c CMD` with the payload on stdin, extending the message's lease while it runs.
 async fn execute<DB: Db>(shared: &Shared, d: &Delivery<DB>) -> Ran {
@@ -586,6 +613,7 @@ async fn execute<DB: Db>(shared: &Shared, d: &Delivery<DB>) -> Ran {
     };
     match status {
         Ok(status) if status.success() => Ran::Ok,
+        Ok(status) if status.code() == Some(SNOOZE_STATUS) => Ran::Snoozed,
         Ok(status) if signalled(&status) && shared.stopping.load(Ordering::Acquire) => Ran::Stopped,
         Ok(status) if tail.is_empty() => Ran::Failed(format!("`{command}` {}", describe(&status))),
         Ok(status) => Ran::Failed(format!("`{command}` {}; its stderr ended: {tail}", describe(&status))),
@@ -682,6 +710,19 @@ fn signalled(status: &ExitStatus) -> bool {
     {
         let _ = status;
         false
+    }
+}
+
+/// Snoozes a message for `--snooze` (its attempt not counted) and says so on stderr.
+async fn snooze<DB: Db>(shared: &Shared, d: Delivery<DB>) {
+    let (id, attempt, after) = (d.id(), d.attempt(), shared.snooze);
+    match d.snooze(after).await {
+        Ok(()) => eprintln!(
+            "rowbus: message {id} (attempt {attempt}) snoozed by the command (exit status {SNOOZE_STATUS}): \
+             back in {}, the attempt not counted",
+            queue_cmd::human(after)
+        ),
+        Err(e) => eprintln!("rowbus: warning: {}", crate::one_line(&e)),
     }
 }
 

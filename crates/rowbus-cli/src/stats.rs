@@ -1,10 +1,11 @@
 //! `rowbus stats [TABLE...]`: each queue table's groups as they stand (PAUSED where
-//! `rowbus pause` holds them), and the notify table's size and lag.
+//! `rowbus pause` holds them), what its consumers did (its counts table), and the notify
+//! table's size and lag.
 
 use clap::Args;
 use rowbus::durable::DurableListener;
 use rowbus::sqlx::Pool;
-use rowbus::stats::{GroupStats, NotifyTableStats};
+use rowbus::stats::{Counted, GroupStats, NotifyTableStats, QueueCounts};
 use rowbus::{Broker, BrokerOptions, Db, NotifyConfig, QueueTable, redact};
 use serde_json::json;
 
@@ -17,9 +18,10 @@ pub(crate) struct StatsArgs {
     /// Queue tables [default: every table with the queue columns in the current schema(s)
     /// or database]
     pub(crate) tables: Vec<String>,
-    /// Print one JSON object {"queues": [...], "notify_table": {...} or null,
-    /// "durable_listeners": [...]}; a part this role may not read has an "error" instead
-    /// of figures (durable listeners: null, and "durable_listeners_error")
+    /// Print one JSON object {"queues": [...], "counts": {TABLE: {"cancelled", "snoozed",
+    /// "timed_out", "lease_lost"} or null without a counts table}, "notify_table": {...} or
+    /// null, "durable_listeners": [...]}; a part this role may not read has an "error"
+    /// instead of figures (durable listeners: null, and "durable_listeners_error")
     #[arg(long)]
     json: bool,
 }
@@ -45,12 +47,16 @@ pub(crate) async fn stats<DB: Db>(
     // Each part this role may not read is said once; the others are shown.
     let mut lines = Vec::new();
     let mut unreadable = Vec::new();
+    let mut counted = Vec::new();
     for table in &tables {
         match self::lines(&broker, std::slice::from_ref(table)).await {
             // Found in the catalog, dropped (`rowbus undeploy`) before it was read.
             Err(CliError::Rowbus(rowbus::Error::MissingQueueTable { .. })) if args.tables.is_empty() => {}
             read => match readable(read)? {
-                Ok(found) => lines.extend(found),
+                Ok(found) => {
+                    lines.extend(found);
+                    counted.push(counts(&broker, table).await?);
+                }
                 Err(()) => unreadable.push(table),
             },
         }
@@ -60,6 +66,7 @@ pub(crate) async fn stats<DB: Db>(
         readable(rowbus::durable::durable_listeners(broker.pool(), config).await.map_err(CliError::from))?;
     if args.json {
         let mut report = to_json(&lines, notify.as_ref().ok().and_then(Option::as_ref));
+        report["counts"] = counts_json(&counted);
         for table in &unreadable {
             let entry = json!({"table": table.channel(), "error": NOT_READABLE});
             report["queues"].as_array_mut().expect("an array").push(entry);
@@ -77,7 +84,7 @@ pub(crate) async fn stats<DB: Db>(
         outln!("{report}");
     } else {
         let shown = notify.as_ref().ok().and_then(Option::as_ref);
-        print_table(&lines, shown, url, config, !unreadable.is_empty())?;
+        print_table(&lines, &counted, shown, url, config, !unreadable.is_empty())?;
         for table in &unreadable {
             outln!("queue table `{table}`: {NOT_READABLE}");
         }
@@ -150,6 +157,61 @@ pub(crate) async fn lines<DB: Db>(broker: &Broker<DB>, tables: &[QueueTable]) ->
     Ok(lines)
 }
 
+/// A queue table's counts table as the report shows it: what its consumers, in every
+/// process, did.
+pub(crate) struct Counts {
+    /// The queue table.
+    pub(crate) table: QueueTable,
+    /// Its counts; `None` without a counts table (a queue deployed by an older rowbus),
+    /// `Err(())` where this role may not read it.
+    pub(crate) counts: Result<Option<QueueCounts>, ()>,
+}
+
+/// The counts of `table`'s consumers; a counts table this role may not read is one part
+/// of the report the role does not see, not a failure.
+pub(crate) async fn counts<DB: Db>(broker: &Broker<DB>, table: &QueueTable) -> Result<Counts, CliError> {
+    let counts = readable(broker.queue(table.channel())?.counts().await.map_err(CliError::from))?;
+    Ok(Counts { table: table.clone(), counts })
+}
+
+/// The words of a counted event: `timed out` for `timed_out`.
+pub(crate) fn counted_words(kind: Counted) -> String {
+    kind.as_str().replace('_', " ")
+}
+
+/// Each queue's counts as JSON: `{TABLE: {"cancelled": N, "snoozed": N, "timed_out": N,
+/// "lease_lost": N}}`, null without a counts table, `{"error": ...}` where not readable.
+pub(crate) fn counts_json(counted: &[Counts]) -> serde_json::Value {
+    let entries = counted.iter().map(|c| {
+        let value = match &c.counts {
+            Ok(Some(counts)) => serde_json::Value::Object(
+                Counted::ALL.iter().map(|k| (k.as_str().to_owned(), json!(counts.get(*k)))).collect(),
+            ),
+            Ok(None) => serde_json::Value::Null,
+            Err(()) => json!({ "error": NOT_READABLE }),
+        };
+        (c.table.channel().to_owned(), value)
+    });
+    serde_json::Value::Object(entries.collect())
+}
+
+/// One line per queue: what its consumers did.
+fn print_counts(counted: &[Counts]) -> Result<(), CliError> {
+    for c in counted {
+        let what = match &c.counts {
+            Ok(Some(counts)) => Counted::ALL
+                .iter()
+                .map(|k| format!("{} {}", counted_words(*k), counts.get(*k)))
+                .collect::<Vec<_>>()
+                .join(", "),
+            Ok(None) => format!("not counted: no counts table (`rowbus deploy --queue {}` adds it)", c.table),
+            Err(()) => NOT_READABLE.to_owned(),
+        };
+        outln!("events of `{}`: {what}", c.table);
+    }
+    Ok(())
+}
+
 /// The report as one JSON object.
 pub(crate) fn to_json(lines: &[Line], notify: Option<&NotifyTableStats>) -> serde_json::Value {
     let queues: Vec<serde_json::Value> = lines
@@ -213,9 +275,11 @@ fn print_durable(durable: &[DurableListener]) -> Result<(), CliError> {
     Ok(())
 }
 
-/// The report as an aligned table, then the notify table's line.
+/// The report as an aligned table, then what each queue's consumers did and the notify
+/// table's line.
 fn print_table(
     lines: &[Line],
+    counted: &[Counts],
     notify: Option<&NotifyTableStats>,
     url: &str,
     config: &NotifyConfig,
@@ -267,6 +331,7 @@ fn print_table(
             outln!("{}", format(&row.each_ref().map(String::as_str)));
         }
     }
+    print_counts(counted)?;
     if let Some(n) = notify {
         let oldest = n.oldest.map_or_else(String::new, |d| format!(", oldest {} old", human(d)));
         let cleanup = if config.retention.is_zero() {

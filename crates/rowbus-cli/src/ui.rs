@@ -4,10 +4,12 @@
 //! Every request must name a host the dashboard serves ([`host::require`]). Operations
 //! that change state live under `/api/ops/`, behind [`token::require`]: a POST carrying
 //! the token printed at start. With --read-only there are none. The dead letters of a
-//! queue, and their operations, are in [`dead`]; pauses and theirs in [`pause`].
+//! queue, and their operations, are in [`dead`]; pauses and theirs in [`pause`]; a page of
+//! a queue's messages in [`messages`].
 
 mod dead;
 mod host;
+mod messages;
 mod metrics;
 mod pause;
 mod throughput;
@@ -105,17 +107,24 @@ struct Figures {
     pauses: Vec<(QueueTable, Paused)>,
     /// The durable listeners' positions and lag.
     durable: Vec<rowbus::durable::DurableListener>,
+    /// What each table's consumers did, from its counts table (empty unless asked for).
+    counts: Vec<stats::Counts>,
 }
 
 impl<DB: Db> App<DB> {
-    /// The figures of the tables shown, what is paused in each when `pauses`.
-    async fn gather(&self, pauses: bool) -> Result<Figures, CliError> {
+    /// The figures of the tables shown, what is paused in each and what their consumers
+    /// did when `more` (the chart's samples need neither).
+    async fn gather(&self, more: bool) -> Result<Figures, CliError> {
         let tables = stats::queue_tables(&self.broker, &self.url, &self.tables, false).await?;
         let lines = stats::lines(&self.broker, &tables).await?;
         let notify = self.broker.notify_table_stats(&self.config).await?;
-        let pauses = if pauses { pause::states(&self.broker, &tables).await? } else { Vec::new() };
+        let pauses = if more { pause::states(&self.broker, &tables).await? } else { Vec::new() };
         let durable = rowbus::durable::durable_listeners(self.broker.pool(), &self.config).await?;
-        Ok(Figures { lines, notify, pauses, durable })
+        let mut counts = Vec::new();
+        for table in tables.iter().filter(|_| more) {
+            counts.push(stats::counts(&self.broker, table).await?);
+        }
+        Ok(Figures { lines, notify, pauses, durable, counts })
     }
 
     /// Adds a sample of `lines` and the tables' `published` totals taken at `now`, and
@@ -214,6 +223,7 @@ fn routes<DB: Db>(app: App<DB>, token: Option<Token>, hosts: host::Hosts) -> Rou
         .route("/", get(page))
         .route("/api/queues", get(queues::<DB>))
         .route("/api/queues/{queue}/dead", get(dead::list::<DB>))
+        .route("/api/queues/{queue}/messages", get(messages::list::<DB>))
         .route("/metrics", get(metrics_text::<DB>));
     let router = match token {
         Some(token) => router.merge(
@@ -278,9 +288,9 @@ fn unavailable(error: &CliError, json: bool) -> Response {
     }
 }
 
-/// `GET /api/queues`: the figures as `rowbus stats --json` has them, with the samples for
-/// the chart, what is paused in each queue, this process's counters and whether operations
-/// are on.
+/// `GET /api/queues`: the figures as `rowbus stats --json` has them (each queue's counts
+/// included), with the samples for the chart, what is paused in each queue, this
+/// process's counters and whether operations are on.
 async fn queues<DB: Db>(State(app): State<App<DB>>) -> Response {
     let figures = match app.gather(true).await {
         Ok(figures) => figures,
@@ -304,6 +314,7 @@ async fn queues<DB: Db>(State(app): State<App<DB>>) -> Response {
     body["throughput"] = throughput.into();
     body["rate_step_s"] = throughput::RATE_STEP.as_secs_f64().into();
     body["pauses"] = pause::to_json(&figures.pauses);
+    body["counts"] = stats::counts_json(&figures.counts);
     body["durable_listeners"] = stats::durable_json(&figures.durable);
     body["sample_every_s"] = SAMPLE_EVERY.as_secs_f64().into();
     body["window_s"] = WINDOW.as_secs_f64().into();
@@ -317,6 +328,7 @@ async fn queues<DB: Db>(State(app): State<App<DB>>) -> Response {
         "dead_letter_failures": counters.dead_letter_failures,
         "claims": counters.claims,
         "claim_failures": counters.claim_errors,
+        "snoozed": counters.snoozed,
     });
     (StatusCode::OK, [(header::CACHE_CONTROL, "no-store")], axum::Json(body)).into_response()
 }
@@ -326,7 +338,7 @@ async fn metrics_text<DB: Db>(State(app): State<App<DB>>) -> Response {
     match app.gather(true).await {
         Ok(f) => (
             [(header::CONTENT_TYPE, metrics::CONTENT_TYPE)],
-            metrics::render(&f.lines, f.notify.as_ref(), &f.pauses, &app.broker.stats()),
+            metrics::render(&f.lines, f.notify.as_ref(), &f.pauses, &f.counts, &app.broker.stats()),
         )
             .into_response(),
         Err(e) => unavailable(&e, false),

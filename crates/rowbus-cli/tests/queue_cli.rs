@@ -329,6 +329,77 @@ fn exec_in_batches_retries_then_dead_letters_on_mariadb() {
     exec_retries_then_dead_letters(Kind::MariaDb, &["--batch", "10"]);
 }
 
+/// `consume --exec`: a command that exits with status 75 snoozes its message: it runs
+/// again after `--snooze` as the same attempt (with `--max-attempts 1`, a failure would
+/// have dead-lettered it), stderr says so, and `stats` counts it in the queue's events.
+fn exec_status_75_snoozes(kind: Kind, mode: &[&str]) {
+    let db = Db::new(kind, "snooze");
+    let q = db.queue("snooze");
+    db.deploy(&[&q]);
+    db.publish(&q, &["later"], 1);
+    let mark = std::env::temp_dir().join(unique("qcli_snooze_mark"));
+    let script = format!(
+        r#"p=$(cat); echo "ran $p $ROWBUS_ATTEMPT"; [ -e '{0}' ] && exit 0; touch '{0}'; exit 75"#,
+        mark.display()
+    );
+    let mut args = vec!["consume", &q, "--exec", &script, "--max-attempts", "1", "--snooze", "500ms"];
+    args.extend(mode);
+    let mut consumer = start_consumer(db.rowbus(&args));
+    let ran: Vec<String> = (0..2).map(|_| consumer.next_line("the command's output")).collect();
+    assert_eq!(ran, ["ran later 1", "ran later 1"], "snoozed, then run again as the same attempt");
+    db.wait_stats(&q, "", "acknowledged", |g| g["depth"] == 0);
+    let stderr = stop_cleanly(&mut consumer, "INT");
+    let _ = std::fs::remove_file(&mark);
+    let snoozed: Vec<&String> = stderr.iter().filter(|l| l.contains("snoozed by")).collect();
+    assert_eq!(snoozed.len(), 1, "{stderr:#?}");
+    assert_mentions(
+        snoozed[0],
+        &["(attempt 1)", "exit status 75", "back in 500ms", "not counted"],
+        "the snooze",
+    );
+    assert!(!stderr.iter().any(|l| l.contains("of 1)")), "no failed attempt: {stderr:#?}");
+    assert!(
+        stderr.iter().any(|l| l.contains("1 acknowledged, 0 retried, 1 snoozed, 0 dead-lettered")),
+        "{stderr:#?}"
+    );
+    let report = db.stats(&[&q]);
+    let counts = &report["counts"][q.as_str()];
+    assert_eq!(
+        ["cancelled", "snoozed", "timed_out", "lease_lost"].map(|k| counts[k].as_i64()),
+        [Some(0), Some(1), Some(0), Some(0)],
+        "{report}"
+    );
+    let plain = db.ok(&["stats", &q]);
+    let line = format!("events of `{q}`: cancelled 0, snoozed 1, timed out 0, lease lost 0");
+    assert!(plain.lines().any(|l| l == line), "no line {line:?} in\n{plain}");
+}
+
+#[test]
+fn exec_status_75_snoozes_on_postgres() {
+    exec_status_75_snoozes(Kind::Postgres, &[]);
+}
+
+#[test]
+fn exec_status_75_snoozes_with_workers_on_mariadb() {
+    exec_status_75_snoozes(Kind::MariaDb, &["--workers", "2"]);
+}
+
+#[test]
+fn exec_status_75_snoozes_in_batches_on_sqlite() {
+    exec_status_75_snoozes(Kind::Sqlite, &["--batch", "10"]);
+}
+
+/// `--snooze` without `--exec` is refused: only a command can ask for a snooze.
+#[test]
+fn snooze_needs_exec() {
+    let db = Db::new(Kind::Sqlite, "snoozeflag");
+    let q = db.queue("snoozeflag");
+    db.deploy(&[&q]);
+    let refused = run(db.rowbus(&["consume", &q, "--snooze", "5s"]));
+    assert_eq!(refused.status.code(), Some(2), "{}", show(&refused));
+    assert!(text(&refused.stderr).contains("--exec"), "{}", show(&refused));
+}
+
 /// `stats` without tables finds the queue tables (and only them); with `--json` the same;
 /// depth, ready, delayed, in flight and dead per group; the notify table's line.
 fn stats_finds_the_queue_tables_and_counts_each_group(kind: Kind) {
@@ -383,11 +454,15 @@ fn stats_finds_the_queue_tables_and_counts_each_group(kind: Kind) {
     assert_eq!(row(lines[1]), [a.as_str(), "-", "1", "1", "0", "0", "0"]);
     assert_eq!(row(lines[2]), [a.as_str(), "x", "1", "1", "0", "0", "0"]);
     assert_eq!(row(lines[3]), [b.as_str(), "-", "1", "0", "1", "0", "0"]);
+    // What each queue's consumers did: nothing yet.
+    for (line, q) in [(lines[4], &a), (lines[5], &b)] {
+        assert_eq!(line, format!("events of `{q}`: cancelled 0, snoozed 0, timed out 0, lease lost 0"));
+    }
     if kind == Kind::Postgres {
-        assert_eq!(lines.len(), 4, "{plain}");
+        assert_eq!(lines.len(), 6, "{plain}");
     } else {
-        assert_eq!(lines.len(), 5, "{plain}");
-        assert!(lines[4].starts_with(&format!("notify table `{}`: ", db.notify_table)), "{plain}");
+        assert_eq!(lines.len(), 7, "{plain}");
+        assert!(lines[6].starts_with(&format!("notify table `{}`: ", db.notify_table)), "{plain}");
     }
 
     // In flight: a message whose command is still running.
@@ -1111,9 +1186,9 @@ impl Drop for Role {
     }
 }
 
-/// A role that may read a queue's tables but not the notify table nor the durable
-/// listeners' positions gets the queue's figures from `stats` and a line for each part
-/// it may not read, and exit 0 (the whole command failed on the first refusal); a queue
+/// A role that may read a queue's tables but not the notify table, the durable
+/// listeners' positions nor the queue's counts table gets the queue's figures from `stats`
+/// and a line for each part it may not read (the counts once granted), and exit 0 (the whole command failed on the first refusal); a queue
 /// it may not read is said too, and fails the command.
 fn stats_shows_what_a_role_may_read(kind: Kind) {
     let db = Db::new(kind, "monitor");
@@ -1163,6 +1238,14 @@ fn stats_shows_what_a_role_may_read(kind: Kind) {
     assert_eq!(report["notify_table"]["error"], not_readable, "{report}");
     assert_eq!(report["durable_listeners"], Value::Null, "{report}");
     assert_eq!(report["durable_listeners_error"], not_readable, "{report}");
+    // The queue's counts table, not granted: one part not readable, the rest shown.
+    assert_eq!(report["counts"][queue.as_str()]["error"], not_readable, "{report}");
+    let events = format!("events of `{queue}`: {not_readable}");
+    assert!(stdout.lines().any(|l| l == events), "{stdout}");
+    db.database.exec(&format!("GRANT SELECT ON {queue}_count TO {to}"));
+    let granted = as_role(&["stats", &queue, "--json"]);
+    let report: Value = serde_json::from_str(&text(&granted.stdout)).expect("JSON");
+    assert_eq!(report["counts"][queue.as_str()]["snoozed"], 0, "{report}");
 
     // Every claim reads the pause table, and so does stats: without it the queue itself
     // is not readable, which fails the command once it has said what it could.

@@ -284,6 +284,8 @@ fn exchange(address: &str, head: &str, body: &str) -> (u16, String, String) {
 fn figures_and_metrics(kind: Kind) {
     let db = Db::new(kind, "figures", &["jobs"]);
     let q = db.fill();
+    // Two snoozes counted by consumers elsewhere.
+    db.database.exec(&format!("INSERT INTO {q}_count (name, n) VALUES ('snoozed', 2)"));
     let served = Served::start(db.rowbus(&["ui", q, "--listen", "127.0.0.1:0"]));
 
     let (head, metrics) = served.get("/metrics");
@@ -319,6 +321,16 @@ fn figures_and_metrics(kind: Kind) {
     }
     // The serving process published nothing: its counters say so.
     assert!(metrics.lines().any(|l| l == "rowbus_published_total 0"), "{metrics}");
+    // What the queue's consumers did, from its counts table.
+    let events: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with(&format!("rowbus_queue_events_total{{queue=\"{q}\"")))
+        .collect();
+    let expected: Vec<String> = [("cancelled", 0), ("snoozed", 2), ("timed_out", 0), ("lease_lost", 0)]
+        .iter()
+        .map(|(event, n)| format!("rowbus_queue_events_total{{queue=\"{q}\",event=\"{event}\"}} {n}"))
+        .collect();
+    assert_eq!(events, expected, "\n{metrics}");
     let notify_rows = metrics.lines().any(|l| l.starts_with("rowbus_notify_table_rows{"));
     assert_eq!(notify_rows, kind != Kind::Postgres, "a notify table only off PostgreSQL:\n{metrics}");
 
@@ -354,6 +366,48 @@ fn figures_and_metrics(kind: Kind) {
     assert!(data["throughput"][q].is_array() && data["rate_step_s"] == json!(10.0), "{data}");
     assert_eq!(data["read_only"], json!(false));
     assert_eq!(data["notify_table"].is_null(), kind == Kind::Postgres, "{body}");
+    assert_eq!(
+        data["counts"][q],
+        json!({"cancelled": 0, "snoozed": 2, "timed_out": 0, "lease_lost": 0}),
+        "{data}"
+    );
+
+    // The queue's messages, page by page, lowest id first: six in the table (the dead
+    // letter is not), the delayed one said so.
+    let (mut seen, mut after) = (Vec::new(), None::<i64>);
+    for _ in 0..5 {
+        let path = match after {
+            Some(id) => format!("/api/queues/{q}/messages?limit=2&after={id}"),
+            None => format!("/api/queues/{q}/messages?limit=2"),
+        };
+        let body = served.get(&path).1;
+        let page: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+        assert_eq!((&page["queue"], &page["limit"]), (&json!(q), &json!(2)), "{body}");
+        seen.extend(
+            page["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| json!([m["payload"], m["group"], m["state"]])),
+        );
+        match page["next"].as_i64() {
+            Some(id) => after = Some(id),
+            None => break,
+        }
+    }
+    assert_eq!(
+        seen,
+        [
+            json!(["a", "", "queued"]),
+            json!(["b", "", "queued"]),
+            json!(["c", "", "queued"]),
+            json!(["later", "", "delayed"]),
+            json!(["quoted", "g\"x", "queued"]),
+            json!(["one more", "", "queued"]),
+        ]
+    );
+    let (status, _, body) = served.request("GET", &format!("/api/queues/{q}/messages?limit=0"), &[]);
+    assert!(status == 400 && body.contains("limit"), "{status}: {body}");
     served.stop();
 }
 on_each_database!(figures_and_metrics);
@@ -835,7 +889,8 @@ fn button(dom: &str, row: &str, label: &str) -> (String, String) {
 /// doc for how to renew it). The requests
 /// the buttons send (their operation and body, as the page's `operation()` sends them)
 /// put the dead letter back and resume `mail`: the page, loaded again, shows the dead
-/// letter's group's depth up by one, no dead letter and nothing paused.
+/// letter's group's depth up by one, no dead letter and nothing paused. A link opening
+/// jobs' messages shows them, a payload's markup as text.
 #[test]
 fn browser_shows_the_queue() {
     let db = Db::new(Kind::Sqlite, "browser", &["jobs", "mail"]);
@@ -958,4 +1013,30 @@ fn browser_shows_the_queue() {
     }
     assert!(!dom.contains(&letter) && !dom.contains(ERROR), "the dead letter still shown:\n{dom}");
     assert!(!dom.contains(r#"<span class="badge paused">"#), "something still shown paused:\n{dom}");
+    assert!(
+        dom.contains(r#"<button type="button" class="view-messages" data-queue="jobs">Messages</button>"#),
+        "no button opening jobs' messages:\n{dom}"
+    );
+    assert!(
+        dom.contains("cancelled 0 · snoozed 0 · timed out 0 · lease lost 0"),
+        "no events of jobs' consumers:\n{dom}"
+    );
+
+    // jobs' messages, opened by a link: each row as text, markup in a payload included.
+    db.ok(&["publish", "jobs", "<img src=x onerror=alert(1)>"]);
+    let dom = browse(&format!("{url}&messages=jobs"), &["--dump-dom"]);
+    let row = |state: &str| format!(r#"data-state="{state}"><td class="id">"#);
+    for (needle, what) in [
+        (r#"<section id="messages-section">"#.to_owned(), "the messages shown"),
+        (r#"<div class="messages-head" data-queue="jobs"><strong>jobs</strong>"#.to_owned(), "of jobs"),
+        (row("queued"), "a queued message"),
+        (row("delayed"), "the delayed message"),
+        (r#"<td class="state delayed">delayed</td><td class="when">in "#.to_owned(), "when it is due"),
+        ("<code>later</code>".to_owned(), "its payload"),
+        (format!(r#"<pre class="error">{ERROR}</pre>"#), "the requeued message's last error"),
+        ("<code>&lt;img src=x onerror=alert(1)&gt;</code>".to_owned(), "markup shown as text"),
+    ] {
+        assert!(dom.contains(&needle), "the messages view lacks {what} ({needle}):\n{dom}");
+    }
+    assert!(!dom.contains("<img"), "a payload's markup made an element:\n{dom}");
 }

@@ -62,6 +62,25 @@ pub struct HistoryRow {
     pub outcome: String,
 }
 
+/// A queue table's row as [`TableSql::messages_list`](crate::sql::TableSql::messages_list)
+/// reads it.
+#[derive(Debug, Clone)]
+pub struct QueuedRow {
+    pub id: i64,
+    pub group: String,
+    pub payload: Vec<u8>,
+    pub attempts: i64,
+    /// Microseconds since the Unix epoch: when it was published.
+    pub created_at: i64,
+    /// Microseconds since `visible_at` (negative: before it) by the database's clock.
+    pub visible_age: i64,
+    /// Microseconds since `lease_until` (negative: before it); `None` without a lease.
+    pub lease_age: Option<i64>,
+    pub priority: i64,
+    pub key: Option<String>,
+    pub last_error: Option<String>,
+}
+
 /// Sealed: the driver mechanics, the same for every database, as trait methods rather
 /// than generic functions so that no async function carries the higher-ranked `Encode`
 /// and `Decode` bounds (their futures would not be provably `Send`). Implemented by
@@ -100,6 +119,12 @@ pub(crate) mod sealed {
             sql: &Arc<str>,
             args: &[Arg<'_>],
         ) -> BoxFuture<'c, Result<Vec<HistoryRow>, sqlx::Error>>;
+        /// Runs a query of a queue table's messages; its rows.
+        fn fetch_queued<'c>(
+            conn: &'c mut Self::Connection,
+            sql: &Arc<str>,
+            args: &[Arg<'_>],
+        ) -> BoxFuture<'c, Result<Vec<QueuedRow>, sqlx::Error>>;
         /// Runs a query; each row's columns as nullable integers after `texts` text columns.
         fn fetch_rows<'c>(
             conn: &'c mut Self::Connection,
@@ -324,6 +349,35 @@ macro_rules! driver {
                                     headers: None,
                                 },
                                 outcome: row.try_get(7)?,
+                            })
+                        })
+                        .collect()
+                })
+            }
+
+            fn fetch_queued<'c>(
+                conn: &'c mut Self::Connection,
+                sql: &std::sync::Arc<str>,
+                args: &[$crate::driver::Arg<'_>],
+            ) -> futures::future::BoxFuture<'c, Result<Vec<$crate::driver::QueuedRow>, sqlx::Error>> {
+                use sqlx::Row as _;
+                let unnamed = $unnamed;
+                let query = $crate::driver::query::<$db>(sql, args, !unnamed);
+                Box::pin(async move {
+                    let rows = run_alone!(conn, unnamed, |c| query.fetch_all(c).await);
+                    rows.iter()
+                        .map(|row| {
+                            Ok($crate::driver::QueuedRow {
+                                id: row.try_get(0)?,
+                                group: row.try_get(1)?,
+                                payload: row.try_get(2)?,
+                                attempts: row.try_get(3)?,
+                                created_at: row.try_get(4)?,
+                                visible_age: row.try_get(5)?,
+                                lease_age: row.try_get(6)?,
+                                priority: row.try_get(7)?,
+                                key: row.try_get(8)?,
+                                last_error: row.try_get(9)?,
                             })
                         })
                         .collect()

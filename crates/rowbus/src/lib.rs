@@ -21,7 +21,7 @@
 //! jobs.publish(Message::text("resize 42.png").group("images")).await?;
 //!
 //! // Four handlers at once; Ok acknowledges, Err retries with backoff, then dead-letters
-//! // (return an `Outcome` to retry later or drop it instead).
+//! // (return an `Outcome` to retry later, snooze it without using an attempt, or drop it).
 //! jobs.subscribe().group("images").workers(4).run(|delivery| async move {
 //!     println!("{} (attempt {})", delivery.text()?, delivery.attempt());
 //!     Ok::<_, rowbus::Error>(())
@@ -80,6 +80,7 @@ pub use broker::{
 pub mod control {
     pub use crate::broker::{Cancel, Cancelled, StopReason, TIMEOUT_HEADER};
 }
+pub use broker::{MessagePage, MessageState, Messages, QueuedMessage};
 pub use deploy::{DeployOptions, NotifyDeploy};
 pub use error::Error;
 pub use listener::{Event, Listener, ListenerHandle, ListenerOptions};
@@ -89,7 +90,9 @@ pub use sql::{Db, DbPool, Notifier, OnPool, connect, connect_creating};
 
 /// Limits rowbus checks before the database sees a value, and the checks themselves.
 pub mod limits {
-    pub use crate::broker::{HISTORY_CLEANUP_BATCH, HISTORY_CLEANUP_INTERVAL, MAX_KEY_CHARS};
+    pub use crate::broker::{
+        HISTORY_CLEANUP_BATCH, HISTORY_CLEANUP_INTERVAL, MAX_KEY_CHARS, MAX_MESSAGE_PAGE,
+    };
     pub use crate::broker::{MAX_SCHEDULE_NAME, MAX_SCHEDULE_PAYLOAD, MIN_EVERY};
     pub use crate::names::{MAX_DURABLE_NAME_CHARS, MAX_GROUP_CHARS, MAX_TABLE_NAME, check_group};
     pub use crate::sql::{PG_MAX_CHANNEL_BYTES, PG_PAYLOAD_LIMIT_BYTES, check_pg_channel, check_pg_payload};
@@ -120,10 +123,12 @@ pub mod dead {
     pub use crate::broker::{DeadLetter, DeadLetterPage, DeadLetters};
 }
 
-/// How queues stand: a broker's counters, per-group figures, the notify table's size,
-/// whether a queue is deployed or paused.
+/// How queues stand: a broker's counters, per-group figures, a queue's event counters
+/// ([`Queue::counts`](crate::Queue::counts)), the notify table's size, whether a queue is
+/// deployed or paused.
 pub mod stats {
     pub use crate::broker::{ClaimFailure, GroupStats, NotifyTableStats, Paused, Stats, TableState};
+    pub use crate::broker::{Counted, QueueCounts};
 }
 
 /// A harness for testing handlers and publishers: a broker on a SQLite file or a database

@@ -158,6 +158,8 @@ async fn cancel_waiting<DB: Db>(env: Env<DB>) {
     // The id a publish returned is the message's.
     assert_eq!(q.cancel(&[stays]).await.unwrap().ids, vec![stays]);
     assert_eq!(env.broker.stats().cancelled, 5);
+    // Counted in the database too, for `rowbus stats` and the dashboard elsewhere.
+    assert_eq!(q.counts().await.unwrap().unwrap().cancelled, 5);
     t.drop_tables().await;
 }
 on_each_database!(cancel_waiting);
@@ -279,6 +281,7 @@ async fn timeouts<DB: Db>(env: Env<DB>) {
         ]
     );
     assert_eq!(env.broker.stats().timed_out, 4);
+    assert_eq!(q.counts().await.unwrap().unwrap().timed_out, 4);
     env.broker.shutdown(Duration::from_secs(5)).await;
     runner.await.unwrap().unwrap();
     // A timeout out of range is refused at publish and at the subscription's start.
@@ -373,6 +376,12 @@ async fn lease_lost_reported<DB: Db>(env: Env<DB>) {
     assert_eq!(exec_with_id(&env.db, sql, id).await, 1);
     let (_, refused) = tokio::time::timeout(WITHIN, rx.recv()).await.unwrap().unwrap();
     assert_eq!(refused, Some(true));
+    // The refused acknowledgement is counted in the database, by a task of its own.
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    while q.counts().await.unwrap().unwrap().lease_lost == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "the lost lease was never counted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     env.broker.shutdown(Duration::from_secs(5)).await;
     runner.await.unwrap().unwrap();
     t.drop_tables().await;

@@ -4,9 +4,9 @@
 use std::fmt::Write as _;
 
 use rowbus::QueueTable;
-use rowbus::stats::{NotifyTableStats, Paused, Stats};
+use rowbus::stats::{Counted, NotifyTableStats, Paused, Stats};
 
-use crate::stats::Line;
+use crate::stats::{Counts, Line};
 
 /// The `Content-Type` of the text format.
 pub(crate) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -53,7 +53,7 @@ impl Exposition {
 type Counter = (&'static str, &'static str, fn(&Stats) -> u64);
 
 /// The counters of [`Stats`] exported.
-const COUNTERS: [Counter; 8] = [
+const COUNTERS: [Counter; 9] = [
     ("rowbus_published_total", "Messages this process published.", |s| s.published),
     (
         "rowbus_publish_statements_total",
@@ -72,17 +72,23 @@ const COUNTERS: [Counter; 8] = [
         "Dead-letter moves this process tried that failed (the dead-letter table missing, say); each message stayed in its queue, to run again.",
         |s| s.dead_letter_failures,
     ),
+    (
+        "rowbus_snoozed_total",
+        "Messages this process's handlers snoozed (put back for later, the attempt not counted).",
+        |s| s.snoozed,
+    ),
     ("rowbus_claims_total", "Claims this process ran.", |s| s.claims),
     ("rowbus_claim_failures_total", "Claims this process ran that failed.", |s| s.claim_errors),
 ];
 
 /// The exposition of `lines` (every group of every queue table), the notify table's
 /// figures (`None` on PostgreSQL or when it does not exist), what is paused in each queue
-/// table and the serving process's counters.
+/// table, what each one's consumers did (`counts`) and the serving process's counters.
 pub(crate) fn render(
     lines: &[Line],
     notify: Option<&NotifyTableStats>,
     pauses: &[(QueueTable, Paused)],
+    counts: &[Counts],
     stats: &Stats,
 ) -> String {
     let mut out = Exposition(String::new());
@@ -135,6 +141,19 @@ pub(crate) fn render(
     for (table, paused) in pauses {
         out.sample("rowbus_queue_paused", &[("queue", table.channel())], u8::from(paused.queue));
     }
+    out.family(
+        "rowbus_queue_events_total",
+        "counter",
+        "What a queue's consumers did, in every process, from its counts table: event cancelled, snoozed, timed_out or lease_lost (absent for a queue without a counts table or whose counts table this role may not read).",
+    );
+    for Counts { table, counts } in counts {
+        if let Ok(Some(counts)) = counts {
+            for kind in Counted::ALL {
+                let labels = [("queue", table.channel()), ("event", kind.as_str())];
+                out.sample("rowbus_queue_events_total", &labels, counts.get(kind));
+            }
+        }
+    }
     if let Some(n) = notify {
         out.family(
             "rowbus_notify_table_rows",
@@ -163,7 +182,7 @@ mod tests {
     use std::time::Duration;
 
     use rowbus::QueueTable;
-    use rowbus::stats::GroupStats;
+    use rowbus::stats::{GroupStats, QueueCounts};
 
     use super::*;
 
@@ -198,7 +217,7 @@ mod tests {
             ),
             line("other", GroupStats { depth: 1, ready: 1, ..GroupStats::default() }),
         ];
-        let text = render(&lines, None, &[], &Stats::default());
+        let text = render(&lines, None, &[], &[], &Stats::default());
         let samples: Vec<&str> = text.lines().filter(|l| l.starts_with("rowbus_messages{")).collect();
         assert_eq!(
             samples,
@@ -233,10 +252,19 @@ mod tests {
             dead_letter_failures: 6,
             claims: 9,
             claim_errors: 1,
+            snoozed: 8,
             ..Stats::default()
         };
         let pauses = [("jobs".parse().unwrap(), Paused::default())];
-        let text = render(&[line("jobs", GroupStats::default())], Some(&notify), &pauses, &stats);
+        let mut events = QueueCounts::default();
+        events.snoozed = 3;
+        events.lease_lost = 1;
+        let counts = [
+            Counts { table: "jobs".parse().unwrap(), counts: Ok(Some(events)) },
+            Counts { table: "old".parse().unwrap(), counts: Ok(None) },
+            Counts { table: "secret".parse().unwrap(), counts: Err(()) },
+        ];
+        let text = render(&[line("jobs", GroupStats::default())], Some(&notify), &pauses, &counts, &stats);
         let mut current: Option<(String, String)> = None;
         let mut families = Vec::new();
         let mut lines = text.lines().peekable();
@@ -266,6 +294,7 @@ mod tests {
                 "rowbus_oldest_message_age_seconds",
                 "rowbus_paused",
                 "rowbus_queue_paused",
+                "rowbus_queue_events_total",
                 "rowbus_notify_table_rows",
                 "rowbus_notify_table_oldest_age_seconds",
                 "rowbus_published_total",
@@ -274,6 +303,7 @@ mod tests {
                 "rowbus_retried_total",
                 "rowbus_dead_lettered_total",
                 "rowbus_dead_letter_failures_total",
+                "rowbus_snoozed_total",
                 "rowbus_claims_total",
                 "rowbus_claim_failures_total",
             ]
@@ -289,11 +319,18 @@ mod tests {
             "rowbus_retried_total 3",
             "rowbus_dead_lettered_total 2",
             "rowbus_dead_letter_failures_total 6",
+            "rowbus_snoozed_total 8",
+            "rowbus_queue_events_total{queue=\"jobs\",event=\"cancelled\"} 0",
+            "rowbus_queue_events_total{queue=\"jobs\",event=\"snoozed\"} 3",
+            "rowbus_queue_events_total{queue=\"jobs\",event=\"timed_out\"} 0",
+            "rowbus_queue_events_total{queue=\"jobs\",event=\"lease_lost\"} 1",
             "rowbus_claims_total 9",
             "rowbus_claim_failures_total 1",
         ] {
             assert!(text.lines().any(|l| l == expected), "no line {expected:?} in\n{text}");
         }
+        // A queue without a counts table, or whose table this role may not read: no sample.
+        assert!(!text.contains("queue=\"old\"") && !text.contains("queue=\"secret\""), "{text}");
     }
 
     /// Each group has a `rowbus_paused` sample, 1 when a pause holds it (its own or the
@@ -313,7 +350,7 @@ mod tests {
             ("mail".parse().unwrap(), Paused { queue: true, groups: Vec::new() }),
             ("empty".parse().unwrap(), Paused { queue: true, groups: Vec::new() }),
         ];
-        let text = render(&lines, None, &pauses, &Stats::default());
+        let text = render(&lines, None, &pauses, &[], &Stats::default());
         let samples: Vec<&str> = text.lines().filter(|l| l.contains("paused")).collect();
         assert_eq!(
             samples,

@@ -44,10 +44,12 @@ pub use crate::names::{QueueTable, check_group};
 pub use claim::subscription::{Subscription, SubscriptionBuilder};
 pub use operate::admin::{GroupStats, NotifyTableStats, TableState};
 pub use operate::cancel::{Cancel, Cancelled};
+pub use operate::counts::{Counted, QueueCounts};
 pub use operate::dead::{DeadLetter, DeadLetterPage, DeadLetters};
 pub use operate::history::{
     HISTORY_CLEANUP_BATCH, HISTORY_CLEANUP_INTERVAL, HistoryEntry, HistoryOutcome, HistoryPage, Pruned,
 };
+pub use operate::messages::{MAX_MESSAGE_PAGE, MessagePage, MessageState, Messages, QueuedMessage};
 pub use operate::pause::Paused;
 pub use operate::schedule::{
     MAX_SCHEDULE_NAME, MAX_SCHEDULE_PAYLOAD, MIN_EVERY, Schedule, ScheduleChange, ScheduleInfo, When,

@@ -67,6 +67,12 @@ pub enum Handled {
     },
     /// Dropped by the handler ([`Outcome::Drop`]): deleted, not dead-lettered.
     Dropped,
+    /// Snoozed by the handler ([`Outcome::Snooze`]): back in the queue after `after`, its
+    /// attempt not counted.
+    Snoozed {
+        /// The delay before it runs again.
+        after: Duration,
+    },
 }
 
 /// One message [`TestBroker::drain`] ran, in the order it ran them.
@@ -177,6 +183,7 @@ impl<DB: Db> TestBroker<DB> {
                     Ok(Outcome::Ack) => Handled::Acked,
                     Ok(Outcome::Drop) => Handled::Dropped,
                     Ok(Outcome::Retry(after)) => Handled::Retried { after: *after, error: None },
+                    Ok(Outcome::Snooze(after)) => Handled::Snoozed { after: *after },
                     Err(error) if policy.exhausted(attempt) => Handled::DeadLettered { error: error.clone() },
                     Err(error) => {
                         Handled::Retried { after: policy.delay(attempt), error: Some(error.clone()) }

@@ -10,7 +10,7 @@
 //! - [`Connecting`]: pools, and the connection a listener runs on;
 //! - [`Catalog`]: finding queue tables, and the figures of `stats`;
 //! - beside their features: [`Keeping`] (kept history), [`Pausing`], [`Scheduling`],
-//!   [`Positions`] (durable listeners).
+//!   [`Positions`] (durable listeners), [`Counting`] (a queue's event counters).
 //!
 //! [`Db`] is all of them at once: the broker and the listener are written once against
 //! it and never ask which database they run on. A trait's provided methods are the
@@ -22,8 +22,10 @@ mod catalog;
 mod claims;
 mod connect;
 mod control;
+mod counts;
 mod dead;
 mod history;
+mod messages;
 #[cfg(feature = "mysql")]
 mod mysql;
 mod naming;
@@ -47,6 +49,8 @@ pub use crate::backend::DbPool;
 pub use catalog::Catalog;
 pub use claims::{ACK_BATCH, Claiming};
 pub use connect::{Connecting, TableConn};
+pub use counts::Counting;
+pub(crate) use counts::{COUNTS_SUFFIX, CountsSql};
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub(crate) use history::HISTORY_INDEX_SUFFIX;
 pub use history::Keeping;
@@ -94,6 +98,7 @@ pub trait Db:
     + Pausing
     + Scheduling
     + Positions
+    + Counting
 {
     /// Which backend this is.
     const BACKEND: Backend;

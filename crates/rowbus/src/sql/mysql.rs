@@ -304,6 +304,13 @@ impl Naming for MySql {
 
     /// `ON DUPLICATE KEY UPDATE`: MySQL has no `ON CONFLICT` (MariaDB has no `AS new`
     /// row alias either, so the values are named with `VALUES()`).
+    fn upsert_add(table: &str, columns: &str, values: &str, _key: &str, column: &str) -> String {
+        format!(
+            "INSERT INTO {table} ({columns}) VALUES ({values}) \
+             ON DUPLICATE KEY UPDATE {column} = {column} + VALUES({column})"
+        )
+    }
+
     fn upsert(table: &str, columns: &str, values: &str, _key: &str, updates: &[&str]) -> String {
         let set: Vec<String> = updates.iter().map(|c| format!("{c} = VALUES({c})")).collect();
         format!(
@@ -748,6 +755,18 @@ impl Keeping for MySql {
 
     fn prune_history_sql(h: &str, cutoff: &str, limit: &str) -> String {
         format!("DELETE FROM {h} WHERE `handled_at` < {cutoff} ORDER BY `handled_at` LIMIT {limit}")
+    }
+}
+
+impl super::Counting for MySql {
+    fn create_counts(table: &QueueTable) -> String {
+        format!(
+            "CREATE TABLE IF NOT EXISTS {} (\n\
+             \x20 `name` VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY,\n\
+             \x20 `n` BIGINT NOT NULL\n\
+             ) ENGINE=InnoDB",
+            super::quoted::<Self>(table, super::COUNTS_SUFFIX)
+        )
     }
 }
 

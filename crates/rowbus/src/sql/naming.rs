@@ -71,6 +71,16 @@ pub trait Naming: Driver + Sized {
             set.join(", ")
         )
     }
+
+    /// `INSERT INTO table (columns) VALUES (values)` that, where `key` is taken, adds the
+    /// value given for `column` to the stored one: an increment, one statement.
+    fn upsert_add(table: &str, columns: &str, values: &str, key: &str, column: &str) -> String {
+        // The alias: PostgreSQL finds an unqualified column ambiguous beside `excluded`.
+        format!(
+            "INSERT INTO {table} AS c ({columns}) VALUES ({values}) ON CONFLICT ({key}) \
+             DO UPDATE SET {column} = c.{column} + excluded.{column}"
+        )
+    }
 }
 
 /// The name suffix of a queue table's claim index: (group, priority, visible_at, id)

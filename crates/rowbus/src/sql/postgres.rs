@@ -535,6 +535,15 @@ impl Keeping for Postgres {
     }
 }
 
+impl super::Counting for Postgres {
+    fn create_counts(table: &QueueTable) -> String {
+        format!(
+            "CREATE TABLE IF NOT EXISTS {} (name TEXT PRIMARY KEY, n BIGINT NOT NULL)",
+            super::quoted::<Self>(table, super::COUNTS_SUFFIX)
+        )
+    }
+}
+
 impl Pausing for Postgres {
     fn create_pause(table: &QueueTable) -> String {
         format!(

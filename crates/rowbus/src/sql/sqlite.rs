@@ -421,6 +421,15 @@ impl Keeping for Sqlite {
     }
 }
 
+impl super::Counting for Sqlite {
+    fn create_counts(table: &QueueTable) -> String {
+        format!(
+            "CREATE TABLE IF NOT EXISTS {} (`name` TEXT PRIMARY KEY, `n` INTEGER NOT NULL)",
+            super::quoted::<Self>(table, super::COUNTS_SUFFIX)
+        )
+    }
+}
+
 impl Pausing for Sqlite {
     fn create_pause(table: &QueueTable) -> String {
         format!(

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 
-use super::{HistorySql, PauseSql, ScheduleSql, Schema};
+use super::{CountsSql, HistorySql, PauseSql, ScheduleSql, Schema};
 use crate::names::QueueTable;
 
 /// The statements of one queue table.
@@ -29,6 +29,9 @@ pub struct TableSql<DB: Schema> {
     pub release: Arc<str>,
     /// Binds: lease µs, id, token.
     pub extend: Arc<str>,
+    /// Binds: delay µs, id, token. Gives a leased message back to run after the delay,
+    /// its attempt not counted, its last error as it was: a snooze.
+    pub snooze: Arc<str>,
     /// Binds: delay µs, error, id, token. Gives a leased message back to run again after
     /// the delay, its attempt not counted: where dead-lettering it failed.
     pub release_later: Arc<str>,
@@ -42,6 +45,8 @@ pub struct TableSql<DB: Schema> {
     pub schedule: ScheduleSql<DB>,
     /// The kept history's statements.
     pub history: HistorySql<DB>,
+    /// The counts table's statements.
+    pub counts: CountsSql<DB>,
     /// One message with a deduplication id, refused while a message with the id is in the
     /// queue (see [`insert_dedup_sql`](Self::insert_dedup_sql)).
     pub insert_dedup: Arc<str>,

@@ -8,6 +8,7 @@ use super::{
     Claiming, HistorySql, InsertForm, Keeping, PauseSql, Pausing, Publishing, ScheduleSql, Scheduling,
     Schema, TableSql, pairs_filter, placeholders, quoted,
 };
+use super::{Counting, CountsSql};
 use crate::error::Error;
 use crate::names::QueueTable;
 
@@ -24,7 +25,7 @@ pub(crate) const FEATURE_COLUMNS: [&str; 4] = ["priority", "msg_key", "dedup_id"
 /// message is dead-lettered its id publishes again).
 pub(crate) const DEAD_FEATURE_COLUMNS: [&str; 3] = ["priority", "msg_key", "headers"];
 
-impl<DB: Schema + Publishing + Claiming + Pausing + Scheduling + Keeping> TableSql<DB> {
+impl<DB: Schema + Publishing + Claiming + Pausing + Scheduling + Keeping + Counting> TableSql<DB> {
     pub fn new(table: &QueueTable) -> Result<Self, Error> {
         DB::check_table(table)?;
         let t = quoted::<DB>(table, "");
@@ -39,6 +40,7 @@ impl<DB: Schema + Publishing + Claiming + Pausing + Scheduling + Keeping> TableS
                 vec![DB::create_pause(table)],
                 DB::create_schedules(table),
                 DB::create_history(table),
+                vec![DB::create_counts(table)],
             ]
             .concat(),
             claim: DB::claim_sql(table).into(),
@@ -69,6 +71,14 @@ impl<DB: Schema + Publishing + Claiming + Pausing + Scheduling + Keeping> TableS
                 p(4)
             )
             .into(),
+            snooze: format!(
+                "UPDATE {t} SET visible_at = {}, lease = NULL, lease_until = NULL, attempts = attempts - 1 \
+                 WHERE id = {} AND lease = {}",
+                DB::later(&p(1)),
+                p(2),
+                p(3)
+            )
+            .into(),
             extend: format!(
                 "UPDATE {t} SET lease_until = {} WHERE id = {} AND lease = {}",
                 DB::later(&p(1)),
@@ -95,6 +105,7 @@ impl<DB: Schema + Publishing + Claiming + Pausing + Scheduling + Keeping> TableS
             pause: PauseSql::new(table),
             schedule: ScheduleSql::new(table),
             history: HistorySql::new(table),
+            counts: CountsSql::new(table),
             insert_dedup: Self::insert_dedup_sql(&t).into(),
             state: DB::table_state(table),
             inserts: Mutex::default(),

@@ -37,7 +37,8 @@ struct Made {
     tables: Vec<String>,
     /// Queue tables: each also has its dead-letter table, `<name>_dead`, its pause
     /// table, `<name>_pause`, its schedule and tick tables, `<name>_sched` and
-    /// `<name>_ticks`, and its history tables, `<name>_hist` and `<name>_keep`.
+    /// `<name>_ticks`, its history tables, `<name>_hist` and `<name>_keep`, and its counts
+    /// table, `<name>_count`.
     queues: Vec<String>,
     schemas: Vec<String>,
     /// Every table whose name starts with one of these.
@@ -193,7 +194,7 @@ pub fn remove_sqlite(path: &Path) {
 
 /// What a deploy of queue `q` makes besides it: dead letters, pauses, schedules and their
 /// ticks, kept history and its setting.
-const QUEUE_SUFFIXES: [&str; 6] = ["_dead", "_pause", "_sched", "_ticks", "_hist", "_keep"];
+const QUEUE_SUFFIXES: [&str; 7] = ["_dead", "_pause", "_sched", "_ticks", "_hist", "_keep", "_count"];
 
 /// Every table a deploy of queue `q` makes on every database, the queue table first.
 pub fn queue_tables(q: &str) -> Vec<String> {

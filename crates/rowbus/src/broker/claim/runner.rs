@@ -20,6 +20,7 @@ use tracing::{Instrument as _, debug, info_span, warn};
 use crate::broker::claim::ahead::Ahead;
 use crate::broker::claim::subscription::{Claimer, Pace, SubscriptionBuilder};
 use crate::broker::claim::watch::{self, Held, Watch};
+use crate::broker::operate::counts::{self, Counted};
 use crate::broker::settle::acks::PendingAcks;
 use crate::broker::settle::control::{Control, StopReason};
 use crate::broker::settle::delivery::Lease;
@@ -326,6 +327,7 @@ where
             }
             Supervised::Stopped(StopReason::TimedOut(after)) => {
                 lease.queue().inner().counters.timed_out(1);
+                counts::count(lease.queue(), Counted::TimedOut, 1).await;
                 Err(timed_out(after))
             }
         };
@@ -781,6 +783,19 @@ async fn settle_batch<DB: Db>(
                 return;
             }
             free_keys(queue, &open).await;
+        }
+        // One addition to the queue's counts for the batch.
+        Ok(Outcome::Snooze(after)) if lease::handler_snooze(after).is_ok() => {
+            let mut snoozed = 0;
+            for lease in open.iter().filter(|l| l.take()) {
+                match lease::snooze(queue, lease.id(), lease.token(), after).await {
+                    Ok(()) => snoozed += 1,
+                    Err(error) => {
+                        warn!(%error, table = %queue.table(), id = lease.id(), "snoozing a message failed; it comes back when its lease runs out");
+                    }
+                }
+            }
+            counts::count(queue, Counted::Snoozed, snoozed).await;
         }
         other => {
             for lease in open {

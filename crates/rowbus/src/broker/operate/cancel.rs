@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::broker::claim::wake::CONTROL_GROUP;
 use crate::broker::exec::retrying;
+use crate::broker::operate::counts::{self, Counted};
 use crate::broker::operate::history::{arcs, load, move_in};
 use crate::broker::publish::insert;
 use crate::broker::settle::lease;
@@ -114,6 +115,7 @@ impl<DB: Db> Queue<DB> {
             }
         }
         self.inner().counters.cancelled(locked.len() as u64);
+        counts::count(self, Counted::Cancelled, locked.len() as u64).await;
         self.after_cancel(&locked).await;
         let mut done = Cancelled::default();
         for row in &locked {

@@ -1,7 +1,8 @@
 //! The operator's side: deploying and reading how a queue stands ([`admin`]), dead
 //! letters ([`dead`]), pausing ([`pause`]), kept history ([`history`]), schedules
 //! ([`schedule`], run by [`scheduler`], due ticks by [`ticks`]), published totals
-//! ([`published`]) and the counters a user reads ([`stats`]).
+//! ([`published`]), the counters a user reads ([`stats`]) and those kept in the database
+//! ([`counts`]).
 //!
 //! Entered through `Queue` and `Broker` methods (`deploy`, `dead_letters`, `pause`,
 //! `history`, `schedule`, `stats`...), as `rowbus stats`, `dead`, `pause`, `history`,
@@ -9,9 +10,11 @@
 
 pub(crate) mod admin;
 pub(crate) mod cancel;
+pub(crate) mod counts;
 pub(crate) mod dead;
 pub(crate) mod history;
 pub(crate) mod keeping;
+pub(crate) mod messages;
 pub(crate) mod pause;
 pub(crate) mod published;
 pub(crate) mod schedule;

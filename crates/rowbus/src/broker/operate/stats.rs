@@ -32,6 +32,9 @@ pub struct Stats {
     /// Messages whose handler was still running at the shutdown deadline: aborted and
     /// given back at once (the attempt not counted).
     pub abandoned: u64,
+    /// Messages a handler snoozed: put back to run after a delay, the attempt not counted
+    /// ([`Outcome::Snooze`](crate::Outcome::Snooze)).
+    pub snoozed: u64,
     /// Subscriptions woken (by publishes, notifications or a reconnect).
     pub wakeups: u64,
     /// Claims that failed.
@@ -79,6 +82,7 @@ pub(crate) struct Counters {
     dropped: AtomicU64,
     released: AtomicU64,
     abandoned: AtomicU64,
+    snoozed: AtomicU64,
     claim_errors: AtomicU64,
     leases_lost: AtomicU64,
     cancelled: AtomicU64,
@@ -141,6 +145,10 @@ impl Counters {
         add(&self.abandoned, n);
     }
 
+    pub fn snoozed(&self, n: u64) {
+        add(&self.snoozed, n);
+    }
+
     /// A statement tried again after a deadlock or a certification conflict.
     pub fn conflict(&self) {
         add(&self.conflicts, 1);
@@ -186,6 +194,7 @@ impl Counters {
             dropped: get(&self.dropped),
             released: get(&self.released),
             abandoned: get(&self.abandoned),
+            snoozed: get(&self.snoozed),
             wakeups,
             claim_errors: get(&self.claim_errors),
             leases_lost: get(&self.leases_lost),

@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tracing::{debug, warn};
 
+use crate::broker::operate::counts::{self, Counted};
 use crate::broker::publish::message::{decode_headers, message_timeout};
 use crate::broker::settle::control::{Control, StopReason};
 use crate::broker::settle::lease;
@@ -25,6 +26,15 @@ pub enum Outcome {
     Retry(Duration),
     /// Discard it without running it again or dead-lettering it.
     Drop,
+    /// Put it back to run after this delay, the attempt not counted (so
+    /// [`RetryPolicy::max_attempts`](crate::RetryPolicy::max_attempts) is not used up) and
+    /// its last error left as it was: not a failure, "not now". The next delivery has the
+    /// same [`attempt`](Received::attempt). Counted in the queue's counts
+    /// ([`Queue::counts`](crate::Queue::counts)). A delay over
+    /// [`MAX_DURATION`](crate::limits::MAX_DURATION) is the attempt's failure instead, as for
+    /// [`Retry`](Self::Retry). A transactional handler's snooze undoes its writes, as a
+    /// failure does, and puts its messages back, their attempt not counted.
+    Snooze(Duration),
 }
 
 impl From<()> for Outcome {
@@ -141,6 +151,13 @@ impl<DB: Db> Lease<DB> {
         Ok(())
     }
 
+    async fn snooze(&self, after: Duration) -> Result<(), Error> {
+        self.settling();
+        lease::snooze(&self.queue, self.id, self.token, after).await?;
+        counts::count(&self.queue, Counted::Snoozed, 1).await;
+        Ok(())
+    }
+
     async fn retry(&self, after: Duration, reason: &str) -> Result<(), Error> {
         self.settling();
         lease::retry(&self.queue, self.id, self.token, after, reason).await
@@ -197,6 +214,10 @@ impl<DB: Db> Lease<DB> {
                 (reason, None) => self.fail(&reason).await,
             },
             Ok(Outcome::Drop) => self.ack(true).await,
+            Ok(Outcome::Snooze(after)) => match lease::handler_snooze(after) {
+                Ok(after) => self.snooze(after).await,
+                Err(reason) => self.fail(&reason).await,
+            },
             Err(error) => self.fail(&error).await,
         };
         match settled {
@@ -284,6 +305,14 @@ impl<DB: Db> Delivery<DB> {
     /// Discards it: deleted, not dead-lettered.
     pub async fn discard(self) -> Result<(), Error> {
         self.lease.ack(true).await
+    }
+
+    /// Puts it back to run after `after`, the attempt not counted and its last error left
+    /// as it was (see [`Outcome::Snooze`]). An `after` over
+    /// [`MAX_DURATION`](crate::limits::MAX_DURATION) is refused with [`Error::InvalidDuration`]
+    /// and the message stays leased.
+    pub async fn snooze(self, after: Duration) -> Result<(), Error> {
+        self.lease.snooze(after).await
     }
 
     /// Gives it back unstarted: claimable again at once, the attempt not counted.

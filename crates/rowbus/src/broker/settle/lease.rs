@@ -10,6 +10,7 @@ use sqlx::Transaction;
 
 use crate::broker::Queue;
 use crate::broker::exec::{micros, retrying};
+use crate::broker::operate::counts::{self, Counted};
 use crate::broker::operate::history::{arcs, move_in, moved, record};
 use crate::driver::{Arg, ClaimedRow};
 use crate::error::{Error, check_duration};
@@ -29,6 +30,16 @@ pub(crate) fn handler_retry(after: Duration) -> (String, Option<Duration>) {
         Ok(()) => ("retry requested by the handler".to_owned(), Some(after)),
         Err(refused) => (refused.to_string(), None),
     }
+}
+
+/// What [`Error::InvalidDuration`] names a snooze's delay.
+const SNOOZE_DELAY: &str = "snooze delay";
+
+/// A handler's [`Outcome::Snooze`](crate::broker::Outcome::Snooze): its delay, or, over
+/// [`MAX_DURATION`](crate::limits::MAX_DURATION), the refusal that makes it the attempt's
+/// failure (as [`handler_retry`] does).
+pub(crate) fn handler_snooze(after: Duration) -> Result<Duration, String> {
+    check_duration(SNOOZE_DELAY, after, DurationRange::Span).map(|()| after).map_err(|e| e.to_string())
 }
 
 /// Rows a statement puts back after a failed transactional handler (11 binds each, well
@@ -74,7 +85,18 @@ async fn on_lease<DB: Db>(queue: &Queue<DB>, sql: &Arc<str>, args: &[Arg<'_>], i
 
 fn lease_lost<DB: Db>(queue: &Queue<DB>, id: i64) -> Error {
     queue.inner().counters.leases_lost(1);
+    count_lost(queue, 1);
     Error::LeaseLost { table: queue.table().to_string(), id }
+}
+
+/// Adds `n` settles refused for a lost lease to the queue's counts in the database, on a
+/// task of its own: the refusal is reported to its caller at once, and a count that fails
+/// is only logged.
+fn count_lost<DB: Db>(queue: &Queue<DB>, n: u64) {
+    if n > 0 {
+        let queue = queue.clone();
+        tokio::spawn(async move { counts::count(&queue, Counted::LeaseLost, n).await });
+    }
 }
 
 /// After keyed messages `ids` were settled (committed): the dialect's cleanup of what it
@@ -123,6 +145,7 @@ pub(crate) async fn drop_many<DB: Db>(queue: &Queue<DB>, token: i64, ids: &[i64]
     let counters = &queue.inner().counters;
     counters.dropped(done);
     counters.leases_lost(ids.len() as u64 - done);
+    count_lost(queue, ids.len() as u64 - done);
     Ok(done)
 }
 
@@ -144,6 +167,7 @@ pub(crate) async fn ack_pairs<DB: Db>(queue: &Queue<DB>, pairs: &[(i64, i64)]) -
     })
     .await?;
     queue.inner().counters.acknowledged(pairs.len(), acked);
+    count_lost(queue, (pairs.len() as u64).saturating_sub(acked));
     Ok(acked)
 }
 
@@ -160,6 +184,21 @@ pub(crate) async fn retry<DB: Db>(
     let args = [Arg::Int(micros(after)), Arg::Text(error), Arg::Int(id), Arg::Int(token)];
     on_lease(queue, &queue.sql.retry, &args, id).await?;
     queue.inner().counters.retried(1);
+    Ok(())
+}
+
+/// Puts a leased message back to run after `after`, its attempt not counted and its last
+/// error left as it was; refuses an `after` over [`MAX_DURATION`](crate::limits::MAX_DURATION)
+/// before any statement. The caller adds it to the queue's counts.
+pub(crate) async fn snooze<DB: Db>(
+    queue: &Queue<DB>,
+    id: i64,
+    token: i64,
+    after: Duration,
+) -> Result<(), Error> {
+    check_duration(SNOOZE_DELAY, after, DurationRange::Span)?;
+    on_lease(queue, &queue.sql.snooze, &[Arg::Int(micros(after)), Arg::Int(id), Arg::Int(token)], id).await?;
+    queue.inner().counters.snoozed(1);
     Ok(())
 }
 
@@ -283,7 +322,7 @@ pub(crate) async fn restore_failed<DB: Db>(
     for chunk in back.chunks(RESTORE_BATCH) {
         let args: Vec<Arg<'_>> = chunk
             .iter()
-            .flat_map(|&(row, delay)| restore_args(row, row.attempts + 1, delay, error))
+            .flat_map(|&(row, delay)| restore_args(row, row.attempts + 1, delay, Some(error)))
             .collect();
         DB::execute(tx, &Arc::from(queue.sql.restore(chunk.len())), &args).await?;
     }
@@ -298,7 +337,7 @@ pub(crate) async fn restore_failed<DB: Db>(
         for chunk in dead.chunks(RESTORE_BATCH) {
             let args: Vec<Arg<'_>> = chunk
                 .iter()
-                .flat_map(|&(row, delay)| restore_args(row, row.attempts + 1, delay, error))
+                .flat_map(|&(row, delay)| restore_args(row, row.attempts + 1, delay, Some(error)))
                 .collect();
             DB::execute(tx, &Arc::from(queue.sql.dead_restore(chunk.len())), &args).await?;
         }
@@ -325,12 +364,29 @@ pub(crate) async fn restore_failed<DB: Db>(
             .iter()
             .flat_map(|&(row, _)| {
                 let delay = retry.delay(u32::try_from(row.attempts + 1).unwrap_or(u32::MAX));
-                restore_args(row, row.attempts, Some(micros(delay)), error)
+                restore_args(row, row.attempts, Some(micros(delay)), Some(error))
             })
             .collect();
         DB::execute(tx, &Arc::from(queue.sql.restore(chunk.len())), &args).await?;
     }
     Ok(Restored { dead: 0, dead_failed: dead.len() as u64 })
+}
+
+/// In the claim's transaction, after its handler snoozed and its writes were undone: puts
+/// the claimed `rows` back to run after `after`, their attempt not counted. Their last
+/// error is cleared: the transactional claim took the rows without it.
+pub(crate) async fn restore_snoozed<DB: Db>(
+    queue: &Queue<DB>,
+    tx: &mut Transaction<'static, DB>,
+    rows: &[ClaimedRow],
+    after: Duration,
+) -> Result<(), Error> {
+    for chunk in rows.chunks(RESTORE_BATCH) {
+        let args: Vec<Arg<'_>> =
+            chunk.iter().flat_map(|row| restore_args(row, row.attempts, Some(micros(after)), None)).collect();
+        DB::execute(tx, &Arc::from(queue.sql.restore(chunk.len())), &args).await?;
+    }
+    Ok(())
 }
 
 /// What [`restore_failed`] did with the rows it did not put back to run again.
@@ -346,12 +402,17 @@ pub(crate) struct Restored {
 /// The binds of a row [`restore_failed`] writes with `attempts` as its count, in the order
 /// of both of its statements: the delay and the deduplication id only where the row goes
 /// back to the queue.
-fn restore_args<'a>(row: &'a ClaimedRow, attempts: i64, delay: Option<i64>, error: &'a str) -> Vec<Arg<'a>> {
+fn restore_args<'a>(
+    row: &'a ClaimedRow,
+    attempts: i64,
+    delay: Option<i64>,
+    error: Option<&'a str>,
+) -> Vec<Arg<'a>> {
     let text = |t: &'a Option<String>| t.as_deref().map_or(Arg::Null, Arg::Text);
     let mut args = vec![Arg::Int(row.id), Arg::Text(&row.group), Arg::Bytes(&row.payload)];
     args.push(Arg::Int(attempts));
     args.extend(delay.map(Arg::Int));
-    args.extend([Arg::Int(row.created_at), Arg::Text(error), Arg::Int(row.priority)]);
+    args.extend([Arg::Int(row.created_at), error.map_or(Arg::Null, Arg::Text), Arg::Int(row.priority)]);
     args.extend([text(&row.key), text(&row.headers)]);
     args.extend(delay.map(|_| text(&row.dedup_id)));
     args

@@ -13,8 +13,9 @@ use tracing::{Instrument as _, debug, info_span, warn};
 
 use crate::broker::claim::runner::{Turn, drain, drive, free_workers, outcome};
 use crate::broker::claim::subscription::{Claimer, Pace, SubscriptionBuilder};
+use crate::broker::operate::counts::{self, Counted};
 use crate::broker::operate::history::record;
-use crate::broker::settle::lease::{handler_retry, restore_failed};
+use crate::broker::settle::lease::{handler_retry, handler_snooze, restore_failed, restore_snoozed};
 use crate::broker::settle::writer::Write;
 use crate::broker::{Outcome, Queue, TxMessage};
 use crate::driver::ClaimedRow;
@@ -228,6 +229,15 @@ async fn transactional<DB, H>(
                 return Ok(if done == Outcome::Drop { Settled::Dropped } else { Settled::Acked });
             }
             Ok(Outcome::Retry(after)) => handler_retry(after),
+            Ok(Outcome::Snooze(after)) => match handler_snooze(after) {
+                Ok(after) => {
+                    // Its writes undone, as for a failure: the messages run again later.
+                    DB::simple(tx, "ROLLBACK TO SAVEPOINT rowbus_handler").await?;
+                    restore_snoozed(queue, tx, &claimed, after).await?;
+                    return Ok(Settled::Snoozed);
+                }
+                Err(reason) => (reason, None),
+            },
             Err(error) => {
                 debug!(table = %queue.table(), error, "transactional handler failed; undoing its writes");
                 (error, None)
@@ -264,6 +274,11 @@ async fn transactional<DB, H>(
             counters.dead_letter_failed(dead_failed);
             dead > 0
         }
+        Settled::Snoozed => {
+            counters.snoozed(n);
+            counts::count(queue, Counted::Snoozed, n).await;
+            false
+        }
     };
     // Some left the queue: wake who can take their keys' next messages.
     if left {
@@ -284,4 +299,6 @@ enum Settled {
         dead: u64,
         dead_failed: u64,
     },
+    /// Put back to run after a delay, their attempt not counted.
+    Snoozed,
 }

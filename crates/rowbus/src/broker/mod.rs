@@ -42,6 +42,7 @@ pub use operate::dead::{DeadLetter, DeadLetterPage, DeadLetters};
 pub use operate::history::{
     HISTORY_CLEANUP_BATCH, HISTORY_CLEANUP_INTERVAL, HistoryEntry, HistoryOutcome, HistoryPage, Pruned,
 };
+pub use operate::limits::{Limit, LimitScope, LimitStatus, Rate};
 pub use operate::pause::Paused;
 pub use operate::schedule::{
     MAX_SCHEDULE_NAME, MAX_SCHEDULE_PAYLOAD, MIN_EVERY, Schedule, ScheduleChange, ScheduleInfo, When,

@@ -10,7 +10,7 @@
 //! - [`Connecting`]: pools, and the connection a listener runs on;
 //! - [`Catalog`]: finding queue tables, and the figures of `stats`;
 //! - beside their features: [`Keeping`] (kept history), [`Pausing`], [`Scheduling`],
-//!   [`Positions`] (durable listeners).
+//!   [`Positions`] (durable listeners), [`Limiting`].
 //!
 //! [`Db`] is all of them at once: the broker and the listener are written once against
 //! it and never ask which database they run on. A trait's provided methods are the
@@ -23,6 +23,7 @@ mod claims;
 mod connect;
 mod dead;
 mod history;
+mod limits;
 #[cfg(feature = "mysql")]
 mod mysql;
 mod naming;
@@ -50,6 +51,8 @@ pub use connect::{Connecting, TableConn};
 pub(crate) use history::HISTORY_INDEX_SUFFIX;
 pub use history::Keeping;
 pub(crate) use history::{HISTORY_SUFFIX, HistorySql, KEEP_SUFFIX, Moved};
+pub use limits::Limiting;
+pub(crate) use limits::{LIMITS_SUFFIX, LimitSql, STARTS_SUFFIX};
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) use naming::DEPLOY_LOCK_WAIT;
 pub use naming::Naming;
@@ -91,6 +94,7 @@ pub trait Db:
     + Catalog
     + Keeping
     + Pausing
+    + Limiting
     + Scheduling
     + Positions
 {

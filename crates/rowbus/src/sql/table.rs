@@ -5,8 +5,8 @@ use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 
 use super::{
-    Claiming, HistorySql, InsertForm, Keeping, PauseSql, Pausing, Publishing, ScheduleSql, Scheduling,
-    Schema, TableSql, pairs_filter, placeholders, quoted,
+    Claiming, HistorySql, InsertForm, Keeping, LimitSql, Limiting, PauseSql, Pausing, Publishing,
+    ScheduleSql, Scheduling, Schema, TableSql, pairs_filter, placeholders, quoted,
 };
 use crate::error::Error;
 use crate::names::QueueTable;
@@ -24,7 +24,7 @@ pub(crate) const FEATURE_COLUMNS: [&str; 4] = ["priority", "msg_key", "dedup_id"
 /// message is dead-lettered its id publishes again).
 pub(crate) const DEAD_FEATURE_COLUMNS: [&str; 3] = ["priority", "msg_key", "headers"];
 
-impl<DB: Schema + Publishing + Claiming + Pausing + Scheduling + Keeping> TableSql<DB> {
+impl<DB: Schema + Publishing + Claiming + Pausing + Scheduling + Keeping + Limiting> TableSql<DB> {
     pub fn new(table: &QueueTable) -> Result<Self, Error> {
         DB::check_table(table)?;
         let t = quoted::<DB>(table, "");
@@ -39,6 +39,7 @@ impl<DB: Schema + Publishing + Claiming + Pausing + Scheduling + Keeping> TableS
                 vec![DB::create_pause(table)],
                 DB::create_schedules(table),
                 DB::create_history(table),
+                DB::create_limits(table),
             ]
             .concat(),
             claim: DB::claim_sql(table).into(),
@@ -93,6 +94,7 @@ impl<DB: Schema + Publishing + Claiming + Pausing + Scheduling + Keeping> TableS
             )
             .into(),
             pause: PauseSql::new(table),
+            limits: LimitSql::new(table),
             schedule: ScheduleSql::new(table),
             history: HistorySql::new(table),
             insert_dedup: Self::insert_dedup_sql(&t).into(),

@@ -176,7 +176,7 @@ impl<DB: Db> Queue<DB> {
     }
 
     /// Drops the queue table, its dead-letter table, its pause table, its schedule and
-    /// tick tables, its history tables and (on MySQL/MariaDB) its deduplication ids'
+    /// tick tables, its history tables, its limits table and start log and (on MySQL/MariaDB) its deduplication ids'
     /// table, with every message and schedule in them.
     pub async fn undeploy(&self) -> Result<(), Error> {
         let mut conn = self.inner().pool.acquire().await?;
@@ -185,6 +185,8 @@ impl<DB: Db> Queue<DB> {
             &self.sql.quoted,
             &self.sql.dead,
             &self.sql.pause.quoted,
+            &self.sql.limits.limits,
+            &self.sql.limits.starts,
             &schedule.sched,
             &schedule.ticks,
             &history.quoted,

@@ -18,19 +18,8 @@ use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 
-use futures::future::BoxFuture;
-
-use super::{Claiming, Naming, TableSql, quoted};
-use crate::driver::{Arg, ClaimedRow};
+use super::{LIMITS_SUFFIX, Naming, STARTS_SUFFIX, quoted};
 use crate::names::QueueTable;
-
-/// The suffix of a queue's limits table: `jobs_limits`. Seven characters: the longest
-/// queue name (57) with it is 64, past PostgreSQL's 63, so the queue name check allows
-/// for it (see `names`).
-pub(crate) const LIMITS_SUFFIX: &str = "_limits";
-
-/// The suffix of a queue's start log: `jobs_starts`.
-pub(crate) const STARTS_SUFFIX: &str = "_starts";
 
 /// The limits tables' statements for one queue.
 #[derive(Debug)]
@@ -174,7 +163,7 @@ impl<DB: Limiting> LimitSql<DB> {
 }
 
 /// Limits: their tables and the conditions claims carry.
-pub trait Limiting: Naming + Claiming {
+pub trait Limiting: Naming {
     /// The time a start is written at and the rate's window ends at: the time of the
     /// statement, not of its transaction's start (a claim may wait for the limits row's
     /// lock, and a start written at the time it began waiting would leave the window
@@ -207,49 +196,18 @@ pub trait Limiting: Naming + Claiming {
         )
     }
 
-    /// The lease claim statement of a limited group: [`claim_sql`](Claiming::claim_sql)
-    /// without the [`not_limited`](Self::not_limited) check, and with `per_key` messages
-    /// of a key at once where that is more than one.
-    fn limited_claim_sql(table: &QueueTable, per_key: i64) -> String {
-        let claim = Self::claim_sql(table);
-        let unchecked = claim.replacen(&Self::not_limited_in_claim(table), "1 = 1", 1);
-        debug_assert_ne!(claim, unchecked, "the claim carries the limits check");
-        if per_key > 1 {
-            unchecked.replacen(&Self::key_free(table), &Self::key_within(table, per_key), 1)
-        } else {
-            unchecked
-        }
-    }
-
-    /// The [`not_limited`](Self::not_limited) condition as [`claim_sql`](Claiming::claim_sql) writes it.
+    /// The [`not_limited`](Self::not_limited) condition as the claim statement writes it.
     fn not_limited_in_claim(table: &QueueTable) -> String;
-
-    /// Claims up to `limit` rows of `group` under lease `token` with `claim`, a
-    /// [`limited_claim_sql`](Self::limited_claim_sql) of `per_key`, in the caller's
-    /// transaction: as [`Claiming::claim`] does with the plain claim.
-    #[allow(clippy::too_many_arguments)]
-    fn claim_limited<'c>(
-        conn: &'c mut Self::Connection,
-        _sql: &'c TableSql<Self>,
-        claim: &'c std::sync::Arc<str>,
-        _per_key: i64,
-        group: &'c str,
-        limit: i64,
-        lease: i64,
-        token: i64,
-    ) -> BoxFuture<'c, Result<Vec<ClaimedRow>, sqlx::Error>> {
-        let args = [Arg::Text(group), Arg::Int(limit), Arg::Int(lease), Arg::Int(token)];
-        Self::fetch_claimed(conn, claim, &args)
-    }
 }
 
 impl<DB: Limiting> LimitSql<DB> {
     /// The lease claim of a limited group with `per_key` messages of a key at once
     /// (0 or 1: one), built once per `per_key`.
-    pub fn claim(&self, table: &QueueTable, per_key: i64) -> Arc<str> {
+    /// `build` makes it (see `Claiming::limited_claim_sql`).
+    pub fn claim(&self, per_key: i64, build: impl FnOnce(i64) -> String) -> Arc<str> {
         let per_key = per_key.max(1);
         let mut claims = self.claims.lock().unwrap_or_else(|e| e.into_inner());
-        claims.entry(per_key).or_insert_with(|| DB::limited_claim_sql(table, per_key).into()).clone()
+        claims.entry(per_key).or_insert_with(|| build(per_key).into()).clone()
     }
 
     /// A start per message claimed, now. Binds per message: whole_queue, group, id, lease.

@@ -51,14 +51,16 @@ pub use connect::{Connecting, TableConn};
 pub(crate) use history::HISTORY_INDEX_SUFFIX;
 pub use history::Keeping;
 pub(crate) use history::{HISTORY_SUFFIX, HistorySql, KEEP_SUFFIX, Moved};
+pub(crate) use limits::LimitSql;
 pub use limits::Limiting;
-pub(crate) use limits::{LIMITS_SUFFIX, LimitSql, STARTS_SUFFIX};
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) use naming::DEPLOY_LOCK_WAIT;
 pub use naming::Naming;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub(crate) use naming::READY;
-pub(crate) use naming::{DEDUP, KEYS, OLD_CLAIM, pairs_filter, placeholders, quoted};
+pub(crate) use naming::{
+    DEDUP, KEYS, LIMITS_SUFFIX, OLD_CLAIM, STARTS_SUFFIX, pairs_filter, placeholders, quoted,
+};
 pub use pause::Pausing;
 pub(crate) use pause::{PAUSE_SUFFIX, PauseSql};
 pub(crate) use pool::ForBackend;

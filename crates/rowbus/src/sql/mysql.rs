@@ -580,6 +580,21 @@ impl Claiming for MySql {
         lease_claim(conn, sql, &sql.claim, 1, group, limit, lease, token)
     }
 
+    /// The plain claim's shape: the locking read, the keyed rows checked again with
+    /// `per_key`, the mark.
+    fn claim_limited<'c>(
+        conn: &'c mut Self::Connection,
+        sql: &'c TableSql<Self>,
+        claim: &'c Arc<str>,
+        per_key: i64,
+        group: &'c str,
+        limit: i64,
+        lease: i64,
+        token: i64,
+    ) -> BoxFuture<'c, Result<Vec<ClaimedRow>, sqlx::Error>> {
+        lease_claim(conn, sql, claim, per_key, group, limit, lease, token)
+    }
+
     /// Claims on a Galera node stop taking from the head and keep to their lane for
     /// [`HOLD`]: see there.
     fn claim_conflicted() {
@@ -820,21 +835,6 @@ impl Limiting for MySql {
     /// Against the keys' table, as [`key_free`](Claiming::key_free) is here.
     fn key_within(table: &QueueTable, n: i64) -> String {
         keys::key_within(table, n)
-    }
-
-    /// The plain claim's shape: the locking read, the keyed rows checked again with
-    /// `per_key`, the mark.
-    fn claim_limited<'c>(
-        conn: &'c mut Self::Connection,
-        sql: &'c TableSql<Self>,
-        claim: &'c Arc<str>,
-        per_key: i64,
-        group: &'c str,
-        limit: i64,
-        lease: i64,
-        token: i64,
-    ) -> BoxFuture<'c, Result<Vec<ClaimedRow>, sqlx::Error>> {
-        lease_claim(conn, sql, claim, per_key, group, limit, lease, token)
     }
 }
 

@@ -136,7 +136,7 @@ pub(crate) async fn claim_in<DB: Db>(
         }
     }
     let claimed = if room > 0 {
-        let claim = limits.claim(&sql.table, per_key);
+        let claim = limits.claim(per_key, |per_key| DB::limited_claim_sql(&sql.table, per_key));
         DB::claim_limited(tx, sql, &claim, per_key, group, room, lease, token).await?
     } else {
         Vec::new()

@@ -130,7 +130,8 @@ impl<DB: Db> Queue<DB> {
     /// its pause table (`<table>_pause`, see [`pause`](Self::pause)), its schedule and
     /// tick tables (`<table>_sched`, `<table>_ticks`, see [`schedule`](Self::schedule)) and
     /// its history tables (`<table>_hist` and `<table>_keep`, see
-    /// [`deploy_keeping`](Self::deploy_keeping)) if
+    /// [`deploy_keeping`](Self::deploy_keeping)) and its limits tables (`<table>_limits`
+    /// and `<table>_starts`, see [`set_limit`](Self::set_limit)) if
     /// they do not exist. Deploying a queue made by an older rowbus
     /// adds what it lacks. With `listen_notify` on
     /// MySQL/MariaDB or SQLite, also the notify table.
@@ -176,8 +177,9 @@ impl<DB: Db> Queue<DB> {
     }
 
     /// Drops the queue table, its dead-letter table, its pause table, its schedule and
-    /// tick tables, its history tables, its limits table and start log and (on MySQL/MariaDB) its deduplication ids'
-    /// table, with every message and schedule in them.
+    /// tick tables, its history tables, its limits table and start log and (on
+    /// MySQL/MariaDB) its deduplication ids' table, with every message and schedule in
+    /// them.
     pub async fn undeploy(&self) -> Result<(), Error> {
         let mut conn = self.inner().pool.acquire().await?;
         let (schedule, history) = (&self.sql.schedule, &self.sql.history);

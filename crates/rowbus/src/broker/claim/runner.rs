@@ -402,6 +402,7 @@ pub(in crate::broker) async fn drive<DB: Db, T: Turn<DB>>(
         let pause = claimer.pause().is_some();
         if let Some(acks) = &acks {
             acks.idle(pause);
+            acks.limited(claimer.limited, &claimer.wake.notify);
         }
         let woken = claimer.wake.notify.clone();
         let next = tokio::select! {

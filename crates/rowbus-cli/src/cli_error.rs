@@ -80,6 +80,7 @@ mod tests {
             Error::MissingPositionsTable { table: table() },
             Error::MissingQueueTable { table: table() },
             Error::MissingPauseTable { table: table() },
+            Error::MissingLimitsTable { table: table() },
             Error::MissingScheduleTable { table: table() },
             Error::MissingHistoryTable { table: table() },
             Error::NotAQueueTable { table: table(), missing: vec!["id"] },

@@ -7,6 +7,7 @@ mod consume;
 mod dead_cmd;
 mod demo;
 mod history_cmd;
+mod limit_cmd;
 mod pause_cmd;
 mod publish;
 mod queue_cmd;
@@ -206,6 +207,10 @@ enum Command {
     Pause(pause_cmd::PauseArgs),
     /// Let consumers take a paused queue's (or group's) messages again
     Resume(pause_cmd::PauseArgs),
+    /// Limit a queue (or one group) across every consumer and process: messages in flight
+    /// at once (--max-running), of one key at once (--per-key), started per period
+    /// (--rate 100/s); --clear them, --list them
+    Limit(limit_cmd::LimitArgs),
     /// See a queue at work: publishers, workers, retries, latency; nothing to set up
     Demo(demo::DemoArgs),
     /// Publish a message to a queue on a timetable (--every, --cron), from every running
@@ -323,6 +328,13 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             queue_cmd::parse_tables(std::slice::from_ref(&args.table))?;
             on_database(url, 1, &config, QueueCommand::Pause(pause_cmd::Action::Resume, args)).await?;
         }
+        Command::Limit(args) => {
+            args.check()?;
+            if let Some(table) = &args.table {
+                queue_cmd::parse_tables(std::slice::from_ref(table))?;
+            }
+            on_database(url, 1, &config, QueueCommand::Limit(args)).await?;
+        }
         Command::Notify { channel, payload, durable } => {
             let notifier = if durable { Notifier::durable(config)? } else { Notifier::new(config)? };
             let db = DbPool::connect_with_size(url, 1).await?;
@@ -380,6 +392,7 @@ enum QueueCommand {
     Ui(ui::UiArgs),
     Pause(pause_cmd::Action, pause_cmd::PauseArgs),
     Undeploy(undeploy_cmd::UndeployArgs),
+    Limit(limit_cmd::LimitArgs),
 }
 
 /// A [`QueueCommand`] with what every one of them needs.
@@ -410,6 +423,7 @@ impl OnPool for OnDatabase<'_> {
             QueueCommand::Ui(args) => ui::ui(pool, url, config, args).await,
             QueueCommand::Pause(action, args) => pause_cmd::pause(pool, url, config, action, args).await,
             QueueCommand::Undeploy(args) => undeploy_cmd::undeploy(pool, url, args).await,
+            QueueCommand::Limit(args) => limit_cmd::limit(pool, url, config, args).await,
         }
     }
 }
@@ -434,6 +448,7 @@ async fn on_database(
         | QueueCommand::Ui(_)
         | QueueCommand::Pause(..)
         | QueueCommand::Undeploy(_) => DbPool::connect_with_size(url, max).await?,
+        QueueCommand::Limit(_) => DbPool::connect_with_size(url, max).await?,
     };
     let done = db.run(OnDatabase { db: &db, url, config, command }).await;
     db.close().await;

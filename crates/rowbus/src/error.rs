@@ -201,6 +201,22 @@ pub enum Error {
         /// The queue table's name.
         table: String,
     },
+    /// The queue's limits tables are missing: the queue was deployed by a rowbus without
+    /// limits, and claims and limits need them.
+    #[error(
+        "the queue `{table}` has no limits tables `{table}_limits` and `{table}_starts` (deployed by an older rowbus): add them with `rowbus deploy --queue {table}` (or Queue::deploy), which leaves the messages alone"
+    )]
+    MissingLimitsTable {
+        /// The queue table's name.
+        table: String,
+    },
+    /// A limit out of its range: a count of 0, or a rate's period of zero or past
+    /// [`MAX_DURATION`](crate::limits::MAX_DURATION).
+    #[error("{what}")]
+    InvalidLimit {
+        /// What is wrong, in a sentence.
+        what: String,
+    },
     /// The queue's schedule tables are missing: the queue was deployed by a rowbus
     /// without schedules.
     #[error(
@@ -433,6 +449,7 @@ impl Error {
         match self {
             Error::MissingQueueTable { .. }
             | Error::MissingPauseTable { .. }
+            | Error::MissingLimitsTable { .. }
             | Error::MissingScheduleTable { .. }
             | Error::MissingHistoryTable { .. }
             | Error::MissingNotifyTable { .. } => true,
@@ -468,6 +485,7 @@ impl Error {
         let copy = |e: &Error| match e {
             Error::MissingQueueTable { table } => Some(Error::MissingQueueTable { table: table.clone() }),
             Error::MissingPauseTable { table } => Some(Error::MissingPauseTable { table: table.clone() }),
+            Error::MissingLimitsTable { table } => Some(Error::MissingLimitsTable { table: table.clone() }),
             Error::MissingHistoryTable { table } => Some(Error::MissingHistoryTable { table: table.clone() }),
             Error::ShuttingDown => Some(Error::ShuttingDown),
             _ => None,

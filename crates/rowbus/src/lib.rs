@@ -117,6 +117,12 @@ pub mod history {
     pub use crate::broker::{HistoryEntry, HistoryOutcome, HistoryPage, Pruned};
 }
 
+/// Concurrency and rate limits on a queue or a group, across every process
+/// ([`Queue::set_limit`](crate::Queue::set_limit)), and how a limited scope stands.
+pub mod limit {
+    pub use crate::broker::{Limit, LimitScope, LimitStatus, Rate};
+}
+
 /// Dead letters: the messages that ran out of attempts, for operators to read, requeue
 /// or purge ([`Queue::dead_letters`](crate::Queue::dead_letters)).
 pub mod dead {

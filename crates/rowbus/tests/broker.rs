@@ -126,8 +126,9 @@ async fn a_failed_test_drops_its_tables<DB: Db>(broker: Broker<DB>) {
     .await;
     assert!(failed.is_err());
     let name = name.into_inner().unwrap();
-    let tables = ["", "_dead", "_pause", "_sched", "_ticks", "_hist", "_keep", "_count"]
-        .map(|suffix| format!("{name}{suffix}"));
+    let tables =
+        ["", "_dead", "_pause", "_sched", "_ticks", "_hist", "_keep", "_count", "_limits", "_starts"]
+            .map(|suffix| format!("{name}{suffix}"));
     for table in tables {
         let state = broker.queue(&table).unwrap().state().await.unwrap();
         assert_eq!(state, TableState::Missing, "{table} is left behind");

@@ -260,7 +260,8 @@ async fn deploy_waits_for_the_lock_on_sqlite() {
 /// taken: its side tables, and (PostgreSQL, SQLite) its indexes, which share the tables'
 /// names there.
 fn taken_names(backend: rowbus::Backend) -> Vec<&'static str> {
-    let mut suffixes = vec!["_dead", "_pause", "_sched", "_ticks", "_hist", "_keep", "_count"];
+    let mut suffixes =
+        vec!["_dead", "_pause", "_sched", "_ticks", "_hist", "_keep", "_count", "_limits", "_starts"];
     match backend {
         rowbus::Backend::MySql => suffixes.extend(["_dedup", "_keys"]),
         _ => suffixes.extend(["_ready", "_key", "_dedup", "_hidx"]),

@@ -51,6 +51,10 @@ pub struct BrokerBench {
     /// the claim's key check
     #[arg(long, value_name = "N", default_value_t = 0)]
     keys: u64,
+    /// Limit each bench queue to N messages in flight at once (`rowbus limit
+    /// --max-running N`; 0: no limit): the figures are the cost of a limited claim
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    max_running: u64,
     /// Print the results as one JSON object
     #[arg(long)]
     json: bool,
@@ -58,6 +62,9 @@ pub struct BrokerBench {
 
 /// `--keys`, read by [`payload`] (set once, before any scenario runs).
 static KEYS: AtomicU64 = AtomicU64::new(0);
+
+/// `--max-running`, read by [`fresh_queue`] (set once, before any scenario runs).
+static MAX_RUNNING: AtomicU64 = AtomicU64::new(0);
 
 /// One measurement of the benchmark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -340,6 +347,7 @@ impl Results {
             "batch_workers": args.batch_workers,
             "batch_subscriptions": args.batch_subscriptions,
             "keys": args.keys,
+            "max_running": args.max_running,
             "throughput": throughput,
             "latency": latency,
             "elapsed_s": self.elapsed.as_secs_f64(),
@@ -483,6 +491,7 @@ impl OnPool for OnDatabase<'_> {
         usize: ColumnIndex<DB::Row>,
     {
         KEYS.store(self.args.keys, Ordering::Relaxed);
+        MAX_RUNNING.store(self.args.max_running, Ordering::Relaxed);
         run_on(&pool, self.url, self.notify_table, self.args, self.throughput, self.latency).await
     }
 }
@@ -508,7 +517,7 @@ fn payload(i: u64) -> Message {
     }
 }
 
-/// A fresh broker with its queue deployed.
+/// A fresh broker with its queue deployed (and limited, as `--max-running` says).
 async fn fresh_queue<DB: rowbus::Db>(
     pool: &Pool<DB>,
     table: &str,
@@ -517,6 +526,10 @@ async fn fresh_queue<DB: rowbus::Db>(
     let broker = Broker::new(pool.clone(), options).await?;
     let queue = broker.queue(table)?;
     queue.deploy().await?;
+    match MAX_RUNNING.load(Ordering::Relaxed) {
+        0 => {}
+        n => queue.set_limit(&rowbus::limit::LimitScope::Queue, rowbus::limit::Limit::MaxRunning(n)).await?,
+    }
     Ok((broker, queue))
 }
 

@@ -8,6 +8,7 @@ use crate::broker::Queue;
 use crate::error::{Error, is_missing_table, is_retryable};
 use crate::sql::Db;
 use crate::sql::{HISTORY_SUFFIX, KEEP_SUFFIX, PAUSE_SUFFIX};
+use crate::sql::{LIMITS_SUFFIX, STARTS_SUFFIX};
 
 /// Tries of a statement that deadlocked (MySQL/MariaDB take row locks in index order) or
 /// lost a Galera certification. InnoDB detects a deadlock at once, so a try costs a round
@@ -65,6 +66,8 @@ fn jitter(tries: usize, random: u64) -> Duration {
 pub(crate) fn queue_error<DB: Db>(queue: &Queue<DB>, e: sqlx::Error) -> Error {
     if is_missing_pause_table(queue, &e) {
         Error::MissingPauseTable { table: queue.table().to_string() }
+    } else if is_missing_limits_table(queue, &e) {
+        Error::MissingLimitsTable { table: queue.table().to_string() }
     } else if is_missing_history_table(queue, &e) {
         Error::MissingHistoryTable { table: queue.table().to_string() }
     } else if is_missing_table(&e) {
@@ -83,6 +86,14 @@ pub(crate) fn micros(d: Duration) -> i64 {
 fn is_missing_pause_table<DB: Db>(queue: &Queue<DB>, e: &sqlx::Error) -> bool {
     let name = format!("{}{}", queue.table().name(), PAUSE_SUFFIX);
     is_missing_table(e) && matches!(e, sqlx::Error::Database(db) if db.message().contains(&name))
+}
+
+/// Whether `e` says the queue's limits table or start log is missing.
+fn is_missing_limits_table<DB: Db>(queue: &Queue<DB>, e: &sqlx::Error) -> bool {
+    let name = queue.table().name();
+    let (limits, starts) = (format!("{name}{LIMITS_SUFFIX}"), format!("{name}{STARTS_SUFFIX}"));
+    is_missing_table(e)
+        && matches!(e, sqlx::Error::Database(db) if db.message().contains(&limits) || db.message().contains(&starts))
 }
 
 /// Whether `e` says the queue's history or keep table is missing.

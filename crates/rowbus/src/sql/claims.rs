@@ -3,7 +3,7 @@
 
 use futures::future::BoxFuture;
 
-use super::{Schema, TableSql, quoted};
+use super::{Limiting, Schema, TableSql, quoted};
 use crate::driver::{Arg, ClaimedRow};
 use crate::names::QueueTable;
 
@@ -70,6 +70,41 @@ pub trait Claiming: Schema {
     ) -> BoxFuture<'c, Result<Vec<ClaimedRow>, sqlx::Error>> {
         let args = [Arg::Text(group), Arg::Int(limit), Arg::Int(lease), Arg::Int(token)];
         Self::fetch_claimed(conn, &sql.claim, &args)
+    }
+
+    /// The lease claim statement of a limited group: [`claim_sql`](Self::claim_sql)
+    /// without the [`Limiting::not_limited`] check, and with `per_key` messages
+    /// of a key at once where that is more than one.
+    fn limited_claim_sql(table: &QueueTable, per_key: i64) -> String
+    where
+        Self: Limiting,
+    {
+        let claim = Self::claim_sql(table);
+        let unchecked = claim.replacen(&Self::not_limited_in_claim(table), "1 = 1", 1);
+        debug_assert_ne!(claim, unchecked, "the claim carries the limits check");
+        if per_key > 1 {
+            unchecked.replacen(&Self::key_free(table), &Self::key_within(table, per_key), 1)
+        } else {
+            unchecked
+        }
+    }
+
+    /// Claims up to `limit` rows of `group` under lease `token` with `claim`, a
+    /// [`Limiting::limited_claim_sql`](super::Limiting::limited_claim_sql) of `per_key`, in the caller's
+    /// transaction: as [`claim`](Self::claim) does with the plain claim.
+    #[allow(clippy::too_many_arguments)]
+    fn claim_limited<'c>(
+        conn: &'c mut Self::Connection,
+        _sql: &'c TableSql<Self>,
+        claim: &'c std::sync::Arc<str>,
+        _per_key: i64,
+        group: &'c str,
+        limit: i64,
+        lease: i64,
+        token: i64,
+    ) -> BoxFuture<'c, Result<Vec<ClaimedRow>, sqlx::Error>> {
+        let args = [Arg::Text(group), Arg::Int(limit), Arg::Int(lease), Arg::Int(token)];
+        Self::fetch_claimed(conn, claim, &args)
     }
 
     /// A claim of this process failed by a deadlock or a certification conflict (and is

@@ -10,7 +10,7 @@
 //! - [`Connecting`]: pools, and the connection a listener runs on;
 //! - [`Catalog`]: finding queue tables, and the figures of `stats`;
 //! - beside their features: [`Keeping`] (kept history), [`Pausing`], [`Scheduling`],
-//!   [`Positions`] (durable listeners), [`Counting`] (a queue's event counters).
+//!   [`Positions`] (durable listeners), [`Counting`] (a queue's event counters), [`Limiting`].
 //!
 //! [`Db`] is all of them at once: the broker and the listener are written once against
 //! it and never ask which database they run on. A trait's provided methods are the
@@ -25,6 +25,7 @@ mod control;
 mod counts;
 mod dead;
 mod history;
+mod limits;
 mod messages;
 #[cfg(feature = "mysql")]
 mod mysql;
@@ -55,12 +56,17 @@ pub(crate) use counts::{COUNTS_SUFFIX, CountsSql};
 pub(crate) use history::HISTORY_INDEX_SUFFIX;
 pub use history::Keeping;
 pub(crate) use history::{HISTORY_SUFFIX, HistorySql, KEEP_SUFFIX, Moved};
+pub(crate) use limits::LimitSql;
+pub use limits::Limiting;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) use naming::DEPLOY_LOCK_WAIT;
 pub use naming::Naming;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub(crate) use naming::READY;
-pub(crate) use naming::{DEDUP, KEYS, OLD_CLAIM, pairs_filter, pairs_filter_from, placeholders, quoted};
+pub(crate) use naming::{
+    DEDUP, KEYS, LIMITS_SUFFIX, OLD_CLAIM, STARTS_SUFFIX, pairs_filter, pairs_filter_from, placeholders,
+    quoted,
+};
 pub use pause::Pausing;
 pub(crate) use pause::{PAUSE_SUFFIX, PauseSql};
 pub(crate) use pool::ForBackend;
@@ -96,6 +102,7 @@ pub trait Db:
     + Catalog
     + Keeping
     + Pausing
+    + Limiting
     + Scheduling
     + Positions
     + Counting

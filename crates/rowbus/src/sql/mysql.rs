@@ -13,8 +13,8 @@ use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
 use sqlx::{ConnectOptions as _, Connection as _, MySql, Pool, Row as _};
 
 use super::{
-    Catalog, Claiming, Connecting, DEDUP, DEPLOY_LOCK_WAIT, Db, Keeping, Naming, Pausing, Positions,
-    Publishing, QUEUE_NAMES, Scheduling, Schema, Waking, placeholders,
+    Catalog, Claiming, Connecting, DEDUP, DEPLOY_LOCK_WAIT, Db, Keeping, Limiting, Naming, Pausing,
+    Positions, Publishing, QUEUE_NAMES, Scheduling, Schema, Waking, placeholders,
 };
 use crate::backend::{Backend, connect_error, invalid_url, pool_options, redact};
 use crate::driver::sealed::Driver as _;
@@ -26,6 +26,7 @@ use crate::sql::ACK_BATCH;
 use crate::sql::DbPool;
 use crate::sql::Notifier;
 use crate::sql::TableConn;
+use crate::sql::TableSql;
 
 mod dedup;
 mod keys;
@@ -263,6 +264,37 @@ fn claim_mark(t: &str, ids: usize) -> String {
 /// and two long names cut to the same one only make their deploys take turns.
 fn lock_name(table: &str) -> String {
     format!("rowbus deploy {table}").chars().take(64).collect()
+}
+
+/// A lease claim with `claim` (binds: group, group, limit), keyed rows checked again with
+/// `per_key` messages of a key at once (see `keys::recheck`), then marked with the lease:
+/// in the caller's transaction.
+#[allow(clippy::too_many_arguments)]
+fn lease_claim<'c>(
+    conn: &'c mut MySqlConnection,
+    sql: &'c TableSql<MySql>,
+    claim: &'c Arc<str>,
+    per_key: i64,
+    group: &'c str,
+    limit: i64,
+    lease: i64,
+    token: i64,
+) -> BoxFuture<'c, Result<Vec<ClaimedRow>, sqlx::Error>> {
+    Box::pin(async move {
+        let rows = claim_in_lanes(conn, claim, &sql.quoted, group, limit).await?;
+        let mut rows = keys::recheck(conn, sql, rows, per_key).await?;
+        if !rows.is_empty() {
+            let mark = Arc::from(claim_mark(&sql.quoted, rows.len()));
+            let mut args = vec![Arg::Int(lease), Arg::Int(token)];
+            args.extend(rows.iter().map(|r| Arg::Int(r.id)));
+            MySql::execute(conn, &mark, &args).await?;
+            // The rows were read before the mark counted this attempt.
+            for row in &mut rows {
+                row.attempts += 1;
+            }
+        }
+        Ok(rows)
+    })
 }
 
 impl Naming for MySql {
@@ -530,10 +562,11 @@ impl Claiming for MySql {
     fn claim_sql(table: &QueueTable) -> String {
         format!(
             "SELECT {CLAIMED} FROM {} AS q WHERE group_name = ? AND {} AND visible_at <= UTC_TIMESTAMP(6) \
-             AND (lease_until IS NULL OR lease_until <= UTC_TIMESTAMP(6)) AND {} \
+             AND (lease_until IS NULL OR lease_until <= UTC_TIMESTAMP(6)) AND {} AND {} \
              ORDER BY priority, visible_at, id LIMIT ? FOR UPDATE SKIP LOCKED",
             super::quoted::<Self>(table, ""),
             Self::not_paused(table, "?"),
+            Self::not_limited_in_claim(table),
             Self::key_free(table)
         )
     }
@@ -554,21 +587,22 @@ impl Claiming for MySql {
         lease: i64,
         token: i64,
     ) -> BoxFuture<'c, Result<Vec<ClaimedRow>, sqlx::Error>> {
-        Box::pin(async move {
-            let rows = claim_in_lanes(conn, &sql.claim, &sql.quoted, group, limit).await?;
-            let mut rows = keys::recheck(conn, sql, rows).await?;
-            if !rows.is_empty() {
-                let mark = Arc::from(claim_mark(&sql.quoted, rows.len()));
-                let mut args = vec![Arg::Int(lease), Arg::Int(token)];
-                args.extend(rows.iter().map(|r| Arg::Int(r.id)));
-                Self::execute(conn, &mark, &args).await?;
-                // The rows were read before the mark counted this attempt.
-                for row in &mut rows {
-                    row.attempts += 1;
-                }
-            }
-            Ok(rows)
-        })
+        lease_claim(conn, sql, &sql.claim, 1, group, limit, lease, token)
+    }
+
+    /// The plain claim's shape: the locking read, the keyed rows checked again with
+    /// `per_key`, the mark.
+    fn claim_limited<'c>(
+        conn: &'c mut Self::Connection,
+        sql: &'c TableSql<Self>,
+        claim: &'c Arc<str>,
+        per_key: i64,
+        group: &'c str,
+        limit: i64,
+        lease: i64,
+        token: i64,
+    ) -> BoxFuture<'c, Result<Vec<ClaimedRow>, sqlx::Error>> {
+        lease_claim(conn, sql, claim, per_key, group, limit, lease, token)
     }
 
     /// Claims on a Galera node stop taking from the head and keep to their lane for
@@ -588,7 +622,7 @@ impl Claiming for MySql {
     ) -> BoxFuture<'c, Result<Vec<ClaimedRow>, sqlx::Error>> {
         Box::pin(async move {
             let rows = claim_in_lanes(conn, &sql.claim_locked, &sql.quoted, group, limit).await?;
-            let rows = keys::recheck(conn, sql, rows).await?;
+            let rows = keys::recheck(conn, sql, rows, 1).await?;
             for chunk in rows.chunks(ACK_BATCH) {
                 let delete = sql.delete_ids(chunk.len());
                 let args: Vec<Arg<'_>> = chunk.iter().map(|row| Arg::Int(row.id)).collect();
@@ -781,6 +815,48 @@ impl Pausing for MySql {
              ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
             super::quoted::<Self>(table, super::PAUSE_SUFFIX)
         )
+    }
+}
+
+impl Limiting for MySql {
+    fn create_limits(table: &QueueTable) -> Vec<String> {
+        let group = "VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL";
+        vec![
+            format!(
+                "CREATE TABLE IF NOT EXISTS {} (\n\
+                 \x20 `whole_queue` BIGINT NOT NULL,\n\
+                 \x20 `group_name` {group},\n\
+                 \x20 `max_running` BIGINT NULL,\n\
+                 \x20 `per_key` BIGINT NULL,\n\
+                 \x20 `rate_count` BIGINT NULL,\n\
+                 \x20 `rate_period_us` BIGINT NULL,\n\
+                 \x20 PRIMARY KEY (`whole_queue`, `group_name`)\n\
+                 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+                super::quoted::<Self>(table, super::LIMITS_SUFFIX)
+            ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {} (\n\
+                 \x20 `whole_queue` BIGINT NOT NULL,\n\
+                 \x20 `group_name` {group},\n\
+                 \x20 `started_us` BIGINT NOT NULL,\n\
+                 \x20 `id` BIGINT NOT NULL,\n\
+                 \x20 `lease` BIGINT NOT NULL,\n\
+                 \x20 PRIMARY KEY (`whole_queue`, `group_name`, `started_us`, `id`)\n\
+                 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
+                super::quoted::<Self>(table, super::STARTS_SUFFIX)
+            ),
+        ]
+    }
+
+    /// The candidate's own group: the claim's binds are positional, and the group's
+    /// placeholder is bound twice already.
+    fn not_limited_in_claim(table: &QueueTable) -> String {
+        Self::not_limited(table, "q.group_name")
+    }
+
+    /// Against the keys' table, as [`key_free`](Claiming::key_free) is here.
+    fn key_within(table: &QueueTable, n: i64) -> String {
+        keys::key_within(table, n)
     }
 }
 

@@ -95,6 +95,14 @@ pub(crate) const KEYS: &str = "_key";
 /// The name suffix of a queue table's unique index on deduplication ids.
 pub(crate) const DEDUP: &str = "_dedup";
 
+/// The suffix of a queue's limits table: `jobs_limits`. Seven characters: the longest
+/// queue name (57) with it is 64, past PostgreSQL's 63, so the queue name check allows
+/// for it (see `names`).
+pub(crate) const LIMITS_SUFFIX: &str = "_limits";
+
+/// The suffix of a queue's start log: `jobs_starts`.
+pub(crate) const STARTS_SUFFIX: &str = "_starts";
+
 /// How long a deploy waits for another deploy's lock before it gives up: a deploy holds
 /// it for a few statements of DDL, so a longer wait means one is stuck. (SQLite's deploys
 /// wait for the write lock, as long as its busy timeout.)

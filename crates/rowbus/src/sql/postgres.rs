@@ -11,8 +11,8 @@ use sqlx::{ConnectOptions as _, Connection as _, Pool, Postgres};
 use tracing::warn;
 
 use super::{
-    Catalog, Claiming, Connecting, DEDUP, DEPLOY_LOCK_WAIT, Db, KEYS, Keeping, Naming, Pausing, Positions,
-    Publishing, QUEUE_NAMES, READY, Scheduling, Schema, Waking,
+    Catalog, Claiming, Connecting, DEDUP, DEPLOY_LOCK_WAIT, Db, KEYS, Keeping, Limiting, Naming, Pausing,
+    Positions, Publishing, QUEUE_NAMES, READY, Scheduling, Schema, Waking,
 };
 use crate::backend::{Backend, connect_error, invalid_url, pool_options, redact, through_pgbouncer};
 use crate::driver::sealed::Driver as _;
@@ -88,15 +88,16 @@ async fn check_writable(conn: &mut PgConnection, host: &str) -> Result<(), Error
     if read_only == "off" { Ok(()) } else { Err(Error::ReadOnlyHost { target: redact(host) }) }
 }
 
-/// Rows ready to claim, by priority then oldest first, unless paused or held behind an
-/// earlier message of their key (binds: group, limit).
+/// Rows ready to claim, by priority then oldest first, unless paused, limited or held
+/// behind an earlier message of their key (binds: group, limit).
 fn select_ready(table: &QueueTable) -> String {
     let t = super::quoted::<Postgres>(table, "");
     format!(
         "SELECT id FROM {t} AS q WHERE group_name = $1 AND visible_at <= now() \
-         AND (lease_until IS NULL OR lease_until <= now()) AND {} AND {} \
+         AND (lease_until IS NULL OR lease_until <= now()) AND {} AND {} AND {} \
          ORDER BY priority, visible_at, id LIMIT $2",
         Postgres::not_paused(table, "$1"),
+        Postgres::not_limited_in_claim(table),
         Postgres::key_free(table)
     )
 }
@@ -555,6 +556,43 @@ impl Pausing for Postgres {
              )",
             super::quoted::<Self>(table, super::PAUSE_SUFFIX)
         )
+    }
+}
+
+impl Limiting for Postgres {
+    /// `now()` is the transaction's start.
+    const CLOCK: &'static str = "clock_timestamp()";
+
+    fn create_limits(table: &QueueTable) -> Vec<String> {
+        vec![
+            format!(
+                "CREATE TABLE IF NOT EXISTS {} (\n\
+                 \x20 whole_queue BIGINT NOT NULL,\n\
+                 \x20 group_name TEXT NOT NULL,\n\
+                 \x20 max_running BIGINT,\n\
+                 \x20 per_key BIGINT,\n\
+                 \x20 rate_count BIGINT,\n\
+                 \x20 rate_period_us BIGINT,\n\
+                 \x20 PRIMARY KEY (whole_queue, group_name)\n\
+                 )",
+                super::quoted::<Self>(table, super::LIMITS_SUFFIX)
+            ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {} (\n\
+                 \x20 whole_queue BIGINT NOT NULL,\n\
+                 \x20 group_name TEXT NOT NULL,\n\
+                 \x20 started_us BIGINT NOT NULL,\n\
+                 \x20 id BIGINT NOT NULL,\n\
+                 \x20 lease BIGINT NOT NULL,\n\
+                 \x20 PRIMARY KEY (whole_queue, group_name, started_us, id)\n\
+                 )",
+                super::quoted::<Self>(table, super::STARTS_SUFFIX)
+            ),
+        ]
+    }
+
+    fn not_limited_in_claim(table: &QueueTable) -> String {
+        Self::not_limited(table, "$1")
     }
 }
 

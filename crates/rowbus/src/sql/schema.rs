@@ -6,14 +6,26 @@ use futures::future::BoxFuture;
 use super::COUNTS_SUFFIX;
 use super::Naming;
 use super::{HISTORY_SUFFIX, KEEP_SUFFIX, PAUSE_SUFFIX, SCHED_SUFFIX, TICKS_SUFFIX};
+use super::{LIMITS_SUFFIX, STARTS_SUFFIX};
 use super::{OLD_CLAIM, quoted};
 use crate::error::Error;
 use crate::names::QueueTable;
 
 /// The suffixes of the names every database's deploy of a queue takes, the queue table's
-/// own (`""`) first: its dead-letter, pause, schedule, tick, history and counts tables.
-pub(crate) const QUEUE_NAMES: [&str; 8] =
-    ["", "_dead", PAUSE_SUFFIX, SCHED_SUFFIX, TICKS_SUFFIX, HISTORY_SUFFIX, KEEP_SUFFIX, COUNTS_SUFFIX];
+/// own (`""`) first: its dead-letter, pause, schedule, tick, history and counts tables,
+/// then its limits table and start log.
+pub(crate) const QUEUE_NAMES: [&str; 10] = [
+    "",
+    "_dead",
+    PAUSE_SUFFIX,
+    SCHED_SUFFIX,
+    TICKS_SUFFIX,
+    HISTORY_SUFFIX,
+    KEEP_SUFFIX,
+    COUNTS_SUFFIX,
+    LIMITS_SUFFIX,
+    STARTS_SUFFIX,
+];
 
 /// A queue's tables: made, upgraded and deployed one deploy at a time.
 pub trait Schema: Naming {

@@ -11,8 +11,8 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode};
 use sqlx::{Connection as _, Pool, Sqlite};
 
 use super::{
-    Catalog, Claiming, Connecting, DEDUP, Db, KEYS, Keeping, Naming, Pausing, Positions, Publishing,
-    QUEUE_NAMES, READY, Scheduling, Schema, Waking,
+    Catalog, Claiming, Connecting, DEDUP, Db, KEYS, Keeping, Limiting, Naming, Pausing, Positions,
+    Publishing, QUEUE_NAMES, READY, Scheduling, Schema, Waking,
 };
 use crate::backend::{Backend, connect_error, invalid_url, pool_options};
 use crate::driver::sealed::Driver as _;
@@ -56,9 +56,10 @@ fn ready_rows(table: &QueueTable, columns: &str) -> String {
     let t = super::quoted::<Sqlite>(table, "");
     format!(
         "SELECT {columns} FROM {t} AS q WHERE group_name = ?1 AND visible_at <= {NOW} \
-         AND (lease_until IS NULL OR lease_until <= {NOW}) AND {} AND {} \
+         AND (lease_until IS NULL OR lease_until <= {NOW}) AND {} AND {} AND {} \
          ORDER BY priority, visible_at, id LIMIT ?2",
         Sqlite::not_paused(table, "?1"),
+        Sqlite::not_limited_in_claim(table),
         Sqlite::key_free(table)
     )
 }
@@ -441,6 +442,40 @@ impl Pausing for Sqlite {
              )",
             super::quoted::<Self>(table, super::PAUSE_SUFFIX)
         )
+    }
+}
+
+impl Limiting for Sqlite {
+    fn create_limits(table: &QueueTable) -> Vec<String> {
+        vec![
+            format!(
+                "CREATE TABLE IF NOT EXISTS {} (\n\
+                 \x20 `whole_queue` INTEGER NOT NULL,\n\
+                 \x20 `group_name` TEXT NOT NULL,\n\
+                 \x20 `max_running` INTEGER,\n\
+                 \x20 `per_key` INTEGER,\n\
+                 \x20 `rate_count` INTEGER,\n\
+                 \x20 `rate_period_us` INTEGER,\n\
+                 \x20 PRIMARY KEY (`whole_queue`, `group_name`)\n\
+                 )",
+                super::quoted::<Self>(table, super::LIMITS_SUFFIX)
+            ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {} (\n\
+                 \x20 `whole_queue` INTEGER NOT NULL,\n\
+                 \x20 `group_name` TEXT NOT NULL,\n\
+                 \x20 `started_us` INTEGER NOT NULL,\n\
+                 \x20 `id` INTEGER NOT NULL,\n\
+                 \x20 `lease` INTEGER NOT NULL,\n\
+                 \x20 PRIMARY KEY (`whole_queue`, `group_name`, `started_us`, `id`)\n\
+                 )",
+                super::quoted::<Self>(table, super::STARTS_SUFFIX)
+            ),
+        ]
+    }
+
+    fn not_limited_in_claim(table: &QueueTable) -> String {
+        Self::not_limited(table, "?1")
     }
 }
 

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 
-use super::{CountsSql, HistorySql, PauseSql, ScheduleSql, Schema};
+use super::{CountsSql, HistorySql, LimitSql, PauseSql, ScheduleSql, Schema};
 use crate::names::QueueTable;
 
 /// The statements of one queue table.
@@ -41,6 +41,8 @@ pub struct TableSql<DB: Schema> {
     pub depth: Arc<str>,
     /// The pause table's statements.
     pub pause: PauseSql<DB>,
+    /// The limits table's and the start log's statements.
+    pub limits: LimitSql<DB>,
     /// The schedule and tick tables' statements.
     pub schedule: ScheduleSql<DB>,
     /// The kept history's statements.

@@ -5,8 +5,8 @@ use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 
 use super::{
-    Claiming, HistorySql, InsertForm, Keeping, PauseSql, Pausing, Publishing, ScheduleSql, Scheduling,
-    Schema, TableSql, pairs_filter, placeholders, quoted,
+    Claiming, HistorySql, InsertForm, Keeping, LimitSql, Limiting, PauseSql, Pausing, Publishing,
+    ScheduleSql, Scheduling, Schema, TableSql, pairs_filter, placeholders, quoted,
 };
 use super::{Counting, CountsSql};
 use crate::error::Error;
@@ -25,7 +25,7 @@ pub(crate) const FEATURE_COLUMNS: [&str; 4] = ["priority", "msg_key", "dedup_id"
 /// message is dead-lettered its id publishes again).
 pub(crate) const DEAD_FEATURE_COLUMNS: [&str; 3] = ["priority", "msg_key", "headers"];
 
-impl<DB: Schema + Publishing + Claiming + Pausing + Scheduling + Keeping + Counting> TableSql<DB> {
+impl<DB: Schema + Publishing + Claiming + Pausing + Scheduling + Keeping + Counting + Limiting> TableSql<DB> {
     pub fn new(table: &QueueTable) -> Result<Self, Error> {
         DB::check_table(table)?;
         let t = quoted::<DB>(table, "");
@@ -41,6 +41,7 @@ impl<DB: Schema + Publishing + Claiming + Pausing + Scheduling + Keeping + Count
                 DB::create_schedules(table),
                 DB::create_history(table),
                 vec![DB::create_counts(table)],
+                DB::create_limits(table),
             ]
             .concat(),
             claim: DB::claim_sql(table).into(),
@@ -103,6 +104,7 @@ impl<DB: Schema + Publishing + Claiming + Pausing + Scheduling + Keeping + Count
             )
             .into(),
             pause: PauseSql::new(table),
+            limits: LimitSql::new(table),
             schedule: ScheduleSql::new(table),
             history: HistorySql::new(table),
             counts: CountsSql::new(table),

@@ -193,8 +193,9 @@ pub fn remove_sqlite(path: &Path) {
 }
 
 /// What a deploy of queue `q` makes besides it: dead letters, pauses, schedules and their
-/// ticks, kept history and its setting.
-const QUEUE_SUFFIXES: [&str; 7] = ["_dead", "_pause", "_sched", "_ticks", "_hist", "_keep", "_count"];
+/// ticks, kept history and its setting, counts, limits and their start log.
+const QUEUE_SUFFIXES: [&str; 9] =
+    ["_dead", "_pause", "_sched", "_ticks", "_hist", "_keep", "_count", "_limits", "_starts"];
 
 /// Every table a deploy of queue `q` makes on every database, the queue table first.
 pub fn queue_tables(q: &str) -> Vec<String> {

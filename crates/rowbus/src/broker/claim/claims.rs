@@ -9,6 +9,7 @@ use tracing::warn;
 use sqlx::Transaction;
 
 use crate::broker::Queue;
+use crate::broker::claim::limited::{self, Held, Limited};
 use crate::broker::exec::{micros, queue_error, retrying};
 use crate::broker::settle::lease::ack_in;
 use crate::driver::ClaimedRow;
@@ -19,37 +20,43 @@ use crate::sql::Db;
 pub(crate) struct Claim {
     pub rows: Vec<ClaimedRow>,
     pub token: i64,
+    /// What limit took fewer than the claim asked for, if one did.
+    pub held: Option<Held>,
 }
 
 /// Claims up to `limit` ready messages of `group` under a new lease, first acknowledging
 /// the `(id, token)` pairs of `acks` in the same transaction: one commit for both. On an
 /// error nothing was acknowledged.
+///
+/// `limited` says whether a limit applied to the group at the last claim: the claim then
+/// goes the limited way ([`limited::claim_in`]), and says whether one still does. A plain
+/// claim finds nothing in a limited group (it carries the check); when it finds nothing,
+/// one look at the limits table tells, and the limited claim follows at once.
 pub(crate) async fn claim<DB: Db>(
     queue: &Queue<DB>,
     group: &str,
     limit: usize,
     lease: Duration,
     acks: &[(i64, i64)],
+    limited: &mut bool,
 ) -> Result<Claim, Error> {
     let inner = queue.inner();
-    let (sql, keeping) = (&*queue.sql, queue.keeps());
     let token = inner.token();
     let started = Instant::now();
     let lease_for = lease;
     let (lease, limit) = (micros(lease), i64::try_from(limit).unwrap_or(i64::MAX));
-    let (mut rows, acked) = retrying(queue, || async move {
-        if acks.is_empty() && !DB::CLAIM_IN_TRANSACTION {
-            let mut conn = inner.pool.acquire().await?;
-            let rows = DB::claim(&mut conn, sql, group, limit, lease, token).await;
-            return Ok((rows.inspect_err(conflicted::<DB>)?, 0));
+    let (mut rows, acked, held) = if *limited {
+        claim_limited(queue, group, limit, lease, token, acks, limited).await?
+    } else {
+        let (rows, acked) = claim_plain(queue, group, limit, lease, token, acks).await?;
+        if rows.is_empty() && retrying(queue, || limited::applies(queue, group)).await? {
+            *limited = true;
+            let (rows, more, held) = claim_limited(queue, group, limit, lease, token, &[], limited).await?;
+            (rows, acked + more, held)
+        } else {
+            (rows, acked, None)
         }
-        let mut tx = inner.pool.begin_with(DB::LEASE_CLAIM_BEGIN).await?;
-        let acked = ack_in(sql, &mut tx, acks, keeping).await?;
-        let rows = DB::claim(&mut tx, sql, group, limit, lease, token).await.inspect_err(conflicted::<DB>)?;
-        tx.commit().await.inspect_err(conflicted::<DB>)?;
-        Ok((rows, acked))
-    })
-    .await?;
+    };
     inner.counters.acknowledged(acks.len(), acked);
     // A claim whose commit took longer than its lease (a Galera cluster stalls commits
     // for seconds while it notices a lost node) returns rows another consumer may already
@@ -67,7 +74,59 @@ pub(crate) async fn claim<DB: Db>(
     inner.counters.claimed(rows.len());
     // In claim order (a statement's RETURNING has none): by priority, then publish order.
     rows.sort_unstable_by_key(|r| (r.priority, r.id));
-    Ok(Claim { rows, token })
+    Ok(Claim { rows, token, held })
+}
+
+/// A limited claim ([`limited::claim_in`]) in a transaction of its own; sets `limited`
+/// to whether a limit still applies.
+async fn claim_limited<DB: Db>(
+    queue: &Queue<DB>,
+    group: &str,
+    limit: i64,
+    lease: i64,
+    token: i64,
+    acks: &[(i64, i64)],
+    limited: &mut bool,
+) -> Result<(Vec<ClaimedRow>, u64, Option<Held>), Error> {
+    let pool = &queue.inner().pool;
+    let done = retrying(queue, || async move {
+        let mut tx = pool.begin_with(DB::LEASE_CLAIM_BEGIN).await?;
+        let done = limited::claim_in(queue, &mut tx, group, limit, lease, token, acks)
+            .await
+            .inspect_err(conflicted::<DB>)?;
+        tx.commit().await.inspect_err(conflicted::<DB>)?;
+        Ok(done)
+    })
+    .await?;
+    let Limited { rows, acked, held, limited: still } = done;
+    *limited = still;
+    Ok((rows, acked, held))
+}
+
+/// The plain claim: the one statement (or transaction) of the database's shape.
+async fn claim_plain<DB: Db>(
+    queue: &Queue<DB>,
+    group: &str,
+    limit: i64,
+    lease: i64,
+    token: i64,
+    acks: &[(i64, i64)],
+) -> Result<(Vec<ClaimedRow>, u64), Error> {
+    let inner = queue.inner();
+    let (sql, keeping) = (&*queue.sql, queue.keeps());
+    retrying(queue, || async move {
+        if acks.is_empty() && !DB::CLAIM_IN_TRANSACTION {
+            let mut conn = inner.pool.acquire().await?;
+            let rows = DB::claim(&mut conn, sql, group, limit, lease, token).await;
+            return Ok((rows.inspect_err(conflicted::<DB>)?, 0));
+        }
+        let mut tx = inner.pool.begin_with(DB::LEASE_CLAIM_BEGIN).await?;
+        let acked = ack_in(sql, &mut tx, acks, keeping).await?;
+        let rows = DB::claim(&mut tx, sql, group, limit, lease, token).await.inspect_err(conflicted::<DB>)?;
+        tx.commit().await.inspect_err(conflicted::<DB>)?;
+        Ok((rows, acked))
+    })
+    .await
 }
 
 /// Tells the dialect when a claim failed by a conflict with another's (it is tried again):

@@ -1,5 +1,6 @@
 //! Claiming: taking rows for a consumer. [`claims`] runs a claim (under a lease, or locked
-//! and deleted in a transactional handler's transaction); [`subscription`] is the
+//! and deleted in a transactional handler's transaction), [`limited`] the claim of a
+//! group some limit applies to; [`subscription`] is the
 //! subscription that claims while claims come back full and otherwise waits for a
 //! wake-up or its poll interval; [`runner`] is the one `select!` loop every runner uses;
 //! [`ahead`] sizes claim-ahead; [`wake`] wakes subscriptions in this process at once and in
@@ -9,6 +10,7 @@
 
 pub(crate) mod ahead;
 pub(crate) mod claims;
+pub(crate) mod limited;
 pub(crate) mod runner;
 pub(crate) mod subscription;
 pub(crate) mod wake;

@@ -498,6 +498,7 @@ pub(in crate::broker) async fn drive<DB: Db, T: Turn<DB>>(
         let pause = claimer.pause().is_some();
         if let Some(acks) = &acks {
             acks.idle(pause);
+            acks.limited(claimer.limited, &claimer.wake.notify);
         }
         let woken = claimer.wake.notify.clone();
         let next = tokio::select! {
@@ -584,7 +585,12 @@ where
         if workers.is_empty() {
             return Some(claimer.pace);
         }
-        let size = self.shared.ahead.claim_size(workers.len(), self.max);
+        // A limited group's claims take only what free workers start at once: a message
+        // claimed ahead would hold a slot, or count as started, while it waits.
+        let size = match claimer.limited {
+            true => workers.len(),
+            false => self.shared.ahead.claim_size(workers.len(), self.max),
+        };
         let started = Instant::now();
         let Ok(deliveries) = claimer.claim(size).await else { return Some(claimer.pace) };
         self.shared.ahead.claimed(started.elapsed());

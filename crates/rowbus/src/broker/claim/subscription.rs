@@ -17,6 +17,7 @@ use tokio::sync::watch;
 use tracing::{Instrument as _, debug, debug_span, warn};
 
 use crate::broker::claim::claims::{Claim, claim};
+use crate::broker::claim::limited::Held;
 use crate::broker::claim::wake::Registration;
 use crate::broker::operate::scheduler::{self, SchedulerGuard};
 use crate::broker::settle::acks::PendingAcks;
@@ -273,7 +274,16 @@ pub(crate) enum Pace {
     Idle,
     /// The last claim failed: wait the claim error wait.
     Failed,
+    /// A limit let the last claim take nothing: wait this long (or less when woken), until
+    /// a rate limit's next start, or a while for a concurrency limit's slot.
+    Held(Duration),
 }
+
+/// The first wait of a claim a concurrency limit let take nothing; each next one in a row
+/// waits twice the one before, up to the poll interval. A slot frees when a message in
+/// flight settles, in whichever process holds it, which no wake-up announces: the claim
+/// looks again soon, and less often the longer the limit stays full.
+const HELD_FIRST_WAIT: Duration = Duration::from_millis(10);
 
 /// The claim loop of one subscription, per the waking diagram.
 pub(crate) struct Claimer<DB: Db> {
@@ -288,6 +298,10 @@ pub(crate) struct Claimer<DB: Db> {
     pub acks: Option<Arc<PendingAcks>>,
     /// What stops a runner early.
     pub until: Option<Until>,
+    /// Whether a limit applied to the group at the last claim (see `claims::claim`).
+    pub limited: bool,
+    /// The last wait of a claim held by a concurrency limit (zero after any other claim).
+    pub held_wait: Duration,
     /// Keeps the queue's schedules running in this broker while the subscription lives.
     pub _schedules: Option<SchedulerGuard<DB>>,
 }
@@ -326,6 +340,8 @@ impl<DB: Db> Claimer<DB> {
             pace: Pace::Now,
             acks: None,
             until: builder.until.clone(),
+            limited: false,
+            held_wait: Duration::ZERO,
             _schedules: builder.schedules.then(|| scheduler::attach(&builder.queue)),
         })
     }
@@ -337,12 +353,39 @@ impl<DB: Db> Claimer<DB> {
             Pace::Now => None,
             Pace::Idle => Some(self.poll_interval),
             Pace::Failed => Some(self.queue.inner().options.claim_error_wait),
+            Pace::Held(wait) => Some(wait),
         }
     }
 
     /// Whether a wake-up cuts the pause short (not after a failed claim).
     pub fn wakeable(&self) -> bool {
-        self.pace == Pace::Idle
+        matches!(self.pace, Pace::Idle | Pace::Held(_))
+    }
+
+    /// The pace after a claim that took `taken` of `limit` messages, `held` back by a
+    /// limit or not: a claim that took some goes again as soon as workers are free (the
+    /// limit tells it what is left); one a limit let take nothing waits for the rate's
+    /// next start, or for a concurrency slot (see [`HELD_FIRST_WAIT`]).
+    fn pace_after(&mut self, taken: usize, limit: usize, held: Option<Held>) -> Pace {
+        let wait = match held {
+            Some(Held::Running) if taken == 0 => {
+                let wait =
+                    (self.held_wait * 2).clamp(HELD_FIRST_WAIT, self.poll_interval.max(HELD_FIRST_WAIT));
+                self.held_wait = wait;
+                return Pace::Held(wait);
+            }
+            Some(Held::Rate(wait)) if taken == 0 => wait,
+            Some(_) => {
+                self.held_wait = Duration::ZERO;
+                return Pace::Now;
+            }
+            None => {
+                self.held_wait = Duration::ZERO;
+                return if taken >= limit { Pace::Now } else { Pace::Idle };
+            }
+        };
+        self.held_wait = Duration::ZERO;
+        Pace::Held(wait)
     }
 
     /// Waits as the pace says; `false` when the broker shuts down meanwhile.
@@ -365,7 +408,9 @@ impl<DB: Db> Claimer<DB> {
     pub async fn claim(&mut self, limit: usize) -> Result<Vec<Delivery<DB>>, Error> {
         let span = debug_span!("rowbus.claim", table = %self.queue.table(), group = self.group, limit);
         let acks = self.acks.as_ref().map(|acks| acks.take()).unwrap_or_default();
-        let claimed = claim(&self.queue, &self.group, limit, self.lease, &acks).instrument(span).await;
+        let claimed = claim(&self.queue, &self.group, limit, self.lease, &acks, &mut self.limited)
+            .instrument(span)
+            .await;
         if claimed.is_err() {
             // Not acknowledged: the next claim, or the flusher, tries again.
             if let Some(pending) = &self.acks {
@@ -373,8 +418,8 @@ impl<DB: Db> Claimer<DB> {
             }
         }
         match claimed {
-            Ok(Claim { rows, token }) => {
-                self.pace = if rows.len() >= limit { Pace::Now } else { Pace::Idle };
+            Ok(Claim { rows, token, held }) => {
+                self.pace = self.pace_after(rows.len(), limit, held);
                 debug!(table = %self.queue.table(), group = self.group, claimed = rows.len(), limit, "claim");
                 Ok(rows.into_iter().map(|row| Delivery::new(self.queue.clone(), row, token)).collect())
             }

@@ -130,8 +130,10 @@ impl<DB: Db> Queue<DB> {
     /// its pause table (`<table>_pause`, see [`pause`](Self::pause)), its schedule and
     /// tick tables (`<table>_sched`, `<table>_ticks`, see [`schedule`](Self::schedule)) and
     /// its history tables (`<table>_hist` and `<table>_keep`, see
-    /// [`deploy_keeping`](Self::deploy_keeping)) and its counts table (`<table>_count`, see
-    /// [`counts`](Self::counts)) if they do not exist. Deploying a queue made by an older rowbus
+    /// [`deploy_keeping`](Self::deploy_keeping)), its counts table (`<table>_count`, see
+    /// [`counts`](Self::counts)) and its limits tables (`<table>_limits` and
+    /// `<table>_starts`, see [`set_limit`](Self::set_limit)) if they do not exist.
+    /// Deploying a queue made by an older rowbus
     /// adds what it lacks. With `listen_notify` on
     /// MySQL/MariaDB or SQLite, also the notify table.
     ///
@@ -176,10 +178,10 @@ impl<DB: Db> Queue<DB> {
     }
 
     /// Drops the queue table, its dead-letter table, its pause table, its schedule and
-    /// tick tables, its history tables, its counts table and (on MySQL/MariaDB) its
-    /// deduplication ids' table, with every message and schedule in them. A table of the
-    /// queue's name that is not a queue table is left alone: [`Error::NotAQueueTable`], and
-    /// nothing is dropped.
+    /// tick tables, its history tables, its counts table, its limits table and start log
+    /// and (on MySQL/MariaDB) its deduplication ids' table, with every message and schedule
+    /// in them. A table of the queue's name that is not a queue table is left alone:
+    /// [`Error::NotAQueueTable`], and nothing is dropped.
     pub async fn undeploy(&self) -> Result<(), Error> {
         refuse_foreign(self.table(), self.state().await?)?;
         let mut conn = self.inner().pool.acquire().await?;
@@ -188,6 +190,8 @@ impl<DB: Db> Queue<DB> {
             &self.sql.quoted,
             &self.sql.dead,
             &self.sql.pause.quoted,
+            &self.sql.limits.limits,
+            &self.sql.limits.starts,
             &schedule.sched,
             &schedule.ticks,
             &history.quoted,

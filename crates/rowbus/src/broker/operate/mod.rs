@@ -1,5 +1,5 @@
 //! The operator's side: deploying and reading how a queue stands ([`admin`]), dead
-//! letters ([`dead`]), pausing ([`pause`]), kept history ([`history`]), schedules
+//! letters ([`dead`]), pausing ([`pause`]), limits ([`limits`]), kept history ([`history`]), schedules
 //! ([`schedule`], run by [`scheduler`], due ticks by [`ticks`]), published totals
 //! ([`published`]), the counters a user reads ([`stats`]) and those kept in the database
 //! ([`counts`]).
@@ -14,6 +14,7 @@ pub(crate) mod counts;
 pub(crate) mod dead;
 pub(crate) mod history;
 pub(crate) mod keeping;
+pub(crate) mod limits;
 pub(crate) mod messages;
 pub(crate) mod pause;
 pub(crate) mod published;

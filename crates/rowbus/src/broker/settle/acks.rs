@@ -6,7 +6,8 @@
 //! claimed ahead to the next without coming free): what waited [`CARRY_WAIT`] for one is
 //! sent by itself.
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
 use tokio::time::{Duration, Instant};
@@ -26,6 +27,11 @@ pub(crate) struct PendingAcks {
     flush: Notify,
     /// Whether claims carry them; if not, the flusher sends each as soon as it comes.
     carried: bool,
+    /// Whether a limit applies to the runner's group: each acknowledgement sent then
+    /// frees a slot, and wakes the runner ([`freed`](Self::freed)) should it wait for one.
+    limited: AtomicBool,
+    /// Wakes the runner.
+    freed: Mutex<Option<Arc<Notify>>>,
 }
 
 #[derive(Debug, Default)]
@@ -46,6 +52,18 @@ impl PendingAcks {
             state: Mutex::new(State { idle: !carried, ..State::default() }),
             flush: Notify::new(),
             carried,
+            limited: AtomicBool::new(false),
+            freed: Mutex::default(),
+        }
+    }
+
+    /// Whether a limit applies to the runner's group, and what wakes the runner when an
+    /// acknowledgement sent by itself frees a slot.
+    pub fn limited(&self, limited: bool, wake: &Arc<Notify>) {
+        if limited && !self.limited.swap(true, Ordering::Relaxed) {
+            *self.freed.lock().unwrap_or_else(|e| e.into_inner()) = Some(wake.clone());
+        } else if !limited {
+            self.limited.store(false, Ordering::Relaxed);
         }
     }
 
@@ -132,6 +150,11 @@ impl PendingAcks {
             for chunk in pairs.chunks(crate::sql::ACK_BATCH) {
                 if let Err(error) = lease::ack_pairs(&queue, chunk).await {
                     warn!(%error, table = %queue.table(), count = chunk.len(), "acknowledging failed; the messages come back when their leases run out");
+                } else if self.limited.load(Ordering::Relaxed) {
+                    let freed = self.freed.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                    if let Some(wake) = freed {
+                        wake.notify_one();
+                    }
                 }
             }
         }

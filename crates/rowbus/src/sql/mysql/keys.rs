@@ -114,7 +114,21 @@ pub(super) fn key_free(table: &QueueTable) -> String {
     )
 }
 
-/// The claimed `rows` less those whose key an earlier message in the queue holds, as a
+/// [`key_free`] with `n` (at least 2) messages of a key at once: fewer than `n` earlier
+/// rows of the key whose message is in the queue. `n` is written into the statement.
+pub(super) fn key_within(table: &QueueTable, n: i64) -> String {
+    format!(
+        "(q.msg_key IS NULL OR NOT EXISTS (SELECT 1 FROM {} AS k FORCE INDEX ({}) STRAIGHT_JOIN {} AS e \
+         ON e.id = k.id WHERE k.msg_key = q.msg_key AND k.id < q.id LIMIT 1 OFFSET {}))",
+        quoted::<MySql>(table, KEYS_TABLE),
+        key_index(),
+        quoted::<MySql>(table, ""),
+        n - 1
+    )
+}
+
+/// The claimed `rows` less those whose key an earlier message in the queue holds (with
+/// `per_key` above 1: `per_key` earlier messages), as a
 /// statement begun now sees the queue. The claim's own check is not enough on InnoDB: its
 /// locking read sees the latest committed rows, while the key check, a plain read, sees the
 /// statement's snapshot; a keyed batch committed while the claim scanned passed the check
@@ -125,6 +139,7 @@ pub(super) async fn recheck(
     conn: &mut MySqlConnection,
     sql: &TableSql<MySql>,
     mut rows: Vec<ClaimedRow>,
+    per_key: i64,
 ) -> Result<Vec<ClaimedRow>, sqlx::Error> {
     let keyed: Vec<i64> = rows.iter().filter(|row| row.key.is_some()).map(|row| row.id).collect();
     if keyed.is_empty() {
@@ -134,7 +149,7 @@ pub(super) async fn recheck(
         "SELECT CAST(q.id AS SIGNED) FROM {} AS q WHERE q.id IN ({}) AND NOT {}",
         sql.quoted,
         placeholders::<MySql>(1, keyed.len()),
-        key_free(&sql.table)
+        if per_key > 1 { key_within(&sql.table, per_key) } else { key_free(&sql.table) }
     );
     let args: Vec<Arg<'_>> = keyed.iter().map(|id| Arg::Int(*id)).collect();
     let held = MySql::fetch_rows(conn, &Arc::from(check), &args, 0).await?;

@@ -1,0 +1,229 @@
+//! A queue's limits: `<table>_limits`, one row per limited scope, and `<table>_starts`,
+//! one row per message a limited claim took.
+//!
+//! A limits row `(whole_queue = 1, group_name = '')` limits the whole queue, a row
+//! `(whole_queue = 0, group_name = G)` group `G` (the flag as in the pause table). Its
+//! columns, each NULL when unset: `max_running` (messages in flight at once), `per_key`
+//! (messages of one ordering key in flight at once), `rate_count` and `rate_period_us`
+//! (messages started per period).
+//!
+//! Every claim carries [`Limiting::not_limited`]: on a group without limits it is one
+//! probe of the (small) limits table, as the pause check is; on a limited group it finds
+//! nothing, and the claim goes the limited way (`broker::claim::limited`): under the
+//! lock of the scope's limits row, it counts the scope's starts whose message still
+//! holds that lease unexpired (in flight) and those of the last period (the rate), claims
+//! what both leave, and writes a start per message claimed.
+
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex};
+
+use super::{LIMITS_SUFFIX, Naming, STARTS_SUFFIX, quoted};
+use crate::names::QueueTable;
+
+/// The limits tables' statements for one queue.
+#[derive(Debug)]
+pub struct LimitSql<DB> {
+    /// The limits table, quoted.
+    pub limits: String,
+    /// The start log, quoted.
+    pub starts: String,
+    /// Binds: whole_queue, group, max_running. Sets the scope's concurrency limit.
+    pub set_running: Arc<str>,
+    /// Binds: whole_queue, group, per_key.
+    pub set_per_key: Arc<str>,
+    /// Binds: whole_queue, group, rate_count, rate_period_us.
+    pub set_rate: Arc<str>,
+    /// Binds: whole_queue, group. Removes the scope's limits.
+    pub clear: Arc<str>,
+    /// Binds: whole_queue, group. Removes the scope's starts.
+    pub clear_starts: Arc<str>,
+    /// No binds: each limit as (group; whole_queue, max_running, per_key, rate_count,
+    /// rate_period_us), the whole queue's first.
+    pub list: Arc<str>,
+    /// Binds: group. The limits that apply to a claim of the group, locked until the
+    /// transaction ends (whole_queue, max_running, per_key, rate_count, rate_period_us),
+    /// the whole queue's first (the order every claim locks them in).
+    pub lock: Arc<str>,
+    /// Binds: whole_queue, group. The scope's messages in flight: its starts whose
+    /// message holds that lease unexpired.
+    pub running: Arc<str>,
+    /// Binds: whole_queue, group, period µs. The scope's starts in the last period, the
+    /// oldest of them (µs), and now (µs), by the database's clock.
+    pub started: Arc<str>,
+    /// Binds: whole_queue, group, period µs. Forgets the scope's starts older than the
+    /// period whose message no longer holds their lease.
+    pub prune: Arc<str>,
+    /// Binds: whole_queue, group, whole_queue, group, whole_queue, group. Records the
+    /// scope's messages in flight now that have no start as starts long past (counted as running, not against a rate): a limit
+    /// set on a queue whose consumers are running counts what they hold.
+    pub seed: Arc<str>,
+    /// Binds: group. Whether any limit applies to the group (a count).
+    pub any: Arc<str>,
+    /// The limited claims built so far, by messages of a key at once.
+    claims: Mutex<HashMap<i64, Arc<str>>>,
+    /// Binds: whole_queue, group. The scope's ready messages (the whole queue's for
+    /// `whole_queue = 1`).
+    pub ready: Arc<str>,
+    db: PhantomData<fn() -> DB>,
+}
+
+impl<DB: Limiting> LimitSql<DB> {
+    pub fn new(table: &QueueTable) -> Self {
+        let (l, s, t) =
+            (quoted::<DB>(table, LIMITS_SUFFIX), quoted::<DB>(table, STARTS_SUFFIX), quoted::<DB>(table, ""));
+        let p = DB::param;
+        let now_us = DB::micros_of(DB::CLOCK);
+        let scope = format!("whole_queue = {} AND group_name = {}", p(1), p(2));
+        let set = |column: &str, values: &str, updates: &[&str]| -> Arc<str> {
+            DB::upsert(
+                &l,
+                &format!("whole_queue, group_name, {column}"),
+                values,
+                "whole_queue, group_name",
+                updates,
+            )
+            .into()
+        };
+        // A start (written `s`) whose message holds its lease unexpired.
+        let live = |s: &str| {
+            format!(
+                "EXISTS (SELECT 1 FROM {t} AS q WHERE q.id = {s}.id AND q.lease = {s}.lease AND q.lease_until > {})",
+                DB::NOW
+            )
+        };
+        let scope_of = |n: usize| -> String {
+            // Scope binds n and n + 1; a whole-queue scope takes every group's rows.
+            format!("({} = 1 OR group_name = {})", p(n), p(n + 1))
+        };
+        LimitSql {
+            set_running: set("max_running", &format!("{}, {}, {}", p(1), p(2), p(3)), &["max_running"]),
+            set_per_key: set("per_key", &format!("{}, {}, {}", p(1), p(2), p(3)), &["per_key"]),
+            set_rate: set(
+                "rate_count, rate_period_us",
+                &format!("{}, {}, {}, {}", p(1), p(2), p(3), p(4)),
+                &["rate_count", "rate_period_us"],
+            ),
+            clear: format!("DELETE FROM {l} WHERE {scope}").into(),
+            clear_starts: format!("DELETE FROM {s} WHERE {scope}").into(),
+            list: format!(
+                "SELECT group_name, whole_queue, max_running, per_key, rate_count, rate_period_us FROM {l} \
+                 ORDER BY whole_queue DESC, group_name"
+            )
+            .into(),
+            lock: format!(
+                "SELECT whole_queue, max_running, per_key, rate_count, rate_period_us FROM {l} \
+                 WHERE whole_queue = 1 OR group_name = {} ORDER BY whole_queue DESC{}",
+                p(1),
+                DB::FOR_UPDATE
+            )
+            .into(),
+            running: format!("SELECT {} FROM {s} AS s WHERE {scope} AND {}", DB::COUNT, live("s")).into(),
+            started: format!(
+                "SELECT {}, {}, {} FROM {s} WHERE {scope} AND started_us > {now_us} - {}",
+                DB::COUNT,
+                DB::bigint("MIN(started_us)"),
+                DB::bigint(&now_us),
+                p(3)
+            )
+            .into(),
+            // No alias: MariaDB's single-table DELETE takes none.
+            prune: format!("DELETE FROM {s} WHERE {scope} AND started_us <= {now_us} - {} AND NOT {}", p(3), live(&s))
+                .into(),
+            seed: DB::insert_select_ignore(
+                &s,
+                "whole_queue, group_name, started_us, id, lease",
+                &format!(
+                    "SELECT {}, {}, 0, id, lease FROM {t} AS q WHERE {} AND lease IS NOT NULL AND lease_until > {} \
+                     AND NOT EXISTS (SELECT 1 FROM {s} AS s WHERE s.whole_queue = {} AND s.group_name = {} \
+                     AND s.id = q.id AND s.lease = q.lease)",
+                    p(1),
+                    p(2),
+                    scope_of(3),
+                    DB::NOW,
+                    p(5),
+                    p(6)
+                ),
+            )
+            .into(),
+            any: format!("SELECT {} FROM {l} WHERE whole_queue = 1 OR group_name = {}", DB::COUNT, p(1)).into(),
+            ready: format!(
+                "SELECT {} FROM {t} WHERE {} AND visible_at <= {now} AND (lease_until IS NULL OR lease_until <= {now})",
+                DB::COUNT,
+                scope_of(1),
+                now = DB::NOW
+            )
+            .into(),
+            claims: Mutex::default(),
+            limits: l,
+            starts: s,
+            db: PhantomData,
+        }
+    }
+}
+
+/// Limits: their tables and the conditions claims carry.
+pub trait Limiting: Naming {
+    /// The time a start is written at and the rate's window ends at: the time of the
+    /// statement, not of its transaction's start (a claim may wait for the limits row's
+    /// lock, and a start written at the time it began waiting would leave the window
+    /// early).
+    const CLOCK: &'static str = Self::NOW;
+
+    /// The queue's limits table and start log (see [`LimitSql`]), if missing.
+    fn create_limits(table: &QueueTable) -> Vec<String>;
+
+    /// A condition true while no limit applies to the group in `group` (the claim's
+    /// placeholder, or its candidate's column): one probe of the limits table, carried by
+    /// every claim.
+    fn not_limited(table: &QueueTable, group: &str) -> String {
+        format!(
+            "NOT EXISTS (SELECT 1 FROM {} WHERE whole_queue = 1 OR group_name = {group})",
+            quoted::<Self>(table, LIMITS_SUFFIX)
+        )
+    }
+
+    /// The claim's key condition with `n` (at least 2) messages of a key at once rather
+    /// than one: true for a row without a key, or with fewer than `n` earlier messages of
+    /// its key in the table. `n` is written into the statement, an integer (a claim's
+    /// binds are fixed by its database's shape).
+    fn key_within(table: &QueueTable, n: i64) -> String {
+        format!(
+            "(q.msg_key IS NULL OR NOT EXISTS (SELECT 1 FROM {} AS e WHERE e.msg_key = q.msg_key AND e.id < q.id \
+             LIMIT 1 OFFSET {}))",
+            quoted::<Self>(table, ""),
+            n - 1
+        )
+    }
+
+    /// The [`not_limited`](Self::not_limited) condition as the claim statement writes it.
+    fn not_limited_in_claim(table: &QueueTable) -> String;
+}
+
+impl<DB: Limiting> LimitSql<DB> {
+    /// The lease claim of a limited group with `per_key` messages of a key at once
+    /// (0 or 1: one), built once per `per_key`.
+    /// `build` makes it (see `Claiming::limited_claim_sql`).
+    pub fn claim(&self, per_key: i64, build: impl FnOnce(i64) -> String) -> Arc<str> {
+        let per_key = per_key.max(1);
+        let mut claims = self.claims.lock().unwrap_or_else(|e| e.into_inner());
+        claims.entry(per_key).or_insert_with(|| build(per_key).into()).clone()
+    }
+
+    /// A start per message claimed, now. Binds per message: whole_queue, group, id, lease.
+    pub fn record(&self, ids: usize) -> Arc<str> {
+        let p = DB::param;
+        let now_us = DB::micros_of(DB::CLOCK);
+        let rows: Vec<String> = (0..ids)
+            .map(|i| {
+                format!("({}, {}, {now_us}, {}, {})", p(4 * i + 1), p(4 * i + 2), p(4 * i + 3), p(4 * i + 4))
+            })
+            .collect();
+        format!(
+            "INSERT INTO {} (whole_queue, group_name, started_us, id, lease) VALUES {}",
+            self.starts,
+            rows.join(", ")
+        )
+        .into()
+    }
+}

@@ -165,13 +165,23 @@ pub(crate) struct Counts {
     /// Its counts; `None` without a counts table (a queue deployed by an older rowbus),
     /// `Err(())` where this role may not read it.
     pub(crate) counts: Result<Option<QueueCounts>, ()>,
+    /// Its messages ready but held back by a limit now; `None` without a limits table (a
+    /// queue deployed by an older rowbus) or where this role may not read it.
+    pub(crate) limited: Option<u64>,
 }
 
 /// The counts of `table`'s consumers; a counts table this role may not read is one part
 /// of the report the role does not see, not a failure.
 pub(crate) async fn counts<DB: Db>(broker: &Broker<DB>, table: &QueueTable) -> Result<Counts, CliError> {
-    let counts = readable(broker.queue(table.channel())?.counts().await.map_err(CliError::from))?;
-    Ok(Counts { table: table.clone(), counts })
+    let queue = broker.queue(table.channel())?;
+    let counts = readable(queue.counts().await.map_err(CliError::from))?;
+    let limited = match queue.limited().await {
+        Ok(held) => Some(held),
+        Err(rowbus::Error::MissingLimitsTable { .. }) => None,
+        Err(e) if e.is_permission_denied() => None,
+        Err(e) => return Err(e.into()),
+    };
+    Ok(Counts { table: table.clone(), counts, limited })
 }
 
 /// The words of a counted event: `timed out` for `timed_out`.
@@ -180,12 +190,18 @@ pub(crate) fn counted_words(kind: Counted) -> String {
 }
 
 /// Each queue's counts as JSON: `{TABLE: {"cancelled": N, "snoozed": N, "timed_out": N,
-/// "lease_lost": N}}`, null without a counts table, `{"error": ...}` where not readable.
+/// "lease_lost": N, "limited": N}}` ("limited": ready messages held by a limit now, absent
+/// without a limits table), null without a counts table, `{"error": ...}` where not
+/// readable.
 pub(crate) fn counts_json(counted: &[Counts]) -> serde_json::Value {
     let entries = counted.iter().map(|c| {
         let value = match &c.counts {
             Ok(Some(counts)) => serde_json::Value::Object(
-                Counted::ALL.iter().map(|k| (k.as_str().to_owned(), json!(counts.get(*k)))).collect(),
+                Counted::ALL
+                    .iter()
+                    .map(|k| (k.as_str().to_owned(), json!(counts.get(*k))))
+                    .chain(c.limited.map(|held| ("limited".to_owned(), json!(held))))
+                    .collect(),
             ),
             Ok(None) => serde_json::Value::Null,
             Err(()) => json!({ "error": NOT_READABLE }),
@@ -202,6 +218,7 @@ fn print_counts(counted: &[Counts]) -> Result<(), CliError> {
             Ok(Some(counts)) => Counted::ALL
                 .iter()
                 .map(|k| format!("{} {}", counted_words(*k), counts.get(*k)))
+                .chain(c.limited.map(|held| format!("held by a limit now {held}")))
                 .collect::<Vec<_>>()
                 .join(", "),
             Ok(None) => format!("not counted: no counts table (`rowbus deploy --queue {}` adds it)", c.table),

@@ -24,6 +24,25 @@ fn ok(database: &Database, args: &[&str]) -> String {
     text(&output.stdout)
 }
 
+/// Messages held by a limit show in `rowbus stats` (text and JSON) and the dashboard's
+/// sources: three ready under `--max-running 1`, none running, hold two.
+fn stats_show_what_a_limit_holds(kind: Kind) {
+    let (database, q) = fixture(kind, "lscli");
+    ok(&database, &["deploy", "--queue", &q]);
+    for n in 0..3 {
+        ok(&database, &["publish", &q, &n.to_string()]);
+    }
+    let json = |database: &Database| -> serde_json::Value {
+        serde_json::from_str(&ok(database, &["stats", "--json", &q])).unwrap()
+    };
+    assert_eq!(json(&database)["counts"][&q]["limited"], 0, "no limit, nothing held");
+    ok(&database, &["limit", &q, "--max-running", "1"]);
+    assert_eq!(json(&database)["counts"][&q]["limited"], 2);
+    let text = ok(&database, &["stats", &q]);
+    assert!(text.contains(&format!("events of `{q}`: ")) && text.contains("held by a limit now 2"), "{text}");
+}
+on_each_database!(stats_show_what_a_limit_holds);
+
 /// `rowbus --database-url URL ARGS...`, which must fail; its first stderr line.
 fn refused(database: &Database, args: &[&str]) -> String {
     let mut cmd = rowbus();

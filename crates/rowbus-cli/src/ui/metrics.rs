@@ -146,12 +146,22 @@ pub(crate) fn render(
         "counter",
         "What a queue's consumers did, in every process, from its counts table: event cancelled, snoozed, timed_out or lease_lost (absent for a queue without a counts table or whose counts table this role may not read).",
     );
-    for Counts { table, counts } in counts {
+    for Counts { table, counts, .. } in counts {
         if let Ok(Some(counts)) = counts {
             for kind in Counted::ALL {
                 let labels = [("queue", table.channel()), ("event", kind.as_str())];
                 out.sample("rowbus_queue_events_total", &labels, counts.get(kind));
             }
+        }
+    }
+    out.family(
+        "rowbus_queue_limited",
+        "gauge",
+        "A queue's messages ready but held back by a limit now (rowbus limit; absent for a queue without a limits table).",
+    );
+    for c in counts {
+        if let Some(held) = c.limited {
+            out.sample("rowbus_queue_limited", &[("queue", c.table.channel())], held);
         }
     }
     if let Some(n) = notify {
@@ -260,9 +270,9 @@ mod tests {
         events.snoozed = 3;
         events.lease_lost = 1;
         let counts = [
-            Counts { table: "jobs".parse().unwrap(), counts: Ok(Some(events)) },
-            Counts { table: "old".parse().unwrap(), counts: Ok(None) },
-            Counts { table: "secret".parse().unwrap(), counts: Err(()) },
+            Counts { table: "jobs".parse().unwrap(), counts: Ok(Some(events)), limited: Some(2) },
+            Counts { table: "old".parse().unwrap(), counts: Ok(None), limited: None },
+            Counts { table: "secret".parse().unwrap(), counts: Err(()), limited: None },
         ];
         let text = render(&[line("jobs", GroupStats::default())], Some(&notify), &pauses, &counts, &stats);
         let mut current: Option<(String, String)> = None;
@@ -295,6 +305,7 @@ mod tests {
                 "rowbus_paused",
                 "rowbus_queue_paused",
                 "rowbus_queue_events_total",
+                "rowbus_queue_limited",
                 "rowbus_notify_table_rows",
                 "rowbus_notify_table_oldest_age_seconds",
                 "rowbus_published_total",
@@ -320,6 +331,7 @@ mod tests {
             "rowbus_dead_lettered_total 2",
             "rowbus_dead_letter_failures_total 6",
             "rowbus_snoozed_total 8",
+            "rowbus_queue_limited{queue=\"jobs\"} 2",
             "rowbus_queue_events_total{queue=\"jobs\",event=\"cancelled\"} 0",
             "rowbus_queue_events_total{queue=\"jobs\",event=\"snoozed\"} 3",
             "rowbus_queue_events_total{queue=\"jobs\",event=\"timed_out\"} 0",

@@ -236,6 +236,7 @@ fn routes<DB: Db>(app: App<DB>, token: Option<Token>, hosts: host::Hosts) -> Rou
                 .route("/api/ops/queues/{queue}/dead/purge", post(dead::purge::<DB>))
                 .route("/api/ops/queues/{queue}/pause", post(pause::pause::<DB>))
                 .route("/api/ops/queues/{queue}/resume", post(pause::resume::<DB>))
+                .route("/api/ops/queues/{queue}/cancel", post(messages::cancel::<DB>))
                 .route("/api/ops/{*operation}", any(no_such_operation))
                 .route_layer(axum::middleware::from_fn_with_state(token, token::require)),
         ),

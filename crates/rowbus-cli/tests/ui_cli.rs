@@ -530,6 +530,37 @@ fn dead_letter_operations(kind: Kind) {
 }
 on_each_database!(dead_letter_operations);
 
+/// The dashboard cancels a message by id, behind the token: refused without it and for a
+/// body that names no ids; with it, the message leaves the queue (and its messages page),
+/// and a second cancel of the id finds nothing.
+fn cancel_from_the_dashboard(kind: Kind) {
+    let db = Db::new(kind, "cancelui", &["jobs"]);
+    let q = db.fill();
+    let served = Served::start(db.rowbus(&["ui", q, "--listen", "127.0.0.1:0"]));
+    let token = served.token.clone().expect("a token");
+    let ids = |served: &Served| -> Vec<i64> {
+        let (_, body) = served.get(&format!("/api/queues/{q}/messages?limit=100"));
+        let page: Value = serde_json::from_str(&body).unwrap();
+        page["messages"].as_array().unwrap().iter().map(|m| m["id"].as_i64().unwrap()).collect()
+    };
+    let before = ids(&served);
+    let id = before[0];
+    let cancel = format!("/api/ops/queues/{q}/cancel");
+    let one = format!(r#"{{"ids":[{id}]}}"#);
+    assert_eq!(served.operation(&cancel, None, &one).0, 403, "without the token");
+    for body in [r#"{"ids":[]}"#, r#"{"all":true}"#, r#"{"ids":[0]}"#] {
+        assert_eq!(served.operation(&cancel, Some(&token), body).0, 400, "{body}");
+    }
+    assert_eq!(ids(&served), before, "a refused cancel changed nothing");
+    let (status, body) = served.operation(&cancel, Some(&token), &one);
+    assert_eq!((status, body.as_str()), (200, r#"{"cancelled":1,"running":0}"#));
+    assert_eq!(ids(&served), before[1..].to_vec(), "message {id} left the queue");
+    let (status, body) = served.operation(&cancel, Some(&token), &one);
+    assert_eq!((status, body.as_str()), (200, r#"{"cancelled":0,"running":0}"#), "cancelled twice");
+    served.stop();
+}
+on_each_database!(cancel_from_the_dashboard);
+
 /// The dashboard pauses and resumes a group or the whole queue, as `rowbus pause` and
 /// `rowbus resume` do: only a POST carrying the token does anything (without it, or with
 /// another, 403 and nothing is paused); bodies other than `{}` or a string `group` the
@@ -1035,6 +1066,7 @@ fn browser_shows_the_queue() {
         ("<code>later</code>".to_owned(), "its payload"),
         (format!(r#"<pre class="error">{ERROR}</pre>"#), "the requeued message's last error"),
         ("<code>&lt;img src=x onerror=alert(1)&gt;</code>".to_owned(), "markup shown as text"),
+        (r#"data-op="queues/jobs/cancel""#.to_owned(), "a Cancel button on its rows"),
     ] {
         assert!(dom.contains(&needle), "the messages view lacks {what} ({needle}):\n{dom}");
     }

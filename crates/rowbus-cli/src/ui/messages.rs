@@ -1,8 +1,9 @@
 //! The dashboard's view of a queue's messages: `GET /api/queues/{queue}/messages` lists a
 //! page of those in the queue table (queued, delayed, in flight, retrying), lowest id
 //! first, `?after=ID` for the page after the one that ended with `next`, `&limit=N`.
-//! Read-only: operations on them would live under `/api/ops/`, behind the token, as the
-//! dead letters' do.
+//! `POST /api/ops/queues/{queue}/cancel` with `{"ids": [...]}` cancels some of them
+//! (behind the token, as the dead letters' operations are): a running one's handler is
+//! told to stop, in whichever process runs it.
 
 use axum::Json;
 use axum::extract::{Path, RawQuery, State};
@@ -108,6 +109,66 @@ mod tests {
         assert_eq!(page(Some("limit=1000")), Ok(MessagePage::default().limit(1000)));
         for bad in ["after=-1", "after=x", "limit=0", "limit=1001", "limit=", "group=a", "after=1e3"] {
             assert!(page(Some(bad)).is_err(), "{bad} accepted");
+        }
+    }
+}
+
+/// `POST /api/ops/queues/{queue}/cancel`: cancels the messages `{"ids": [ID, ...]}` names
+/// (whole numbers from 1; ids no longer in the queue are passed over); `{"cancelled": N,
+/// "running": M}`, M of them running when cancelled.
+pub(super) async fn cancel<DB: Db>(
+    State(app): State<App<DB>>,
+    Path(name): Path<String>,
+    Json(body): Json<Value>,
+) -> Response {
+    let ids = match cancel_ids(&body) {
+        Ok(ids) => ids,
+        Err(line) => return refuse(StatusCode::BAD_REQUEST, line),
+    };
+    let queue = match app.shown_queue(&name).await {
+        Ok(queue) => queue,
+        Err(refusal) => return refusal,
+    };
+    match queue.cancel(&ids).await {
+        Ok(done) => Json(json!({ "cancelled": done.count(), "running": done.running.len() })).into_response(),
+        Err(e) => unavailable(&e.into(), true),
+    }
+}
+
+/// The ids a cancel's body names: `{"ids": [ID, ...]}`, at least one, each from 1.
+fn cancel_ids(body: &Value) -> Result<Vec<i64>, String> {
+    let object = body.as_object().ok_or("the body must be a JSON object")?;
+    if let Some(unknown) = object.keys().find(|k| k.as_str() != "ids") {
+        return Err(format!("unknown field {unknown:?}: give \"ids\": [...]"));
+    }
+    let Some(Value::Array(ids)) = object.get("ids") else {
+        return Err("name the messages: \"ids\": [...]".to_owned());
+    };
+    if ids.is_empty() {
+        return Err("name the messages: \"ids\" is empty".to_owned());
+    }
+    ids.iter()
+        .map(|id| {
+            id.as_i64().filter(|id| *id >= 1).ok_or_else(|| {
+                format!("the id {id} is not a whole number from 1 to {} (ids are row ids)", i64::MAX)
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod cancel_tests {
+    use serde_json::json;
+
+    use super::cancel_ids;
+
+    #[test]
+    fn a_cancel_names_its_ids() {
+        assert_eq!(cancel_ids(&json!({ "ids": [3, 5] })), Ok(vec![3, 5]));
+        for refused in
+            [json!({}), json!({ "ids": [] }), json!({ "ids": [0] }), json!({ "all": true }), json!([1])]
+        {
+            assert!(cancel_ids(&refused).is_err(), "{refused}");
         }
     }
 }

@@ -1,7 +1,8 @@
 //! End to end, in child processes against the real PostgreSQL and MariaDB and a SQLite
 //! file: `rowbus limit` sets, lists and clears limits and refuses bad values in one line;
 //! three `rowbus consume --workers 8 --exec` processes under `--max-running 5` never run
-//! more than five commands at once.
+//! more than five commands at once, and under `--rate 50/s` never start more than fifty in
+//! a second; `rowbus stats` shows what a limit holds.
 
 mod common;
 
@@ -169,3 +170,57 @@ fn three_processes_keep_five_running(kind: Kind) {
     assert_eq!(most, 5, "at most five commands at once, and five were reached");
 }
 on_each_database!(three_processes_keep_five_running);
+
+/// Three `rowbus consume --workers 8 --exec` processes drain 600 messages under `--rate
+/// 50/s`: the commands' start times never put more than 50 in any one-second window, and
+/// the drain takes the twelve seconds the rate allows.
+fn three_processes_keep_to_a_rate(kind: Kind) {
+    const MESSAGES: usize = 600;
+    let (database, q) = fixture(kind, "lcli_rate");
+    ok(&database, &["deploy", "--queue", &q]);
+    ok(&database, &["limit", &q, "--rate", "50/s"]);
+    let messages: String = (0..MESSAGES).map(|i| format!("m{i}\n")).collect();
+    let mut publish = rowbus();
+    publish.args(["--database-url", &database.url, "publish", &q, "-"]);
+    let (output, _) = common::run_with(publish, Some(messages.as_bytes()), common::RUN_TIMEOUT);
+    assert!(output.status.success(), "{}", show(&output));
+
+    let log = std::env::temp_dir().join(format!("{q}.starts"));
+    let _ = std::fs::remove_file(&log);
+    let exec = format!("echo \"$(date +%s%N)\" >> {}", log.display());
+    let mut consumers: Vec<Running> = (0..3)
+        .map(|_| {
+            let mut cmd = rowbus();
+            cmd.args(["--database-url", &database.url, "consume", &q, "--workers", "8", "--exec", &exec]);
+            let mut consumer = Running::spawn(cmd, Duration::from_secs(15));
+            consumer.await_stderr("consuming", LINE_TIMEOUT, |line| line.starts_with("rowbus: consuming "));
+            consumer
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut starts = loop {
+        let starts: Vec<u128> = std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|line| line.trim().parse().ok())
+            .collect();
+        if starts.len() >= MESSAGES {
+            break starts;
+        }
+        assert!(Instant::now() < deadline, "{MESSAGES} messages not handled within 90 s: {}", starts.len());
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    for consumer in &mut consumers {
+        let (status, _, stderr) = consumer.stop("INT");
+        assert!(status.success(), "{status} {stderr:?}");
+    }
+    let _ = std::fs::remove_file(&log);
+    starts.sort_unstable();
+    const SECOND: u128 = 1_000_000_000;
+    let most =
+        (0..starts.len()).map(|i| starts[i..].iter().take_while(|&&t| t < starts[i] + SECOND).count()).max();
+    assert!(most <= Some(50), "{most:?} commands started within one second under 50/s");
+    let took = starts[starts.len() - 1] - starts[0];
+    assert!(took >= 11 * SECOND, "{MESSAGES} starts at 50/s took only {} ms", took / 1_000_000);
+}
+on_each_database!(three_processes_keep_to_a_rate);

@@ -79,6 +79,8 @@ pub struct QueuedRow {
     pub priority: i64,
     pub key: Option<String>,
     pub last_error: Option<String>,
+    /// The headers as stored: a JSON object, or none.
+    pub headers: Option<String>,
 }
 
 /// Sealed: the driver mechanics, the same for every database, as trait methods rather
@@ -378,6 +380,7 @@ macro_rules! driver {
                                 priority: row.try_get(7)?,
                                 key: row.try_get(8)?,
                                 last_error: row.try_get(9)?,
+                                headers: row.try_get(10)?,
                             })
                         })
                         .collect()

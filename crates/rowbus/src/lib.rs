@@ -143,7 +143,7 @@ pub mod stats {
 #[cfg(feature = "testing")]
 #[cfg_attr(docsrs, doc(cfg(feature = "testing")))]
 pub mod testing {
-    pub use crate::broker::testing::{Drained, Handled, TestBroker};
+    pub use crate::broker::testing::{Drained, Expected, Handled, TestBroker};
 }
 
 /// Traces from publish to handler: the spans' names are `rowbus.publish`, `rowbus.message`
@@ -193,6 +193,10 @@ mod snippets {
     struct Scaling;
     #[doc = include_str!("../../../docs/schedules.md")]
     struct Schedules;
+    // Its example needs the harness.
+    #[cfg(feature = "testing")]
+    #[doc = include_str!("../../../docs/testing.md")]
+    struct Testing;
     #[doc = include_str!("../../../docs/waking.md")]
     struct Waking;
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use common::{MARIADB, PG};
 use rowbus::schedule::{SCHEDULE_HEADER, Schedule};
-use rowbus::testing::{Handled, TestBroker};
+use rowbus::testing::{Expected, Handled, TestBroker};
 use rowbus::{BrokerOptions, Db, Message, Outcome, RetryPolicy};
 
 fn options() -> BrokerOptions {
@@ -167,3 +167,53 @@ async fn queues_go_with_the_harness<DB: Db>(test: TestBroker<DB>) {
     }
 }
 on_each_database!(queues_go_with_the_harness);
+
+async fn published_messages_are_read_and_asserted<DB: Db>(test: TestBroker<DB>) {
+    let jobs = test.queue("published").await.unwrap();
+    jobs.publish(
+        Message::json(&serde_json::json!({"order": 7, "to": "a@b"})).unwrap().group("mail").key("c-3"),
+    )
+    .await
+    .unwrap();
+    jobs.publish(Message::text("later").delay(Duration::from_secs(600)).header("trace", "abc"))
+        .await
+        .unwrap();
+    let all = test.published(&jobs).await.unwrap();
+    assert_eq!(all.len(), 2);
+    // JSON compared as a value, whatever its formatting and key order.
+    let found = test
+        .assert_published(
+            &jobs,
+            &Expected::json(&serde_json::json!({"to": "a@b", "order": 7})).group("mail").key("c-3"),
+        )
+        .await;
+    assert_eq!(found.id, all[0].id);
+    let later = test
+        .assert_published(
+            &jobs,
+            &Expected::text("later").header("trace", "abc").delayed_at_least(Duration::from_secs(500)),
+        )
+        .await;
+    assert_eq!(later.id, all[1].id);
+    test.refute_published(&jobs, &Expected::text("later").delayed_at_least(Duration::from_secs(700))).await;
+    test.refute_published(&jobs, &Expected::any().group("other")).await;
+    // Nothing was claimed by reading.
+    assert_eq!(jobs.group_stats().await.unwrap().iter().map(|g| g.in_flight).sum::<i64>(), 0);
+    let missing = tokio::spawn({
+        let (jobs, test) = (jobs.clone(), test.url().to_owned());
+        async move {
+            let again = TestBroker::<DB>::connect(&test).await;
+            // On SQLite the harness's file: the same database.
+            if let Ok(again) = again {
+                again.assert_published(&jobs, &Expected::text("absent")).await;
+            }
+        }
+    })
+    .await;
+    let panic = missing.expect_err("asserting an absent message panics");
+    let said = panic.into_panic();
+    let said = said.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(said.contains("it holds") && said.contains("later"), "{said}");
+    test.cleanup().await.unwrap();
+}
+on_each_database!(published_messages_are_read_and_asserted);

@@ -4,8 +4,10 @@
 //! [`drain`](TestBroker::drain) runs a handler inline on every ready message and says what
 //! happened to each; [`make_due`](TestBroker::make_due) and
 //! [`run_schedules_now`](TestBroker::run_schedules_now) bring delayed messages and
-//! schedule ticks forward without sleeping; [`insert_only`](TestBroker::insert_only) keeps
-//! every consumer off a queue while a test checks what its publisher wrote.
+//! schedule ticks forward without sleeping; [`published`](TestBroker::published) and
+//! [`assert_published`](TestBroker::assert_published) read what a publisher wrote without
+//! claiming it, and [`insert_only`](TestBroker::insert_only) keeps every consumer off a
+//! queue meanwhile.
 //!
 //! ```no_run
 //! # async fn f() -> Result<(), rowbus::Error> {
@@ -40,7 +42,9 @@ use std::time::Duration;
 use crate::broker::claim::runner::outcome;
 use crate::broker::claim::subscription::Claimer;
 use crate::broker::operate::scheduler::publish_next_ticks;
-use crate::broker::{Broker, BrokerOptions, Delivery, Outcome, Queue};
+use crate::broker::{
+    Broker, BrokerOptions, Delivery, MAX_MESSAGE_PAGE, MessagePage, Outcome, Queue, QueuedMessage,
+};
 use crate::driver::Arg;
 use crate::error::Error;
 use crate::sql::{Db, DbPool, OnPool};
@@ -204,6 +208,46 @@ impl<DB: Db> TestBroker<DB> {
         Ok(groups)
     }
 
+    /// Every message in `queue`'s table (all groups, queued, delayed, retrying or in
+    /// flight), lowest id first, read without claiming any: what the code under test
+    /// published.
+    pub async fn published(&self, queue: &Queue<DB>) -> Result<Vec<QueuedMessage>, Error> {
+        let mut all = Vec::new();
+        let mut page = MessagePage::default().limit(MAX_MESSAGE_PAGE);
+        loop {
+            let got = queue.messages(&page).await?;
+            all.extend(got.messages);
+            match got.next {
+                Some(after) => page = page.after(after),
+                None => return Ok(all),
+            }
+        }
+    }
+
+    /// The first message of `queue` that `expected` matches; panics, listing what the
+    /// queue holds, when none does (as Oban.Testing's `assert_enqueued` does).
+    pub async fn assert_published(&self, queue: &Queue<DB>, expected: &Expected) -> QueuedMessage {
+        let all =
+            self.published(queue).await.unwrap_or_else(|e| panic!("reading `{}` failed: {e}", queue.table()));
+        match all.iter().position(|m| expected.matches(m)) {
+            Some(found) => all.into_iter().nth(found).expect("found"),
+            None => panic!("no message of `{}` is {expected:?}; it holds {}", queue.table(), listing(&all)),
+        }
+    }
+
+    /// Panics, naming it, when a message of `queue` matches `expected`.
+    pub async fn refute_published(&self, queue: &Queue<DB>, expected: &Expected) {
+        let all =
+            self.published(queue).await.unwrap_or_else(|e| panic!("reading `{}` failed: {e}", queue.table()));
+        if let Some(found) = all.iter().find(|m| expected.matches(m)) {
+            panic!(
+                "`{}` holds a message that is {expected:?}: {}",
+                queue.table(),
+                listing(std::slice::from_ref(found))
+            );
+        }
+    }
+
     /// Makes every delayed or retrying message of `queue` ready now (those in flight are
     /// left alone); how many it changed.
     pub async fn make_due(&self, queue: &Queue<DB>) -> Result<u64, Error> {
@@ -280,6 +324,112 @@ impl<DB: Db> Drop for TestBroker<DB> {
         });
         let _ = dropped.join();
     }
+}
+
+/// What [`TestBroker::assert_published`] looks for: every condition given must hold
+/// (none given matches any message).
+///
+/// ```
+/// use std::time::Duration;
+/// use rowbus::testing::Expected;
+///
+/// let expected = Expected::json(&serde_json::json!({"order": 7}))
+///     .group("mail")
+///     .key("customer-3")
+///     .header("trace", "abc")
+///     .delayed_at_least(Duration::from_secs(60));
+/// # let _ = expected;
+/// ```
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Expected {
+    payload: Option<Vec<u8>>,
+    json: Option<serde_json::Value>,
+    group: Option<String>,
+    key: Option<String>,
+    headers: Vec<(String, String)>,
+    delayed_at_least: Option<Duration>,
+}
+
+impl Expected {
+    /// Any message.
+    pub fn any() -> Self {
+        Expected::default()
+    }
+
+    /// A message with exactly this payload.
+    pub fn payload(payload: impl Into<Vec<u8>>) -> Self {
+        Expected { payload: Some(payload.into()), ..Expected::default() }
+    }
+
+    /// A message with this text as its payload.
+    pub fn text(text: &str) -> Self {
+        Self::payload(text.as_bytes())
+    }
+
+    /// A message whose payload is JSON equal to `value` (whatever its formatting).
+    pub fn json<T: serde::Serialize + ?Sized>(value: &T) -> Self {
+        let json = serde_json::to_value(value).expect("a value that serializes to JSON");
+        Expected { json: Some(json), ..Expected::default() }
+    }
+
+    /// In group `group` (`""` is the default group).
+    pub fn group(mut self, group: &str) -> Self {
+        self.group = Some(group.to_owned());
+        self
+    }
+
+    /// With ordering key `key`.
+    pub fn key(mut self, key: &str) -> Self {
+        self.key = Some(key.to_owned());
+        self
+    }
+
+    /// With header `name` set to `value` (repeatable: each must hold).
+    pub fn header(mut self, name: &str, value: &str) -> Self {
+        self.headers.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// Not claimable for at least `delay` more (published with a delay, or retried).
+    pub fn delayed_at_least(mut self, delay: Duration) -> Self {
+        self.delayed_at_least = Some(delay);
+        self
+    }
+
+    /// Whether `message` is what this looks for.
+    pub fn matches(&self, message: &QueuedMessage) -> bool {
+        self.payload.as_ref().is_none_or(|p| *p == message.payload)
+            && self.json.as_ref().is_none_or(|j| {
+                serde_json::from_slice::<serde_json::Value>(&message.payload).is_ok_and(|v| v == *j)
+            })
+            && self.group.as_ref().is_none_or(|g| *g == message.group)
+            && self.key.as_ref().is_none_or(|k| message.key.as_ref() == Some(k))
+            && self.headers.iter().all(|(n, v)| message.headers.get(n) == Some(v))
+            && self.delayed_at_least.is_none_or(|d| message.visible_in >= d)
+    }
+}
+
+/// The messages, one short line each, for a failed assertion.
+fn listing(messages: &[QueuedMessage]) -> String {
+    if messages.is_empty() {
+        return "no message".to_owned();
+    }
+    let lines: Vec<String> = messages
+        .iter()
+        .map(|m| {
+            format!(
+                "\n  {} group {:?} key {:?} {:?} in {:?} headers {:?}: {}",
+                m.id,
+                m.group,
+                m.key,
+                m.state,
+                m.visible_in,
+                m.headers,
+                String::from_utf8_lossy(&m.payload)
+            )
+        })
+        .collect();
+    lines.concat()
 }
 
 /// Drops `queues` on a pool of any database.

@@ -7,14 +7,14 @@ impl<DB: Schema + Catalog> TableSql<DB> {
     /// Up to a limit of the table's messages after an id, lowest id first, as
     /// [`QueuedRow`](crate::driver::QueuedRow) reads them: id, group, payload, attempts,
     /// created_at µs, µs since visible_at, µs since lease_until (NULL without a lease),
-    /// priority, key, last error. Binds: the group when `by_group`, then the id after
+    /// priority, key, last error, headers. Binds: the group when `by_group`, then the id after
     /// which to start, the limit.
     pub fn messages_list(&self, by_group: bool) -> String {
         let p = DB::param;
         let group = if by_group { format!("group_name = {} AND ", p(1)) } else { String::new() };
         let first = usize::from(by_group) + 1;
         format!(
-            "SELECT {}, group_name, payload, {}, {}, {}, {}, {}, msg_key, last_error FROM {} \
+            "SELECT {}, group_name, payload, {}, {}, {}, {}, {}, msg_key, last_error, headers FROM {} \
              WHERE {group}id > {} ORDER BY id LIMIT {}",
             DB::bigint("id"),
             DB::bigint("attempts"),

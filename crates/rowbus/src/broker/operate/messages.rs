@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use crate::broker::exec::retrying;
-use crate::broker::{Queue, check_group};
+use crate::broker::publish::message::decode_headers;
+use crate::broker::{Headers, Queue, check_group};
 use crate::driver::{Arg, QueuedRow};
 use crate::error::Error;
 use crate::sql::Db;
@@ -105,6 +106,8 @@ pub struct QueuedMessage {
     pub key: Option<String>,
     /// Its last error, if an attempt failed.
     pub last_error: Option<String>,
+    /// Its headers.
+    pub headers: Headers,
     /// When it was published.
     pub published_at: SystemTime,
     /// Where it stands.
@@ -134,6 +137,7 @@ impl QueuedMessage {
             priority: i16::try_from(row.priority).unwrap_or_default(),
             key: row.key,
             last_error: row.last_error,
+            headers: decode_headers(row.headers.as_deref()),
             published_at: SystemTime::UNIX_EPOCH
                 + Duration::from_micros(u64::try_from(row.created_at).unwrap_or(0)),
             state,

@@ -78,7 +78,7 @@ pub use broker::{
 
 /// Job control: cancelling messages, and what a running handler is told.
 pub mod control {
-    pub use crate::broker::{Cancel, Cancelled, StopReason, TIMEOUT_HEADER};
+    pub use crate::broker::{Cancel, Cancelled, DEFAULT_GRACE, StopReason, TIMEOUT_HEADER};
 }
 pub use broker::{MessagePage, MessageState, Messages, QueuedMessage};
 pub use deploy::{DeployOptions, NotifyDeploy};

@@ -41,7 +41,7 @@ use crate::sql::Notifier;
 use crate::sql::TableSql;
 
 pub use crate::names::{QueueTable, check_group};
-pub use claim::subscription::{Subscription, SubscriptionBuilder};
+pub use claim::subscription::{DEFAULT_GRACE, Subscription, SubscriptionBuilder};
 pub use operate::admin::{GroupStats, NotifyTableStats, TableState};
 pub use operate::cancel::{Cancel, Cancelled};
 pub use operate::counts::{Counted, QueueCounts};

@@ -99,7 +99,7 @@ impl<DB: Db> SubscriptionBuilder<DB> {
 
     /// How long a handler of [`run`](Self::run) asked to stop (its message cancelled, or its
     /// timeout reached) gets to return before the runner drops its future and frees its
-    /// worker ([`DEFAULT_GRACE`] by default; at most [`MAX_DURATION`](crate::limits::MAX_DURATION)).
+    /// worker ([`DEFAULT_GRACE`](crate::control::DEFAULT_GRACE) by default; at most [`MAX_DURATION`](crate::limits::MAX_DURATION)).
     pub fn grace(mut self, grace: Duration) -> Self {
         self.grace = grace;
         self

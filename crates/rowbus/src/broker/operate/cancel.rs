@@ -72,8 +72,8 @@ impl<DB: Db> Queue<DB> {
     /// it; its acknowledgement, if it comes, is refused. A cancelled message frees its
     /// ordering key at once. Where the queue keeps history, each goes there as
     /// `cancelled`. Ids not in the queue are passed over; each id is cancelled once, also
-    /// by racing cancels (the rows are locked, then removed, in one transaction per
-    /// [`CHUNK`] ids).
+    /// by racing cancels (the rows are locked, then removed, in one transaction per 500
+    /// ids).
     pub async fn cancel(&self, ids: &[i64]) -> Result<Cancelled, Error> {
         self.cancel_which(&Cancel::Ids(ids.to_vec())).await
     }

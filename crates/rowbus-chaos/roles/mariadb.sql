@@ -6,7 +6,7 @@
 --   tables, @NOTIFY@ the notify table, @QUEUE@ a queue table (its dead letters: @QUEUE@_dead, its pauses: @QUEUE@_pause, its history:
 --   @QUEUE@_hist and @QUEUE@_keep, its schedules: @QUEUE@_sched and @QUEUE@_ticks, its
 --   deduplication ids: @QUEUE@_dedup, its ordering keys: @QUEUE@_keys, its event counts:
---   @QUEUE@_count).
+--   @QUEUE@_count, its limits: @QUEUE@_limits and @QUEUE@_starts).
 -- Every statement is idempotent: run it again after adding a queue. The tables must exist.
 
 -- @section roles
@@ -60,6 +60,10 @@ GRANT SELECT ON `@SCHEMA@`.`@QUEUE@_sched` TO '@PREFIX@consumer'@'%';
 GRANT SELECT, INSERT, DELETE ON `@SCHEMA@`.`@QUEUE@_ticks` TO '@PREFIX@consumer'@'%';
 -- Consumers add to the queue's event counts (a snooze...): an upsert that reads the count.
 GRANT SELECT, INSERT, UPDATE ON `@SCHEMA@`.`@QUEUE@_count` TO '@PREFIX@consumer'@'%';
+-- Every claim reads the limits table (rowbus limit); a limited claim locks its scope's row
+-- and logs, counts and prunes its starts. Setting limits is an administrator's.
+GRANT SELECT, UPDATE ON `@SCHEMA@`.`@QUEUE@_limits` TO '@PREFIX@consumer'@'%';
+GRANT SELECT, INSERT, DELETE ON `@SCHEMA@`.`@QUEUE@_starts` TO '@PREFIX@consumer'@'%';
 -- monitor: reads what rowbus stats, dead list, history and schedule --list show; writes
 -- nothing (requeue, purge, pause and resume are an administrator's).
 GRANT SELECT ON `@SCHEMA@`.`@QUEUE@` TO '@PREFIX@monitor'@'%';
@@ -70,6 +74,8 @@ GRANT SELECT ON `@SCHEMA@`.`@QUEUE@_keep` TO '@PREFIX@monitor'@'%';
 GRANT SELECT ON `@SCHEMA@`.`@QUEUE@_sched` TO '@PREFIX@monitor'@'%';
 GRANT SELECT ON `@SCHEMA@`.`@QUEUE@_ticks` TO '@PREFIX@monitor'@'%';
 GRANT SELECT ON `@SCHEMA@`.`@QUEUE@_count` TO '@PREFIX@monitor'@'%';
+GRANT SELECT ON `@SCHEMA@`.`@QUEUE@_limits` TO '@PREFIX@monitor'@'%';
+GRANT SELECT ON `@SCHEMA@`.`@QUEUE@_starts` TO '@PREFIX@monitor'@'%';
 
 -- @section queue-listen-notify
 -- listen_notify: publishers write wake-up rows; the consumers' broker polls and cleans up.

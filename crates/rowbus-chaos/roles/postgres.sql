@@ -4,7 +4,7 @@
 --   @PREFIX@ role-name prefix, @PASSWORD@ the roles' password, @DATABASE@ the database,
 --   @SCHEMA@ the queue table's schema, @QUEUE@ a queue table (its dead letters: @QUEUE@_dead, its pauses: @QUEUE@_pause, its history:
 --   @QUEUE@_hist and @QUEUE@_keep, its schedules: @QUEUE@_sched and @QUEUE@_ticks, its event
---   counts: @QUEUE@_count).
+--   counts: @QUEUE@_count, its limits: @QUEUE@_limits and @QUEUE@_starts).
 -- Every statement is idempotent: run it again after adding a queue.
 
 -- @section roles
@@ -50,11 +50,17 @@ GRANT SELECT ON "@SCHEMA@"."@QUEUE@_sched" TO "@PREFIX@consumer";
 GRANT SELECT, INSERT, DELETE ON "@SCHEMA@"."@QUEUE@_ticks" TO "@PREFIX@consumer";
 -- Consumers add to the queue's event counts (a snooze...): an upsert that reads the count.
 GRANT SELECT, INSERT, UPDATE ON "@SCHEMA@"."@QUEUE@_count" TO "@PREFIX@consumer";
+-- Every claim reads the limits table (rowbus limit); a limited claim locks its scope's row
+-- (FOR UPDATE needs UPDATE) and logs, counts and prunes its starts. Setting limits is an
+-- administrator's.
+GRANT SELECT, UPDATE ON "@SCHEMA@"."@QUEUE@_limits" TO "@PREFIX@consumer";
+GRANT SELECT, INSERT, DELETE ON "@SCHEMA@"."@QUEUE@_starts" TO "@PREFIX@consumer";
 -- monitor: reads what rowbus stats, dead list, history and schedule --list show; writes
 -- nothing (requeue, purge, pause and resume are an administrator's).
 GRANT SELECT ON "@SCHEMA@"."@QUEUE@", "@SCHEMA@"."@QUEUE@_dead", "@SCHEMA@"."@QUEUE@_pause",
   "@SCHEMA@"."@QUEUE@_hist", "@SCHEMA@"."@QUEUE@_keep", "@SCHEMA@"."@QUEUE@_sched",
-  "@SCHEMA@"."@QUEUE@_ticks", "@SCHEMA@"."@QUEUE@_count" TO "@PREFIX@monitor";
+  "@SCHEMA@"."@QUEUE@_ticks", "@SCHEMA@"."@QUEUE@_count", "@SCHEMA@"."@QUEUE@_limits",
+  "@SCHEMA@"."@QUEUE@_starts" TO "@PREFIX@monitor";
 
 -- @section queue-listen-notify
 -- listen_notify: publishers call pg_notify; the consumers' broker LISTENs (no privilege).

@@ -205,6 +205,8 @@ fn roles_script(db: &str) {
         format!("CREATE TABLE IF NOT EXISTS {queue}_sched (id BIGINT, v TEXT)"),
         format!("CREATE TABLE IF NOT EXISTS {queue}_ticks (id BIGINT, v TEXT)"),
         format!("CREATE TABLE IF NOT EXISTS {queue}_count (name VARCHAR(64), n BIGINT)"),
+        format!("CREATE TABLE IF NOT EXISTS {queue}_limits (id BIGINT, v TEXT)"),
+        format!("CREATE TABLE IF NOT EXISTS {queue}_starts (id BIGINT, v TEXT)"),
         format!("CREATE TABLE IF NOT EXISTS {notify} (id BIGINT, v TEXT)"),
         format!("CREATE TABLE IF NOT EXISTS {notify}_positions (id BIGINT, v TEXT)"),
     ];
@@ -253,6 +255,10 @@ fn roles_script(db: &str) {
         allowed("roles_ci_consumer", format!("INSERT INTO {queue}_count (name, n) VALUES ('snoozed', 1)")),
         allowed("roles_ci_consumer", format!("UPDATE {queue}_count SET n = n + 1 WHERE name = 'snoozed'")),
         refused("roles_ci_consumer", format!("DELETE FROM {queue}_count")),
+        allowed("roles_ci_consumer", format!("SELECT * FROM {queue}_limits")),
+        refused("roles_ci_consumer", format!("INSERT INTO {queue}_limits (id) VALUES (1)")),
+        allowed("roles_ci_consumer", format!("INSERT INTO {queue}_starts (id) VALUES (1)")),
+        allowed("roles_ci_consumer", format!("DELETE FROM {queue}_starts")),
         refused("roles_ci_listener", format!("SELECT * FROM {queue}")),
         refused("roles_ci_notifier", format!("INSERT INTO {queue} (id) VALUES (1)")),
         // The monitor reads what stats, dead list, history and schedule --list show.
@@ -264,6 +270,8 @@ fn roles_script(db: &str) {
         allowed("roles_ci_monitor", format!("SELECT * FROM {queue}_sched")),
         allowed("roles_ci_monitor", format!("SELECT * FROM {queue}_ticks")),
         allowed("roles_ci_monitor", format!("SELECT * FROM {queue}_count")),
+        allowed("roles_ci_monitor", format!("SELECT * FROM {queue}_limits")),
+        allowed("roles_ci_monitor", format!("SELECT * FROM {queue}_starts")),
         // ... and writes nothing.
         refused("roles_ci_monitor", format!("INSERT INTO {queue} (id) VALUES (1)")),
         refused("roles_ci_monitor", format!("UPDATE {queue} SET v = 'x'")),

@@ -370,7 +370,8 @@ fn exec_status_75_snoozes(kind: Kind, mode: &[&str]) {
         "{report}"
     );
     let plain = db.ok(&["stats", &q]);
-    let line = format!("events of `{q}`: cancelled 0, snoozed 1, timed out 0, lease lost 0");
+    let line =
+        format!("events of `{q}`: cancelled 0, snoozed 1, timed out 0, lease lost 0, held by a limit now 0");
     assert!(plain.lines().any(|l| l == line), "no line {line:?} in\n{plain}");
 }
 
@@ -456,7 +457,12 @@ fn stats_finds_the_queue_tables_and_counts_each_group(kind: Kind) {
     assert_eq!(row(lines[3]), [b.as_str(), "-", "1", "0", "1", "0", "0"]);
     // What each queue's consumers did: nothing yet.
     for (line, q) in [(lines[4], &a), (lines[5], &b)] {
-        assert_eq!(line, format!("events of `{q}`: cancelled 0, snoozed 0, timed out 0, lease lost 0"));
+        assert_eq!(
+            line,
+            format!(
+                "events of `{q}`: cancelled 0, snoozed 0, timed out 0, lease lost 0, held by a limit now 0"
+            )
+        );
     }
     if kind == Kind::Postgres {
         assert_eq!(lines.len(), 6, "{plain}");

@@ -368,7 +368,7 @@ fn figures_and_metrics(kind: Kind) {
     assert_eq!(data["notify_table"].is_null(), kind == Kind::Postgres, "{body}");
     assert_eq!(
         data["counts"][q],
-        json!({"cancelled": 0, "snoozed": 2, "timed_out": 0, "lease_lost": 0}),
+        json!({"cancelled": 0, "snoozed": 2, "timed_out": 0, "lease_lost": 0, "limited": 0}),
         "{data}"
     );
 

@@ -22,9 +22,8 @@ use axum::routing::post;
 use axum::{Json, Router};
 use rowbus::sqlx::{self, Sqlite};
 use rowbus::{Broker, BrokerOptions, Message, Queue};
-use rowbus_examples::TempDatabase;
+use rowbus_examples::{TempDatabase, http};
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::sync::Notify;
 
 /// What a client posts.
@@ -119,9 +118,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     if demo {
         for (item, quantity) in [("tea", 2), ("scones", 6), ("jam", 1)] {
             let body = serde_json::json!({ "item": item, "quantity": quantity }).to_string();
-            let status = post_json(address, "/orders", &body).await?;
-            println!("client: POST /orders {body} -> {status}");
-            assert!(status.starts_with("HTTP/1.1 201"), "the order was refused: {status}");
+            let response = http(address, "POST", "/orders", &[], &body).await?;
+            println!("client: POST /orders {body} -> {}", response.status);
+            assert_eq!(response.status, 201, "the order was refused: {}", response.head);
         }
         tokio::time::timeout(Duration::from_secs(30), async {
             while handled.load(Ordering::SeqCst) < 3 {
@@ -138,19 +137,4 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     broker.shutdown(Duration::from_secs(5)).await;
     worker.await??;
     Ok(())
-}
-
-/// Posts `body` as JSON to `path` on `address` (a client with no crate of its own); the
-/// response's status line.
-async fn post_json(address: SocketAddr, path: &str, body: &str) -> std::io::Result<String> {
-    let mut stream = tokio::net::TcpStream::connect(address).await?;
-    let request = format!(
-        "POST {path} HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(request.as_bytes()).await?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await?;
-    Ok(response.lines().next().unwrap_or_default().to_owned())
 }

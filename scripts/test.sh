@@ -43,7 +43,7 @@ trap 'scripts/galera.sh down >/dev/null 2>&1 || true; scripts/pg-standby.sh down
 cargo test --workspace --all-features --no-fail-fast "$@" || status=$?
 # The examples (examples/, built by `cargo test`), each run to its end on a SQLite file of
 # its own; the web one serves on a free port, places its own orders and exits.
-for example in typed_jobs cron_schedule durable_listener "web_outbox --demo"; do
+for example in typed_jobs cron_schedule durable_listener "web_outbox --demo" "dashboard --demo"; do
   echo "test.sh: running example $example" >&2
   # shellcheck disable=SC2086 # the example's flags
   timeout 120 target/debug/examples/$example >/dev/null || { echo "test.sh: example $example failed" >&2; status=1; }

@@ -1,16 +1,16 @@
 //! `rowbus dead list|requeue|purge QUEUE`: a queue's dead letters, read, put back or
 //! deleted.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use clap::{ArgGroup, Args, Subcommand};
 use rowbus::dead::{DeadLetter, DeadLetterPage, DeadLetters};
 use rowbus::sqlx::Pool;
 use rowbus::{Broker, BrokerOptions, Db, NotifyConfig};
-use serde_json::json;
 
 use crate::cli_error::CliError;
 use crate::queue_cmd::{self, duration, outln};
+pub(crate) use rowbus_ui::json::{dead_letter as json_line, rfc3339};
 
 /// What `rowbus dead` does.
 #[derive(Debug, Subcommand)]
@@ -221,68 +221,13 @@ fn text_line(letter: &DeadLetter) -> String {
     )
 }
 
-/// One dead letter as a JSON line.
-pub(crate) fn json_line(letter: &DeadLetter) -> serde_json::Value {
-    let mut line = json!({
-        "id": letter.id,
-        "group": letter.group,
-        "attempts": letter.attempts,
-        "last_error": letter.last_error,
-        "published_at": rfc3339(letter.published_at),
-        "died_at": rfc3339(letter.died_at),
-        "priority": letter.priority,
-        "key": letter.key,
-        "headers": letter.headers,
-    });
-    queue_cmd::json_payload(&mut line, &letter.payload);
-    line
-}
-
-/// `time` in RFC 3339, UTC, to the microsecond: `2024-05-01T12:34:56.123456Z`.
-pub(crate) fn rfc3339(time: SystemTime) -> String {
-    let since = time.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-    let secs = since.as_secs();
-    let (days, rest) = (secs / 86_400, secs % 86_400);
-    let (year, month, day) = civil_from_days(days);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60,
-        since.subsec_micros()
-    )
-}
-
-/// The proleptic Gregorian date `days` days after 1970-01-01 (Howard Hinnant's
-/// `civil_from_days`, for days on or after the epoch).
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z % 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
-    (year, month, day)
-}
-
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::time::SystemTime;
 
-    #[test]
-    fn times_in_rfc3339() {
-        let at = |secs: u64, micros: u64| {
-            rfc3339(SystemTime::UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_micros(micros))
-        };
-        assert_eq!(at(0, 0), "1970-01-01T00:00:00.000000Z");
-        assert_eq!(at(951_782_400, 5), "2000-02-29T00:00:00.000005Z");
-        assert_eq!(at(1_709_251_199, 999_999), "2024-02-29T23:59:59.999999Z");
-        assert_eq!(at(4_102_444_800, 0), "2100-01-01T00:00:00.000000Z");
-        assert_eq!(at(1_735_689_599, 0), "2024-12-31T23:59:59.000000Z");
-    }
+    use serde_json::json;
+
+    use super::*;
 
     #[test]
     fn lines_stay_one_line() {

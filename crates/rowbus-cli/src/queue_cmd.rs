@@ -57,17 +57,7 @@ pub(crate) fn bytes_on_one_line(bytes: &[u8]) -> String {
     out
 }
 
-/// A payload in a JSON line: `"payload"` the text, or null with `"payload_hex"` its bytes
-/// when they are not UTF-8. Every `--json` output (and the dashboard's) follows it.
-pub(crate) fn json_payload(line: &mut serde_json::Value, payload: &[u8]) {
-    match std::str::from_utf8(payload) {
-        Ok(text) => line["payload"] = text.into(),
-        Err(_) => {
-            line["payload"] = serde_json::Value::Null;
-            line["payload_hex"] = payload.iter().map(|b| format!("{b:02x}")).collect::<String>().into();
-        }
-    }
-}
+pub(crate) use rowbus_ui::json::payload as json_payload;
 
 /// A group in plain text: `-` for the default group (`""`, as JSON keeps it).
 pub(crate) fn group_text(group: &str) -> String {

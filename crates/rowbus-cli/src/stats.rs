@@ -5,8 +5,11 @@
 use clap::Args;
 use rowbus::durable::DurableListener;
 use rowbus::sqlx::Pool;
-use rowbus::stats::{Counted, GroupStats, NotifyTableStats, QueueCounts};
+use rowbus::stats::{Counted, NotifyTableStats};
 use rowbus::{Broker, BrokerOptions, Db, NotifyConfig, QueueTable, redact};
+use rowbus_ui::figures::{
+    self, Counts, Line, NOT_READABLE, counted_words, counts_json, durable_json, to_json,
+};
 use serde_json::json;
 
 use crate::cli_error::CliError;
@@ -26,14 +29,6 @@ pub(crate) struct StatsArgs {
     json: bool,
 }
 
-/// One line of the report: a group of a queue table.
-pub(crate) struct Line {
-    /// The queue table.
-    pub(crate) table: QueueTable,
-    /// One of its groups.
-    pub(crate) group: GroupStats,
-}
-
 /// Prints the figures.
 pub(crate) async fn stats<DB: Db>(
     pool: Pool<DB>,
@@ -49,13 +44,13 @@ pub(crate) async fn stats<DB: Db>(
     let mut unreadable = Vec::new();
     let mut counted = Vec::new();
     for table in &tables {
-        match self::lines(&broker, std::slice::from_ref(table)).await {
+        match figures::lines(&broker, std::slice::from_ref(table)).await {
             // Found in the catalog, dropped (`rowbus undeploy`) before it was read.
-            Err(CliError::Rowbus(rowbus::Error::MissingQueueTable { .. })) if args.tables.is_empty() => {}
-            read => match readable(read)? {
+            Err(rowbus::Error::MissingQueueTable { .. }) if args.tables.is_empty() => {}
+            read => match readable(read.map_err(CliError::from))? {
                 Ok(found) => {
                     lines.extend(found);
-                    counted.push(counts(&broker, table).await?);
+                    counted.push(figures::counts(&broker, table).await?);
                 }
                 Err(()) => unreadable.push(table),
             },
@@ -106,9 +101,6 @@ pub(crate) async fn stats<DB: Db>(
     Ok(())
 }
 
-/// What `rowbus stats` says of a part the database refuses this role.
-const NOT_READABLE: &str = "not readable by this role (permission denied)";
-
 /// A part of the report: `Err(())` where the database refused this role the privilege
 /// to read it; any other failure stays one.
 fn readable<T>(part: Result<T, CliError>) -> Result<Result<T, ()>, CliError> {
@@ -146,71 +138,6 @@ pub(crate) async fn queue_tables<DB: Db>(
     Ok(tables)
 }
 
-/// Every group of every one of `tables`, as it stands.
-pub(crate) async fn lines<DB: Db>(broker: &Broker<DB>, tables: &[QueueTable]) -> Result<Vec<Line>, CliError> {
-    let mut lines = Vec::new();
-    for table in tables {
-        for group in broker.queue(table.channel())?.group_stats().await? {
-            lines.push(Line { table: table.clone(), group });
-        }
-    }
-    Ok(lines)
-}
-
-/// A queue table's counts table as the report shows it: what its consumers, in every
-/// process, did.
-pub(crate) struct Counts {
-    /// The queue table.
-    pub(crate) table: QueueTable,
-    /// Its counts; `None` without a counts table (a queue deployed by an older rowbus),
-    /// `Err(())` where this role may not read it.
-    pub(crate) counts: Result<Option<QueueCounts>, ()>,
-    /// Its messages ready but held back by a limit now; `None` without a limits table (a
-    /// queue deployed by an older rowbus) or where this role may not read it.
-    pub(crate) limited: Option<u64>,
-}
-
-/// The counts of `table`'s consumers; a counts table this role may not read is one part
-/// of the report the role does not see, not a failure.
-pub(crate) async fn counts<DB: Db>(broker: &Broker<DB>, table: &QueueTable) -> Result<Counts, CliError> {
-    let queue = broker.queue(table.channel())?;
-    let counts = readable(queue.counts().await.map_err(CliError::from))?;
-    let limited = match queue.limited().await {
-        Ok(held) => Some(held),
-        Err(rowbus::Error::MissingLimitsTable { .. }) => None,
-        Err(e) if e.is_permission_denied() => None,
-        Err(e) => return Err(e.into()),
-    };
-    Ok(Counts { table: table.clone(), counts, limited })
-}
-
-/// The words of a counted event: `timed out` for `timed_out`.
-pub(crate) fn counted_words(kind: Counted) -> String {
-    kind.as_str().replace('_', " ")
-}
-
-/// Each queue's counts as JSON: `{TABLE: {"cancelled": N, "snoozed": N, "timed_out": N,
-/// "lease_lost": N, "limited": N}}` ("limited": ready messages held by a limit now, absent
-/// without a limits table), null without a counts table, `{"error": ...}` where not
-/// readable.
-pub(crate) fn counts_json(counted: &[Counts]) -> serde_json::Value {
-    let entries = counted.iter().map(|c| {
-        let value = match &c.counts {
-            Ok(Some(counts)) => serde_json::Value::Object(
-                Counted::ALL
-                    .iter()
-                    .map(|k| (k.as_str().to_owned(), json!(counts.get(*k))))
-                    .chain(c.limited.map(|held| ("limited".to_owned(), json!(held))))
-                    .collect(),
-            ),
-            Ok(None) => serde_json::Value::Null,
-            Err(()) => json!({ "error": NOT_READABLE }),
-        };
-        (c.table.channel().to_owned(), value)
-    });
-    serde_json::Value::Object(entries.collect())
-}
-
 /// One line per queue: what its consumers did.
 fn print_counts(counted: &[Counts]) -> Result<(), CliError> {
     for c in counted {
@@ -227,49 +154,6 @@ fn print_counts(counted: &[Counts]) -> Result<(), CliError> {
         outln!("events of `{}`: {what}", c.table);
     }
     Ok(())
-}
-
-/// The report as one JSON object.
-pub(crate) fn to_json(lines: &[Line], notify: Option<&NotifyTableStats>) -> serde_json::Value {
-    let queues: Vec<serde_json::Value> = lines
-        .iter()
-        .map(|Line { table, group: g }| {
-            json!({
-                "table": table.channel(),
-                "group": g.group,
-                "depth": g.depth,
-                "ready": g.ready,
-                "delayed": g.delayed(),
-                "in_flight": g.in_flight,
-                "oldest_age_s": g.oldest.map(|d| d.as_secs_f64()),
-                "dead": g.dead,
-                "paused": g.paused,
-            })
-        })
-        .collect();
-    let notify = notify.map(
-        |n| json!({"table": n.table, "rows": n.rows, "oldest_age_s": n.oldest.map(|d| d.as_secs_f64())}),
-    );
-    json!({"queues": queues, "notify_table": notify})
-}
-
-/// Each durable listener's position, lag and last check-in, as JSON.
-pub(crate) fn durable_json(durable: &[DurableListener]) -> serde_json::Value {
-    durable
-        .iter()
-        .map(|d| {
-            json!({
-                "channel": d.channel,
-                "name": d.name,
-                "mark": d.mark,
-                "lag_rows": d.lag_rows,
-                "lag_s": d.lag.map(|l| l.as_secs_f64()),
-                "checked_in_s_ago": d.checked_in.as_secs_f64(),
-                "lease_s": d.lease.as_secs_f64(),
-                "owned": d.owned,
-            })
-        })
-        .collect()
 }
 
 /// One line per durable listener.

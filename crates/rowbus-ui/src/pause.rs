@@ -10,16 +10,15 @@ use rowbus::stats::Paused;
 use rowbus::{Broker, Db, QueueTable};
 use serde_json::{Value, json};
 
-use super::dead::refuse;
-use super::{App, unavailable};
-use crate::cli_error::CliError;
+use crate::dead::refuse;
+use crate::{App, unavailable};
 
 /// What is paused in each of `tables`, in their order. A queue deployed before pause
 /// tables existed has nothing paused, as its figures say.
-pub(super) async fn states<DB: Db>(
+pub(crate) async fn states<DB: Db>(
     broker: &Broker<DB>,
     tables: &[QueueTable],
-) -> Result<Vec<(QueueTable, Paused)>, CliError> {
+) -> Result<Vec<(QueueTable, Paused)>, rowbus::Error> {
     let mut states = Vec::with_capacity(tables.len());
     for table in tables {
         let paused = match broker.queue(table.channel())?.paused().await {
@@ -33,7 +32,7 @@ pub(super) async fn states<DB: Db>(
 
 /// `states` as JSON: `{"<queue>": {"queue": true|false, "groups": ["G", ...]}}`, every
 /// queue shown, those without a message included.
-pub(super) fn to_json(states: &[(QueueTable, Paused)]) -> Value {
+pub(crate) fn to_json(states: &[(QueueTable, Paused)]) -> Value {
     let map: serde_json::Map<String, Value> = states
         .iter()
         .map(|(table, p)| (table.channel().to_owned(), json!({ "queue": p.queue, "groups": p.groups })))
@@ -55,7 +54,7 @@ fn target(body: &Value) -> Result<Option<String>, String> {
         None => Ok(None),
         Some(Value::String(group)) => match rowbus::limits::check_group(group) {
             Ok(()) => Ok(Some(group.clone())),
-            Err(e) => Err(CliError::from(e).line()),
+            Err(e) => Err(e.one_line()),
         },
         Some(_) => Err("\"group\" must be a string (\"\" is the default group)".to_owned()),
     }
@@ -79,17 +78,15 @@ async fn operate<DB: Db>(
     match run(&queue, group.as_deref()).await {
         Ok(answer) => Json(answer).into_response(),
         // A queue to deploy again: trying again will not do.
-        Err(e @ rowbus::Error::MissingPauseTable { .. }) => {
-            refuse(StatusCode::CONFLICT, CliError::from(e).line())
-        }
-        Err(e) => unavailable(&e.into(), true),
+        Err(e @ rowbus::Error::MissingPauseTable { .. }) => refuse(StatusCode::CONFLICT, app.say(&e)),
+        Err(e) => unavailable(app.say(&e), true),
     }
 }
 
 /// `POST /api/ops/queues/{queue}/pause`: `Queue::pause`, which wakes the consumers
 /// (elsewhere too, with the dashboard's listening broker); `{"paused": true}`, or `false`
 /// when it was paused so already.
-pub(super) async fn pause<DB: Db>(
+pub(crate) async fn pause<DB: Db>(
     State(app): State<App<DB>>,
     Path(name): Path<String>,
     Json(body): Json<Value>,
@@ -100,7 +97,7 @@ pub(super) async fn pause<DB: Db>(
 /// `POST /api/ops/queues/{queue}/resume`: `Queue::resume` (`{}` lifts every pause of the
 /// queue, its groups' included; a group's lifts its own); `{"resumed": N}`, the pauses
 /// lifted.
-pub(super) async fn resume<DB: Db>(
+pub(crate) async fn resume<DB: Db>(
     State(app): State<App<DB>>,
     Path(name): Path<String>,
     Json(body): Json<Value>,

@@ -4,27 +4,25 @@
 //!
 //! The token travels in a header of its own: a page elsewhere cannot set one on a
 //! cross-site request without a CORS preflight this server never grants, and cannot read
-//! the token, which the page learns from the URL's fragment (never sent to a server) that
-//! `rowbus ui` prints.
+//! the token, which the page learns from its URL's fragment (never sent to a server), as
+//! `rowbus ui` prints it.
 
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
 
-use crate::cli_error::CliError;
+use crate::UiError;
 
 /// The header that carries the token.
-pub(crate) const HEADER: &str = "x-rowbus-token";
+pub const TOKEN_HEADER: &str = "x-rowbus-token";
 
-/// Shortest token accepted from --token or ROWBUS_UI_TOKEN.
-const MIN_GIVEN: usize = 16;
+/// Shortest token accepted from a caller.
+pub(crate) const MIN_GIVEN: usize = 16;
 
-/// A token: printable ASCII, no spaces, so that it fits a header and a URL fragment.
+/// The token a dashboard's operations must carry: letters, digits, `-`, `_` and `.`, so
+/// that it fits a header and a URL fragment.
 #[derive(Clone)]
-pub(crate) struct Token(Arc<str>);
+pub struct Token(Arc<str>);
 
 impl std::fmt::Debug for Token {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -34,28 +32,25 @@ impl std::fmt::Debug for Token {
 
 impl Token {
     /// 128 random bits from the operating system, as 32 hex digits.
-    pub(crate) fn generate() -> Result<Token, CliError> {
+    pub fn generate() -> Result<Token, UiError> {
         let mut bytes = [0u8; 16];
-        getrandom::fill(&mut bytes)
-            .map_err(|e| CliError::Message(format!("cannot make the dashboard's token: {e}")))?;
+        getrandom::fill(&mut bytes).map_err(|e| UiError::Random(e.to_string()))?;
         Ok(Token(bytes.iter().map(|b| format!("{b:02x}")).collect::<String>().into()))
     }
 
-    /// The token given with --token or ROWBUS_UI_TOKEN: at least 16 characters, letters,
-    /// digits, `-`, `_` and `.` only (it goes in a header and a URL).
-    pub(crate) fn given(token: &str) -> Result<Token, CliError> {
+    /// A token of the caller's: at least 16 characters, letters, digits, `-`, `_` and `.`
+    /// only (it goes in a header and a URL).
+    pub fn given(token: &str) -> Result<Token, UiError> {
         if token.len() < MIN_GIVEN
             || !token.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
         {
-            return Err(CliError::Message(format!(
-                "the dashboard's token (--token or ROWBUS_UI_TOKEN) must be at least {MIN_GIVEN} characters of letters, digits, '-', '_' and '.'; leave it out to have one made"
-            )));
+            return Err(UiError::BadToken);
         }
         Ok(Token(token.into()))
     }
 
-    /// The token, to print.
-    pub(crate) fn as_str(&self) -> &str {
+    /// The token, to print or to put in the page's URL (`#token=...`).
+    pub fn as_str(&self) -> &str {
         &self.0
     }
 
@@ -77,23 +72,16 @@ impl Token {
             return Some((StatusCode::METHOD_NOT_ALLOWED, "operations take POST\n"));
         }
         match offered {
-            None => {
-                Some((StatusCode::FORBIDDEN, "missing the x-rowbus-token header printed by `rowbus ui`\n"))
-            }
-            Some(offered) if !self.matches(offered) => {
-                Some((StatusCode::FORBIDDEN, "wrong x-rowbus-token: use the one `rowbus ui` printed\n"))
-            }
+            None => Some((
+                StatusCode::FORBIDDEN,
+                "missing the x-rowbus-token header: open the dashboard's URL with its #token\n",
+            )),
+            Some(offered) if !self.matches(offered) => Some((
+                StatusCode::FORBIDDEN,
+                "wrong x-rowbus-token: open the dashboard's URL with its #token\n",
+            )),
             Some(_) => None,
         }
-    }
-}
-
-/// Middleware over the operations: lets through only a POST carrying the token.
-pub(crate) async fn require(State(token): State<Token>, request: Request, next: Next) -> Response {
-    let offered = request.headers().get(HEADER).map(|v| v.as_bytes());
-    match token.refuse(request.method(), offered) {
-        Some(refusal) => refusal.into_response(),
-        None => next.run(request).await,
     }
 }
 

@@ -9,16 +9,14 @@ use axum::Json;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use rowbus::{Db, MessagePage, QueuedMessage};
+use rowbus::{Db, MessagePage};
 use serde_json::{Value, json};
 
-use super::dead::refuse;
-use super::{App, unavailable};
-use crate::dead_cmd::rfc3339;
-use crate::queue_cmd;
+use crate::dead::refuse;
+use crate::{App, unavailable};
 
 /// How many messages a page shows unless the request says.
-pub(super) const PAGE: u32 = 50;
+pub(crate) const PAGE: u32 = 50;
 
 /// The page a query string asks for: `after=ID` (a whole number from 0) and `limit=N`
 /// (1 to [`rowbus::limits::MAX_MESSAGE_PAGE`]), both optional, nothing else.
@@ -46,29 +44,9 @@ fn page(query: Option<&str>) -> Result<MessagePage, String> {
     Ok(page)
 }
 
-/// One message as JSON: its id, group, key, priority, attempts, state, when it is
-/// claimable or how long its lease has left, publish time, last error and payload (as
-/// text, or null with `payload_hex`).
-pub(super) fn json_message(m: &QueuedMessage) -> Value {
-    let mut line = json!({
-        "id": m.id,
-        "group": m.group,
-        "key": m.key,
-        "priority": m.priority,
-        "attempts": m.attempts,
-        "state": m.state.as_str(),
-        "visible_in_s": m.visible_in.as_secs_f64(),
-        "lease_left_s": m.lease_left.map(|d| d.as_secs_f64()),
-        "published_at": rfc3339(m.published_at),
-        "last_error": m.last_error,
-    });
-    queue_cmd::json_payload(&mut line, &m.payload);
-    line
-}
-
 /// `GET /api/queues/{queue}/messages`: `{"queue", "limit", "after", "messages": [...],
 /// "next": ID or null}`.
-pub(super) async fn list<DB: Db>(
+pub(crate) async fn list<DB: Db>(
     State(app): State<App<DB>>,
     Path(name): Path<String>,
     RawQuery(query): RawQuery,
@@ -83,7 +61,7 @@ pub(super) async fn list<DB: Db>(
     };
     match queue.messages(&page).await {
         Ok(found) => {
-            let messages: Vec<Value> = found.messages.iter().map(json_message).collect();
+            let messages: Vec<Value> = found.messages.iter().map(crate::json::message).collect();
             let body = json!({
                 "queue": queue.table().channel(),
                 "limit": page.limit,
@@ -93,7 +71,7 @@ pub(super) async fn list<DB: Db>(
             });
             (StatusCode::OK, [(header::CACHE_CONTROL, "no-store")], Json(body)).into_response()
         }
-        Err(e) => unavailable(&e.into(), true),
+        Err(e) => unavailable(app.say(&e), true),
     }
 }
 
@@ -116,7 +94,7 @@ mod tests {
 /// `POST /api/ops/queues/{queue}/cancel`: cancels the messages `{"ids": [ID, ...]}` names
 /// (whole numbers from 1; ids no longer in the queue are passed over); `{"cancelled": N,
 /// "running": M}`, M of them running when cancelled.
-pub(super) async fn cancel<DB: Db>(
+pub(crate) async fn cancel<DB: Db>(
     State(app): State<App<DB>>,
     Path(name): Path<String>,
     Json(body): Json<Value>,
@@ -131,7 +109,7 @@ pub(super) async fn cancel<DB: Db>(
     };
     match queue.cancel(&ids).await {
         Ok(done) => Json(json!({ "cancelled": done.count(), "running": done.running.len() })).into_response(),
-        Err(e) => unavailable(&e.into(), true),
+        Err(e) => unavailable(app.say(&e), true),
     }
 }
 

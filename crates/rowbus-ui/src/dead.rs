@@ -12,24 +12,22 @@ use rowbus::dead::{DeadLetterPage, DeadLetters};
 use rowbus::{Db, Queue};
 use serde_json::{Value, json};
 
-use super::{App, unavailable};
-use crate::cli_error::CliError;
-use crate::dead_cmd::json_line;
+use crate::json::dead_letter as json_line;
+use crate::{App, unavailable};
 
 /// How many dead letters the page shows of a queue: the newest.
-pub(super) const SHOWN: u32 = 100;
+pub(crate) const SHOWN: u32 = 100;
 
 /// A refusal: its status and a line saying why, as JSON `{"error": ...}`.
-pub(super) fn refuse(status: StatusCode, line: String) -> Response {
+pub(crate) fn refuse(status: StatusCode, line: String) -> Response {
     (status, Json(json!({ "error": line }))).into_response()
 }
 
 impl<DB: Db> App<DB> {
     /// The queue `name`, if this dashboard shows it: a name the library accepts
     /// (`QueueTable`), among those named on the command line if any were, deployed.
-    pub(super) async fn shown_queue(&self, name: &str) -> Result<Queue<DB>, Response> {
-        let queue =
-            self.broker.queue(name).map_err(|e| refuse(StatusCode::BAD_REQUEST, CliError::from(e).line()))?;
+    pub(crate) async fn shown_queue(&self, name: &str) -> Result<Queue<DB>, Response> {
+        let queue = self.broker.queue(name).map_err(|e| refuse(StatusCode::BAD_REQUEST, self.say(&e)))?;
         let named = |given: &String| self.broker.queue(given).is_ok_and(|q| q.table() == queue.table());
         if !self.tables.is_empty() && !self.tables.iter().any(named) {
             return Err(refuse(
@@ -40,14 +38,14 @@ impl<DB: Db> App<DB> {
         match queue.is_deployed().await {
             Ok(true) => Ok(queue),
             Ok(false) => Err(refuse(StatusCode::NOT_FOUND, format!("no queue table `{}`", queue.table()))),
-            Err(e) => Err(unavailable(&e.into(), true)),
+            Err(e) => Err(unavailable(self.say(&e), true)),
         }
     }
 }
 
 /// `GET /api/queues/{queue}/dead`: the queue's newest [`SHOWN`] dead letters, newest
 /// first, as `rowbus dead list --json` has them: `{"queue", "limit", "dead_letters": [...]}`.
-pub(super) async fn list<DB: Db>(State(app): State<App<DB>>, Path(name): Path<String>) -> Response {
+pub(crate) async fn list<DB: Db>(State(app): State<App<DB>>, Path(name): Path<String>) -> Response {
     let queue = match app.shown_queue(&name).await {
         Ok(queue) => queue,
         Err(refusal) => return refusal,
@@ -59,7 +57,7 @@ pub(super) async fn list<DB: Db>(State(app): State<App<DB>>, Path(name): Path<St
             let body = json!({ "queue": queue.table().channel(), "limit": SHOWN, "dead_letters": letters });
             (StatusCode::OK, [(header::CACHE_CONTROL, "no-store")], Json(body)).into_response()
         }
-        Err(e) => unavailable(&e.into(), true),
+        Err(e) => unavailable(app.say(&e), true),
     }
 }
 
@@ -113,13 +111,13 @@ async fn operate<DB: Db>(
     };
     match run(&queue, &which).await {
         Ok(n) => Json(json!({ done: n })).into_response(),
-        Err(e) => unavailable(&e.into(), true),
+        Err(e) => unavailable(app.say(&e), true),
     }
 }
 
 /// `POST /api/ops/queues/{queue}/dead/requeue`: puts the dead letters back, claimable at
 /// once; `{"requeued": N}`.
-pub(super) async fn requeue<DB: Db>(
+pub(crate) async fn requeue<DB: Db>(
     State(app): State<App<DB>>,
     Path(name): Path<String>,
     Json(body): Json<Value>,
@@ -131,7 +129,7 @@ pub(super) async fn requeue<DB: Db>(
 }
 
 /// `POST /api/ops/queues/{queue}/dead/purge`: deletes the dead letters; `{"purged": N}`.
-pub(super) async fn purge<DB: Db>(
+pub(crate) async fn purge<DB: Db>(
     State(app): State<App<DB>>,
     Path(name): Path<String>,
     Json(body): Json<Value>,

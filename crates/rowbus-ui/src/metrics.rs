@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use rowbus::QueueTable;
 use rowbus::stats::{Counted, NotifyTableStats, Paused, Stats};
 
-use crate::stats::{Counts, Line};
+use crate::figures::{Counts, Line};
 
 /// The `Content-Type` of the text format.
 pub(crate) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";

@@ -10,34 +10,34 @@ use std::time::Duration;
 use rowbus::Db;
 use serde_json::{Value, json};
 
-use super::App;
-use crate::stats::Line;
+use crate::App;
+use crate::figures::Line;
 
 /// One sample of a queue table: when (ms since the Unix epoch), its depth and its dead
 /// letters (all groups together; `None` without a dead-letter table), and how many messages
 /// were ever published to it (`None` when it could not be read).
-pub(super) type Sample = (u64, i64, Option<i64>, Option<u64>);
+pub(crate) type Sample = (u64, i64, Option<i64>, Option<u64>);
 
 /// The shortest interval a rate is taken over: two samples are 2 s apart, and one message
 /// in 2 s would read as a spike of 30 a minute.
-pub(super) const RATE_STEP: Duration = Duration::from_secs(10);
+pub(crate) const RATE_STEP: Duration = Duration::from_secs(10);
 
 /// The rates of one interval between two samples, per minute.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) struct Rates {
-    pub(super) from_ms: u64,
-    pub(super) to_ms: u64,
+pub(crate) struct Rates {
+    pub(crate) from_ms: u64,
+    pub(crate) to_ms: u64,
     /// Messages published: the rise of the published total.
-    pub(super) published: f64,
+    pub(crate) published: f64,
     /// Messages that left the queue table (acknowledged, dropped or dead-lettered):
     /// published less the rise of the depth.
-    pub(super) handled: f64,
+    pub(crate) handled: f64,
     /// The rise of the dead letters.
-    pub(super) dead_lettered: f64,
+    pub(crate) dead_lettered: f64,
 }
 
 impl Rates {
-    pub(super) fn to_json(&self) -> Value {
+    pub(crate) fn to_json(&self) -> Value {
         json!({
             "from_ms": self.from_ms,
             "to_ms": self.to_ms,
@@ -53,7 +53,7 @@ impl Rates {
 /// it starts the next interval afresh. A requeue or purge of dead letters, which moves
 /// messages without publishing, makes its interval's handled or dead-lettered count low;
 /// they are never below 0.
-pub(super) fn rates(samples: &[Sample], step: Duration) -> Vec<Rates> {
+pub(crate) fn rates(samples: &[Sample], step: Duration) -> Vec<Rates> {
     let step_ms = step.as_millis() as u64;
     let mut rates = Vec::new();
     let mut start: Option<&Sample> = None;
@@ -92,7 +92,7 @@ impl<DB: Db> App<DB> {
     /// The published total of each queue table in `lines`, by name; a table whose total
     /// cannot be read (on PostgreSQL, a role without SELECT or USAGE on its id sequence)
     /// is left out, and its samples carry none.
-    pub(super) async fn published_totals(&self, lines: &[Line]) -> BTreeMap<String, u64> {
+    pub(crate) async fn published_totals(&self, lines: &[Line]) -> BTreeMap<String, u64> {
         let mut totals = BTreeMap::new();
         for Line { table, .. } in lines {
             let name = table.channel();

@@ -207,3 +207,78 @@ async fn a_batch_handlers_span_links_each_messages_trace<DB: Brokers>(place: Pla
     broker.shutdown(Duration::from_secs(1)).await;
 }
 on_each_database!(a_batch_handlers_span_links_each_messages_trace);
+
+/// The transactional runners' handlers too: `run_tx`'s span is the publish span's child,
+/// `run_batch_tx`'s links to each message's trace.
+async fn a_transactional_handlers_span_continues_the_publishers_trace<DB: Brokers>(place: Place) {
+    exporter();
+    let cleanup = Cleanup::new(place.backend());
+    let broker = DB::broker(&place, BrokerOptions::default()).await;
+    let name = cleanup.queue(&unique("otelt"));
+    let root = format!("request {name}");
+    let q = broker.queue(&name).unwrap();
+    q.deploy().await.unwrap();
+    let request = tracing::info_span!("request", otel.name = %root);
+    q.publish(Message::text("one")).instrument(request.clone()).await.unwrap();
+
+    let done = Arc::new(Notify::new());
+    let stop = {
+        let done = done.clone();
+        async move { done.notified().await }
+    };
+    let d = done.clone();
+    q.subscribe()
+        .until(stop)
+        .run_tx(move |_conn, _message| {
+            let d = d.clone();
+            Box::pin(async move {
+                d.notify_one();
+                Ok::<_, rowbus::Error>(())
+            })
+        })
+        .await
+        .unwrap();
+    q.publish_batch([Message::text("a"), Message::text("b")]).instrument(request).await.unwrap();
+    let stop = {
+        let done = done.clone();
+        async move { done.notified().await }
+    };
+    q.subscribe()
+        .batch(10)
+        .until(stop)
+        .run_batch_tx(move |_conn, batch| {
+            let done = done.clone();
+            Box::pin(async move {
+                assert_eq!(batch.len(), 2, "published in one statement, claimed in one batch");
+                done.notify_one();
+                Ok::<_, rowbus::Error>(())
+            })
+        })
+        .await
+        .unwrap();
+
+    let spans = spans(&name, &root);
+    let trace = named(&spans, &root)[0].span_context.trace_id();
+    let publishes = named(&spans, &format!("send {name}"));
+    let handlers = named(&spans, &format!("process {name}"));
+    assert_eq!((publishes.len(), handlers.len()), (2, 2), "{spans:#?}");
+    let count = |n: &str| {
+        let found =
+            publishes.iter().find(|p| attribute(p, "messaging.batch.message_count").as_deref() == Some(n));
+        found.unwrap_or_else(|| panic!("no publish of {n}: {publishes:#?}"))
+    };
+    let (one, two) = (count("1"), count("2"));
+    let child = handlers.iter().find(|h| h.parent_span_id == one.span_context.span_id());
+    let child = child.unwrap_or_else(|| panic!("no handler span under the publish: {spans:#?}"));
+    assert_eq!((child.span_context.trace_id(), child.span_kind.clone()), (trace, SpanKind::Consumer));
+    assert_eq!(attribute(child, "messaging.rowbus.attempt").as_deref(), Some("1"));
+    let batch = handlers.iter().find(|h| h.links.len() == 2).unwrap_or_else(|| panic!("{handlers:#?}"));
+    for link in batch.links.iter() {
+        assert_eq!(
+            (link.span_context.trace_id(), link.span_context.span_id()),
+            (trace, two.span_context.span_id())
+        );
+    }
+    broker.shutdown(Duration::from_secs(1)).await;
+}
+on_each_database!(a_transactional_handlers_span_continues_the_publishers_trace);

@@ -15,9 +15,11 @@ use crate::broker::claim::runner::{Turn, drain, drive, free_workers, outcome};
 use crate::broker::claim::subscription::{Claimer, Pace, SubscriptionBuilder};
 use crate::broker::operate::counts::{self, Counted};
 use crate::broker::operate::history::record;
+use crate::broker::publish::message::decode_headers;
 use crate::broker::settle::lease::{handler_retry, handler_snooze, restore_failed, restore_snoozed};
 use crate::broker::settle::writer::Write;
-use crate::broker::{Outcome, Queue, TxMessage};
+use crate::broker::telemetry;
+use crate::broker::{Headers, Outcome, Queue, TxMessage};
 use crate::driver::ClaimedRow;
 use crate::error::Error;
 use crate::sql::Db;
@@ -217,10 +219,24 @@ async fn transactional<DB, H>(
     keyed.sort_unstable();
     keyed.dedup();
     let keyed_ids: Vec<i64> = claimed.iter().filter(|r| r.key.is_some()).map(|r| r.id).collect();
+    // The handler's span continues the publisher's trace (one message) or links each
+    // message's (a batch), as the leased runners' spans do.
+    let span = match &claimed[..] {
+        [row] => telemetry::message_span(
+            queue.table(),
+            row.id,
+            u32::try_from(row.attempts + 1).unwrap_or(u32::MAX),
+            &decode_headers(row.headers.as_deref()),
+        ),
+        rows => {
+            let headers: Vec<Headers> = rows.iter().map(|r| decode_headers(r.headers.as_deref())).collect();
+            telemetry::batch_span(queue.table(), rows.len(), headers.iter())
+        }
+    };
     // The claim set the handler's savepoint.
     let settled = async {
         let tx = write.tx();
-        let (error, after) = match handler(tx, rows).await {
+        let (error, after) = match handler(tx, rows).instrument(span).await {
             Ok(done @ (Outcome::Ack | Outcome::Drop)) => {
                 if queue.keeps() {
                     let outcome = if done == Outcome::Drop { Moved::Dropped } else { Moved::Acked };

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use common::{Cleanup, MARIADB, PG, TempSqlite, next_delivery as next, on_each_database, unique};
 use rowbus::dead::{DeadLetter, DeadLetterPage, DeadLetters};
+use rowbus::testing::{Handled, TestBroker};
 use rowbus::{Broker, BrokerOptions, Db, DbPool, Error, Message, Queue, RetryPolicy};
 
 /// A broker whose messages die at their first failure, and the same pool as a [`DbPool`]
@@ -17,6 +18,7 @@ use rowbus::{Broker, BrokerOptions, Db, DbPool, Error, Message, Queue, RetryPoli
 struct Env<DB: Db> {
     broker: Broker<DB>,
     db: DbPool,
+    url: String,
     _file: Option<Arc<TempSqlite>>,
 }
 
@@ -48,16 +50,21 @@ macro_rules! database_test {
             };
             let db = connect(&url).await;
             match db.clone() {
-                DbPool::Postgres(pool) => super::$scenario(env(pool, db, file).await).await,
-                DbPool::MySql(pool) => super::$scenario(env(pool, db, file).await).await,
-                DbPool::Sqlite(pool) => super::$scenario(env(pool, db, file).await).await,
+                DbPool::Postgres(pool) => super::$scenario(env(pool, db, url, file).await).await,
+                DbPool::MySql(pool) => super::$scenario(env(pool, db, url, file).await).await,
+                DbPool::Sqlite(pool) => super::$scenario(env(pool, db, url, file).await).await,
             }
         }
     };
 }
 
-async fn env<DB: Db>(pool: sqlx::Pool<DB>, db: DbPool, file: Option<Arc<TempSqlite>>) -> Env<DB> {
-    Env { broker: Broker::new(pool, options()).await.unwrap(), db, _file: file }
+async fn env<DB: Db>(
+    pool: sqlx::Pool<DB>,
+    db: DbPool,
+    url: String,
+    file: Option<Arc<TempSqlite>>,
+) -> Env<DB> {
+    Env { broker: Broker::new(pool, options()).await.unwrap(), db, url, _file: file }
 }
 
 /// A new queue table, dropped with its dead-letter and pause tables when the test ends,
@@ -269,37 +276,38 @@ impl std::fmt::Display for Chained {
 }
 
 /// A library handler's failure is dead-lettered with its causes: a boxed error's source
-/// chain, and a `Display`-only error's alternate form (an `anyhow` error's chain).
+/// chain, and a `Display`-only error's alternate form (an `anyhow` error's chain). Run
+/// inline with the test harness, which settles each message as a runner does.
 async fn handler_errors_keep_their_causes<DB: Db>(env: Env<DB>) {
-    let table = Table::new(&env.broker).await;
-    let q = &table.0;
+    let harness = TestBroker::<DB>::connect_with(&env.url, options()).await.unwrap();
+    let q = harness.queue("dl_causes").await.unwrap();
+    // Each error type through the harness's drain, one message each.
     q.publish(Message::text("boxed").group("boxed")).await.unwrap();
+    let boxed = harness
+        .drain(&q, |_| async {
+            let cause = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "connection refused");
+            Err::<(), Box<dyn std::error::Error + Send + Sync>>(Box::new(Outer(cause)))
+        })
+        .await
+        .unwrap();
     q.publish(Message::text("chained").group("chained")).await.unwrap();
-    let boxed = q.subscribe().group("boxed").run(|_| async {
-        let cause = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "connection refused");
-        Err::<(), Box<dyn std::error::Error + Send + Sync>>(Box::new(Outer(cause)))
-    });
-    let chained = q
-        .subscribe()
-        .group("chained")
-        .run(|_| async { Err::<(), Chained>(Chained("upload failed", "disk full")) });
-    let watch = async {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        let letters = loop {
-            let letters = q.dead_letters(&DeadLetterPage::default()).await.unwrap();
-            if letters.len() == 2 || tokio::time::Instant::now() > deadline {
-                break letters;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        };
-        env.broker.shutdown(Duration::from_secs(5)).await;
-        letters
-    };
-    let (boxed, chained, letters) = tokio::join!(boxed, chained, watch);
-    boxed.unwrap();
-    chained.unwrap();
-    let mut errors: Vec<(String, Option<String>)> =
-        letters.into_iter().map(|l| (l.group, l.last_error)).collect();
+    let chained = harness
+        .drain(&q, |_| async { Err::<(), Chained>(Chained("upload failed", "disk full")) })
+        .await
+        .unwrap();
+    for drained in [boxed, chained] {
+        assert!(
+            matches!(&drained[..], [d] if matches!(d.handled, Handled::DeadLettered { .. })),
+            "{drained:?}"
+        );
+    }
+    let mut errors: Vec<(String, Option<String>)> = q
+        .dead_letters(&DeadLetterPage::default())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|l| (l.group, l.last_error))
+        .collect();
     errors.sort();
     assert_eq!(
         errors,
@@ -308,7 +316,7 @@ async fn handler_errors_keep_their_causes<DB: Db>(env: Env<DB>) {
             ("chained".to_owned(), Some("upload failed: disk full".to_owned())),
         ]
     );
-    table.drop_tables().await;
+    harness.cleanup().await.unwrap();
 }
 on_each_database!(handler_errors_keep_their_causes);
 

@@ -33,7 +33,22 @@ pub enum SinkError {
 /// A message broker the relay hands messages to.
 pub trait Sink: Send + 'static {
     /// Sends every message of the batch and waits for the broker's confirmation of each; result i belongs to message i. Messages of one key in the batch are sent in the batch's order.
-    fn send(&mut self, batch: &[Outgoing]) -> impl std::future::Future<Output = Vec<Result<(), SinkError>>> + Send;
+    fn send(
+        &mut self,
+        batch: &[Outgoing],
+    ) -> impl std::future::Future<Output = Vec<Result<(), SinkError>>> + Send;
     /// The broker's name for logs and stats ("nats", "redis", "amqp", "mqtt").
     fn system(&self) -> &'static str;
+}
+
+#[cfg(feature = "nats")]
+#[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
+pub mod nats;
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub mod redis;
+
+/// A broker's URL fit for messages and logs: any password replaced by `***`.
+pub fn redact(url: &str) -> String {
+    rowbus::redact(url)
 }

@@ -163,7 +163,9 @@ impl RelayArgs {
 
 /// The error for a broker whose sink this build lacks.
 fn not_built(scheme: &str, broker: &str) -> CliError {
-    CliError::Message(format!("this rowbus cannot relay to {broker} ({scheme}) yet: its sink is not built in"))
+    CliError::Message(format!(
+        "this rowbus cannot relay to {broker} ({scheme}) yet: its sink is not built in"
+    ))
 }
 
 /// The broker `--to` names, with what it needs.
@@ -234,7 +236,8 @@ async fn connect_and_run<DB: Db>(
         }
         Target::Redis(stream) => {
             use rowbus_relay::sink::redis::{RedisOptions, RedisSink};
-            let options = RedisOptions { maxlen: args.maxlen, timeout: args.ack_timeout, ..RedisOptions::new(stream) };
+            let options =
+                RedisOptions { maxlen: args.maxlen, timeout: args.ack_timeout, ..RedisOptions::new(stream) };
             let sink = RedisSink::connect(&args.to, options).await?;
             run(queue, sink, args).await
         }
@@ -248,7 +251,11 @@ async fn run<DB: Db, S: Sink>(queue: Queue<DB>, sink: S, args: &RelayArgs) -> Re
     if futures::poll!(interrupted.as_mut()).is_ready() {
         return Ok(());
     }
-    let group = if args.group.is_empty() { "the default group".to_owned() } else { format!("group {:?}", args.group) };
+    let group = if args.group.is_empty() {
+        "the default group".to_owned()
+    } else {
+        format!("group {:?}", args.group)
+    };
     let order = if args.ordered { ", ordered" } else { "" };
     eprintln!(
         "rowbus: relaying `{}` ({group}, batches of up to {}{order}) to {}; Ctrl-C stops",

@@ -85,7 +85,8 @@ async fn a_refused_message_is_dead_lettered<DB: Brokers>(place: Place) {
     let stream = Stream::covering(|root| vec![format!("_.{root}")]).await;
     let (_broker, queue) = queue::<DB>(&place, &cleanup, "relay_nats_refused").await;
     fill(&queue, 20, 0).await;
-    let lost = queue.publish_with_id(rowbus::Message::text("nowhere").key("nostream")).await.unwrap().unwrap();
+    let lost =
+        queue.publish_with_id(rowbus::Message::text("nowhere").key("nostream")).await.unwrap().unwrap();
     let template = format!("{{key}}.{}", stream.root);
     let relay = start(&queue, sink(NATS, &template, &queue).await, 50);
     drained(&queue).await;
@@ -96,7 +97,10 @@ async fn a_refused_message_is_dead_lettered<DB: Brokers>(place: Place) {
     let dead = queue.dead_letters(&DeadLetterPage::default()).await.unwrap();
     assert_eq!(dead.iter().map(|d| d.id).collect::<Vec<_>>(), [lost]);
     let reason = dead[0].last_error.as_deref().unwrap_or_default();
-    assert!(reason.contains("no JetStream stream covers subject") && reason.contains("nostream."), "{reason}");
+    assert!(
+        reason.contains("no JetStream stream covers subject") && reason.contains("nostream."),
+        "{reason}"
+    );
     assert_eq!(queue.counts().await.unwrap().unwrap().get(Counted::Refused), 1);
 }
 on_each_database!(a_refused_message_is_dead_lettered);

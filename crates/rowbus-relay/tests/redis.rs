@@ -56,7 +56,8 @@ async fn ten_thousand_arrive_once_each<DB: Brokers>(place: Place) {
 
     let entries = streams.read_all(&streams.name("all")).await;
     assert_eq!(entries.len(), 10_000);
-    let by_id: BTreeMap<i64, _> = entries.iter().map(|e| (e.text("id").unwrap().parse().unwrap(), e)).collect();
+    let by_id: BTreeMap<i64, _> =
+        entries.iter().map(|e| (e.text("id").unwrap().parse().unwrap(), e)).collect();
     assert_eq!(by_id.keys().copied().collect::<Vec<_>>(), ids, "each id once");
     for (i, id) in ids.iter().enumerate() {
         let (e, n) = (by_id[id], i + 1);
@@ -98,7 +99,12 @@ async fn a_refused_message_is_dead_lettered<DB: Brokers>(place: Place) {
     let (_broker, queue) = queue::<DB>(&place, &cleanup, "relay_redis_refused").await;
     // The keyed message's stream is a string.
     let taken = streams.name("taken");
-    let _: () = redis::cmd("SET").arg(&taken).arg("not a stream").query_async(&mut streams.connection().await).await.unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(&taken)
+        .arg("not a stream")
+        .query_async(&mut streams.connection().await)
+        .await
+        .unwrap();
     fill(&queue, 20, 0).await;
     let lost = queue.publish_with_id(rowbus::Message::text("nowhere").key("taken")).await.unwrap().unwrap();
     let relay = start(&queue, sink(REDIS, &streams.name("{key}"), None).await, 50);
@@ -171,7 +177,11 @@ async fn four_relays_keep_each_keys_order<DB: Brokers>(place: Place) {
         assert_eq!(entries.len(), 200, "key k{k}");
         let ns: Vec<usize> = entries
             .iter()
-            .map(|e| serde_json::from_slice::<BTreeMap<String, String>>(&e.fields["headers"]).unwrap()["n"].parse().unwrap())
+            .map(|e| {
+                serde_json::from_slice::<BTreeMap<String, String>>(&e.fields["headers"]).unwrap()["n"]
+                    .parse()
+                    .unwrap()
+            })
             .collect();
         assert!(ns.windows(2).all(|w| w[0] < w[1]), "key k{k} out of order: {ns:?}");
     }

@@ -100,7 +100,9 @@ impl Drop for Stream {
         let (context, name) = (self.context.clone(), self.name.clone());
         let deleted = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-            runtime.block_on(async move { context.delete_stream(&name).await.map(drop).map_err(|e| e.to_string()) })
+            runtime.block_on(async move {
+                context.delete_stream(&name).await.map(drop).map_err(|e| e.to_string())
+            })
         })
         .join();
         if let Ok(Err(e)) = deleted {

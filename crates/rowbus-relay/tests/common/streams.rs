@@ -64,11 +64,13 @@ impl Streams {
                 .unwrap();
             let Some((last, _)) = page.last() else { return entries };
             from = format!("({last}");
-            entries.extend(page.into_iter().map(|(_, flat)| Entry {
-                fields: flat
-                    .chunks(2)
-                    .map(|pair| (String::from_utf8_lossy(&pair[0]).into_owned(), pair[1].clone()))
-                    .collect(),
+            entries.extend(page.into_iter().map(|(_, flat)| {
+                Entry {
+                    fields: flat
+                        .chunks(2)
+                        .map(|pair| (String::from_utf8_lossy(&pair[0]).into_owned(), pair[1].clone()))
+                        .collect(),
+                }
             }));
         }
     }
@@ -78,7 +80,8 @@ impl Drop for Streams {
     fn drop(&mut self) {
         let dropped = (|| -> redis::RedisResult<()> {
             let mut connection = self.client.get_connection()?;
-            let keys: Vec<String> = redis::cmd("KEYS").arg(format!("{}:*", self.prefix)).query(&mut connection)?;
+            let keys: Vec<String> =
+                redis::cmd("KEYS").arg(format!("{}:*", self.prefix)).query(&mut connection)?;
             if !keys.is_empty() {
                 redis::cmd("DEL").arg(keys).exec(&mut connection)?;
             }

@@ -129,6 +129,7 @@ pub fn to_json(lines: &[Line], notify: Option<&NotifyTableStats>) -> serde_json:
                 "delayed": g.delayed(),
                 "in_flight": g.in_flight,
                 "oldest_age_s": g.oldest.map(|d| d.as_secs_f64()),
+                "oldest_ready_age_s": g.oldest_ready.map(|d| d.as_secs_f64()),
                 "dead": g.dead,
                 "paused": g.paused,
             })

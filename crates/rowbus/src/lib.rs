@@ -213,7 +213,10 @@ mod tests {
             let name = page.expect("docs/ entry").file_name().into_string().expect("a UTF-8 name");
             if name.ends_with(".md") {
                 let include = format!("include_str!(\"../../../docs/{name}\")");
-                assert!(lib.contains(&include), "docs/{name} is not among the doctests' snippets of a lib.rs");
+                assert!(
+                    lib.contains(&include),
+                    "docs/{name} is not among the doctests' snippets of a lib.rs"
+                );
             }
         }
     }

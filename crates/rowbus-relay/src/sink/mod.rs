@@ -1,6 +1,13 @@
 //! The seam between the relay and a message broker: a [`Sink`] takes a batch of
 //! [`Outgoing`] messages and says, for each, whether the broker confirmed it.
 
+#[cfg(feature = "amqp")]
+#[cfg_attr(docsrs, doc(cfg(feature = "amqp")))]
+pub mod amqp;
+#[cfg(feature = "mqtt")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mqtt")))]
+pub mod mqtt;
+
 /// One message handed to a sink: what the broker is given.
 #[derive(Debug, Clone)]
 pub struct Outgoing {
@@ -33,7 +40,10 @@ pub enum SinkError {
 /// A message broker the relay hands messages to.
 pub trait Sink: Send + 'static {
     /// Sends every message of the batch and waits for the broker's confirmation of each; result i belongs to message i. Messages of one key in the batch are sent in the batch's order.
-    fn send(&mut self, batch: &[Outgoing]) -> impl std::future::Future<Output = Vec<Result<(), SinkError>>> + Send;
+    fn send(
+        &mut self,
+        batch: &[Outgoing],
+    ) -> impl std::future::Future<Output = Vec<Result<(), SinkError>>> + Send;
     /// The broker's name for logs and stats ("nats", "redis", "amqp", "mqtt").
     fn system(&self) -> &'static str;
 }

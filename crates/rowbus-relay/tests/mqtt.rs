@@ -1,0 +1,222 @@
+//! The MQTT sink against the local Mosquitto (127.0.0.1:1883): what a subscriber receives
+//! (each message once, its id, group, key and headers as user properties, the payload byte
+//! for byte, in order), what is refused, and a broker that goes away and comes back.
+//!
+//! Each test publishes under a topic prefix of its own; nothing is retained and every
+//! session is clean, so nothing outlives a test.
+
+mod brokers;
+
+use std::time::Duration;
+
+use brokers::{Proxy, batch, message, unique};
+use rowbus_relay::RelayError;
+use rowbus_relay::Template;
+use rowbus_relay::sink::mqtt::{MqttOptions as SinkOptions, MqttSink};
+use rowbus_relay::sink::{Outgoing, Sink, SinkError};
+use rumqttc::v5::mqttbytes::QoS;
+use rumqttc::v5::mqttbytes::v5::{Packet, Publish};
+use rumqttc::v5::{AsyncClient, Event, MqttOptions};
+use tokio::sync::mpsc;
+
+const BROKER: &str = "127.0.0.1:1883";
+const URL: &str = "mqtt://127.0.0.1:1883";
+
+/// A subscriber of the test's own on `filter`, QoS 1.
+struct Subscriber {
+    client: AsyncClient,
+    received: mpsc::UnboundedReceiver<Publish>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Subscriber {
+    /// Subscribed once this returns (the broker acknowledged the subscription).
+    async fn new(filter: &str) -> Subscriber {
+        let mut options = MqttOptions::new(unique("rowbus-relay-test"), "127.0.0.1", 1883);
+        options.set_keep_alive(Duration::from_secs(30));
+        let (client, mut eventloop) = AsyncClient::new(options, 64);
+        client.subscribe(filter, QoS::AtLeastOnce).await.unwrap();
+        let (subscribed_tx, subscribed) = tokio::sync::oneshot::channel();
+        let (tx, received) = mpsc::unbounded_channel();
+        let task = tokio::spawn(async move {
+            let mut subscribed_tx = Some(subscribed_tx);
+            loop {
+                match eventloop.poll().await {
+                    Ok(Event::Incoming(Packet::SubAck(_))) => {
+                        if let Some(tx) = subscribed_tx.take() {
+                            let _ = tx.send(());
+                        }
+                    }
+                    Ok(Event::Incoming(Packet::Publish(publish))) => {
+                        let _ = tx.send(publish);
+                    }
+                    Ok(_) => {}
+                    Err(e) => panic!("Mosquitto must be running on {BROKER}: {e}"),
+                }
+            }
+        });
+        tokio::time::timeout(Duration::from_secs(20), subscribed)
+            .await
+            .expect("a SUBACK within 20 s")
+            .expect("the subscriber runs");
+        Subscriber { client, received, task }
+    }
+
+    /// The next message, within 20 s.
+    async fn next(&mut self) -> Publish {
+        tokio::time::timeout(Duration::from_secs(20), self.received.recv())
+            .await
+            .expect("a message within 20 s")
+            .expect("the subscriber runs")
+    }
+
+    /// Everything before the marker message (id `marker`), which the test sent last on the
+    /// same connection: MQTT keeps one connection's order, so once the marker is in,
+    /// everything sent before it is too, and any second copy would have come before it.
+    async fn until(&mut self, marker: &str) -> Vec<Publish> {
+        let mut out = Vec::new();
+        loop {
+            let publish = self.next().await;
+            if property(&publish, "rowbus-id").as_deref() == Some(marker) {
+                return out;
+            }
+            out.push(publish);
+        }
+    }
+
+    async fn close(self) {
+        self.client.disconnect().await.unwrap();
+        self.task.abort();
+    }
+}
+
+fn property(publish: &Publish, name: &str) -> Option<String> {
+    let properties = publish.properties.as_ref()?;
+    let found: Vec<_> = properties.user_properties.iter().filter(|(n, _)| n == name).collect();
+    assert!(found.len() <= 1, "{name} once: {found:?}");
+    found.first().map(|(_, v)| v.clone())
+}
+
+fn options(topic: &str) -> SinkOptions {
+    SinkOptions::new(Template::parse(topic).unwrap(), "orders")
+}
+
+fn all_ok(results: &[Result<(), SinkError>]) {
+    for (i, r) in results.iter().enumerate() {
+        assert!(r.is_ok(), "message {i}: {r:?}");
+    }
+}
+
+/// A last message whose arrival says everything before it arrived.
+fn marker(id: i64) -> Outgoing {
+    message(id, "", None, &[], b"marker")
+}
+
+#[tokio::test]
+async fn a_batch_arrives_once_with_its_ids_properties_and_payloads_in_order() {
+    let prefix = unique("rowbus_relay");
+    let mut subscriber = Subscriber::new(&format!("{prefix}/#")).await;
+    let mut sink = MqttSink::connect(URL, options(&format!("{prefix}/{{group}}/{{key}}"))).await.unwrap();
+    assert_eq!(sink.system(), "mqtt");
+
+    let mut sent = batch(1, 300, 7);
+    sent.push(message(301, "", None, &[], b""));
+    sent.push(message(302, "eu", Some("user 7"), &[("a", "1"), ("trace", "x\u{e9}y")], &[0, 0xff, b'\n', 0]));
+    all_ok(&sink.send(&sent).await);
+    all_ok(&sink.send(&[marker(999)]).await);
+
+    let got = subscriber.until("orders:999").await;
+    assert_eq!(got.len(), sent.len(), "each message once");
+    for (publish, message) in got.iter().zip(&sent) {
+        assert_eq!(property(publish, "rowbus-id"), Some(format!("orders:{}", message.id)));
+        assert_eq!(publish.payload.as_ref(), message.payload.as_slice(), "message {}", message.id);
+        assert_eq!(property(publish, "rowbus-group").as_deref(), Some(message.group.as_str()));
+        assert_eq!(property(publish, "rowbus-key"), message.key);
+        let names: Vec<_> =
+            publish.properties.as_ref().unwrap().user_properties.iter().map(|(n, _)| n.as_str()).collect();
+        let mut expected: Vec<_> = message.headers.iter().map(|(n, _)| n.as_str()).collect();
+        expected.extend(["rowbus-id", "rowbus-group"]);
+        expected.extend(message.key.as_ref().map(|_| "rowbus-key"));
+        assert_eq!(names, expected, "the headers, then the id, group and key");
+        for (name, value) in &message.headers {
+            assert_eq!(property(publish, name).as_ref(), Some(value), "header {name} of {}", message.id);
+        }
+        let topic = format!(
+            "{prefix}/{}/{}",
+            if message.group.is_empty() { "_" } else { &message.group },
+            message.key.as_deref().unwrap_or("_")
+        );
+        assert_eq!(publish.topic.as_ref(), topic.as_bytes());
+        assert!(!publish.retain);
+    }
+    subscriber.close().await;
+}
+
+#[tokio::test]
+async fn a_topic_no_broker_accepts_is_refused_and_the_others_arrive() {
+    let prefix = unique("rowbus_relay");
+    let mut subscriber = Subscriber::new(&format!("{prefix}/#")).await;
+    let mut sink = MqttSink::connect(URL, options(&format!("{prefix}/{{key}}"))).await.unwrap();
+    let sent = vec![
+        message(1, "", Some("a"), &[], b"one"),
+        message(2, "", Some("a+b"), &[], b"wildcard"),
+        message(3, "", Some("#"), &[], b"wildcard"),
+        message(4, "", Some("a"), &[("bad", "nul\0")], b"nul"),
+        message(5, "", Some("a"), &[], b"five"),
+    ];
+    let results = sink.send(&sent).await;
+    assert!(results[0].is_ok(), "{:?}", results[0]);
+    for r in &results[1..4] {
+        assert!(matches!(r, Err(SinkError::Refused(_))), "{r:?}");
+    }
+    assert!(results[4].is_ok(), "{:?}", results[4]);
+    all_ok(&sink.send(&[marker(999)]).await);
+    let got: Vec<_> = subscriber.until("orders:999").await.into_iter().map(|p| p.payload.to_vec()).collect();
+    assert_eq!(got, vec![b"one".to_vec(), b"five".to_vec()]);
+    subscriber.close().await;
+}
+
+#[tokio::test]
+async fn a_broker_that_is_not_there_is_refused_at_connect() {
+    let proxy = Proxy::start(BROKER).await;
+    proxy.stop().await;
+    let url = format!("mqtt://user:secret@127.0.0.1:{}", proxy.port);
+    match MqttSink::connect(&url, options("t")).await {
+        Err(RelayError::Connect { system: "mqtt", url, .. }) => {
+            assert!(!url.contains("secret"), "the password is not shown: {url}");
+        }
+        Err(other) => panic!("expected a connect error, got {other}"),
+        Ok(_) => panic!("expected a connect error, got a sink"),
+    }
+    assert!(matches!(
+        MqttSink::connect("http://127.0.0.1:1883", options("t")).await,
+        Err(RelayError::Config { system: "mqtt", .. })
+    ));
+}
+
+#[tokio::test]
+async fn while_the_broker_is_gone_every_message_is_unavailable_and_sends_succeed_once_it_is_back() {
+    let prefix = unique("rowbus_relay");
+    let mut subscriber = Subscriber::new(&format!("{prefix}/#")).await;
+    let proxy = Proxy::start(BROKER).await;
+    let url = format!("mqtt://127.0.0.1:{}", proxy.port);
+    let mut sink = MqttSink::connect(&url, options(&format!("{prefix}/{{key}}"))).await.unwrap();
+    all_ok(&sink.send(&batch(1, 10, 2)).await);
+
+    proxy.stop().await;
+    for attempt in 0..2 {
+        let results = sink.send(&batch(11, 10, 2)).await;
+        for r in &results {
+            assert!(matches!(r, Err(SinkError::Unavailable(_))), "attempt {attempt}: {r:?}");
+        }
+    }
+
+    proxy.resume().await;
+    all_ok(&sink.send(&batch(11, 10, 2)).await);
+    all_ok(&sink.send(&[marker(999)]).await);
+    let ids: Vec<_> =
+        subscriber.until("orders:999").await.iter().map(|p| property(p, "rowbus-id").unwrap()).collect();
+    let expected: Vec<_> = (1..=20).map(|id| format!("orders:{id}")).collect();
+    assert_eq!(ids, expected);
+    subscriber.close().await;
+}

@@ -9,6 +9,7 @@
 mod brokers;
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use brokers::{Proxy, batch, message, unique};
 use lapin::options::{
@@ -290,5 +291,37 @@ async fn while_the_broker_is_gone_every_message_is_unavailable_and_sends_succeed
     let ids: Vec<_> = rabbit.drain(&queue).await.iter().map(message_id).collect();
     let expected: Vec<_> = (1..=20).map(|id| format!("orders:{id}")).collect();
     assert_eq!(ids, expected);
+    rabbit.delete().await;
+}
+
+#[tokio::test]
+async fn a_broker_that_stops_answering_is_given_up_after_the_confirm_timeout_and_sent_to_again() {
+    let mut rabbit = Rabbit::new().await;
+    let queue = rabbit.queue(Some("#")).await;
+    let proxy = Proxy::start(BROKER).await;
+    let url = format!("amqp://guest:guest@127.0.0.1:{}/%2f", proxy.port);
+    let mut options = options(&rabbit.exchange, "k");
+    options.confirm_timeout = Duration::from_millis(500);
+    let mut sink = AmqpSink::connect(&url, options).await.unwrap();
+    all_ok(&sink.send(&batch(1, 10, 2)).await);
+
+    proxy.freeze();
+    for r in sink.send(&batch(11, 10, 2)).await {
+        assert!(matches!(&r, Err(SinkError::Unavailable(reason)) if reason.contains("confirm")), "{r:?}");
+    }
+    proxy.thaw();
+    all_ok(&sink.send(&batch(11, 10, 2)).await);
+
+    // The first copies of 11..=20 may reach the broker too once the proxy passes bytes
+    // again: sent again, with the same ids.
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for delivery in rabbit.drain(&queue).await {
+        *seen.entry(message_id(&delivery)).or_default() += 1;
+    }
+    for id in 1..=20 {
+        let copies = seen.remove(&format!("orders:{id}")).unwrap_or(0);
+        assert!(copies == 1 || (id > 10 && copies == 2), "id {id}: {copies} copies");
+    }
+    assert!(seen.is_empty(), "nothing else: {seen:?}");
     rabbit.delete().await;
 }

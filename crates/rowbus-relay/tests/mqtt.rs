@@ -220,3 +220,41 @@ async fn while_the_broker_is_gone_every_message_is_unavailable_and_sends_succeed
     assert_eq!(ids, expected);
     subscriber.close().await;
 }
+
+#[tokio::test]
+async fn a_broker_that_stops_answering_is_given_up_after_the_ack_timeout_and_sent_to_again() {
+    let prefix = unique("rowbus_relay");
+    let mut subscriber = Subscriber::new(&format!("{prefix}/#")).await;
+    let proxy = Proxy::start(BROKER).await;
+    let url = format!("mqtt://127.0.0.1:{}", proxy.port);
+    let mut options = options(&format!("{prefix}/{{key}}"));
+    options.ack_timeout = Duration::from_millis(500);
+    let mut sink = MqttSink::connect(&url, options).await.unwrap();
+    all_ok(&sink.send(&batch(1, 10, 2)).await);
+
+    proxy.freeze();
+    for r in sink.send(&batch(11, 10, 2)).await {
+        assert!(
+            matches!(&r, Err(SinkError::Unavailable(reason)) if reason.contains("acknowledged")),
+            "{r:?}"
+        );
+    }
+    proxy.thaw();
+    all_ok(&sink.send(&batch(11, 10, 2)).await);
+    all_ok(&sink.send(&[marker(999)]).await);
+
+    // The first copies of 11..=20 may reach the broker too once the proxy passes bytes
+    // again (before or after the marker): sent again, with the same ids.
+    let ids: Vec<_> =
+        subscriber.until("orders:999").await.iter().map(|p| property(p, "rowbus-id").unwrap()).collect();
+    for id in 1..=20 {
+        let copies = ids.iter().filter(|i| **i == format!("orders:{id}")).count();
+        assert!(copies == 1 || (id > 10 && copies == 2), "id {id}: {copies} copies");
+    }
+    assert_eq!(
+        ids.iter().filter(|i| !(1..=20).any(|id| **i == format!("orders:{id}"))).count(),
+        0,
+        "{ids:?}"
+    );
+    subscriber.close().await;
+}

@@ -188,49 +188,44 @@ impl Sink for AmqpSink {
             }
         };
 
-        // Everything first, then the confirms: one round trip for the batch.
-        let mut pending = Vec::with_capacity(batch.len());
+        // Everything first, then the confirms: one round trip for the batch. The deadline
+        // covers the publishing too: a broker under a resource alarm stops reading.
+        let mut outcomes = Vec::with_capacity(batch.len());
         let mut broken: Option<String> = None;
-        for (i, (message, prepared)) in batch.iter().zip(prepared).enumerate() {
-            let (routing_key, properties) = match prepared {
-                Ok(p) => p,
-                Err(e) => {
-                    results[i] = Some(Err(e));
+        let work = async {
+            let mut pending = Vec::with_capacity(batch.len());
+            for (i, (message, prepared)) in batch.iter().zip(prepared).enumerate() {
+                let (routing_key, properties) = match prepared {
+                    Ok(p) => p,
+                    Err(e) => {
+                        results[i] = Some(Err(e));
+                        continue;
+                    }
+                };
+                if broken.is_some() {
                     continue;
                 }
-            };
-            if broken.is_some() {
-                continue;
+                let options = BasicPublishOptions { mandatory: true, immediate: false };
+                match channel
+                    .basic_publish(exchange.clone(), routing_key, options, &message.payload, properties)
+                    .await
+                {
+                    Ok(confirm) => pending.push((i, confirm)),
+                    Err(e) => broken = Some(format!("publishing failed: {e}")),
+                }
             }
-            let options = BasicPublishOptions { mandatory: true, immediate: false };
-            match channel
-                .basic_publish(exchange.clone(), routing_key, options, &message.payload, properties)
-                .await
-            {
-                Ok(confirm) => pending.push((i, confirm)),
-                Err(e) => broken = Some(format!("publishing failed: {e}")),
-            }
-        }
-
-        let confirms = async {
-            let mut outcomes = Vec::with_capacity(pending.len());
             for (i, confirm) in pending {
                 outcomes.push((i, confirm.await));
             }
-            outcomes
         };
-        match tokio::time::timeout(self.options.confirm_timeout, confirms).await {
-            Ok(outcomes) => {
-                for (i, outcome) in outcomes {
-                    results[i] = Some(self.judge(&batch[i], outcome, &mut broken));
-                }
-            }
-            Err(_) => {
-                broken = Some(format!(
-                    "the broker did not confirm everything within {}s",
-                    self.options.confirm_timeout.as_secs_f64()
-                ));
-            }
+        if tokio::time::timeout(self.options.confirm_timeout, work).await.is_err() {
+            broken = Some(format!(
+                "the broker did not confirm everything within {}s",
+                self.options.confirm_timeout.as_secs_f64()
+            ));
+        }
+        for (i, outcome) in outcomes {
+            results[i] = Some(self.judge(&batch[i], outcome, &mut broken));
         }
         if let Some(reason) = &broken {
             tracing::warn!(target: "rowbus_relay", "amqp: {reason}; reconnecting for the next batch");

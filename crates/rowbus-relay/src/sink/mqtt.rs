@@ -252,6 +252,8 @@ impl Sink for MqttSink {
         let link = self.link.as_mut().expect("just connected");
         let mut written: HashMap<u16, usize> = HashMap::new();
         let mut publishes = publishes.into_iter().peekable();
+        // Moved on by each publish written and each acknowledgement, not by pings.
+        let mut deadline = tokio::time::Instant::now() + self.options.ack_timeout;
         while broken.is_none() && (publishes.peek().is_some() || !queued.is_empty() || !written.is_empty()) {
             // Queue what the client's channel takes now, without waiting for room: the
             // room comes from the acknowledgements read below.
@@ -283,7 +285,7 @@ impl Sink for MqttSink {
             if broken.is_some() || (queued.is_empty() && written.is_empty()) {
                 continue;
             }
-            let event = match tokio::time::timeout(self.options.ack_timeout, link.events.recv()).await {
+            let event = match tokio::time::timeout_at(deadline, link.events.recv()).await {
                 Ok(Some(Ok(event))) => event,
                 Ok(Some(Err(e))) => {
                     broken = Some(format!("the connection failed: {e}"));
@@ -303,10 +305,12 @@ impl Sink for MqttSink {
             };
             match event {
                 Event::Outgoing(Written::Publish(pkid)) => {
+                    deadline = tokio::time::Instant::now() + self.options.ack_timeout;
                     let i = queued.pop_front().expect("the event loop writes only what was queued");
                     written.insert(pkid, i);
                 }
                 Event::Incoming(Packet::PubAck(ack)) => {
+                    deadline = tokio::time::Instant::now() + self.options.ack_timeout;
                     let Some(i) = written.remove(&ack.pkid) else {
                         broken = Some(format!("a PUBACK for packet {} that is not in flight", ack.pkid));
                         break;

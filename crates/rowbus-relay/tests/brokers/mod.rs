@@ -1,6 +1,7 @@
 //! Shared by the RabbitMQ and MQTT sink tests: unique names, messages to send, and a TCP
 //! proxy in front of a broker that a test stops (the broker looks gone: connections are
-//! cut, new ones refused) and starts again.
+//! cut, new ones refused) and starts again, or freezes (the broker looks hung: connections
+//! stay open, nothing passes) and thaws.
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
@@ -8,7 +9,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rowbus_relay::sink::Outgoing;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 /// A name no other test (or test process) uses: the run's tag (`ROWBUS_TEST_RUN`), the
@@ -62,6 +65,7 @@ pub struct Proxy {
     pub port: u16,
     target: SocketAddr,
     tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
+    frozen: watch::Sender<bool>,
 }
 
 impl Proxy {
@@ -69,7 +73,12 @@ impl Proxy {
     pub async fn start(target: &str) -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind the proxy");
         let port = listener.local_addr().unwrap().port();
-        let proxy = Proxy { port, target: target.parse().unwrap(), tasks: Arc::default() };
+        let proxy = Proxy {
+            port,
+            target: target.parse().unwrap(),
+            tasks: Arc::default(),
+            frozen: watch::Sender::new(false),
+        };
         proxy.serve(listener);
         proxy
     }
@@ -97,21 +106,60 @@ impl Proxy {
         self.serve(listener);
     }
 
+    /// Stops passing bytes either way, connections left open.
+    pub fn freeze(&self) {
+        self.frozen.send_replace(true);
+    }
+
+    /// Passes bytes again (what was held back goes on).
+    pub fn thaw(&self) {
+        self.frozen.send_replace(false);
+    }
+
     fn serve(&self, listener: TcpListener) {
         let target = self.target;
         let tasks = Arc::clone(&self.tasks);
+        let frozen = self.frozen.subscribe();
         let accept = tokio::spawn(async move {
             loop {
-                let Ok((mut client, _)) = listener.accept().await else { continue };
+                let Ok((client, _)) = listener.accept().await else { continue };
+                let frozen = frozen.clone();
                 let pipe = tokio::spawn(async move {
-                    let Ok(mut server) = TcpStream::connect(target).await else { return };
-                    let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    let Ok(server) = TcpStream::connect(target).await else { return };
+                    let (client_read, client_write) = client.into_split();
+                    let (server_read, server_write) = server.into_split();
+                    tokio::join!(
+                        pass(client_read, server_write, frozen.clone()),
+                        pass(server_read, client_write, frozen)
+                    );
                 });
                 tasks.lock().unwrap().push(pipe);
             }
         });
         self.tasks.lock().unwrap().push(accept);
     }
+}
+
+/// Copies `from` to `to` while not frozen, until either side closes.
+async fn pass(
+    mut from: impl AsyncRead + Unpin,
+    mut to: impl AsyncWrite + Unpin,
+    mut frozen: watch::Receiver<bool>,
+) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        if frozen.wait_for(|f| !f).await.is_err() {
+            return;
+        }
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if frozen.wait_for(|f| !f).await.is_err() || to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+    let _ = to.shutdown().await;
 }
 
 impl Drop for Proxy {

@@ -17,3 +17,6 @@ mod template;
 
 pub use error::RelayError;
 pub use template::Template;
+mod relay;
+
+pub use relay::{DEFAULT_BATCH, DEFAULT_IN_FLIGHT, MAX_BACKOFF, MIN_BACKOFF, Relay, RelayReport};

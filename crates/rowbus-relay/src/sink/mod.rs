@@ -47,3 +47,15 @@ pub trait Sink: Send + 'static {
     /// The broker's name for logs and stats ("nats", "redis", "amqp", "mqtt").
     fn system(&self) -> &'static str;
 }
+
+#[cfg(feature = "nats")]
+#[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
+pub mod nats;
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub mod redis;
+
+/// A broker's URL fit for messages and logs: any password replaced by `***`.
+pub fn redact(url: &str) -> String {
+    rowbus::redact(url)
+}

@@ -212,6 +212,17 @@ impl<DB: Schema + Publishing + Claiming + Pausing + Scheduling + Keeping + Count
         )
     }
 
+    /// Gives back rows of one claim unstarted: claimable at once, their attempt not
+    /// counted. Binds: token, then the ids.
+    pub fn release_many(&self, ids: usize) -> String {
+        format!(
+            "UPDATE {} SET lease = NULL, lease_until = NULL, attempts = attempts - 1 WHERE lease = {} AND id IN ({})",
+            self.quoted,
+            DB::param(1),
+            placeholders::<DB>(2, ids)
+        )
+    }
+
     /// After a failed transactional handler, in its transaction: puts `rows` rows a claim
     /// took back, their attempt counted, in one statement (one "now" for all). Binds per
     /// row: id, group, payload, attempts, delay µs, created_at µs, error, priority, key,

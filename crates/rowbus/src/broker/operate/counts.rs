@@ -1,6 +1,7 @@
 //! A queue's event counters, kept in the database (`<table>_count`) so that every process
 //! sees what the queue's consumers did: messages snoozed, cancelled, timed out, whose
-//! lease was lost. Written after the settle they follow, never failing it; read by
+//! lease was lost; and what relays to message brokers did: relayed, confirmed, resent,
+//! refused. Written after the settle they follow, never failing it; read by
 //! [`Queue::counts`].
 
 use tracing::warn;
@@ -24,20 +25,42 @@ pub enum Counted {
     /// A settle (acknowledgement, retry, drop...) was refused: the message's lease had run
     /// out, or it was cancelled, while its handler held it.
     LeaseLost,
+    /// A relay handed a message to a message broker (each time it sent it).
+    Relayed,
+    /// The broker confirmed a relayed message, and the relay removed it from the queue.
+    Confirmed,
+    /// A relayed message goes to the broker again: the broker was unavailable or did not
+    /// confirm it, or the relay that sent it before lost its lease (it died, say).
+    Resent,
+    /// The broker refused a relayed message for good; it went to the dead letters.
+    Refused,
 }
 
 impl Counted {
     /// Every kind, in the order the figures show them.
-    pub const ALL: [Counted; 4] =
-        [Counted::Cancelled, Counted::Snoozed, Counted::TimedOut, Counted::LeaseLost];
+    pub const ALL: [Counted; 8] = [
+        Counted::Cancelled,
+        Counted::Snoozed,
+        Counted::TimedOut,
+        Counted::LeaseLost,
+        Counted::Relayed,
+        Counted::Confirmed,
+        Counted::Resent,
+        Counted::Refused,
+    ];
 
-    /// Its name in the counts table: `cancelled`, `snoozed`, `timed_out`, `lease_lost`.
+    /// Its name in the counts table: `cancelled`, `snoozed`, `timed_out`, `lease_lost`,
+    /// `relayed`, `confirmed`, `resent`, `refused`.
     pub fn as_str(self) -> &'static str {
         match self {
             Counted::Cancelled => "cancelled",
             Counted::Snoozed => "snoozed",
             Counted::TimedOut => "timed_out",
             Counted::LeaseLost => "lease_lost",
+            Counted::Relayed => "relayed",
+            Counted::Confirmed => "confirmed",
+            Counted::Resent => "resent",
+            Counted::Refused => "refused",
         }
     }
 }
@@ -55,6 +78,14 @@ pub struct QueueCounts {
     pub timed_out: u64,
     /// Messages whose lease ran out while their handler held them.
     pub lease_lost: u64,
+    /// Messages relays handed to a message broker (each send).
+    pub relayed: u64,
+    /// Relayed messages the broker confirmed, removed from the queue.
+    pub confirmed: u64,
+    /// Relayed messages to be sent again (the broker unavailable, a relay's lease lost).
+    pub resent: u64,
+    /// Relayed messages the broker refused for good, dead-lettered.
+    pub refused: u64,
 }
 
 impl QueueCounts {
@@ -65,6 +96,10 @@ impl QueueCounts {
             Counted::Snoozed => self.snoozed,
             Counted::TimedOut => self.timed_out,
             Counted::LeaseLost => self.lease_lost,
+            Counted::Relayed => self.relayed,
+            Counted::Confirmed => self.confirmed,
+            Counted::Resent => self.resent,
+            Counted::Refused => self.refused,
         }
     }
 
@@ -74,6 +109,10 @@ impl QueueCounts {
             Counted::Snoozed => &mut self.snoozed,
             Counted::TimedOut => &mut self.timed_out,
             Counted::LeaseLost => &mut self.lease_lost,
+            Counted::Relayed => &mut self.relayed,
+            Counted::Confirmed => &mut self.confirmed,
+            Counted::Resent => &mut self.resent,
+            Counted::Refused => &mut self.refused,
         })
     }
 }
@@ -100,7 +139,8 @@ pub(crate) async fn count<DB: Db>(queue: &Queue<DB>, kind: Counted, n: u64) {
 
 impl<DB: Db> Queue<DB> {
     /// What the queue's consumers, in every process, did: messages snoozed, cancelled,
-    /// timed out, whose lease was lost, as its counts table (`<table>_count`) holds them.
+    /// timed out, whose lease was lost; and its relays to message brokers: messages
+    /// relayed, confirmed, resent, refused; as its counts table (`<table>_count`) holds them.
     /// `None` when the queue has no counts table: deployed by an older rowbus, until
     /// [`deploy`](Self::deploy) runs again. A role that may not read the table gets the
     /// database's refusal ([`Error::is_permission_denied`]).

@@ -209,6 +209,24 @@ pub(crate) async fn release<DB: Db>(queue: &Queue<DB>, id: i64, token: i64) -> R
     Ok(())
 }
 
+/// Gives back messages `ids` of one claim (lease `token`) unstarted, [`ACK_BATCH`] a
+/// statement: claimable at once, their attempt not counted. How many were still leased
+/// (the rest had lost their lease and were left alone).
+///
+/// [`ACK_BATCH`]: crate::sql::ACK_BATCH
+pub(crate) async fn release_many<DB: Db>(queue: &Queue<DB>, token: i64, ids: &[i64]) -> Result<u64, Error> {
+    let mut released = 0;
+    for chunk in ids.chunks(crate::sql::ACK_BATCH) {
+        let args: Vec<Arg<'_>> = std::iter::once(token).chain(chunk.iter().copied()).map(Arg::Int).collect();
+        released += execute(queue, &Arc::from(queue.sql.release_many(chunk.len())), &args).await?;
+    }
+    let counters = &queue.inner().counters;
+    counters.released(released);
+    counters.leases_lost(ids.len() as u64 - released);
+    count_lost(queue, ids.len() as u64 - released);
+    Ok(released)
+}
+
 /// Gives back a leased message whose handler was aborted, its attempt not counted.
 pub(crate) async fn abandon<DB: Db>(queue: &Queue<DB>, id: i64, token: i64) -> Result<(), Error> {
     on_lease(queue, &queue.sql.release, &[Arg::Int(id), Arg::Int(token)], id).await?;

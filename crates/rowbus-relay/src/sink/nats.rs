@@ -1,0 +1,187 @@
+//! NATS JetStream: each message published to its subject and the stream's PubAck awaited.
+//!
+//! A batch is published back to back on one connection and its PubAcks awaited together,
+//! so a batch costs about one round trip. `Nats-Msg-Id` is `<id prefix>:<id>` (the CLI's
+//! prefix is the queue's name): a message sent again carries the same id, and JetStream
+//! drops it within the stream's duplicate window. The relay does not create streams: the
+//! subjects it publishes to must be covered by a stream of yours, or every message is
+//! refused ("no stream") and dead-lettered.
+
+use std::str::FromStr as _;
+use std::time::Duration;
+
+use async_nats::jetstream::context::{Context, ContextBuilder, PublishAckFuture, PublishErrorKind};
+use async_nats::jetstream::message::PublishMessage;
+use async_nats::{HeaderMap, HeaderName, HeaderValue};
+use futures::future::join_all;
+
+use crate::error::RelayError;
+use crate::sink::{Outgoing, Sink, SinkError, redact};
+use crate::template::Template;
+
+/// The header that carries the message's group.
+pub const GROUP_HEADER: &str = "Rowbus-Group";
+/// The header that carries the message's ordering key, when it has one.
+pub const KEY_HEADER: &str = "Rowbus-Key";
+/// JetStream's deduplication header.
+pub const MSG_ID_HEADER: &str = "Nats-Msg-Id";
+
+/// How a [`NatsSink`] publishes.
+#[derive(Debug, Clone)]
+pub struct NatsOptions {
+    /// The subject of each message (`{group}` and `{key}` may appear in it).
+    pub subject: Template,
+    /// What `Nats-Msg-Id` starts with, before `:` and the message's id: the queue's name,
+    /// so that two queues' messages of the same id are not taken for duplicates.
+    pub id_prefix: String,
+    /// How long a PubAck may take before the message counts as unconfirmed (sent again
+    /// later): 5 seconds by default.
+    pub ack_timeout: Duration,
+}
+
+impl NatsOptions {
+    /// Publishing to `subject`, message ids prefixed with `id_prefix`, the default timeout.
+    pub fn new(subject: Template, id_prefix: impl Into<String>) -> Self {
+        NatsOptions { subject, id_prefix: id_prefix.into(), ack_timeout: Duration::from_secs(5) }
+    }
+}
+
+/// A [`Sink`] to NATS JetStream. The client reconnects by itself after the server comes
+/// back; meanwhile sends are unconfirmed ([`SinkError::Unavailable`]).
+#[derive(Debug)]
+pub struct NatsSink {
+    jetstream: Context,
+    options: NatsOptions,
+}
+
+impl NatsSink {
+    /// Connects to the NATS server at `url` (`nats://host:port`, with `user:password@`
+    /// where the server wants them). Fails when the server cannot be reached now.
+    pub async fn connect(url: &str, options: NatsOptions) -> Result<NatsSink, RelayError> {
+        let client = async_nats::ConnectOptions::new()
+            .connection_timeout(Duration::from_secs(5))
+            .connect(url)
+            .await
+            .map_err(|e| RelayError::Connect { system: "nats", url: redact(url), reason: e.to_string() })?;
+        let jetstream =
+            ContextBuilder::new().timeout(options.ack_timeout).backpressure_on_inflight(true).build(client);
+        Ok(NatsSink { jetstream, options })
+    }
+
+    /// The headers of `message`: its own, then the group, the key and the message id.
+    fn headers(&self, message: &Outgoing) -> Result<HeaderMap, SinkError> {
+        let mut headers = HeaderMap::new();
+        let mut add = |name: &str, value: &str| {
+            let name = HeaderName::from_str(name)
+                .map_err(|_| SinkError::Refused(format!("nats: {name:?} cannot be a header name")))?;
+            let value = HeaderValue::from_str(value).map_err(|_| {
+                SinkError::Refused(format!("nats: the value of header {name} cannot be sent"))
+            })?;
+            headers.append(name, value);
+            Ok::<(), SinkError>(())
+        };
+        for (name, value) in &message.headers {
+            add(name, value)?;
+        }
+        add(GROUP_HEADER, &message.group)?;
+        if let Some(key) = &message.key {
+            add(KEY_HEADER, key)?;
+        }
+        add(MSG_ID_HEADER, &format!("{}:{}", self.options.id_prefix, message.id))?;
+        Ok(headers)
+    }
+
+    /// Publishes `message`: the PubAck to wait for, or why it was not sent.
+    async fn publish(&self, message: &Outgoing) -> Result<PublishAckFuture, SinkError> {
+        let subject = self.options.subject.render(&message.group, message.key.as_deref());
+        check_subject(&subject)?;
+        let headers = self.headers(message)?;
+        let publish =
+            PublishMessage::build().payload(bytes::Bytes::copy_from_slice(&message.payload)).headers(headers);
+        self.jetstream.send_publish(subject, publish).await.map_err(|e| match e.kind() {
+            PublishErrorKind::MaxPayloadExceeded => SinkError::Refused(format!("nats: {e}")),
+            _ => SinkError::Unavailable(format!("nats: {e}")),
+        })
+    }
+}
+
+/// Why the PubAck of a message published to `subject` is not a confirmation.
+fn ack_error(subject: &str, error: &async_nats::jetstream::context::PublishError) -> SinkError {
+    use std::error::Error as _;
+    match error.kind() {
+        PublishErrorKind::StreamNotFound => {
+            SinkError::Refused(format!("nats: no JetStream stream covers subject {subject:?}"))
+        }
+        PublishErrorKind::TimedOut | PublishErrorKind::BrokenPipe | PublishErrorKind::MaxAckPending => {
+            SinkError::Unavailable(format!("nats: {error}"))
+        }
+        _ => match error.source().and_then(|s| s.downcast_ref::<async_nats::jetstream::Error>()) {
+            // 503: JetStream is not available now (starting, no quorum).
+            Some(api) if api.code() == 503 => SinkError::Unavailable(format!("nats: {api}")),
+            // The stream refused it: too large for the stream, a sealed stream, ...
+            Some(api) => SinkError::Refused(format!("nats: {api}")),
+            None => SinkError::Unavailable(format!("nats: {error}")),
+        },
+    }
+}
+
+/// Refuses a subject NATS would refuse: empty, with white space, an empty token or a
+/// wildcard.
+fn check_subject(subject: &str) -> Result<(), SinkError> {
+    let bad = |why: &str| Err(SinkError::Refused(format!("nats: subject {subject:?} {why}")));
+    if subject.chars().any(char::is_whitespace) {
+        return bad("has white space");
+    }
+    for token in subject.split('.') {
+        match token {
+            "" => return bad("has an empty token"),
+            "*" | ">" => return bad("has a wildcard"),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+impl Sink for NatsSink {
+    async fn send(&mut self, batch: &[Outgoing]) -> Vec<Result<(), SinkError>> {
+        // Published back to back; once one could not be handed to the client (the
+        // connection's buffer full while the server is away), the rest are not tried.
+        let mut acks = Vec::with_capacity(batch.len());
+        let mut down: Option<String> = None;
+        for message in batch {
+            let subject = self.options.subject.render(&message.group, message.key.as_deref());
+            let sent = match &down {
+                Some(reason) => Err(SinkError::Unavailable(reason.clone())),
+                None => self.publish(message).await,
+            };
+            if let Err(SinkError::Unavailable(reason)) = &sent {
+                down.get_or_insert_with(|| reason.clone());
+            }
+            acks.push(async move {
+                match sent {
+                    Ok(ack) => ack.await.map(drop).map_err(|e| ack_error(&subject, &e)),
+                    Err(e) => Err(e),
+                }
+            });
+        }
+        join_all(acks).await
+    }
+
+    fn system(&self) -> &'static str {
+        "nats"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subjects_nats_would_refuse_are_refused() {
+        assert!(check_subject("orders.eu").is_ok());
+        assert!(check_subject("orders").is_ok());
+        for bad in ["", "orders.", ".orders", "a..b", "a b", "a.*", "a.>", "tab\there"] {
+            assert!(matches!(check_subject(bad), Err(SinkError::Refused(_))), "{bad:?}");
+        }
+    }
+}

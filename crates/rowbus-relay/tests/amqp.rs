@@ -1,27 +1,33 @@
 //! The RabbitMQ sink against the local broker (127.0.0.1:5672, guest/guest): what arrives
 //! (each message once, its id, headers and payload byte for byte, in order), what is
-//! refused (no route, too large), and a broker that goes away and comes back.
+//! refused (no route, too large), and a broker that goes away and comes back; then relays
+//! of a queue on each database to it: ten thousand messages each once, each key's order
+//! with four relays at once.
 //!
 //! Each test declares its own exchange (auto-delete) and queues (exclusive to the test's
 //! connection) under unique names, so that nothing outlives it even when it fails, and
 //! deletes them when it passes.
 
 mod brokers;
+#[path = "../../rowbus/tests/common/mod.rs"]
+mod common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use brokers::{Proxy, batch, message, unique};
+use brokers::{Arrival, Proxy, batch, check_arrivals, message, publish_numbered, unique};
+use common::{Brokers, Cleanup, Place, on_each_database, place_test as database_test};
+use futures::StreamExt as _;
 use lapin::options::{
-    BasicGetOptions, ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions, QueueDeclareOptions,
-    QueueDeleteOptions,
+    BasicConsumeOptions, BasicGetOptions, ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions,
+    QueueDeclareOptions, QueueDeleteOptions,
 };
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
-use rowbus_relay::RelayError;
-use rowbus_relay::Template;
+use rowbus::{BrokerOptions, Queue};
 use rowbus_relay::sink::amqp::{AmqpOptions, AmqpSink};
 use rowbus_relay::sink::{Outgoing, Sink, SinkError};
+use rowbus_relay::{Relay, RelayError, RelayReport, Template};
 
 const BROKER: &str = "127.0.0.1:5672";
 const URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
@@ -325,3 +331,107 @@ async fn a_broker_that_stops_answering_is_given_up_after_the_confirm_timeout_and
     assert!(seen.is_empty(), "nothing else: {seen:?}");
     rabbit.delete().await;
 }
+
+/// `n` messages from `queue` as they arrive, within 30 s each.
+async fn arrivals(rabbit: &Rabbit, queue: &str, n: usize) -> Vec<Arrival> {
+    let options = BasicConsumeOptions { no_ack: true, ..BasicConsumeOptions::default() };
+    let mut consumer = rabbit
+        .channel
+        .basic_consume(queue.into(), unique("rowbus_relay_c").as_str().into(), options, FieldTable::default())
+        .await
+        .unwrap();
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n {
+        let delivery = tokio::time::timeout(Duration::from_secs(30), consumer.next())
+            .await
+            .unwrap_or_else(|_| panic!("{} of {n} arrived, then nothing for 30 s", out.len()))
+            .expect("the consumer goes on")
+            .expect("a delivery");
+        out.push(Arrival {
+            id: message_id(&delivery),
+            n: header(&delivery, "n").expect("the header n").parse().unwrap(),
+            key: header(&delivery, "rowbus-key"),
+            payload: delivery.data,
+        });
+    }
+    out
+}
+
+/// Runs `relays` relays of `queue`, each with a sink of its own (a connection of its own)
+/// to the test's exchange, until `n` messages arrived; returns what arrived and what the
+/// relays reported, added up.
+async fn relay_all<DB: Brokers>(
+    queue: &Queue<DB>,
+    rabbit: &Rabbit,
+    bound: &str,
+    relays: usize,
+    n: usize,
+) -> (Vec<Arrival>, RelayReport) {
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut running = Vec::new();
+    for _ in 0..relays {
+        let options = AmqpOptions::new(
+            &rabbit.exchange,
+            Template::parse("orders.{key}").unwrap(),
+            queue.table().to_string(),
+        );
+        let sink = AmqpSink::connect(URL, options).await.unwrap();
+        let mut stopped = stopped.clone();
+        let until = async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        };
+        running.push(tokio::spawn(Relay::new(queue.clone(), sink).until(until).run()));
+    }
+    let arrived = arrivals(rabbit, bound, n).await;
+    stop.send_replace(true);
+    let mut total = RelayReport::default();
+    for relay in running {
+        let report = relay.await.unwrap().expect("the relay ran");
+        total.relayed += report.relayed;
+        total.confirmed += report.confirmed;
+        total.resent += report.resent;
+        total.refused += report.refused;
+    }
+    (arrived, total)
+}
+
+/// Ten thousand messages relayed by one relay: each arrives once, with its id and payload,
+/// and leaves the queue.
+async fn ten_thousand_messages_arrive_once_and_leave_the_queue<DB: Brokers>(place: Place) {
+    const N: usize = 10_000;
+    let cleanup = Cleanup::new(DB::BACKEND);
+    let broker = DB::broker(&place, BrokerOptions::default()).await;
+    let queue = broker.queue(&cleanup.queue(&unique("relay_amqp"))).unwrap();
+    queue.deploy().await.unwrap();
+    publish_numbered(&queue, N, None).await;
+    let mut rabbit = Rabbit::new().await;
+    let bound = rabbit.queue(Some("orders.#")).await;
+
+    let (arrived, report) = relay_all(&queue, &rabbit, &bound, 1, N).await;
+    check_arrivals(&arrived, N, &queue.table().to_string());
+    assert_eq!(report.confirmed, N as u64, "{report:?}");
+    assert_eq!(report.refused, 0, "{report:?}");
+    assert_eq!(queue.depth("").await.unwrap(), (0, 0), "confirmed messages leave the queue");
+    rabbit.delete().await;
+}
+on_each_database!(ten_thousand_messages_arrive_once_and_leave_the_queue);
+
+/// Four relays on one queue share the work, and each key's messages arrive in the order
+/// they were published.
+async fn four_relays_keep_each_keys_order<DB: Brokers>(place: Place) {
+    const N: usize = 4_000;
+    let cleanup = Cleanup::new(DB::BACKEND);
+    let broker = DB::broker(&place, BrokerOptions::default()).await;
+    let queue = broker.queue(&cleanup.queue(&unique("relay_amqp"))).unwrap();
+    queue.deploy().await.unwrap();
+    publish_numbered(&queue, N, Some(40)).await;
+    let mut rabbit = Rabbit::new().await;
+    let bound = rabbit.queue(Some("orders.#")).await;
+
+    let (arrived, report) = relay_all(&queue, &rabbit, &bound, 4, N).await;
+    check_arrivals(&arrived, N, &queue.table().to_string());
+    assert_eq!(report.confirmed, N as u64, "{report:?}");
+    assert_eq!(queue.depth("").await.unwrap(), (0, 0));
+    rabbit.delete().await;
+}
+on_each_database!(four_relays_keep_each_keys_order);

@@ -169,3 +169,61 @@ impl Drop for Proxy {
         }
     }
 }
+
+/// Publishes `n` messages to `queue`, numbered 0.. in the header `n`, the payload the
+/// number's bytes and every byte value; with `keys`, message i has key `k{i % keys}`.
+pub async fn publish_numbered<DB: rowbus::Db>(queue: &rowbus::Queue<DB>, n: usize, keys: Option<usize>) {
+    let messages: Vec<rowbus::Message> = (0..n)
+        .map(|i| {
+            let message = rowbus::Message::new(payload(i)).header("n", i.to_string());
+            match keys {
+                Some(keys) => message.key(format!("k{}", i % keys)),
+                None => message,
+            }
+        })
+        .collect();
+    for chunk in messages.chunks(1000) {
+        let published = queue.publish_batch(chunk.iter().cloned()).await.expect("publish");
+        assert_eq!(published.stored, chunk.len() as u64);
+    }
+}
+
+/// The payload of message number `i`.
+pub fn payload(i: usize) -> Vec<u8> {
+    let mut payload = (i as u64).to_be_bytes().to_vec();
+    payload.extend(0..=255u8);
+    payload
+}
+
+/// One message as a broker's receiver saw it: the id it carried, its number (header `n`),
+/// its key and its payload.
+#[derive(Debug, Clone)]
+pub struct Arrival {
+    pub id: String,
+    pub n: usize,
+    pub key: Option<String>,
+    pub payload: Vec<u8>,
+}
+
+/// Checks `arrivals` against `n` published messages: each number once, each id once and
+/// prefixed with `prefix:`, each payload byte for byte, and each key's numbers in order.
+pub fn check_arrivals(arrivals: &[Arrival], n: usize, prefix: &str) {
+    assert_eq!(arrivals.len(), n, "as many arrived as were published");
+    let mut numbers = vec![0u32; n];
+    let mut ids = std::collections::HashSet::new();
+    let mut last_of_key: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for arrival in arrivals {
+        assert!(arrival.n < n, "{arrival:?}");
+        numbers[arrival.n] += 1;
+        assert!(ids.insert(arrival.id.clone()), "id {} arrived twice", arrival.id);
+        assert!(arrival.id.starts_with(&format!("{prefix}:")), "{}", arrival.id);
+        assert_eq!(arrival.payload, payload(arrival.n), "payload of {}", arrival.n);
+        if let Some(key) = &arrival.key {
+            if let Some(last) = last_of_key.insert(key, arrival.n) {
+                assert!(last < arrival.n, "key {key}: {} arrived after {last}", arrival.n);
+            }
+        }
+    }
+    let missing: Vec<_> = numbers.iter().enumerate().filter(|(_, c)| **c != 1).map(|(i, _)| i).collect();
+    assert!(missing.is_empty(), "not exactly once: {:?}", &missing[..missing.len().min(20)]);
+}

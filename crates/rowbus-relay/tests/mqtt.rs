@@ -1,19 +1,24 @@
 //! The MQTT sink against the local Mosquitto (127.0.0.1:1883): what a subscriber receives
 //! (each message once, its id, group, key and headers as user properties, the payload byte
-//! for byte, in order), what is refused, and a broker that goes away and comes back.
+//! for byte, in order), what is refused, and a broker that goes away and comes back; then
+//! relays of a queue on each database to it: ten thousand messages each once, each key's
+//! order with four relays at once.
 //!
 //! Each test publishes under a topic prefix of its own; nothing is retained and every
 //! session is clean, so nothing outlives a test.
 
 mod brokers;
+#[path = "../../rowbus/tests/common/mod.rs"]
+mod common;
 
 use std::time::Duration;
 
-use brokers::{Proxy, batch, message, unique};
-use rowbus_relay::RelayError;
-use rowbus_relay::Template;
+use brokers::{Arrival, Proxy, batch, check_arrivals, message, publish_numbered, unique};
+use common::{Brokers, Cleanup, Place, on_each_database, place_test as database_test};
+use rowbus::{BrokerOptions, Queue};
 use rowbus_relay::sink::mqtt::{MqttOptions as SinkOptions, MqttSink};
 use rowbus_relay::sink::{Outgoing, Sink, SinkError};
+use rowbus_relay::{Relay, RelayError, RelayReport, Template};
 use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::{Packet, Publish};
 use rumqttc::v5::{AsyncClient, Event, MqttOptions};
@@ -258,3 +263,94 @@ async fn a_broker_that_stops_answering_is_given_up_after_the_ack_timeout_and_sen
     );
     subscriber.close().await;
 }
+
+/// `n` messages as `subscriber` receives them.
+async fn arrivals(subscriber: &mut Subscriber, n: usize) -> Vec<Arrival> {
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n {
+        let publish = tokio::time::timeout(Duration::from_secs(30), subscriber.received.recv())
+            .await
+            .unwrap_or_else(|_| panic!("{} of {n} arrived, then nothing for 30 s", out.len()))
+            .expect("the subscriber runs");
+        out.push(Arrival {
+            id: property(&publish, "rowbus-id").expect("an id"),
+            n: property(&publish, "n").expect("the property n").parse().unwrap(),
+            key: property(&publish, "rowbus-key"),
+            payload: publish.payload.to_vec(),
+        });
+    }
+    out
+}
+
+/// Runs `relays` relays of `queue`, each with a sink of its own (a connection of its own)
+/// publishing under `prefix`, until `n` messages arrived; returns what arrived and what the
+/// relays reported, added up.
+async fn relay_all<DB: Brokers>(
+    queue: &Queue<DB>,
+    prefix: &str,
+    relays: usize,
+    n: usize,
+) -> (Vec<Arrival>, RelayReport) {
+    let mut subscriber = Subscriber::new(&format!("{prefix}/#")).await;
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut running = Vec::new();
+    for _ in 0..relays {
+        let options = SinkOptions::new(
+            Template::parse(&format!("{prefix}/{{key}}")).unwrap(),
+            queue.table().to_string(),
+        );
+        let sink = MqttSink::connect(URL, options).await.unwrap();
+        let mut stopped = stopped.clone();
+        let until = async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        };
+        running.push(tokio::spawn(Relay::new(queue.clone(), sink).until(until).run()));
+    }
+    let arrived = arrivals(&mut subscriber, n).await;
+    stop.send_replace(true);
+    let mut total = RelayReport::default();
+    for relay in running {
+        let report = relay.await.unwrap().expect("the relay ran");
+        total.relayed += report.relayed;
+        total.confirmed += report.confirmed;
+        total.resent += report.resent;
+        total.refused += report.refused;
+    }
+    subscriber.close().await;
+    (arrived, total)
+}
+
+/// Ten thousand messages relayed by one relay: each arrives once, with its id and payload,
+/// and leaves the queue.
+async fn ten_thousand_messages_arrive_once_and_leave_the_queue<DB: Brokers>(place: Place) {
+    const N: usize = 10_000;
+    let cleanup = Cleanup::new(DB::BACKEND);
+    let broker = DB::broker(&place, BrokerOptions::default()).await;
+    let queue = broker.queue(&cleanup.queue(&unique("relay_mqtt"))).unwrap();
+    queue.deploy().await.unwrap();
+    publish_numbered(&queue, N, None).await;
+
+    let (arrived, report) = relay_all(&queue, &unique("rowbus_relay"), 1, N).await;
+    check_arrivals(&arrived, N, &queue.table().to_string());
+    assert_eq!(report.confirmed, N as u64, "{report:?}");
+    assert_eq!(report.refused, 0, "{report:?}");
+    assert_eq!(queue.depth("").await.unwrap(), (0, 0), "confirmed messages leave the queue");
+}
+on_each_database!(ten_thousand_messages_arrive_once_and_leave_the_queue);
+
+/// Four relays on one queue share the work, and each key's messages arrive in the order
+/// they were published.
+async fn four_relays_keep_each_keys_order<DB: Brokers>(place: Place) {
+    const N: usize = 4_000;
+    let cleanup = Cleanup::new(DB::BACKEND);
+    let broker = DB::broker(&place, BrokerOptions::default()).await;
+    let queue = broker.queue(&cleanup.queue(&unique("relay_mqtt"))).unwrap();
+    queue.deploy().await.unwrap();
+    publish_numbered(&queue, N, Some(40)).await;
+
+    let (arrived, report) = relay_all(&queue, &unique("rowbus_relay"), 4, N).await;
+    check_arrivals(&arrived, N, &queue.table().to_string());
+    assert_eq!(report.confirmed, N as u64, "{report:?}");
+    assert_eq!(queue.depth("").await.unwrap(), (0, 0));
+}
+on_each_database!(four_relays_keep_each_keys_order);

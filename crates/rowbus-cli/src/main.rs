@@ -11,6 +11,7 @@ mod limit_cmd;
 mod pause_cmd;
 mod publish;
 mod queue_cmd;
+mod relay_cmd;
 mod schedule_cmd;
 mod stats;
 mod ui;
@@ -142,6 +143,10 @@ enum Command {
     /// Handle a queue table's messages until interrupted: print them, or run a command on each
     #[command(after_help = consume::AFTER_HELP)]
     Consume(consume::ConsumeArgs),
+    /// Relay a queue table's messages to a message broker (NATS JetStream, Redis Streams,
+    /// RabbitMQ, MQTT), each removed once the broker confirmed it: the transactional outbox
+    #[command(after_help = relay_cmd::AFTER_HELP)]
+    Relay(relay_cmd::RelayArgs),
     /// Print the handled messages a queue deployed with `--keep` keeps, newest first (on a
     /// queue that keeps none, it says so on stderr)
     History(history_cmd::HistoryArgs),
@@ -242,7 +247,7 @@ async fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error,rowbus_relay=warn")),
         )
         .init();
     match run(cli).await {
@@ -305,6 +310,11 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Consume(args) => {
             queue_cmd::parse_tables(std::slice::from_ref(&args.table))?;
             on_database(url, args.pool_size(), &config, QueueCommand::Consume(args)).await?;
+        }
+        Command::Relay(args) => {
+            queue_cmd::parse_tables(std::slice::from_ref(&args.table))?;
+            args.target()?;
+            on_database(url, args.pool_size(), &config, QueueCommand::Relay(args)).await?;
         }
         Command::Stats(args) => {
             queue_cmd::parse_tables(&args.tables)?;
@@ -385,6 +395,7 @@ enum QueueCommand {
     History(history_cmd::HistoryArgs),
     Publish(publish::PublishArgs),
     Consume(consume::ConsumeArgs),
+    Relay(relay_cmd::RelayArgs),
     Stats(stats::StatsArgs),
     Demo(demo::DemoArgs),
     Dead(dead_cmd::DeadCommand),
@@ -416,6 +427,7 @@ impl OnPool for OnDatabase<'_> {
             QueueCommand::History(args) => history_cmd::history(pool, url, args).await,
             QueueCommand::Publish(args) => publish::publish(pool, url, config, args).await,
             QueueCommand::Consume(args) => consume::consume(pool, url, config, args).await,
+            QueueCommand::Relay(args) => relay_cmd::relay(pool, url, config, args).await,
             QueueCommand::Stats(args) => stats::stats(pool, url, config, args).await,
             QueueCommand::Demo(args) => demo::demo(pool, url, config, args).await,
             QueueCommand::Dead(what) => dead_cmd::dead(pool, url, config, what).await,
@@ -441,6 +453,7 @@ async fn on_database(
         QueueCommand::Deploy(..) | QueueCommand::Demo(_) => DbPool::connect_creating(url, max).await?,
         QueueCommand::Publish(_)
         | QueueCommand::Consume(_)
+        | QueueCommand::Relay(_)
         | QueueCommand::Stats(_)
         | QueueCommand::Dead(_)
         | QueueCommand::Cancel(_)

@@ -211,11 +211,12 @@ pub(crate) fn counts_json(counted: &[Counts]) -> serde_json::Value {
     serde_json::Value::Object(entries.collect())
 }
 
-/// One line per queue: what its consumers did.
-fn print_counts(counted: &[Counts]) -> Result<(), CliError> {
+/// One line per queue: what its consumers did; and one more for a queue that relays
+/// relayed from: what they did, and the lag (the age of its oldest ready message).
+fn print_counts(counted: &[Counts], lines: &[Line]) -> Result<(), CliError> {
     for c in counted {
         let what = match &c.counts {
-            Ok(Some(counts)) => Counted::ALL
+            Ok(Some(counts)) => Counted::CONSUMERS
                 .iter()
                 .map(|k| format!("{} {}", counted_words(*k), counts.get(*k)))
                 .chain(c.limited.map(|held| format!("held by a limit now {held}")))
@@ -225,8 +226,22 @@ fn print_counts(counted: &[Counts]) -> Result<(), CliError> {
             Err(()) => NOT_READABLE.to_owned(),
         };
         outln!("events of `{}`: {what}", c.table);
+        if let Ok(Some(counts)) = &c.counts
+            && Counted::RELAY.iter().any(|k| counts.get(*k) > 0)
+        {
+            let relayed: Vec<String> =
+                Counted::RELAY.iter().map(|k| format!("{} {}", counted_words(*k), counts.get(*k))).collect();
+            let lag = lag(lines, &c.table).map_or_else(|| "-".to_owned(), human);
+            outln!("relays of `{}`: {}, lag {lag}", c.table, relayed.join(", "));
+        }
     }
     Ok(())
+}
+
+/// The age of `table`'s oldest ready message, over its groups: how far behind its relays
+/// (or consumers) are.
+pub(crate) fn lag(lines: &[Line], table: &QueueTable) -> Option<std::time::Duration> {
+    lines.iter().filter(|l| &l.table == table).filter_map(|l| l.group.oldest_ready).max()
 }
 
 /// The report as one JSON object.
@@ -242,6 +257,7 @@ pub(crate) fn to_json(lines: &[Line], notify: Option<&NotifyTableStats>) -> serd
                 "delayed": g.delayed(),
                 "in_flight": g.in_flight,
                 "oldest_age_s": g.oldest.map(|d| d.as_secs_f64()),
+                "oldest_ready_age_s": g.oldest_ready.map(|d| d.as_secs_f64()),
                 "dead": g.dead,
                 "paused": g.paused,
             })
@@ -348,7 +364,7 @@ fn print_table(
             outln!("{}", format(&row.each_ref().map(String::as_str)));
         }
     }
-    print_counts(counted)?;
+    print_counts(counted, lines)?;
     if let Some(n) = notify {
         let oldest = n.oldest.map_or_else(String::new, |d| format!(", oldest {} old", human(d)));
         let cleanup = if config.retention.is_zero() {

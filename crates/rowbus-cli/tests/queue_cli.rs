@@ -430,6 +430,9 @@ fn stats_finds_the_queue_tables_and_counts_each_group(kind: Kind) {
     assert_eq!(figures(&line(&a, "x")), [1, 1, 0, 0, 0]);
     assert_eq!(figures(&line(&b, "")), [1, 0, 1, 0, 0]);
     assert!(line(&a, "")["oldest_age_s"].as_f64().is_some_and(|s| (0.0..60.0).contains(&s)));
+    // The oldest ready message's age: none where the only message is delayed.
+    assert!(line(&a, "")["oldest_ready_age_s"].as_f64().is_some_and(|s| (0.0..60.0).contains(&s)));
+    assert!(line(&b, "")["oldest_ready_age_s"].is_null(), "{all}");
     let listed = |table: &str| all["queues"].as_array().unwrap().iter().any(|q| q["table"] == table);
     for dead in [format!("{a}_dead"), format!("{b}_dead"), format!("{c}_dead")] {
         assert!(!listed(&dead), "dead-letter table {dead} is not a queue: {all}");

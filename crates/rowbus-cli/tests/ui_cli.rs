@@ -326,10 +326,19 @@ fn figures_and_metrics(kind: Kind) {
         .lines()
         .filter(|l| l.starts_with(&format!("rowbus_queue_events_total{{queue=\"{q}\"")))
         .collect();
-    let expected: Vec<String> = [("cancelled", 0), ("snoozed", 2), ("timed_out", 0), ("lease_lost", 0)]
-        .iter()
-        .map(|(event, n)| format!("rowbus_queue_events_total{{queue=\"{q}\",event=\"{event}\"}} {n}"))
-        .collect();
+    let expected: Vec<String> = [
+        ("cancelled", 0),
+        ("snoozed", 2),
+        ("timed_out", 0),
+        ("lease_lost", 0),
+        ("relayed", 0),
+        ("confirmed", 0),
+        ("resent", 0),
+        ("refused", 0),
+    ]
+    .iter()
+    .map(|(event, n)| format!("rowbus_queue_events_total{{queue=\"{q}\",event=\"{event}\"}} {n}"))
+    .collect();
     assert_eq!(events, expected, "\n{metrics}");
     let notify_rows = metrics.lines().any(|l| l.starts_with("rowbus_notify_table_rows{"));
     assert_eq!(notify_rows, kind != Kind::Postgres, "a notify table only off PostgreSQL:\n{metrics}");
@@ -368,7 +377,10 @@ fn figures_and_metrics(kind: Kind) {
     assert_eq!(data["notify_table"].is_null(), kind == Kind::Postgres, "{body}");
     assert_eq!(
         data["counts"][q],
-        json!({"cancelled": 0, "snoozed": 2, "timed_out": 0, "lease_lost": 0, "limited": 0}),
+        json!({
+            "cancelled": 0, "snoozed": 2, "timed_out": 0, "lease_lost": 0, "limited": 0,
+            "relayed": 0, "confirmed": 0, "resent": 0, "refused": 0
+        }),
         "{data}"
     );
 

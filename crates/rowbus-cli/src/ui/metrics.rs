@@ -126,6 +126,20 @@ pub(crate) fn render(
         }
     }
     out.family(
+        "rowbus_oldest_ready_age_seconds",
+        "gauge",
+        "Age of the oldest ready (claimable now) message in a queue table's group: how far behind its consumers or relays are (absent when none is ready).",
+    );
+    for Line { table, group: g } in lines {
+        if let Some(age) = g.oldest_ready {
+            out.sample(
+                "rowbus_oldest_ready_age_seconds",
+                &[("queue", table.channel()), ("group", &g.group)],
+                age.as_secs_f64(),
+            );
+        }
+    }
+    out.family(
         "rowbus_paused",
         "gauge",
         "Whether a queue table's group is held by a pause, its own or the whole queue's: 1 paused, 0 not (group \"\" is the default group).",
@@ -144,7 +158,7 @@ pub(crate) fn render(
     out.family(
         "rowbus_queue_events_total",
         "counter",
-        "What a queue's consumers did, in every process, from its counts table: event cancelled, snoozed, timed_out or lease_lost (absent for a queue without a counts table or whose counts table this role may not read).",
+        "What a queue's consumers and relays did, in every process, from its counts table: event cancelled, snoozed, timed_out or lease_lost (consumers), relayed, confirmed, resent or refused (relays to a message broker); absent for a queue without a counts table or whose counts table this role may not read.",
     );
     for Counts { table, counts, .. } in counts {
         if let Ok(Some(counts)) = counts {
@@ -221,6 +235,7 @@ mod tests {
                     ready: 4,
                     in_flight: 3,
                     oldest: Some(Duration::from_millis(1500)),
+                    oldest_ready: Some(Duration::from_millis(500)),
                     dead: Some(2),
                     paused: false,
                 },
@@ -245,6 +260,12 @@ mod tests {
             "\nrowbus_oldest_message_age_seconds{queue=\"jobs\",group=\"we\\\"ird\\\\\\n\"} 1.5\n"
         ));
         assert!(!text.contains("rowbus_oldest_message_age_seconds{queue=\"other\""));
+        assert!(
+            text.contains(
+                "\nrowbus_oldest_ready_age_seconds{queue=\"jobs\",group=\"we\\\"ird\\\\\\n\"} 0.5\n"
+            )
+        );
+        assert!(!text.contains("rowbus_oldest_ready_age_seconds{queue=\"other\""));
     }
 
     /// Every family has one HELP then one TYPE line right before its samples, and every
@@ -302,6 +323,7 @@ mod tests {
             [
                 "rowbus_messages",
                 "rowbus_oldest_message_age_seconds",
+                "rowbus_oldest_ready_age_seconds",
                 "rowbus_paused",
                 "rowbus_queue_paused",
                 "rowbus_queue_events_total",

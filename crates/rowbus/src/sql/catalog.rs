@@ -32,14 +32,14 @@ pub trait Catalog: Naming {
     /// and the oldest message's age in µs.
     fn group_stats_sql(t: &str) -> String {
         let now = Self::NOW;
-        let (ready, in_flight) = Self::states(
-            &format!("visible_at <= {now} AND (lease_until IS NULL OR lease_until <= {now})"),
-            &format!("lease_until > {now}"),
-        );
+        let is_ready = format!("visible_at <= {now} AND (lease_until IS NULL OR lease_until <= {now})");
+        let (ready, in_flight) = Self::states(&is_ready, &format!("lease_until > {now}"));
         format!(
-            "SELECT group_name, {count}, {ready}, {in_flight}, {age} FROM {t} GROUP BY group_name ORDER BY group_name",
+            "SELECT group_name, {count}, {ready}, {in_flight}, {age}, {ready_age} FROM {t} \
+             GROUP BY group_name ORDER BY group_name",
             count = Self::COUNT,
             age = Self::age_of("MIN(created_at)"),
+            ready_age = Self::age_of(&format!("MIN(CASE WHEN {is_ready} THEN created_at END)")),
         )
     }
 

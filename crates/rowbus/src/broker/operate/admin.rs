@@ -33,6 +33,9 @@ pub struct GroupStats {
     pub in_flight: i64,
     /// Age of the oldest message in the table, if any.
     pub oldest: Option<Duration>,
+    /// Age of the oldest ready message (claimable now), if any: how far behind the
+    /// group's consumers, or the relay to a message broker, are.
+    pub oldest_ready: Option<Duration>,
     /// Messages in the dead-letter table (`None` when it does not exist).
     pub dead: Option<i64>,
     /// Claims of the group are held: it or the whole queue is paused
@@ -244,6 +247,7 @@ impl<DB: Db> Queue<DB> {
                 ready: row.int(1),
                 in_flight: row.int(2),
                 oldest: micros(row.ints.get(3).copied().flatten()),
+                oldest_ready: micros(row.ints.get(4).copied().flatten()),
                 dead: None,
                 paused: false,
             })

@@ -49,6 +49,13 @@ impl Counted {
         Counted::Refused,
     ];
 
+    /// What a queue's consumers do: cancelled, snoozed, timed out, lease lost.
+    pub const CONSUMERS: [Counted; 4] =
+        [Counted::Cancelled, Counted::Snoozed, Counted::TimedOut, Counted::LeaseLost];
+
+    /// What relays to message brokers do: relayed, confirmed, resent, refused.
+    pub const RELAY: [Counted; 4] = [Counted::Relayed, Counted::Confirmed, Counted::Resent, Counted::Refused];
+
     /// Its name in the counts table: `cancelled`, `snoozed`, `timed_out`, `lease_lost`,
     /// `relayed`, `confirmed`, `resent`, `refused`.
     pub fn as_str(self) -> &'static str {

@@ -108,6 +108,10 @@ impl AmqpSink {
     /// the default vhost `/`) and checks that the exchange exists: an unreachable broker is
     /// [`RelayError::Connect`], a missing exchange [`RelayError::Config`].
     pub async fn connect(url: &str, options: AmqpOptions) -> Result<AmqpSink, RelayError> {
+        if url.starts_with("amqps://") {
+            let reason = format!("{}: TLS (amqps://) is not built in; use amqp://", redact(url));
+            return Err(RelayError::Config { system: "amqp", reason });
+        }
         if !url.starts_with("amqp://") {
             return Err(RelayError::Config {
                 system: "amqp",
@@ -135,7 +139,10 @@ impl AmqpSink {
         if !self.link.as_ref().is_some_and(Link::is_open) {
             self.link = None;
             let link = open(&self.url, &self.options).await.map_err(|e| match e {
-                OpenError::Connect(reason) | OpenError::Exchange(reason) => SinkError::Unavailable(reason),
+                OpenError::Connect(reason) => {
+                    SinkError::Unavailable(format!("cannot connect to {}: {reason}", redact(&self.url)))
+                }
+                OpenError::Exchange(reason) => SinkError::Unavailable(reason),
             })?;
             self.link = Some(link);
         }
@@ -311,9 +318,8 @@ enum OpenError {
 async fn open(url: &str, options: &AmqpOptions) -> Result<Link, OpenError> {
     let connect = async {
         let properties = ConnectionProperties::default().with_connection_name("rowbus relay".into());
-        let connection = Connection::connect(url, properties)
-            .await
-            .map_err(|e| OpenError::Connect(format!("cannot connect to {}: {e}", redact(url))))?;
+        let connection =
+            Connection::connect(url, properties).await.map_err(|e| OpenError::Connect(e.to_string()))?;
         let channel = connection
             .create_channel()
             .await
@@ -353,11 +359,9 @@ async fn open(url: &str, options: &AmqpOptions) -> Result<Link, OpenError> {
     };
     match tokio::time::timeout(AmqpSink::CONNECT_TIMEOUT, connect).await {
         Ok(result) => result,
-        Err(_) => Err(OpenError::Connect(format!(
-            "cannot connect to {}: no answer within {}s",
-            redact(url),
-            AmqpSink::CONNECT_TIMEOUT.as_secs()
-        ))),
+        Err(_) => {
+            Err(OpenError::Connect(format!("no answer within {}s", AmqpSink::CONNECT_TIMEOUT.as_secs())))
+        }
     }
 }
 

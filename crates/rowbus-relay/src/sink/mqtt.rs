@@ -159,7 +159,7 @@ impl MqttSink {
             }
             Ok(Some(Err(e))) => {
                 task.abort();
-                return Err(SinkError::Unavailable(format!("cannot connect to {}: {e}", redact(&self.url))));
+                return Err(SinkError::Unavailable(e));
             }
             Ok(None) => {
                 task.abort();
@@ -168,8 +168,7 @@ impl MqttSink {
             Err(_) => {
                 task.abort();
                 return Err(SinkError::Unavailable(format!(
-                    "cannot connect to {}: no CONNACK within {}s",
-                    redact(&self.url),
+                    "no CONNACK within {}s",
                     Self::CONNECT_TIMEOUT.as_secs()
                 )));
             }
@@ -233,7 +232,8 @@ impl Sink for MqttSink {
     async fn send(&mut self, batch: &[Outgoing]) -> Vec<Result<(), SinkError>> {
         let mut results: Vec<Option<Result<(), SinkError>>> = vec![None; batch.len()];
         if let Err(e) = self.ensure_link().await {
-            return vec![Err(e); batch.len()];
+            let reason = format!("cannot connect to {}: {e}", redact(&self.url));
+            return vec![Err(SinkError::Unavailable(reason)); batch.len()];
         }
         let max_packet = self.link.as_ref().and_then(|l| l.max_packet);
         let client = self.link.as_ref().expect("just connected").client.clone();
@@ -366,6 +366,9 @@ fn judge(reason: PubAckReason, text: Option<String>) -> Result<(), SinkError> {
 /// every 30 s.
 fn client_options(url: &str) -> Result<ClientOptions, RelayError> {
     let refuse = |reason: String| RelayError::Config { system: "mqtt", reason };
+    if url.starts_with("mqtts://") {
+        return Err(refuse(format!("{}: TLS (mqtts://) is not built in; use mqtt://", redact(url))));
+    }
     let Some(rest) = url.strip_prefix("mqtt://") else {
         return Err(refuse(format!("{} is not an mqtt:// URL", redact(url))));
     };
@@ -441,7 +444,14 @@ mod tests {
 
     #[test]
     fn bad_urls_are_refused() {
-        for url in ["amqp://host", "mqtt://", "mqtt://host:x", "mqtt://host/path", "mqtt://host?qos=2"] {
+        for url in [
+            "amqp://host",
+            "mqtts://host",
+            "mqtt://",
+            "mqtt://host:x",
+            "mqtt://host/path",
+            "mqtt://host?qos=2",
+        ] {
             assert!(matches!(client_options(url), Err(RelayError::Config { system: "mqtt", .. })), "{url}");
         }
     }

@@ -218,10 +218,10 @@ pub fn check_arrivals(arrivals: &[Arrival], n: usize, prefix: &str) {
         assert!(ids.insert(arrival.id.clone()), "id {} arrived twice", arrival.id);
         assert!(arrival.id.starts_with(&format!("{prefix}:")), "{}", arrival.id);
         assert_eq!(arrival.payload, payload(arrival.n), "payload of {}", arrival.n);
-        if let Some(key) = &arrival.key {
-            if let Some(last) = last_of_key.insert(key, arrival.n) {
-                assert!(last < arrival.n, "key {key}: {} arrived after {last}", arrival.n);
-            }
+        if let Some(key) = &arrival.key
+            && let Some(last) = last_of_key.insert(key, arrival.n)
+        {
+            assert!(last < arrival.n, "key {key}: {} arrived after {last}", arrival.n);
         }
     }
     let missing: Vec<_> = numbers.iter().enumerate().filter(|(_, c)| **c != 1).map(|(i, _)| i).collect();

@@ -1,0 +1,336 @@
+//! `rowbus relay` end to end, in child processes against the real databases and the local
+//! NATS and Redis servers: `--help` shows each broker's options; bad flags are refused in
+//! one line before anything connects; a relay SIGKILLed mid-stream and started again loses
+//! nothing (JetStream drops the messages sent twice by their Nats-Msg-Id; in Redis a
+//! message added twice carries the same id); `rowbus stats` shows what the relays did.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use common::{
+    Database, Kind, Running, assert_error, assert_mentions, on_each_database, rowbus, run, run_with, show,
+    text, unique,
+};
+use futures::StreamExt as _;
+
+const NATS: &str = "nats://127.0.0.1:4222";
+const REDIS: &str = "redis://127.0.0.1:6379";
+/// How long a test waits for what should happen.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// A runtime for the brokers' own clients.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+}
+
+/// `rowbus --database-url URL ARGS...`, which must succeed quietly; its stdout.
+fn ok(database: &Database, args: &[&str], input: Option<&[u8]>) -> String {
+    let mut cmd = rowbus();
+    cmd.args(["--database-url", &database.url]).args(args);
+    let (output, _) = run_with(cmd, input, Duration::from_secs(60));
+    assert!(
+        output.status.success() && output.stderr.is_empty(),
+        "`rowbus {}`\n{}",
+        args.join(" "),
+        show(&output)
+    );
+    text(&output.stdout)
+}
+
+/// A deployed queue of the test's own, holding `n` messages `m1`, `m2`, ...
+fn filled(kind: Kind, name: &str, n: usize) -> (Database, String) {
+    let q = unique(name);
+    let database = Database::new(kind, &q);
+    database.cleanup.queue(&q);
+    ok(&database, &["deploy", "--queue", &q], None);
+    let lines: String = (1..=n).map(|i| format!("m{i}\n")).collect();
+    ok(&database, &["publish", &q, "-"], Some(lines.as_bytes()));
+    (database, q)
+}
+
+/// The queue's messages left (every group, every state).
+fn depth(database: &Database, q: &str) -> i64 {
+    let json: serde_json::Value = serde_json::from_str(&ok(database, &["stats", "--json", q], None)).unwrap();
+    json["queues"].as_array().unwrap().iter().map(|g| g["depth"].as_i64().unwrap()).sum()
+}
+
+/// The queue's counts, from `rowbus stats --json`.
+fn counts(database: &Database, q: &str) -> serde_json::Value {
+    let json: serde_json::Value = serde_json::from_str(&ok(database, &["stats", "--json", q], None)).unwrap();
+    json["counts"][q].clone()
+}
+
+/// `rowbus relay Q ARGS...` started.
+fn relay(database: &Database, q: &str, args: &[&str]) -> Running {
+    let mut cmd = rowbus();
+    cmd.args(["--database-url", &database.url, "relay", q]).args(args);
+    let mut running = Running::spawn(cmd, Duration::from_secs(20));
+    running.await_stderr("relaying", Duration::from_secs(20), |l| l.starts_with("rowbus: relaying"));
+    running
+}
+
+/// Waits until `check` holds, or fails saying `what`.
+fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !check() {
+        assert!(start.elapsed() < DEADLINE, "{what}: not within {DEADLINE:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A JetStream stream of the test's own covering `<name>.>`, deleted when dropped.
+struct Stream {
+    runtime: tokio::runtime::Runtime,
+    context: async_nats::jetstream::Context,
+    name: String,
+}
+
+impl Stream {
+    fn new() -> Stream {
+        let runtime = runtime();
+        let name = unique("relaycli");
+        let context = runtime.block_on(async {
+            let client = async_nats::connect(NATS).await.unwrap_or_else(|e| panic!("NATS at {NATS}: {e}"));
+            let context = async_nats::jetstream::new(client);
+            context
+                .create_stream(async_nats::jetstream::stream::Config {
+                    name: name.clone(),
+                    subjects: vec![format!("{name}.>")],
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+            context
+        });
+        Stream { runtime, context, name }
+    }
+
+    fn count(&self) -> u64 {
+        self.runtime.block_on(async {
+            let mut stream = self.context.get_stream(&self.name).await.unwrap();
+            stream.info().await.unwrap().state.messages
+        })
+    }
+
+    /// The Nats-Msg-Id of every message, in the stream's order.
+    fn ids(&self) -> Vec<String> {
+        let total = self.count() as usize;
+        self.runtime.block_on(async {
+            use async_nats::jetstream::consumer;
+            let stream = self.context.get_stream(&self.name).await.unwrap();
+            let reader = stream
+                .create_consumer(consumer::pull::Config {
+                    ack_policy: consumer::AckPolicy::None,
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+            let mut messages = reader.messages().await.unwrap();
+            let mut ids = Vec::with_capacity(total);
+            while ids.len() < total {
+                let message = tokio::time::timeout(Duration::from_secs(10), messages.next())
+                    .await
+                    .expect("a message within 10 s")
+                    .unwrap()
+                    .unwrap();
+                let id = message.headers.as_ref().and_then(|h| h.get("Nats-Msg-Id")).map(|v| v.to_string());
+                ids.push(id.unwrap_or_default());
+            }
+            ids
+        })
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        if let Err(e) = self.runtime.block_on(self.context.delete_stream(&self.name)) {
+            eprintln!("cleanup: cannot delete stream {}, delete it by hand: {e}", self.name);
+        }
+    }
+}
+
+/// `--help` shows every broker's options under its own heading.
+#[test]
+fn help_shows_each_brokers_options() {
+    let mut cmd = rowbus();
+    cmd.args(["relay", "--help"]);
+    let output = run(cmd);
+    assert!(output.status.success(), "{}", show(&output));
+    assert_mentions(
+        &text(&output.stdout),
+        &[
+            "NATS JetStream (--to nats://",
+            "--subject <S>",
+            "--id-prefix <P>",
+            "Redis Streams (--to redis://",
+            "--stream <S>",
+            "--maxlen <N>",
+            "RabbitMQ (--to amqp://",
+            "--exchange <E>",
+            "--routing-key <K>",
+            "MQTT (--to mqtt://",
+            "--topic <T>",
+            "--batch <N>",
+            "--ordered",
+            "--group <G>",
+            "--lease <DURATION>",
+        ],
+        "rowbus relay --help",
+    );
+}
+
+/// What cannot work is refused in one line, before the database or the broker is asked.
+#[test]
+fn bad_flags_are_refused_in_one_line() {
+    let file = std::env::temp_dir().join(format!("{}.sqlite", unique("relay_refused")));
+    let url = format!("sqlite://{}", file.display());
+    for (args, says) in [
+        (vec!["--to", NATS], "relaying to NATS needs --subject"),
+        (vec!["--to", REDIS], "relaying to Redis needs --stream"),
+        (vec!["--to", REDIS, "--stream", "s", "--topic", "t"], "--topic is not for redis://127.0.0.1:6379"),
+        (vec!["--to", NATS, "--subject", "a", "--maxlen", "5"], "--maxlen is not for nats://"),
+        (vec!["--to", "kafka://127.0.0.1:9092"], "names no broker rowbus relays to"),
+        (vec!["--to", "nats://u:secret@127.0.0.1:4222"], "relaying to NATS needs --subject"),
+    ] {
+        let mut cmd = rowbus();
+        cmd.args(["--database-url", &url, "relay", "jobs"]).args(&args);
+        let line = assert_error(&run(cmd), &args.join(" "));
+        assert!(line.contains(says), "{args:?}: {line}");
+        assert!(!line.contains("secret"), "a password is never printed: {line}");
+    }
+    // A template that cannot be read is clap's refusal, naming the flag.
+    let mut cmd = rowbus();
+    cmd.args(["--database-url", &url, "relay", "jobs", "--to", NATS, "--subject", "orders.{id}"]);
+    let output = run(cmd);
+    assert_eq!(output.status.code(), Some(2), "{}", show(&output));
+    assert_mentions(&text(&output.stderr), &["--subject", "unknown placeholder {id}"], "a bad template");
+    assert!(!file.exists(), "no SQLite file is made");
+}
+
+/// A broker that cannot be reached when the relay starts is one error line.
+fn an_unreachable_broker_is_one_line(kind: Kind) {
+    let (database, q) = filled(kind, "relay_unreach", 1);
+    for (to, flag, value) in
+        [("nats://127.0.0.1:1", "--subject", "s"), ("redis://:secret@127.0.0.1:1", "--stream", "s")]
+    {
+        let mut cmd = rowbus();
+        cmd.args(["--database-url", &database.url, "relay", &q, "--to", to, flag, value]);
+        let line = assert_error(&run(cmd), to);
+        assert!(line.contains("cannot connect to") && !line.contains("secret"), "{line}");
+    }
+    assert_eq!(depth(&database, &q), 1, "nothing was taken");
+}
+on_each_database!(an_unreachable_broker_is_one_line);
+
+/// A relay to Redis says what it did when stopped, and `rowbus stats` shows it.
+fn stats_show_what_relays_did(kind: Kind) {
+    let (database, q) = filled(kind, "relay_stats", 30);
+    let streams_key = unique("relaycli");
+    let mut running = relay(&database, &q, &["--to", REDIS, "--stream", &streams_key, "--batch", "7"]);
+    eventually("the queue is drained", || depth(&database, &q) == 0);
+    let (status, _, stderr) = running.stop("TERM");
+    assert!(status.success(), "{stderr:?}");
+    assert_eq!(
+        stderr.last().map(String::as_str),
+        Some("rowbus: stopped: 30 relayed, 30 confirmed, 0 resent, 0 refused (dead-lettered)")
+    );
+    let stats = ok(&database, &["stats", &q], None);
+    assert!(
+        stats
+            .lines()
+            .any(|l| l == format!("relays of `{q}`: relayed 30, confirmed 30, resent 0, refused 0, lag -")),
+        "{stats}"
+    );
+    let mut connection = redis::Client::open(REDIS).unwrap().get_connection().unwrap();
+    let len: u64 = redis::cmd("XLEN").arg(&streams_key).query(&mut connection).unwrap();
+    redis::cmd("DEL").arg(&streams_key).exec(&mut connection).unwrap();
+    assert_eq!(len, 30);
+}
+on_each_database!(stats_show_what_relays_did);
+
+/// The messages to relay in the SIGKILL tests: enough that the kill comes mid-stream.
+const MANY: usize = 10_000;
+
+/// Messages claimed under a lease that has not run out.
+fn in_flight(database: &Database, q: &str) -> i64 {
+    let json: serde_json::Value = serde_json::from_str(&ok(database, &["stats", "--json", q], None)).unwrap();
+    json["queues"].as_array().unwrap().iter().map(|g| g["in_flight"].as_i64().unwrap()).sum()
+}
+
+/// Starts `rowbus relay Q ARGS` and SIGKILLs it once a few hundred more messages reached
+/// the broker (`arrived` counts them there), again until a kill leaves messages claimed
+/// and not settled (their lease, 2 s, still running) with more to relay.
+fn kill_mid_stream(database: &Database, q: &str, args: &[&str], mut arrived: impl FnMut() -> u64) {
+    for _ in 0..10 {
+        let before = arrived();
+        let mut running = relay(database, q, args);
+        eventually("some messages arrive", || arrived() >= before + 300);
+        running.stop("KILL");
+        let at_kill = arrived();
+        assert!(at_kill < MANY as u64, "the relay was killed mid-stream ({at_kill} at the broker)");
+        if in_flight(database, q) > 0 {
+            return;
+        }
+    }
+    panic!("no kill left a message in flight");
+}
+
+/// A relay to JetStream SIGKILLed mid-stream, then started again: every message is in the
+/// stream once. What the killed relay had sent but not settled goes again with the same
+/// Nats-Msg-Id (counted resent) and JetStream's duplicate window drops it.
+fn a_killed_relay_to_nats_loses_nothing(kind: Kind) {
+    let (database, q) = filled(kind, "relay_kill_nats", MANY);
+    let stream = Stream::new();
+    let subject = format!("{}.{{group}}", stream.name);
+    let args = ["--to", NATS, "--subject", &subject, "--batch", "20", "--lease", "2s"];
+    kill_mid_stream(&database, &q, &args, || stream.count());
+
+    let mut second = relay(&database, &q, &args);
+    eventually("the queue is drained", || depth(&database, &q) == 0);
+    let (status, _, stderr) = second.stop("TERM");
+    assert!(status.success(), "{stderr:?}");
+
+    let ids = stream.ids();
+    let unique_ids: BTreeSet<&String> = ids.iter().collect();
+    assert_eq!(ids.len(), MANY, "every message once in the stream");
+    assert_eq!(unique_ids.len(), MANY);
+    assert!(unique_ids.iter().all(|id| id.starts_with(&format!("{q}:"))), "ids are prefixed with the queue");
+    // The killed relay's leased messages were claimed again after their lease.
+    let counts = counts(&database, &q);
+    assert!(counts["resent"].as_u64().unwrap() > 0, "{counts}");
+    assert_eq!(counts["refused"], 0, "{counts}");
+}
+on_each_database!(a_killed_relay_to_nats_loses_nothing);
+
+/// The same with Redis, which keeps what is added twice: every message is there, and an
+/// id that is there twice is the same message (its payload and fields).
+fn a_killed_relay_to_redis_loses_nothing(kind: Kind) {
+    let (database, q) = filled(kind, "relay_kill_redis", MANY);
+    let key = unique("relaycli");
+    let args = ["--to", REDIS, "--stream", &key, "--batch", "20", "--lease", "2s"];
+    let mut connection = redis::Client::open(REDIS).unwrap().get_connection().unwrap();
+    let len = || -> u64 { redis::cmd("XLEN").arg(&key).query(&mut connection).unwrap() };
+    kill_mid_stream(&database, &q, &args, len);
+
+    let mut second = relay(&database, &q, &args);
+    eventually("the queue is drained", || depth(&database, &q) == 0);
+    second.stop("TERM");
+
+    let mut connection = redis::Client::open(REDIS).unwrap().get_connection().unwrap();
+    let entries: Vec<(String, Vec<Vec<u8>>)> =
+        redis::cmd("XRANGE").arg(&key).arg("-").arg("+").query(&mut connection).unwrap();
+    redis::cmd("DEL").arg(&key).exec(&mut connection).unwrap();
+    let mut by_id: BTreeMap<String, Vec<Vec<Vec<u8>>>> = BTreeMap::new();
+    for (_, fields) in entries {
+        let id = fields.chunks(2).find(|f| f[0] == b"id").map(|f| String::from_utf8(f[1].clone()).unwrap());
+        by_id.entry(id.expect("an id field")).or_default().push(fields);
+    }
+    assert_eq!(by_id.len(), MANY, "every message is in the stream");
+    for (id, copies) in &by_id {
+        assert!(copies.iter().all(|c| c == &copies[0]), "message {id} sent twice differs: {copies:?}");
+    }
+    assert!(counts(&database, &q)["resent"].as_u64().unwrap() > 0);
+}
+on_each_database!(a_killed_relay_to_redis_loses_nothing);

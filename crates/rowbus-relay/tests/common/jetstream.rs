@@ -1,0 +1,112 @@
+//! A JetStream stream of the test's own (a unique name and subjects), deleted when
+//! dropped, and what was published to it, read back in the stream's order.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer, stream};
+use futures::StreamExt as _;
+
+use super::{NATS, unique};
+
+/// One message read back from the stream.
+#[derive(Debug, Clone)]
+pub struct Got {
+    pub subject: String,
+    pub payload: Vec<u8>,
+    pub msg_id: String,
+    pub group: Option<String>,
+    pub key: Option<String>,
+    /// The header `n` the tests' messages carry.
+    pub n: Option<String>,
+}
+
+pub struct Stream {
+    pub context: jetstream::Context,
+    pub name: String,
+    /// Every subject under it is the stream's: `<root>.>`.
+    pub root: String,
+}
+
+impl Stream {
+    /// A new stream covering `<root>.>`, with JetStream's default duplicate window (2 min).
+    pub async fn new() -> Stream {
+        Stream::covering(|root| vec![format!("{root}.>")]).await
+    }
+
+    /// A new stream covering the subjects `subjects` makes of its root.
+    pub async fn covering(subjects: impl FnOnce(&str) -> Vec<String>) -> Stream {
+        let client = async_nats::connect(NATS)
+            .await
+            .unwrap_or_else(|e| panic!("NATS at {NATS} must be reachable (scripts/services.sh): {e}"));
+        let context = jetstream::new(client);
+        let name = unique("rowbus_relay");
+        let root = format!("relaytest.{name}");
+        context
+            .create_stream(stream::Config {
+                name: name.clone(),
+                subjects: subjects(&root),
+                ..Default::default()
+            })
+            .await
+            .unwrap_or_else(|e| panic!("create stream {name}: {e}"));
+        Stream { context, name, root }
+    }
+
+    /// Messages in the stream.
+    pub async fn count(&self) -> u64 {
+        let mut stream = self.context.get_stream(&self.name).await.unwrap();
+        stream.info().await.unwrap().state.messages
+    }
+
+    /// Every message in the stream, in its order.
+    pub async fn read_all(&self) -> Vec<Got> {
+        let total = self.count().await as usize;
+        let stream = self.context.get_stream(&self.name).await.unwrap();
+        let reader = stream
+            .create_consumer(consumer::pull::Config {
+                ack_policy: consumer::AckPolicy::None,
+                deliver_policy: consumer::DeliverPolicy::All,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let mut messages = reader.messages().await.unwrap();
+        let mut got = Vec::with_capacity(total);
+        while got.len() < total {
+            let message = tokio::time::timeout(Duration::from_secs(10), messages.next())
+                .await
+                .unwrap_or_else(|_| panic!("read {} of {total} messages of {}", got.len(), self.name))
+                .expect("the consumer goes on")
+                .expect("a message");
+            let header = |name: &str| {
+                message.headers.as_ref().and_then(|h| h.get(name)).map(|v| v.as_str().to_owned())
+            };
+            got.push(Got {
+                subject: message.subject.to_string(),
+                payload: message.payload.to_vec(),
+                msg_id: header("Nats-Msg-Id").unwrap_or_default(),
+                group: header("Rowbus-Group"),
+                key: header("Rowbus-Key"),
+                n: header("n"),
+            });
+        }
+        got
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        // A drop cannot await: delete it from a runtime of its own, on a thread of its own.
+        let (context, name) = (self.context.clone(), self.name.clone());
+        let deleted = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            runtime.block_on(async move {
+                context.delete_stream(&name).await.map(drop).map_err(|e| e.to_string())
+            })
+        })
+        .join();
+        if let Ok(Err(e)) = deleted {
+            eprintln!("cleanup: cannot delete stream {}, delete it by hand: {e}", self.name);
+        }
+    }
+}

@@ -153,7 +153,8 @@ async fn relay<DB: Db, S: Sink>(args: &Args, queue: &Queue<DB>, sink: S) -> f64 
         queue.publish_batch(chunk.to_vec()).await.unwrap();
     }
     let (done, all_confirmed) = oneshot::channel();
-    let sink = Counting { inner: sink, confirmed: Arc::default(), all: args.messages as u64, done: Some(done) };
+    let sink =
+        Counting { inner: sink, confirmed: Arc::default(), all: args.messages as u64, done: Some(done) };
     let started = Instant::now();
     let report = Relay::new(queue.clone(), sink)
         .batch(args.batch)
@@ -181,16 +182,19 @@ impl OnPool for Bench {
 
     async fn run<DB: Db>(self, pool: rowbus::sqlx::Pool<DB>) {
         let args = self.0;
-        let broker =
-            Broker::new(pool, BrokerOptions { poll_interval: Duration::from_millis(50), ..Default::default() })
-                .await
-                .unwrap();
+        let broker = Broker::new(
+            pool,
+            BrokerOptions { poll_interval: Duration::from_millis(50), ..Default::default() },
+        )
+        .await
+        .unwrap();
         let tag = std::process::id();
         let js = jetstream::new(async_nats::connect(NATS).await.unwrap());
         let mut redis = redis::Client::open(REDIS).unwrap().get_multiplexed_async_connection().await.unwrap();
         let brokers: Vec<&str> =
             ["nats", "redis"].into_iter().filter(|b| args.only.as_deref().is_none_or(|o| o == *b)).collect();
-        let mut figures: Vec<(&str, Vec<f64>, Vec<f64>)> = brokers.iter().map(|b| (*b, vec![], vec![])).collect();
+        let mut figures: Vec<(&str, Vec<f64>, Vec<f64>)> =
+            brokers.iter().map(|b| (*b, vec![], vec![])).collect();
         for round in 0..args.rounds {
             for (b, (system, natives, relays)) in figures.iter_mut().enumerate() {
                 let queue = broker.queue(&format!("relay_bench_{tag}_{round}_{b}")).unwrap();
@@ -208,7 +212,10 @@ impl OnPool for Bench {
                         .unwrap();
                         let sink = NatsSink::connect(
                             NATS,
-                            NatsOptions::new(Template::parse(&format!("{stream}.relay")).unwrap(), queue.table().to_string()),
+                            NatsOptions::new(
+                                Template::parse(&format!("{stream}.relay")).unwrap(),
+                                queue.table().to_string(),
+                            ),
                         )
                         .await
                         .unwrap();

@@ -15,7 +15,9 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use brokers::{Arrival, Proxy, batch, check_arrivals, message, publish_numbered, unique};
+use brokers::{
+    Arrival, Proxy, batch, check_arrivals, check_at_least_once, message, publish_numbered, unique,
+};
 use common::{Brokers, Cleanup, Place, on_each_database, place_test as database_test};
 use futures::StreamExt as _;
 use lapin::options::{
@@ -332,27 +334,37 @@ async fn a_broker_that_stops_answering_is_given_up_after_the_confirm_timeout_and
     rabbit.delete().await;
 }
 
-/// `n` messages from `queue` as they arrive, within 30 s each.
-async fn arrivals(rabbit: &Rabbit, queue: &str, n: usize) -> Vec<Arrival> {
+/// A consumer of `queue` (no acknowledgements).
+async fn consume(rabbit: &Rabbit, queue: &str) -> lapin::Consumer {
     let options = BasicConsumeOptions { no_ack: true, ..BasicConsumeOptions::default() };
-    let mut consumer = rabbit
+    rabbit
         .channel
         .basic_consume(queue.into(), unique("rowbus_relay_c").as_str().into(), options, FieldTable::default())
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// The next message `consumer` gets, within 30 s (`so_far` arrived before it).
+async fn next_arrival(consumer: &mut lapin::Consumer, so_far: usize) -> Arrival {
+    let delivery = tokio::time::timeout(Duration::from_secs(30), consumer.next())
+        .await
+        .unwrap_or_else(|_| panic!("{so_far} arrived, then nothing for 30 s"))
+        .expect("the consumer goes on")
+        .expect("a delivery");
+    Arrival {
+        id: message_id(&delivery),
+        n: header(&delivery, "n").expect("the header n").parse().unwrap(),
+        key: header(&delivery, "rowbus-key"),
+        payload: delivery.data,
+    }
+}
+
+/// `n` messages from `queue` as they arrive, within 30 s each.
+async fn arrivals(rabbit: &Rabbit, queue: &str, n: usize) -> Vec<Arrival> {
+    let mut consumer = consume(rabbit, queue).await;
     let mut out = Vec::with_capacity(n);
     while out.len() < n {
-        let delivery = tokio::time::timeout(Duration::from_secs(30), consumer.next())
-            .await
-            .unwrap_or_else(|_| panic!("{} of {n} arrived, then nothing for 30 s", out.len()))
-            .expect("the consumer goes on")
-            .expect("a delivery");
-        out.push(Arrival {
-            id: message_id(&delivery),
-            n: header(&delivery, "n").expect("the header n").parse().unwrap(),
-            key: header(&delivery, "rowbus-key"),
-            payload: delivery.data,
-        });
+        out.push(next_arrival(&mut consumer, out.len()).await);
     }
     out
 }
@@ -435,3 +447,58 @@ async fn four_relays_keep_each_keys_order<DB: Brokers>(place: Place) {
     rabbit.delete().await;
 }
 on_each_database!(four_relays_keep_each_keys_order);
+
+/// A relay killed mid-stream (its task aborted: its connection gone, its claims left under
+/// their lease), then another started: every message arrives, those the first had sent but
+/// not settled again with the same id.
+async fn a_relay_killed_mid_stream_loses_nothing<DB: Brokers>(place: Place) {
+    const N: usize = 3_000;
+    let cleanup = Cleanup::new(DB::BACKEND);
+    let broker = DB::broker(&place, BrokerOptions::default()).await;
+    let queue = broker.queue(&cleanup.queue(&unique("relay_amqp"))).unwrap();
+    queue.deploy().await.unwrap();
+    publish_numbered(&queue, N, None).await;
+    let mut rabbit = Rabbit::new().await;
+    let bound = rabbit.queue(Some("orders.#")).await;
+    let mut consumer = consume(&rabbit, &bound).await;
+    let prefix = queue.table().to_string();
+    let sink = || async {
+        let options =
+            AmqpOptions::new(&rabbit.exchange, Template::parse("orders.{key}").unwrap(), prefix.clone());
+        AmqpSink::connect(URL, options).await.unwrap()
+    };
+
+    let first =
+        tokio::spawn(Relay::new(queue.clone(), sink().await).batch(20).lease(Duration::from_secs(2)).run());
+    let mut arrived = Vec::new();
+    while arrived.len() < 300 {
+        arrived.push(next_arrival(&mut consumer, arrived.len()).await);
+    }
+    first.abort();
+    assert!(first.await.unwrap_err().is_cancelled());
+
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let second = tokio::spawn(
+        Relay::new(queue.clone(), sink().await)
+            .batch(20)
+            .lease(Duration::from_secs(2))
+            .until(async move {
+                let _ = stopped.await;
+            })
+            .run(),
+    );
+    let mut seen = std::collections::HashSet::new();
+    seen.extend(arrived.iter().map(|a| a.n));
+    while seen.len() < N {
+        let arrival = next_arrival(&mut consumer, arrived.len()).await;
+        seen.insert(arrival.n);
+        arrived.push(arrival);
+    }
+    let _ = stop.send(());
+    let report = second.await.unwrap().unwrap();
+    check_at_least_once(&arrived, N, &prefix);
+    assert_eq!(queue.depth("").await.unwrap(), (0, 0));
+    assert!(report.resent > 0, "the first relay's claims were sent again: {report:?}");
+    rabbit.delete().await;
+}
+on_each_database!(a_relay_killed_mid_stream_loses_nothing);

@@ -13,7 +13,9 @@ mod common;
 
 use std::time::Duration;
 
-use brokers::{Arrival, Proxy, batch, check_arrivals, message, publish_numbered, unique};
+use brokers::{
+    Arrival, Proxy, batch, check_arrivals, check_at_least_once, message, publish_numbered, unique,
+};
 use common::{Brokers, Cleanup, Place, on_each_database, place_test as database_test};
 use rowbus::{BrokerOptions, Queue};
 use rowbus_relay::sink::mqtt::{MqttOptions as SinkOptions, MqttSink};
@@ -264,20 +266,25 @@ async fn a_broker_that_stops_answering_is_given_up_after_the_ack_timeout_and_sen
     subscriber.close().await;
 }
 
+/// The next message `subscriber` receives, within 30 s (`so_far` arrived before it).
+async fn next_arrival(subscriber: &mut Subscriber, so_far: usize) -> Arrival {
+    let publish = tokio::time::timeout(Duration::from_secs(30), subscriber.received.recv())
+        .await
+        .unwrap_or_else(|_| panic!("{so_far} arrived, then nothing for 30 s"))
+        .expect("the subscriber runs");
+    Arrival {
+        id: property(&publish, "rowbus-id").expect("an id"),
+        n: property(&publish, "n").expect("the property n").parse().unwrap(),
+        key: property(&publish, "rowbus-key"),
+        payload: publish.payload.to_vec(),
+    }
+}
+
 /// `n` messages as `subscriber` receives them.
 async fn arrivals(subscriber: &mut Subscriber, n: usize) -> Vec<Arrival> {
     let mut out = Vec::with_capacity(n);
     while out.len() < n {
-        let publish = tokio::time::timeout(Duration::from_secs(30), subscriber.received.recv())
-            .await
-            .unwrap_or_else(|_| panic!("{} of {n} arrived, then nothing for 30 s", out.len()))
-            .expect("the subscriber runs");
-        out.push(Arrival {
-            id: property(&publish, "rowbus-id").expect("an id"),
-            n: property(&publish, "n").expect("the property n").parse().unwrap(),
-            key: property(&publish, "rowbus-key"),
-            payload: publish.payload.to_vec(),
-        });
+        out.push(next_arrival(subscriber, out.len()).await);
     }
     out
 }
@@ -354,3 +361,56 @@ async fn four_relays_keep_each_keys_order<DB: Brokers>(place: Place) {
     assert_eq!(queue.depth("").await.unwrap(), (0, 0));
 }
 on_each_database!(four_relays_keep_each_keys_order);
+
+/// A relay killed mid-stream (its task aborted: its connection gone, its claims left under
+/// their lease), then another started: every message arrives, those the first had sent but
+/// not settled again with the same id.
+async fn a_relay_killed_mid_stream_loses_nothing<DB: Brokers>(place: Place) {
+    const N: usize = 3_000;
+    let cleanup = Cleanup::new(DB::BACKEND);
+    let broker = DB::broker(&place, BrokerOptions::default()).await;
+    let queue = broker.queue(&cleanup.queue(&unique("relay_mqtt"))).unwrap();
+    queue.deploy().await.unwrap();
+    publish_numbered(&queue, N, None).await;
+    let topic = format!("{}/{{key}}", unique("rowbus_relay"));
+    let mut subscriber = Subscriber::new(&topic.replace("{key}", "#")).await;
+    let prefix = queue.table().to_string();
+    let sink = || async {
+        let options = SinkOptions::new(Template::parse(&topic).unwrap(), prefix.clone());
+        MqttSink::connect(URL, options).await.unwrap()
+    };
+
+    let first =
+        tokio::spawn(Relay::new(queue.clone(), sink().await).batch(20).lease(Duration::from_secs(2)).run());
+    let mut arrived = Vec::new();
+    while arrived.len() < 300 {
+        arrived.push(next_arrival(&mut subscriber, arrived.len()).await);
+    }
+    first.abort();
+    assert!(first.await.unwrap_err().is_cancelled());
+
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let second = tokio::spawn(
+        Relay::new(queue.clone(), sink().await)
+            .batch(20)
+            .lease(Duration::from_secs(2))
+            .until(async move {
+                let _ = stopped.await;
+            })
+            .run(),
+    );
+    let mut seen = std::collections::HashSet::new();
+    seen.extend(arrived.iter().map(|a| a.n));
+    while seen.len() < N {
+        let arrival = next_arrival(&mut subscriber, arrived.len()).await;
+        seen.insert(arrival.n);
+        arrived.push(arrival);
+    }
+    let _ = stop.send(());
+    let report = second.await.unwrap().unwrap();
+    check_at_least_once(&arrived, N, &prefix);
+    assert_eq!(queue.depth("").await.unwrap(), (0, 0));
+    assert!(report.resent > 0, "the first relay's claims were sent again: {report:?}");
+    subscriber.close().await;
+}
+on_each_database!(a_relay_killed_mid_stream_loses_nothing);

@@ -227,3 +227,24 @@ pub fn check_arrivals(arrivals: &[Arrival], n: usize, prefix: &str) {
     let missing: Vec<_> = numbers.iter().enumerate().filter(|(_, c)| **c != 1).map(|(i, _)| i).collect();
     assert!(missing.is_empty(), "not exactly once: {:?}", &missing[..missing.len().min(20)]);
 }
+
+/// Checks `arrivals` against `n` published messages when some may have been sent twice:
+/// each number at least once, every copy of a number with the same id and payload, no two
+/// numbers with one id.
+pub fn check_at_least_once(arrivals: &[Arrival], n: usize, prefix: &str) {
+    let mut id_of: Vec<Option<&str>> = vec![None; n];
+    let mut ids = std::collections::HashMap::new();
+    for arrival in arrivals {
+        assert!(arrival.n < n, "{arrival:?}");
+        assert_eq!(arrival.payload, payload(arrival.n), "payload of {}", arrival.n);
+        assert!(arrival.id.starts_with(&format!("{prefix}:")), "{}", arrival.id);
+        match id_of[arrival.n] {
+            Some(id) => assert_eq!(id, arrival.id, "message {} sent again with another id", arrival.n),
+            None => id_of[arrival.n] = Some(&arrival.id),
+        }
+        let number = *ids.entry(arrival.id.as_str()).or_insert(arrival.n);
+        assert_eq!(number, arrival.n, "id {} on two messages", arrival.id);
+    }
+    let missing: Vec<_> = id_of.iter().enumerate().filter(|(_, id)| id.is_none()).map(|(i, _)| i).collect();
+    assert!(missing.is_empty(), "missing: {:?}", &missing[..missing.len().min(20)]);
+}

@@ -20,3 +20,11 @@ pub use template::Template;
 mod relay;
 
 pub use relay::{DEFAULT_BATCH, DEFAULT_IN_FLIGHT, MAX_BACKOFF, MIN_BACKOFF, Relay, RelayReport};
+
+/// The Rust blocks of docs/relay.md, compiled (and run where they may) as doctests, so a
+/// snippet that stops compiling fails the tests (the other pages are rowbus's).
+#[cfg(all(doctest, feature = "nats", feature = "redis"))]
+mod snippets {
+    #[doc = include_str!("../../../docs/relay.md")]
+    struct Relay;
+}

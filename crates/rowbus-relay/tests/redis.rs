@@ -14,6 +14,7 @@ use rowbus::dead::DeadLetterPage;
 use rowbus::stats::Counted;
 use rowbus::{Db, Queue};
 use rowbus_relay::sink::redis::{RedisOptions, RedisSink};
+use rowbus_relay::sink::{Outgoing, Sink, SinkError};
 use rowbus_relay::{Relay, RelayReport, Template};
 use tokio::sync::oneshot;
 
@@ -187,3 +188,51 @@ async fn four_relays_keep_each_keys_order<DB: Brokers>(place: Place) {
     }
 }
 on_each_database!(four_relays_keep_each_keys_order);
+
+/// A sink that answers its third batch with "unavailable" for every message, without
+/// sending it, and hands the others to `inner`: a broker that failed one batch and took
+/// the next.
+struct FailsThird<S> {
+    inner: S,
+    batches: usize,
+}
+
+impl<S: Sink> Sink for FailsThird<S> {
+    async fn send(&mut self, batch: &[Outgoing]) -> Vec<Result<(), SinkError>> {
+        self.batches += 1;
+        if self.batches == 3 {
+            return batch.iter().map(|_| Err(SinkError::Unavailable("not this time".to_owned()))).collect();
+        }
+        self.inner.send(batch).await
+    }
+
+    fn system(&self) -> &'static str {
+        self.inner.system()
+    }
+}
+
+/// An ordered relay keeps the group's order at the broker when a batch fails: it goes
+/// again before anything after it. (Without `ordered`, the batches in flight behind the
+/// failed one arrive first.)
+async fn an_ordered_relay_keeps_the_groups_order<DB: Brokers>(place: Place) {
+    let cleanup = Cleanup::new(place.backend());
+    let streams = Streams::new().await;
+    let (_broker, queue) = queue::<DB>(&place, &cleanup, "relay_redis_ordered").await;
+    let stream = streams.name("ordered");
+    let ids = fill(&queue, 1_000, 0).await;
+    let (stopping, stopped) = oneshot::channel::<()>();
+    let sink = FailsThird { inner: sink(REDIS, &stream, None).await, batches: 0 };
+    let relay = Relay::new(queue.clone(), sink).batch(50).ordered(true).until(async move {
+        let _ = stopped.await;
+    });
+    let relay = (stopping, tokio::spawn(async move { relay.run().await.expect("the relay runs") }));
+    drained(&queue).await;
+    let report = stop(relay).await;
+    assert_eq!((report.resent, report.confirmed), (50, 1_000), "{report:?}");
+
+    let order: Vec<i64> =
+        streams.read_all(&stream).await.iter().map(|e| e.text("id").unwrap().parse().unwrap()).collect();
+    let first_out = order.iter().zip(&ids).position(|(got, published)| got != published);
+    assert_eq!((order.len(), first_out), (ids.len(), None), "every message once, in the order published");
+}
+on_each_database!(an_ordered_relay_keeps_the_groups_order);

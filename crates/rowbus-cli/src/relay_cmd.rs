@@ -79,7 +79,8 @@ pub(crate) struct RelayArgs {
     /// yours must cover it (the relay creates none)
     #[arg(long, value_name = "S", value_parser = template, help_heading = NATS)]
     subject: Option<Template>,
-    /// What Nats-Msg-Id starts with, before `:` and the message's id [default: the queue table]
+    /// What Nats-Msg-Id (RabbitMQ: message_id; MQTT: the rowbus-id property) starts with,
+    /// before `:` and the message's id [default: the queue table]
     #[arg(long, value_name = "P", help_heading = NATS)]
     id_prefix: Option<String>,
 
@@ -146,12 +147,16 @@ impl RelayArgs {
                 Ok(Target::Redis(stream))
             }
             Some("amqp") | Some("amqps") => {
-                others(&["--exchange", "--routing-key"])?;
-                Err(not_built("amqp://", "RabbitMQ"))
+                others(&["--exchange", "--routing-key", "--id-prefix"])?;
+                let exchange = self.exchange.clone().ok_or_else(|| missing("--exchange", "RabbitMQ"))?;
+                let routing_key =
+                    self.routing_key.clone().ok_or_else(|| missing("--routing-key", "RabbitMQ"))?;
+                Ok(Target::Amqp(exchange, routing_key))
             }
             Some("mqtt") | Some("mqtts") => {
-                others(&["--topic"])?;
-                Err(not_built("mqtt://", "MQTT"))
+                others(&["--topic", "--id-prefix"])?;
+                let topic = self.topic.clone().ok_or_else(|| missing("--topic", "MQTT"))?;
+                Ok(Target::Mqtt(topic))
             }
             _ => Err(CliError::Message(format!(
                 "--to {} names no broker rowbus relays to: nats://, redis://, amqp:// or mqtt://",
@@ -161,19 +166,16 @@ impl RelayArgs {
     }
 }
 
-/// The error for a broker whose sink this build lacks.
-fn not_built(scheme: &str, broker: &str) -> CliError {
-    CliError::Message(format!(
-        "this rowbus cannot relay to {broker} ({scheme}) yet: its sink is not built in"
-    ))
-}
-
 /// The broker `--to` names, with what it needs.
 pub(crate) enum Target {
     /// NATS JetStream, to this subject.
     Nats(Template),
     /// Redis Streams, to this stream.
     Redis(Template),
+    /// RabbitMQ, to this exchange with this routing key.
+    Amqp(String, Template),
+    /// MQTT, to this topic.
+    Mqtt(Template),
 }
 
 impl From<RelayError> for CliError {
@@ -239,6 +241,23 @@ async fn connect_and_run<DB: Db>(
             let options =
                 RedisOptions { maxlen: args.maxlen, timeout: args.ack_timeout, ..RedisOptions::new(stream) };
             let sink = RedisSink::connect(&args.to, options).await?;
+            run(queue, sink, args).await
+        }
+        Target::Amqp(exchange, routing_key) => {
+            use rowbus_relay::sink::amqp::{AmqpOptions, AmqpSink};
+            let prefix = args.id_prefix.clone().unwrap_or_else(|| queue.table().to_string());
+            let options = AmqpOptions {
+                confirm_timeout: args.ack_timeout,
+                ..AmqpOptions::new(exchange, routing_key, prefix)
+            };
+            let sink = AmqpSink::connect(&args.to, options).await?;
+            run(queue, sink, args).await
+        }
+        Target::Mqtt(topic) => {
+            use rowbus_relay::sink::mqtt::{MqttOptions, MqttSink};
+            let prefix = args.id_prefix.clone().unwrap_or_else(|| queue.table().to_string());
+            let options = MqttOptions { ack_timeout: args.ack_timeout, ..MqttOptions::new(topic, prefix) };
+            let sink = MqttSink::connect(&args.to, options).await?;
             run(queue, sink, args).await
         }
     }

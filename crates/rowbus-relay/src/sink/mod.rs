@@ -1,6 +1,13 @@
 //! The seam between the relay and a message broker: a [`Sink`] takes a batch of
 //! [`Outgoing`] messages and says, for each, whether the broker confirmed it.
 
+#[cfg(feature = "amqp")]
+#[cfg_attr(docsrs, doc(cfg(feature = "amqp")))]
+pub mod amqp;
+#[cfg(feature = "mqtt")]
+#[cfg_attr(docsrs, doc(cfg(feature = "mqtt")))]
+pub mod mqtt;
+
 /// One message handed to a sink: what the broker is given.
 #[derive(Debug, Clone)]
 pub struct Outgoing {

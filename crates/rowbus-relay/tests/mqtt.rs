@@ -1,0 +1,416 @@
+//! The MQTT sink against the local Mosquitto (127.0.0.1:1883): what a subscriber receives
+//! (each message once, its id, group, key and headers as user properties, the payload byte
+//! for byte, in order), what is refused, and a broker that goes away and comes back; then
+//! relays of a queue on each database to it: ten thousand messages each once, each key's
+//! order with four relays at once.
+//!
+//! Each test publishes under a topic prefix of its own; nothing is retained and every
+//! session is clean, so nothing outlives a test.
+
+mod brokers;
+#[path = "../../rowbus/tests/common/mod.rs"]
+mod common;
+
+use std::time::Duration;
+
+use brokers::{
+    Arrival, Proxy, batch, check_arrivals, check_at_least_once, message, publish_numbered, unique,
+};
+use common::{Brokers, Cleanup, Place, on_each_database, place_test as database_test};
+use rowbus::{BrokerOptions, Queue};
+use rowbus_relay::sink::mqtt::{MqttOptions as SinkOptions, MqttSink};
+use rowbus_relay::sink::{Outgoing, Sink, SinkError};
+use rowbus_relay::{Relay, RelayError, RelayReport, Template};
+use rumqttc::v5::mqttbytes::QoS;
+use rumqttc::v5::mqttbytes::v5::{Packet, Publish};
+use rumqttc::v5::{AsyncClient, Event, MqttOptions};
+use tokio::sync::mpsc;
+
+const BROKER: &str = "127.0.0.1:1883";
+const URL: &str = "mqtt://127.0.0.1:1883";
+
+/// A subscriber of the test's own on `filter`, QoS 1.
+struct Subscriber {
+    client: AsyncClient,
+    received: mpsc::UnboundedReceiver<Publish>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Subscriber {
+    /// Subscribed once this returns (the broker acknowledged the subscription).
+    async fn new(filter: &str) -> Subscriber {
+        let mut options = MqttOptions::new(unique("rowbus-relay-test"), "127.0.0.1", 1883);
+        options.set_keep_alive(Duration::from_secs(30));
+        let (client, mut eventloop) = AsyncClient::new(options, 64);
+        client.subscribe(filter, QoS::AtLeastOnce).await.unwrap();
+        let (subscribed_tx, subscribed) = tokio::sync::oneshot::channel();
+        let (tx, received) = mpsc::unbounded_channel();
+        let task = tokio::spawn(async move {
+            let mut subscribed_tx = Some(subscribed_tx);
+            loop {
+                match eventloop.poll().await {
+                    Ok(Event::Incoming(Packet::SubAck(_))) => {
+                        if let Some(tx) = subscribed_tx.take() {
+                            let _ = tx.send(());
+                        }
+                    }
+                    Ok(Event::Incoming(Packet::Publish(publish))) => {
+                        let _ = tx.send(publish);
+                    }
+                    Ok(_) => {}
+                    Err(e) => panic!("Mosquitto must be running on {BROKER}: {e}"),
+                }
+            }
+        });
+        tokio::time::timeout(Duration::from_secs(20), subscribed)
+            .await
+            .expect("a SUBACK within 20 s")
+            .expect("the subscriber runs");
+        Subscriber { client, received, task }
+    }
+
+    /// The next message, within 20 s.
+    async fn next(&mut self) -> Publish {
+        tokio::time::timeout(Duration::from_secs(20), self.received.recv())
+            .await
+            .expect("a message within 20 s")
+            .expect("the subscriber runs")
+    }
+
+    /// Everything before the marker message (id `marker`), which the test sent last on the
+    /// same connection: MQTT keeps one connection's order, so once the marker is in,
+    /// everything sent before it is too, and any second copy would have come before it.
+    async fn until(&mut self, marker: &str) -> Vec<Publish> {
+        let mut out = Vec::new();
+        loop {
+            let publish = self.next().await;
+            if property(&publish, "rowbus-id").as_deref() == Some(marker) {
+                return out;
+            }
+            out.push(publish);
+        }
+    }
+
+    async fn close(self) {
+        self.client.disconnect().await.unwrap();
+        self.task.abort();
+    }
+}
+
+fn property(publish: &Publish, name: &str) -> Option<String> {
+    let properties = publish.properties.as_ref()?;
+    let found: Vec<_> = properties.user_properties.iter().filter(|(n, _)| n == name).collect();
+    assert!(found.len() <= 1, "{name} once: {found:?}");
+    found.first().map(|(_, v)| v.clone())
+}
+
+fn options(topic: &str) -> SinkOptions {
+    SinkOptions::new(Template::parse(topic).unwrap(), "orders")
+}
+
+fn all_ok(results: &[Result<(), SinkError>]) {
+    for (i, r) in results.iter().enumerate() {
+        assert!(r.is_ok(), "message {i}: {r:?}");
+    }
+}
+
+/// A last message whose arrival says everything before it arrived.
+fn marker(id: i64) -> Outgoing {
+    message(id, "", None, &[], b"marker")
+}
+
+#[tokio::test]
+async fn a_batch_arrives_once_with_its_ids_properties_and_payloads_in_order() {
+    let prefix = unique("rowbus_relay");
+    let mut subscriber = Subscriber::new(&format!("{prefix}/#")).await;
+    let mut sink = MqttSink::connect(URL, options(&format!("{prefix}/{{group}}/{{key}}"))).await.unwrap();
+    assert_eq!(sink.system(), "mqtt");
+
+    let mut sent = batch(1, 300, 7);
+    sent.push(message(301, "", None, &[], b""));
+    sent.push(message(302, "eu", Some("user 7"), &[("a", "1"), ("trace", "x\u{e9}y")], &[0, 0xff, b'\n', 0]));
+    all_ok(&sink.send(&sent).await);
+    all_ok(&sink.send(&[marker(999)]).await);
+
+    let got = subscriber.until("orders:999").await;
+    assert_eq!(got.len(), sent.len(), "each message once");
+    for (publish, message) in got.iter().zip(&sent) {
+        assert_eq!(property(publish, "rowbus-id"), Some(format!("orders:{}", message.id)));
+        assert_eq!(publish.payload.as_ref(), message.payload.as_slice(), "message {}", message.id);
+        assert_eq!(property(publish, "rowbus-group").as_deref(), Some(message.group.as_str()));
+        assert_eq!(property(publish, "rowbus-key"), message.key);
+        let names: Vec<_> =
+            publish.properties.as_ref().unwrap().user_properties.iter().map(|(n, _)| n.as_str()).collect();
+        let mut expected: Vec<_> = message.headers.iter().map(|(n, _)| n.as_str()).collect();
+        expected.extend(["rowbus-id", "rowbus-group"]);
+        expected.extend(message.key.as_ref().map(|_| "rowbus-key"));
+        assert_eq!(names, expected, "the headers, then the id, group and key");
+        for (name, value) in &message.headers {
+            assert_eq!(property(publish, name).as_ref(), Some(value), "header {name} of {}", message.id);
+        }
+        let topic = format!(
+            "{prefix}/{}/{}",
+            if message.group.is_empty() { "_" } else { &message.group },
+            message.key.as_deref().unwrap_or("_")
+        );
+        assert_eq!(publish.topic.as_ref(), topic.as_bytes());
+        assert!(!publish.retain);
+    }
+    subscriber.close().await;
+}
+
+#[tokio::test]
+async fn a_topic_no_broker_accepts_is_refused_and_the_others_arrive() {
+    let prefix = unique("rowbus_relay");
+    let mut subscriber = Subscriber::new(&format!("{prefix}/#")).await;
+    let mut sink = MqttSink::connect(URL, options(&format!("{prefix}/{{key}}"))).await.unwrap();
+    let sent = vec![
+        message(1, "", Some("a"), &[], b"one"),
+        message(2, "", Some("a+b"), &[], b"wildcard"),
+        message(3, "", Some("#"), &[], b"wildcard"),
+        message(4, "", Some("a"), &[("bad", "nul\0")], b"nul"),
+        message(5, "", Some("a"), &[], b"five"),
+    ];
+    let results = sink.send(&sent).await;
+    assert!(results[0].is_ok(), "{:?}", results[0]);
+    for r in &results[1..4] {
+        assert!(matches!(r, Err(SinkError::Refused(_))), "{r:?}");
+    }
+    assert!(results[4].is_ok(), "{:?}", results[4]);
+    all_ok(&sink.send(&[marker(999)]).await);
+    let got: Vec<_> = subscriber.until("orders:999").await.into_iter().map(|p| p.payload.to_vec()).collect();
+    assert_eq!(got, vec![b"one".to_vec(), b"five".to_vec()]);
+    subscriber.close().await;
+}
+
+#[tokio::test]
+async fn a_broker_that_is_not_there_is_refused_at_connect() {
+    let proxy = Proxy::start(BROKER).await;
+    proxy.stop().await;
+    let url = format!("mqtt://user:secret@127.0.0.1:{}", proxy.port);
+    match MqttSink::connect(&url, options("t")).await {
+        Err(RelayError::Connect { system: "mqtt", url, .. }) => {
+            assert!(!url.contains("secret"), "the password is not shown: {url}");
+        }
+        Err(other) => panic!("expected a connect error, got {other}"),
+        Ok(_) => panic!("expected a connect error, got a sink"),
+    }
+    assert!(matches!(
+        MqttSink::connect("http://127.0.0.1:1883", options("t")).await,
+        Err(RelayError::Config { system: "mqtt", .. })
+    ));
+}
+
+#[tokio::test]
+async fn while_the_broker_is_gone_every_message_is_unavailable_and_sends_succeed_once_it_is_back() {
+    let prefix = unique("rowbus_relay");
+    let mut subscriber = Subscriber::new(&format!("{prefix}/#")).await;
+    let proxy = Proxy::start(BROKER).await;
+    let url = format!("mqtt://127.0.0.1:{}", proxy.port);
+    let mut sink = MqttSink::connect(&url, options(&format!("{prefix}/{{key}}"))).await.unwrap();
+    all_ok(&sink.send(&batch(1, 10, 2)).await);
+
+    proxy.stop().await;
+    for attempt in 0..2 {
+        let results = sink.send(&batch(11, 10, 2)).await;
+        for r in &results {
+            assert!(matches!(r, Err(SinkError::Unavailable(_))), "attempt {attempt}: {r:?}");
+        }
+    }
+
+    proxy.resume().await;
+    all_ok(&sink.send(&batch(11, 10, 2)).await);
+    all_ok(&sink.send(&[marker(999)]).await);
+    let ids: Vec<_> =
+        subscriber.until("orders:999").await.iter().map(|p| property(p, "rowbus-id").unwrap()).collect();
+    let expected: Vec<_> = (1..=20).map(|id| format!("orders:{id}")).collect();
+    assert_eq!(ids, expected);
+    subscriber.close().await;
+}
+
+#[tokio::test]
+async fn a_broker_that_stops_answering_is_given_up_after_the_ack_timeout_and_sent_to_again() {
+    let prefix = unique("rowbus_relay");
+    let mut subscriber = Subscriber::new(&format!("{prefix}/#")).await;
+    let proxy = Proxy::start(BROKER).await;
+    let url = format!("mqtt://127.0.0.1:{}", proxy.port);
+    let mut options = options(&format!("{prefix}/{{key}}"));
+    options.ack_timeout = Duration::from_millis(500);
+    let mut sink = MqttSink::connect(&url, options).await.unwrap();
+    all_ok(&sink.send(&batch(1, 10, 2)).await);
+
+    proxy.freeze();
+    for r in sink.send(&batch(11, 10, 2)).await {
+        assert!(
+            matches!(&r, Err(SinkError::Unavailable(reason)) if reason.contains("acknowledged")),
+            "{r:?}"
+        );
+    }
+    proxy.thaw();
+    all_ok(&sink.send(&batch(11, 10, 2)).await);
+    all_ok(&sink.send(&[marker(999)]).await);
+
+    // The first copies of 11..=20 may reach the broker too once the proxy passes bytes
+    // again (before or after the marker): sent again, with the same ids.
+    let ids: Vec<_> =
+        subscriber.until("orders:999").await.iter().map(|p| property(p, "rowbus-id").unwrap()).collect();
+    for id in 1..=20 {
+        let copies = ids.iter().filter(|i| **i == format!("orders:{id}")).count();
+        assert!(copies == 1 || (id > 10 && copies == 2), "id {id}: {copies} copies");
+    }
+    assert_eq!(
+        ids.iter().filter(|i| !(1..=20).any(|id| **i == format!("orders:{id}"))).count(),
+        0,
+        "{ids:?}"
+    );
+    subscriber.close().await;
+}
+
+/// The next message `subscriber` receives, within 30 s (`so_far` arrived before it).
+async fn next_arrival(subscriber: &mut Subscriber, so_far: usize) -> Arrival {
+    let publish = tokio::time::timeout(Duration::from_secs(30), subscriber.received.recv())
+        .await
+        .unwrap_or_else(|_| panic!("{so_far} arrived, then nothing for 30 s"))
+        .expect("the subscriber runs");
+    Arrival {
+        id: property(&publish, "rowbus-id").expect("an id"),
+        n: property(&publish, "n").expect("the property n").parse().unwrap(),
+        key: property(&publish, "rowbus-key"),
+        payload: publish.payload.to_vec(),
+    }
+}
+
+/// `n` messages as `subscriber` receives them.
+async fn arrivals(subscriber: &mut Subscriber, n: usize) -> Vec<Arrival> {
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n {
+        out.push(next_arrival(subscriber, out.len()).await);
+    }
+    out
+}
+
+/// Runs `relays` relays of `queue`, each with a sink of its own (a connection of its own)
+/// publishing under `prefix`, until `n` messages arrived; returns what arrived and what the
+/// relays reported, added up.
+async fn relay_all<DB: Brokers>(
+    queue: &Queue<DB>,
+    prefix: &str,
+    relays: usize,
+    n: usize,
+) -> (Vec<Arrival>, RelayReport) {
+    let mut subscriber = Subscriber::new(&format!("{prefix}/#")).await;
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut running = Vec::new();
+    for _ in 0..relays {
+        let options = SinkOptions::new(
+            Template::parse(&format!("{prefix}/{{key}}")).unwrap(),
+            queue.table().to_string(),
+        );
+        let sink = MqttSink::connect(URL, options).await.unwrap();
+        let mut stopped = stopped.clone();
+        let until = async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        };
+        running.push(tokio::spawn(Relay::new(queue.clone(), sink).until(until).run()));
+    }
+    let arrived = arrivals(&mut subscriber, n).await;
+    stop.send_replace(true);
+    let mut total = RelayReport::default();
+    for relay in running {
+        let report = relay.await.unwrap().expect("the relay ran");
+        total.relayed += report.relayed;
+        total.confirmed += report.confirmed;
+        total.resent += report.resent;
+        total.refused += report.refused;
+    }
+    subscriber.close().await;
+    (arrived, total)
+}
+
+/// Ten thousand messages relayed by one relay: each arrives once, with its id and payload,
+/// and leaves the queue.
+async fn ten_thousand_messages_arrive_once_and_leave_the_queue<DB: Brokers>(place: Place) {
+    const N: usize = 10_000;
+    let cleanup = Cleanup::new(DB::BACKEND);
+    let broker = DB::broker(&place, BrokerOptions::default()).await;
+    let queue = broker.queue(&cleanup.queue(&unique("relay_mqtt"))).unwrap();
+    queue.deploy().await.unwrap();
+    publish_numbered(&queue, N, None).await;
+
+    let (arrived, report) = relay_all(&queue, &unique("rowbus_relay"), 1, N).await;
+    check_arrivals(&arrived, N, &queue.table().to_string());
+    assert_eq!(report.confirmed, N as u64, "{report:?}");
+    assert_eq!(report.refused, 0, "{report:?}");
+    assert_eq!(queue.depth("").await.unwrap(), (0, 0), "confirmed messages leave the queue");
+}
+on_each_database!(ten_thousand_messages_arrive_once_and_leave_the_queue);
+
+/// Four relays on one queue share the work, and each key's messages arrive in the order
+/// they were published.
+async fn four_relays_keep_each_keys_order<DB: Brokers>(place: Place) {
+    const N: usize = 4_000;
+    let cleanup = Cleanup::new(DB::BACKEND);
+    let broker = DB::broker(&place, BrokerOptions::default()).await;
+    let queue = broker.queue(&cleanup.queue(&unique("relay_mqtt"))).unwrap();
+    queue.deploy().await.unwrap();
+    publish_numbered(&queue, N, Some(40)).await;
+
+    let (arrived, report) = relay_all(&queue, &unique("rowbus_relay"), 4, N).await;
+    check_arrivals(&arrived, N, &queue.table().to_string());
+    assert_eq!(report.confirmed, N as u64, "{report:?}");
+    assert_eq!(queue.depth("").await.unwrap(), (0, 0));
+}
+on_each_database!(four_relays_keep_each_keys_order);
+
+/// A relay killed mid-stream (its task aborted: its connection gone, its claims left under
+/// their lease), then another started: every message arrives, those the first had sent but
+/// not settled again with the same id.
+async fn a_relay_killed_mid_stream_loses_nothing<DB: Brokers>(place: Place) {
+    const N: usize = 3_000;
+    let cleanup = Cleanup::new(DB::BACKEND);
+    let broker = DB::broker(&place, BrokerOptions::default()).await;
+    let queue = broker.queue(&cleanup.queue(&unique("relay_mqtt"))).unwrap();
+    queue.deploy().await.unwrap();
+    publish_numbered(&queue, N, None).await;
+    let topic = format!("{}/{{key}}", unique("rowbus_relay"));
+    let mut subscriber = Subscriber::new(&topic.replace("{key}", "#")).await;
+    let prefix = queue.table().to_string();
+    let sink = || async {
+        let options = SinkOptions::new(Template::parse(&topic).unwrap(), prefix.clone());
+        MqttSink::connect(URL, options).await.unwrap()
+    };
+
+    let first =
+        tokio::spawn(Relay::new(queue.clone(), sink().await).batch(20).lease(Duration::from_secs(2)).run());
+    let mut arrived = Vec::new();
+    while arrived.len() < 300 {
+        arrived.push(next_arrival(&mut subscriber, arrived.len()).await);
+    }
+    first.abort();
+    assert!(first.await.unwrap_err().is_cancelled());
+
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let second = tokio::spawn(
+        Relay::new(queue.clone(), sink().await)
+            .batch(20)
+            .lease(Duration::from_secs(2))
+            .until(async move {
+                let _ = stopped.await;
+            })
+            .run(),
+    );
+    let mut seen = std::collections::HashSet::new();
+    seen.extend(arrived.iter().map(|a| a.n));
+    while seen.len() < N {
+        let arrival = next_arrival(&mut subscriber, arrived.len()).await;
+        seen.insert(arrival.n);
+        arrived.push(arrival);
+    }
+    let _ = stop.send(());
+    let report = second.await.unwrap().unwrap();
+    check_at_least_once(&arrived, N, &prefix);
+    assert_eq!(queue.depth("").await.unwrap(), (0, 0));
+    assert!(report.resent > 0, "the first relay's claims were sent again: {report:?}");
+    subscriber.close().await;
+}
+on_each_database!(a_relay_killed_mid_stream_loses_nothing);

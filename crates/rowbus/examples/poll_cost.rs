@@ -11,8 +11,10 @@
 //! - SQLite: the rows each poll returned (its plan, printed, is index range scans only, so
 //!   these are the rows it examined) and the time a poll took.
 //!
-//! The measured period starts `warmup` seconds after the listener subscribed, past its
-//! first lookback. Every notification written after the subscribe must arrive exactly once.
+//! The measured period starts `warmup` seconds after the listener subscribed (by default
+//! past its first lookback; `warmup=0` counts from the subscribe statement on, that
+//! statement included). The subscribe statement's own reads are printed apart. Every
+//! notification written after the subscribe must arrive exactly once.
 //!
 //! ```text
 //! cargo run --release -p rowbus --example poll_cost -- mysql://root@127.0.0.1:3306/test
@@ -255,26 +257,50 @@ async fn measure<C: Conn>(
     tokio::time::sleep(s.measure).await;
     let (g1, w1) = (monitor.handler_reads("GLOBAL").await?, written.load(Ordering::Relaxed));
 
-    // With it.
+    // With it. A SHOW's own reads: the difference of two in a row.
+    let mut marks = None;
+    let mark = async |conn: &mut C, monitor: &mut C| -> Result<_, Failure> {
+        let first = conn.handler_reads("SESSION").await?;
+        let second = conn.handler_reads("SESSION").await?;
+        let show = second.zip(first).map(|(b, a)| b - a);
+        let global = monitor.handler_reads("GLOBAL").await?;
+        Ok((second, show, global, written.load(Ordering::Relaxed)))
+    };
+    if s.warmup.is_zero() {
+        marks = Some(mark(conn, monitor).await?);
+    }
     let before_subscribe = written.load(Ordering::Relaxed);
-    let rows = conn.fetch(&nt.subscribe_sql(CHANNEL)?).await?;
+    let stmt = nt.subscribe_sql(CHANNEL)?;
+    let session_before = conn.handler_reads("SESSION").await?;
+    let rows = conn.fetch(&stmt).await?;
+    let session_after = conn.handler_reads("SESSION").await?;
     let after_subscribe = written.load(Ordering::Relaxed);
+    let subscribe_rows = rows.len() - 1;
     nt.subscribed(CHANNEL, rows)?;
+    if let (Some(before), Some(after), Some((_, Some(show), _, _))) = (session_before, session_after, marks) {
+        println!(
+            "subscribe: rows_returned={subscribe_rows} handler_reads={} (in the measured period)",
+            after.saturating_sub(before).saturating_sub(show)
+        );
+    } else {
+        println!("subscribe: rows_returned={subscribe_rows}");
+    }
+    // The first window in the position's text form (its last part), the same in every core.
+    if let Some(text) = nt.position(CHANNEL).map(|p| p.to_string()) {
+        let window = text.rsplit('|').next().unwrap_or_default();
+        let shown: String = window.chars().take(120).collect();
+        println!("first window: {} bytes in the position's text: {shown}", window.len());
+    }
     let started = Instant::now();
     let mut ticker = tokio::time::interval(s.poll);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut payloads: HashSet<String> = HashSet::new();
-    let (mut counted, mut marks, mut plan) = (Counted::default(), None, Vec::new());
+    let (mut counted, mut plan) = (Counted::default(), Vec::new());
     loop {
         ticker.tick().await;
         let elapsed = started.elapsed();
         if marks.is_none() && elapsed >= s.warmup {
-            // A SHOW's own reads: the difference of two in a row.
-            let first = conn.handler_reads("SESSION").await?;
-            let second = conn.handler_reads("SESSION").await?;
-            let show = second.zip(first).map(|(b, a)| b - a);
-            let global = monitor.handler_reads("GLOBAL").await?;
-            marks = Some((second, show, global, written.load(Ordering::Relaxed)));
+            marks = Some(mark(conn, monitor).await?);
         }
         if elapsed >= s.warmup + s.measure {
             break;

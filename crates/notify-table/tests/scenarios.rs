@@ -338,7 +338,13 @@ fn the_first_window_watches_only_the_ids_the_subscribe_did_not_read() {
     let (stmt, _) = nt.poll_sql().unwrap();
     assert_eq!(stmt.sql.matches("BETWEEN").count(), 1, "one probe: id 61");
     // A poll reads what is new and the probe; the window's 60 rows are not read again.
-    assert_eq!(rows_read(&mut nt, &mut db, 30), 0);
+    assert_eq!(rows_read(&mut nt, &mut db, 20), 0);
+    // Nor after a reconnect: the resumed position watches the same id.
+    let stored: notify_table::Position = nt.position("jobs").unwrap().to_string().parse().unwrap();
+    let mut nt = mysql();
+    assert!(!nt.resumed("jobs", stored, resume_rows(&nt, &db)).unwrap());
+    assert_eq!(nt.position("jobs").unwrap().first_window.unwrap().missing, vec![61..=61]);
+    assert_eq!(rows_read(&mut nt, &mut db, 10), 0);
     db.notify(63, "jobs");
     db.commit(61);
     assert_eq!(tick(&mut nt, &db), vec![note(61, "jobs"), note(63, "jobs")]);

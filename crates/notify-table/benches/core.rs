@@ -47,8 +47,8 @@ fn bench_polled(c: &mut Criterion) {
     for channels in [1u64, 100] {
         let label = format!("{channels}ch");
 
-        // Every poll returns the same rows, all of them read already (the first window's
-        // steady state, or a core that re-reads its whole window on every poll).
+        // Every poll returns the same rows, all of them read already (a core that re-reads
+        // its whole window on every poll, or probes joined over rows read before).
         let nt = RefCell::new(listener(channels));
         let rows = poll_rows(channels, 1);
         {

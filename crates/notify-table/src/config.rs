@@ -49,7 +49,8 @@ pub struct Config {
     /// How long a notification's transaction may stay open between its INSERT and its
     /// COMMIT and still be delivered after a later notification on the same channel was
     /// delivered first: how long a poll keeps probing an id it has not read below one it
-    /// has (a gap), and how long a new subscription reads its first window. Greater than zero, at most
+    /// has (a gap), and how long a new subscription watches the ids below its mark that its
+    /// subscribe statement did not read (its first window). Greater than zero, at most
     /// [`MAX_DURATION`](crate::MAX_DURATION): the poll takes it from the server's clock.
     pub lookback: Duration,
     /// Age after which a listener's cleanup deletes a row; zero turns the cleanup off.

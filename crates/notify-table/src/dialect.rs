@@ -121,12 +121,18 @@ impl Sql {
                 ),
                 // The mark row comes first and its subquery matches the channel exactly:
                 // the column's collation pads trailing spaces, `CAST(? AS BINARY)` does not.
+                // Then the floor, the id of the last row inserted before the window (0 when
+                // there is none; one step back on the `created_at` index), and the ids of
+                // every channel inside the window (an index range, `id` read from the
+                // index): in one statement, so one consistent read with the mark.
                 format!(
                     "SELECT COALESCE((SELECT `id` FROM {t} WHERE `channel` = ? AND `channel` = CAST(? AS BINARY) \
                      ORDER BY `id` DESC LIMIT 1), CAST(0 AS UNSIGNED)) AS `id`, '' AS `channel`, '' AS `payload`, \
                      CAST(0 AS UNSIGNED) AS `pid`, {MYSQL_CUTOFF} AS `cutoff`, {MYSQL_NOW} AS `at` \
+                     UNION ALL SELECT COALESCE((SELECT `id` FROM {t} WHERE `created_at` < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND \
+                     ORDER BY `created_at` DESC LIMIT 1), CAST(0 AS UNSIGNED)), '', '', CAST(0 AS UNSIGNED), NULL, NULL \
                      UNION ALL SELECT `id`, '', '', CAST(0 AS UNSIGNED), NULL, NULL FROM {t} \
-                     WHERE `channel` = ? AND `created_at` >= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND"
+                     WHERE `created_at` >= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND"
                 ),
                 // A consistent read: a locking range DELETE would wait for an open
                 // notifier's row at the end of the created_at index, stalling the listener.
@@ -189,11 +195,14 @@ impl Sql {
                      VALUES ($1, $2, pg_backend_pid(), {PG_TIME}) RETURNING id) \
                      SELECT pg_notify($1, chr(30) || 'rowbus' || chr(30) || $2) FROM n"
                 ),
+                // As MySQL's: the mark, the floor, the window's ids of every channel.
                 format!(
                     "SELECT COALESCE((SELECT id FROM {t} WHERE channel = $1 ORDER BY id DESC LIMIT 1), 0) AS id, \
                      '' AS channel, '' AS payload, 0::BIGINT AS pid, {} AS cutoff, {} AS at \
+                     UNION ALL SELECT COALESCE((SELECT id FROM {t} WHERE created_at < {PG_TIME} - $3 * interval '1 microsecond' \
+                     ORDER BY created_at DESC LIMIT 1), 0), '', '', 0, NULL, NULL \
                      UNION ALL SELECT id, '', '', 0, NULL, NULL FROM {t} \
-                     WHERE channel = $1 AND created_at >= {PG_TIME} - $2 * interval '1 microsecond'",
+                     WHERE created_at >= {PG_TIME} - $3 * interval '1 microsecond'",
                     pg_cutoff(2),
                     pg_now()
                 ),
@@ -268,10 +277,10 @@ impl Sql {
         sql
     }
 
-    /// The poll statement over `channels` subscriptions and `gap_slots` gap ranges. Its
-    /// binds are [`Sql::age_bind`] of the lookback, then the first and last id of each gap
-    /// slot (not on SQLite, which has no gaps), then per channel those of
-    /// [`Sql::poll_binds`].
+    /// The poll statement over `channels` subscriptions and `gap_slots` id ranges (gaps
+    /// and first windows). Its binds are [`Sql::age_bind`] of the lookback, then the first
+    /// and last id of each slot (not on SQLite, which has neither), then per channel those
+    /// of [`Sql::poll_binds`].
     pub fn poll(&self, channels: usize, gap_slots: usize) -> String {
         let t = &self.quoted;
         let mut sql = String::with_capacity(256 + channels * 320 + gap_slots * 24);
@@ -283,10 +292,12 @@ impl Sql {
                 sql.push_str(MYSQL_NOW);
                 sql.push_str(" AS `at`");
                 if gap_slots > 0 {
-                    // The open gaps of every channel, as primary-key ranges of any channel:
-                    // a row of another channel closes the gap it sits in; one of the gap's
-                    // own channel is a late commit. Unused slots bind an empty range.
-                    sql.push_str(" UNION ALL SELECT `id`, `channel`, `payload`, `pid`, NULL, NULL FROM ");
+                    // The open gaps and first windows of every channel, as primary-key
+                    // ranges of any channel: a row of another channel closes the gap it sits
+                    // in; one of the gap's own channel is a late commit. Its `created_at`
+                    // decides a first window's. Unused slots bind an empty range.
+                    sql.push_str(" UNION ALL SELECT `id`, `channel`, `payload`, `pid`, NULL, ");
+                    sql.push_str("DATE_FORMAT(`created_at`, '%Y-%m-%d %H:%i:%s.%f') FROM ");
                     sql.push_str(t);
                     sql.push_str(" WHERE ");
                     for i in 0..gap_slots {
@@ -298,21 +309,12 @@ impl Sql {
                     }
                 }
                 for _ in 0..channels {
-                    // Rows above the mark ((channel, id) range), then the first lookback's
-                    // window below the subscription's mark, with `at` set so the fold tells
-                    // its rows from a gap's; once that window is over it binds `id <= 0`,
-                    // an empty (channel, id) range. The collation pads trailing spaces; the
-                    // binary comparison keeps `jobs ` rows out of `jobs`'s branches.
+                    // Rows above the mark, a (channel, id) range. The collation pads
+                    // trailing spaces; the binary comparison keeps `jobs ` rows out of
+                    // `jobs`'s branch.
                     sql.push_str(" UNION ALL SELECT `id`, `channel`, `payload`, `pid`, NULL, NULL FROM ");
                     sql.push_str(t);
                     sql.push_str(" WHERE `channel` = ? AND `channel` = CAST(? AS BINARY) AND `id` > ?");
-                    sql.push_str(" UNION ALL SELECT `id`, `channel`, `payload`, `pid`, NULL, ");
-                    sql.push_str("DATE_FORMAT(`created_at`, '%Y-%m-%d %H:%i:%s.%f') FROM ");
-                    sql.push_str(t);
-                    sql.push_str(
-                        " WHERE `channel` = ? AND `channel` = CAST(? AS BINARY) \
-                         AND `id` <= ? AND `created_at` >= CAST(? AS DATETIME(6))",
-                    );
                 }
             }
             Dialect::Sqlite { .. } => {
@@ -345,8 +347,12 @@ impl Sql {
                 .expect(w);
                 let mut n = 2;
                 if gap_slots > 0 {
-                    write!(sql, " UNION ALL SELECT id, channel, payload, pid, NULL, NULL FROM {t} WHERE ")
-                        .expect(w);
+                    write!(
+                        sql,
+                        " UNION ALL SELECT id, channel, payload, pid, NULL, to_char(created_at, {PG_FORMAT}) \
+                         FROM {t} WHERE "
+                    )
+                    .expect(w);
                     for i in 0..gap_slots {
                         let or = if i == 0 { "" } else { " OR " };
                         write!(sql, "{or}id BETWEEN ${n} AND ${}", n + 1).expect(w);
@@ -354,48 +360,27 @@ impl Sql {
                     }
                 }
                 for _ in 0..channels {
-                    let (channel, mark, upto, cutoff) = (n, n + 1, n + 2, n + 3);
+                    let (channel, mark) = (n, n + 1);
                     write!(
                         sql,
                         " UNION ALL SELECT id, channel, payload, pid, NULL, NULL FROM {t} \
-                         WHERE channel = ${channel} AND id > ${mark} \
-                         UNION ALL SELECT id, channel, payload, pid, NULL, to_char(created_at, {PG_FORMAT}) FROM {t} \
-                         WHERE channel = ${channel} AND id <= ${upto} AND created_at >= CAST(${cutoff} AS TIMESTAMP(6))"
+                         WHERE channel = ${channel} AND id > ${mark}"
                     )
                     .expect(w);
-                    n += 4;
+                    n += 2;
                 }
             }
         }
         sql
     }
 
-    /// Appends one subscription's binds to a poll statement's: its mark, and on MySQL the
-    /// upper id of its first window (0 once that window is over) and its cutoff.
-    pub fn poll_binds(
-        &self,
-        binds: &mut Vec<Value>,
-        channel: &Arc<str>,
-        mark: u64,
-        upto: u64,
-        cutoff: &Arc<str>,
-    ) {
+    /// Appends one subscription's binds to a poll statement's: its channel and its mark.
+    pub fn poll_binds(&self, binds: &mut Vec<Value>, channel: &Arc<str>, mark: u64) {
         let mark = Value::Int(id_to_int(mark));
         let channel = Value::Text(channel.clone());
         match self.dialect {
-            Dialect::MySql => binds.extend([
-                channel.clone(),
-                channel.clone(),
-                mark,
-                channel.clone(),
-                channel,
-                Value::Int(id_to_int(upto)),
-                Value::Text(cutoff.clone()),
-            ]),
-            Dialect::Sqlite { .. } => binds.extend([channel, mark]),
-            Dialect::Postgres => {
-                binds.extend([channel, mark, Value::Int(id_to_int(upto)), Value::Text(cutoff.clone())]);
-            }
+            Dialect::MySql => binds.extend([channel.clone(), channel, mark]),
+            Dialect::Sqlite { .. } | Dialect::Postgres => binds.extend([channel, mark]),
         }
     }
 
@@ -467,8 +452,8 @@ mod tests {
         assert_eq!(placeholders(&mysql.subscribe), 5);
         assert_eq!(placeholders(&mysql.cleanup), 2);
         assert_eq!(mysql.delete(3), "DELETE FROM `t` WHERE `id` IN (?, ?, ?)");
-        assert_eq!(placeholders(&mysql.poll(3, 0)), 1 + 3 * 7);
-        assert_eq!(placeholders(&mysql.poll(3, 4)), 1 + 4 * 2 + 3 * 7);
+        assert_eq!(placeholders(&mysql.poll(3, 0)), 1 + 3 * 3);
+        assert_eq!(placeholders(&mysql.poll(3, 4)), 1 + 4 * 2 + 3 * 3);
 
         let sqlite = Sql::new(Dialect::Sqlite { pid: 1 }, "t");
         assert_eq!(placeholders(&sqlite.notify), 3);
@@ -496,13 +481,13 @@ mod tests {
         assert!(pg.create[3].ends_with("ON \"t\" (created_at)"));
         for (sql, binds) in [
             (&*pg.notify, 2),
-            (&*pg.subscribe, 2),
+            (&*pg.subscribe, 3),
             (&*pg.cleanup, 2),
             (&*pg.cleanup_below, 3),
             (&pg.cleanup_holding(2), 6),
             (&*pg.resume, 1),
-            (&pg.poll(3, 0), 1 + 3 * 4),
-            (&pg.poll(3, 4), 1 + 4 * 2 + 3 * 4),
+            (&pg.poll(3, 0), 1 + 3 * 2),
+            (&pg.poll(3, 4), 1 + 4 * 2 + 3 * 2),
             (&pg.delete(3), 3),
         ] {
             assert_eq!(numbered(sql), (binds, true), "{sql}");

@@ -1,7 +1,8 @@
 //! Where a subscription stands: its mark, its gaps, the ids read above its mark, its
 //! first window. The state a poll is built from and folded into, and nothing else.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::RangeInclusive;
 use std::sync::Arc;
 
 /// Most gaps one [`NotifyTable`](crate::NotifyTable) keeps open over all its channels,
@@ -12,8 +13,8 @@ pub const MAX_GAPS: usize = 1024;
 /// A snapshot of one subscription's state: exactly what the core needs to go on
 /// polling the channel, and what a listener would store to resume from where it was.
 ///
-/// - Every id up to `mark` has been read, except the ids in `gaps` and in the first
-///   window's range.
+/// - Every id up to `mark` has been read, except the ids in `gaps` and those the first
+///   window still watches.
 /// - `gaps`: ids below `mark` no poll has read yet (an open transaction, a rolled-back
 ///   id, an id another server of a cluster never uses, a row of another channel not
 ///   read yet), each with the server time at which it was noticed. A gap is probed by
@@ -45,13 +46,11 @@ impl Position {
     /// The lowest id this position may still deliver: below it, every row of the channel
     /// has been read (or let go). A cleanup that must not lose what this position has
     /// not read deletes only the channel's rows below it (see
-    /// [`NotifyTable::cleanup_sql_holding`](crate::NotifyTable::cleanup_sql_holding)). `0`
-    /// during a first window, whose unread ids are unknown: then nothing may go.
+    /// [`NotifyTable::cleanup_sql_holding`](crate::NotifyTable::cleanup_sql_holding)).
     pub fn first_unread(&self) -> u64 {
-        if self.first_window.is_some() {
-            return 0;
-        }
-        self.gaps.first().map_or(self.mark.saturating_add(1), |gap| gap.first)
+        let window = self.first_window.iter().flat_map(|w| w.missing.first()).map(|r| *r.start());
+        let gap = self.gaps.first().map(|gap| gap.first);
+        window.chain(gap).min().unwrap_or(self.mark.saturating_add(1))
     }
 
     /// Whether a subscription can be in this state: gaps disjoint, in order and below
@@ -78,8 +77,22 @@ impl Position {
             }
             last = ahead.id;
         }
-        if self.first_window.as_ref().is_some_and(|w| w.upto > self.mark) {
-            return Err("the first window must end at or below the mark");
+        if let Some(window) = &self.first_window {
+            if window.upto > self.mark {
+                return Err("the first window must end at or below the mark");
+            }
+            let mut below = 1;
+            for range in &window.missing {
+                if range.start() < &below || range.start() > range.end() || *range.end() > window.upto {
+                    return Err(
+                        "the first window's ids must be disjoint ranges in id order from 1 to its end",
+                    );
+                }
+                below = range.end().saturating_add(1);
+            }
+            if self.gaps.first().is_some_and(|gap| gap.first <= window.upto) {
+                return Err("the gaps must lie above the first window");
+            }
         }
         let times = std::iter::once(Some(self.cutoff.as_str()))
             .chain(self.gaps.iter().map(|g| g.noticed.as_deref()))
@@ -95,15 +108,18 @@ impl Position {
 /// The characters the text form of a [`Position`] separates its parts with.
 const SEPARATORS: [char; 5] = ['|', ';', '@', '#', ','];
 
-/// The text a position is stored as, one line: `1|mark|cutoff|gaps|ahead|window`, where
+/// The text a position is stored as, one line: `V|mark|cutoff|gaps|ahead|window`, where
 /// gaps are `first-last[@noticed]` joined by `;`, ids ahead `id[@read_at]` joined by `;`,
-/// and the first window, if any, `upto[@until]#seen,seen,...`.
+/// and the first window, if any, `upto[@until]#first-last,first-last,...` (the ids it
+/// watches). The version `V` is `2` with a first window and `1` without, the form an older
+/// rowbus reads too (its first window, `upto[@until]#id,id,...`, listed the ids it had read).
 impl std::fmt::Display for Position {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         fn time(f: &mut std::fmt::Formatter<'_>, t: Option<&str>) -> std::fmt::Result {
             t.map_or(Ok(()), |t| write!(f, "@{t}"))
         }
-        write!(f, "1|{}|{}|", self.mark, self.cutoff)?;
+        let version = if self.first_window.is_some() { 2 } else { 1 };
+        write!(f, "{version}|{}|{}|", self.mark, self.cutoff)?;
         for (i, gap) in self.gaps.iter().enumerate() {
             write!(f, "{}{}-{}", if i > 0 { ";" } else { "" }, gap.first, gap.last)?;
             time(f, gap.noticed.as_deref())?;
@@ -118,8 +134,8 @@ impl std::fmt::Display for Position {
             write!(f, "{}", window.upto)?;
             time(f, window.until.as_deref())?;
             f.write_str("#")?;
-            for (i, id) in window.seen.iter().enumerate() {
-                write!(f, "{}{id}", if i > 0 { "," } else { "" })?;
+            for (i, range) in window.missing.iter().enumerate() {
+                write!(f, "{}{}-{}", if i > 0 { "," } else { "" }, range.start(), range.end())?;
             }
         }
         Ok(())
@@ -144,9 +160,11 @@ impl std::str::FromStr for Position {
         let [version, mark, cutoff, gaps, ahead, window] = parts[..] else {
             return Err(bad("not six parts separated by |"));
         };
-        if version != "1" {
-            return Err(bad("an unknown version; it was written by a newer rowbus"));
-        }
+        let legacy = match version {
+            "1" => true,
+            "2" => false,
+            _ => return Err(bad("an unknown version; it was written by a newer rowbus")),
+        };
         let gaps = list(gaps)
             .iter()
             .map(|g| {
@@ -165,14 +183,27 @@ impl std::str::FromStr for Position {
         let first_window = if window.is_empty() {
             None
         } else {
-            let (head, seen) = window.split_once('#').ok_or_else(|| bad("a first window without #"))?;
+            let (head, ids) = window.split_once('#').ok_or_else(|| bad("a first window without #"))?;
             let (upto, until) = timed(head);
-            let seen = if seen.is_empty() {
-                Vec::new()
+            let upto = int(&upto)?;
+            let ids: Vec<&str> = if ids.is_empty() { Vec::new() } else { ids.split(',').collect() };
+            let missing = if legacy {
+                // An older rowbus re-read the window from its cutoff and listed the ids it
+                // got back: every other id up to its end may still be delivered.
+                let mut seen = ids.into_iter().map(int).collect::<Result<Vec<u64>, _>>()?;
+                seen.sort_unstable();
+                complement(&seen, upto)
             } else {
-                seen.split(',').map(int).collect::<Result<_, _>>()?
+                ids.into_iter()
+                    .map(|r| {
+                        let (first, last) = r
+                            .split_once('-')
+                            .ok_or_else(|| bad("a first window's ids are not first-last"))?;
+                        Ok(int(first)?..=int(last)?)
+                    })
+                    .collect::<Result<_, Self::Err>>()?
             };
-            Some(FirstWindow { upto: int(&upto)?, until, seen })
+            Some(FirstWindow { upto, until, missing })
         };
         Ok(Position { mark: int(mark)?, cutoff: cutoff.to_owned(), gaps, ahead, first_window })
     }
@@ -201,19 +232,38 @@ pub struct Gap {
 }
 
 /// A subscription's first `lookback`: rows at or below its subscribe mark may still
-/// become visible (transactions open at subscribe), and their ids are unknown, so each
-/// poll reads the window `created_at >= cutoff AND id <= upto` of the channel and
-/// remembers what it got back, as every poll did before gaps. It ends once a poll's cutoff
-/// passes `until`, the server time of the subscribe statement.
+/// become visible (transactions open at subscribe). The subscribe statement read the ids
+/// of the lookback window, so the ids below the mark that it did not find are known:
+/// each poll probes them with the gaps, and delivers a row found there on the
+/// subscription's channel when it was inserted no earlier than the subscription's cutoff
+/// (as a poll that re-read the window `created_at >= cutoff` would have found it). It
+/// ends once a poll's cutoff passes `until`, the server time of the subscribe statement,
+/// or when no id is left to watch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FirstWindow {
     /// The subscribe mark: the highest id the window covers.
     pub upto: u64,
     /// The server time of the subscribe statement; `None` when it carried none, and then
-    /// the window never ends.
+    /// the window ends only when no id is left to watch.
     pub until: Option<String>,
-    /// Ids the window's previous read returned, in order.
-    pub seen: Vec<u64>,
+    /// The ids up to `upto` no statement has read yet, as disjoint ranges in id order.
+    pub missing: Vec<RangeInclusive<u64>>,
+}
+
+/// The ids from 1 to `upto` that are not in `seen` (sorted), as ranges.
+fn complement(seen: &[u64], upto: u64) -> Vec<RangeInclusive<u64>> {
+    let mut missing = Vec::new();
+    let mut from = 1u64;
+    for &id in seen.iter().filter(|&&id| id <= upto) {
+        if id > from {
+            missing.push(from..=id - 1);
+        }
+        from = from.max(id.saturating_add(1));
+    }
+    if from <= upto {
+        missing.push(from..=upto);
+    }
+    missing
 }
 
 /// Disjoint id ranges, each with the server time it was noticed at.
@@ -286,25 +336,46 @@ impl Gaps {
 pub(crate) struct Window {
     pub upto: u64,
     pub until: Option<Arc<str>>,
-    pub seen: HashSet<u64>,
-    pub next: HashSet<u64>,
+    /// The ids still watched (their times unused: the window ends as a whole).
+    pub missing: Gaps,
 }
 
 impl Window {
+    /// The window of a subscribe statement that took mark `upto` at server time `until`
+    /// and read the ids `read` (sorted; the lowest is the window's floor, below which no
+    /// id is watched); `None` when it watches no id.
+    pub fn seeded(upto: u64, until: Option<Arc<str>>, read: &[u64]) -> Option<Self> {
+        let mut missing = Gaps::default();
+        let mut from = read.first().map_or(1, |&floor| floor.saturating_add(1));
+        for &id in read.iter().skip(1).take_while(|&&id| id <= upto) {
+            if id > from {
+                missing.open(from, id - 1, None);
+            }
+            from = from.max(id.saturating_add(1));
+        }
+        if from <= upto {
+            missing.open(from, upto, None);
+        }
+        (!missing.is_empty()).then_some(Window { upto, until, missing })
+    }
+
     /// The first window of a stored position.
     pub fn from_snapshot(window: FirstWindow) -> Self {
+        let missing =
+            window.missing.into_iter().map(|r| Gap { first: *r.start(), last: *r.end(), noticed: None });
         Window {
             upto: window.upto,
             until: window.until.map(Arc::from),
-            seen: window.seen.into_iter().collect(),
-            next: HashSet::new(),
+            missing: Gaps::from_snapshot(missing.collect()),
         }
     }
 
     pub fn snapshot(&self) -> FirstWindow {
-        let mut seen: Vec<u64> = self.seen.iter().copied().collect();
-        seen.sort_unstable();
-        FirstWindow { upto: self.upto, until: self.until.as_deref().map(str::to_owned), seen }
+        FirstWindow {
+            upto: self.upto,
+            until: self.until.as_deref().map(str::to_owned),
+            missing: self.missing.ranges().map(|(first, last)| first..=last).collect(),
+        }
     }
 }
 
@@ -392,8 +463,8 @@ mod text_tests {
             mark: 40,
             cutoff: "2026-11-29 12:00:00.000000".into(),
             gaps: vec![
-                Gap { first: 3, last: 5, noticed: Some("2026-11-29 12:00:01.000000".into()) },
-                Gap { first: 9, last: 9, noticed: None },
+                Gap { first: 33, last: 35, noticed: Some("2026-11-29 12:00:01.000000".into()) },
+                Gap { first: 39, last: 39, noticed: None },
             ],
             ahead: vec![
                 Ahead { id: 42, read_at: Some("2026-11-29 12:00:02.5".into()) },
@@ -402,7 +473,7 @@ mod text_tests {
             first_window: Some(FirstWindow {
                 upto: 30,
                 until: Some("2026-11-29 12:01:00.0".into()),
-                seen: vec![1, 7],
+                missing: vec![2..=4, 7..=7],
             }),
         }
     }
@@ -412,7 +483,7 @@ mod text_tests {
         let empty = Position { mark: 0, cutoff: "c".into(), gaps: vec![], ahead: vec![], first_window: None };
         let untimed_window = Position {
             mark: 3,
-            first_window: Some(FirstWindow { upto: 3, until: None, seen: vec![] }),
+            first_window: Some(FirstWindow { upto: 3, until: None, missing: vec![1..=3] }),
             ..empty.clone()
         };
         for p in [full(), empty, untimed_window] {
@@ -422,20 +493,52 @@ mod text_tests {
         }
         assert_eq!(
             full().to_string(),
-            "1|40|2026-11-29 12:00:00.000000|3-5@2026-11-29 12:00:01.000000;9-9|42@2026-11-29 12:00:02.5;44|\
-             30@2026-11-29 12:01:00.0#1,7"
+            "2|40|2026-11-29 12:00:00.000000|33-35@2026-11-29 12:00:01.000000;39-39|42@2026-11-29 12:00:02.5;44|\
+             30@2026-11-29 12:01:00.0#2-4,7-7"
         );
-        for bad in ["", "2|0|c|||", "1|x|c|||", "1|0|c|3|", "1|0|c||||"] {
+        let mut no_window = full();
+        no_window.first_window = None;
+        assert!(no_window.to_string().starts_with("1|40|"), "without a first window, the older form");
+        for bad in ["", "3|0|c|||", "1|x|c|||", "1|0|c|3|", "1|0|c||||", "2|5|c|||5#1,2"] {
             assert!(bad.parse::<Position>().is_err(), "{bad:?} parsed");
         }
     }
 
     #[test]
+    fn an_older_first_window_reads_as_the_ids_it_had_not_read() {
+        // An older rowbus listed the ids its window had read: 1, 4 and 5 up to 8.
+        let old: Position = "1|9|c||10|8@2026-11-29 12:01:00.0#5,1,4".parse().unwrap();
+        let window = old.first_window.clone().unwrap();
+        assert_eq!((window.upto, window.until.as_deref()), (8, Some("2026-11-29 12:01:00.0")));
+        assert_eq!(window.missing, vec![2..=3, 6..=8]);
+        assert_eq!(old.check(false), Ok(()));
+        let none_read: Position = "1|9|c|||8#".parse().unwrap();
+        assert_eq!(none_read.first_window.unwrap().missing, vec![1..=8]);
+        let all_read: Position = "1|3|c|||2#1,2".parse().unwrap();
+        assert_eq!(all_read.first_window.unwrap().missing, vec![]);
+    }
+
+    #[test]
+    fn a_subscribe_seeds_the_ids_it_did_not_read_above_its_floor() {
+        let ranges = |w: Option<Window>| w.map(|w| w.snapshot().missing);
+        // Floor 3 (the last row before the window), then 4, 5, 8 and 12 (above the mark).
+        assert_eq!(ranges(Window::seeded(10, None, &[3, 4, 5, 8, 12])), Some(vec![6..=7, 9..=10]));
+        assert_eq!(ranges(Window::seeded(8, None, &[0, 1, 2, 3, 4, 5, 6, 7, 8])), None, "nothing missing");
+        assert_eq!(
+            ranges(Window::seeded(4, None, &[0, 3, 4])),
+            Some(vec![1..=2]),
+            "no row before the window"
+        );
+        assert_eq!(ranges(Window::seeded(4, None, &[])), Some(vec![1..=4]), "nothing read: every id");
+        assert_eq!(ranges(Window::seeded(4, None, &[6])), None, "the floor above the mark");
+    }
+
+    #[test]
     fn first_unread_is_the_lowest_id_still_owed() {
         let mut p = full();
-        assert_eq!(p.first_unread(), 0, "a first window holds everything");
+        assert_eq!(p.first_unread(), 2, "the first window's lowest id");
         p.first_window = None;
-        assert_eq!(p.first_unread(), 3);
+        assert_eq!(p.first_unread(), 33);
         p.gaps.clear();
         assert_eq!(p.first_unread(), 41);
     }
@@ -452,5 +555,13 @@ mod text_tests {
         let mut p = full();
         p.first_window.as_mut().unwrap().upto = 41;
         assert!(p.check(false).is_err());
+        for missing in [vec![0..=1], vec![4..=5, 5..=6], vec![RangeInclusive::new(3, 2)], vec![29..=31]] {
+            let mut p = full();
+            p.first_window.as_mut().unwrap().missing = missing;
+            assert!(p.check(false).is_err());
+        }
+        let mut p = full();
+        p.gaps[0].first = 30;
+        assert!(p.check(false).is_err(), "a gap within the first window");
     }
 }

@@ -48,8 +48,9 @@ pub struct Statement {
 /// `cutoff`, `at`. A notification row has `cutoff` NULL (`None`). Exactly one row of each
 /// statement, its *head*, has a `cutoff` and carries the server's time in `at`: in a
 /// subscribe statement it carries the channel's mark in `id`; in a poll statement its
-/// other columns are `0` and empty. A notification row read by a subscription's first
-/// window has its `created_at` in `at`; every other notification row has `at` NULL.
+/// other columns are `0` and empty. The other rows of a subscribe statement carry only an
+/// `id`. A notification row read by a poll's id ranges (gaps and first windows) has its
+/// `created_at` in `at`; every other notification row has `at` NULL.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Row {
     /// The notification's id (the mark, in a subscribe statement's cutoff row).
@@ -62,8 +63,8 @@ pub struct Row {
     pub pid: u64,
     /// The server time minus lookback, as the server formatted it; `None` on data rows.
     pub cutoff: Option<String>,
-    /// On the head row, the server's time, formatted like `cutoff`; on a row of a
-    /// subscription's first window, its `created_at`; otherwise `None`.
+    /// On the head row, the server's time, formatted like `cutoff`; on a row a poll's id
+    /// ranges read, its `created_at`; otherwise `None`.
     pub at: Option<String>,
 }
 
@@ -74,8 +75,8 @@ impl Row {
     }
 
     /// The row carrying the cutoff (and, for a subscribe statement, the mark in `id`),
-    /// without the server's time: gaps it opens never age out and a first window never
-    /// ends (see [`Row::head`]).
+    /// without the server's time: gaps it opens never age out and a first window ends only
+    /// when it watches no id (see [`Row::head`]).
     pub fn cutoff(id: u64, cutoff: impl Into<String>) -> Self {
         Row { id, cutoff: Some(cutoff.into()), ..Row::default() }
     }

@@ -1,7 +1,8 @@
 //! The listener's state machine: marks, gaps, first windows and the cleanup cadence.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::channel::{check_channel, check_payload};
 use crate::config::Config;
@@ -11,12 +12,19 @@ use crate::position::{Ahead, Gaps, MAX_GAPS, Position, Window, probes};
 use crate::statement::{Notification, Row, Statement, Value};
 
 /// Most channels one [`NotifyTable`] subscribes, so that a poll statement's bind
-/// parameters stay under every server's limit (MySQL: 65,535 at 7 per channel beside
+/// parameters stay under every server's limit (MySQL: 65,535 at 3 per channel beside
 /// [`MAX_GAPS`] gap ranges at 2; SQLite: 32,766 at 2 per channel).
 pub const MAX_CHANNELS: usize = 9_000;
 
 /// Most channels [`NotifyTable::cleanup_sql_holding`] keeps rows for one by one.
 pub const MAX_HELD_CHANNELS: usize = 64;
+
+/// How much further back than `lookback` a subscribe statement reads the window's ids, and
+/// takes the row its first window starts above. Ids follow the INSERTs' times only to
+/// within the time between an INSERT's start (its `created_at`) and the moment it takes
+/// its id; the margin keeps an id open at subscribe and inserted just inside the window
+/// from falling below the first window's floor. It costs a second's rows, once.
+const SEED_MARGIN: Duration = Duration::from_secs(1);
 
 /// Names the poll statement a [`NotifyTable::poll_sql`] call built: hand it back to
 /// [`NotifyTable::polled`] with that statement's rows.
@@ -36,7 +44,7 @@ struct Subscription {
     /// Unique across the object's life: a channel subscribed again gets a new one.
     generation: u64,
     channel: Arc<str>,
-    /// Every id up to here was read, except those in `gaps` and the first window; rises only.
+    /// Every id up to here was read, except those in `gaps` and the first window's; rises only.
     mark: u64,
     /// Server time minus lookback, as of the channel's previous statement; rises only.
     cutoff: Arc<str>,
@@ -194,17 +202,20 @@ impl NotifyTable {
     }
 
     /// The statement that takes `channel`'s mark: its highest id, the current cutoff and
-    /// the server's time in the head row, then (not on SQLite) the ids inside the lookback
-    /// window.
+    /// the server's time in the head row, then (not on SQLite) the ids of every channel
+    /// inside the lookback window, which seed the subscription's first window (see
+    /// [`FirstWindow`](crate::FirstWindow)).
     /// Hand its rows to [`subscribed`](Self::subscribed).
     pub fn subscribe_sql(&self, channel: &str) -> Result<Statement, Error> {
         let channel = check_channel(channel)?;
         self.check_room_for(channel)?;
         let channel = Value::Text(Arc::from(channel));
         let lookback = self.sql.age_bind(self.config.lookback);
+        let seed = self.sql.age_bind(self.config.lookback.saturating_add(SEED_MARGIN));
         let binds = match self.sql.dialect {
-            Dialect::MySql => vec![channel.clone(), channel.clone(), lookback.clone(), channel, lookback],
-            Dialect::Sqlite { .. } | Dialect::Postgres => vec![channel, lookback],
+            Dialect::MySql => vec![channel.clone(), channel, lookback, seed.clone(), seed],
+            Dialect::Postgres => vec![channel, lookback, seed],
+            Dialect::Sqlite { .. } => vec![channel, lookback],
         };
         Ok(Statement { sql: self.sql.subscribe.clone(), binds })
     }
@@ -214,25 +225,25 @@ impl NotifyTable {
     /// earlier subscription of the channel.
     ///
     /// On MySQL and PostgreSQL the subscription starts with its first window (see
-    /// [`FirstWindow`](crate::FirstWindow)): rows below the mark whose transactions were
-    /// open at subscribe have ids nothing has told the listener about.
+    /// [`FirstWindow`](crate::FirstWindow)): the ids below the mark that the statement did
+    /// not read, above the last row inserted before its window (its lowest id row), may be
+    /// transactions open at subscribe. Without such rows every id up to the mark is watched.
     pub fn subscribed(&mut self, channel: &str, rows: Vec<Row>) -> Result<(), Error> {
         let channel = check_channel(channel)?;
         self.check_room_for(channel)?;
         let mut head = None;
-        let mut seen = HashSet::with_capacity(rows.len());
+        let mut read = Vec::with_capacity(rows.len());
         for row in rows {
             match row.cutoff {
                 Some(cutoff) => head = Some((row.id, cutoff, row.at)),
-                None => {
-                    seen.insert(row.id);
-                }
+                None => read.push(row.id),
             }
         }
         let (mark, cutoff, at) = head.ok_or_else(|| Error::MissingMarkRow { channel: channel.to_owned() })?;
         let window = match self.sql.dialect {
             Dialect::MySql | Dialect::Postgres if mark > 0 => {
-                Some(Window { upto: mark, until: at.map(Arc::from), seen, next: HashSet::new() })
+                read.sort_unstable();
+                Window::seeded(mark, at.map(Arc::from), &read)
             }
             // SQLite: one writer, ids visible in commit order; nothing below the mark
             // can appear later. No row on the channel: nothing below 0.
@@ -362,15 +373,19 @@ impl NotifyTable {
     /// The poll statement over every subscribed channel, in one statement, and the token
     /// to fold its rows with; `None` when nothing is subscribed.
     ///
-    /// It reads each channel's rows above its mark, the open gaps of every channel as
-    /// primary-key ranges, and (not on SQLite) a subscription's first window while it lasts: what
-    /// is new plus what may still arrive late, not the whole lookback window.
+    /// It reads each channel's rows above its mark and (not on SQLite) the open gaps and
+    /// first windows' ids of every channel as primary-key ranges: what is new plus what may
+    /// still arrive late, not the whole lookback window.
     pub fn poll_sql(&mut self) -> Option<(Statement, PollToken)> {
         let n = self.subscriptions.len();
         if n == 0 {
             return None;
         }
-        let ranges: Vec<(u64, u64)> = self.subscriptions.values().flat_map(|sub| sub.gaps.ranges()).collect();
+        let ranges: Vec<(u64, u64)> = self
+            .subscriptions
+            .values()
+            .flat_map(|sub| sub.gaps.ranges().chain(sub.window.iter().flat_map(|w| w.missing.ranges())))
+            .collect();
         let probes = probes(ranges, MAX_GAPS);
         // Slots come in powers of two so that the statement texts stay few.
         let slots = if probes.is_empty() { 0 } else { probes.len().next_power_of_two().min(MAX_GAPS) };
@@ -379,7 +394,7 @@ impl NotifyTable {
         }
         let sql =
             self.poll_texts.1.entry(slots).or_insert_with(|| Arc::from(self.sql.poll(n, slots))).clone();
-        let mut binds = Vec::with_capacity(1 + slots * 2 + n * 7);
+        let mut binds = Vec::with_capacity(1 + slots * 2 + n * 3);
         binds.push(self.sql.age_bind(self.config.lookback));
         for i in 0..slots {
             // An unused slot binds the empty range 1..=0.
@@ -387,8 +402,7 @@ impl NotifyTable {
             binds.extend([Value::Int(id_to_int(first)), Value::Int(id_to_int(last))]);
         }
         for sub in self.subscriptions.values() {
-            let upto = sub.window.as_ref().map_or(0, |w| w.upto);
-            self.sql.poll_binds(&mut binds, &sub.channel, sub.mark, upto, &sub.cutoff);
+            self.sql.poll_binds(&mut binds, &sub.channel, sub.mark);
         }
         self.poll_seq += 1;
         Some((Statement { sql, binds }, PollToken { seq: self.poll_seq, generation: self.generation }))
@@ -413,41 +427,47 @@ impl NotifyTable {
         self.folded_seq = token.seq;
         self.polls += 1;
 
-        // One entry per id (a row may come back from several branches); whether any copy
-        // came from a first window.
-        let mut data: Vec<(Row, bool)> = Vec::with_capacity(rows.len());
+        // One entry per id (a row may come back from several branches), with the
+        // `created_at` a gap probe's copy carries.
+        let mut data: Vec<Row> = Vec::with_capacity(rows.len());
         let mut index: HashMap<u64, usize> = HashMap::with_capacity(rows.len());
         for row in rows {
             if row.cutoff.is_some() {
                 continue;
             }
-            let windowed = row.at.is_some();
             match index.get(&row.id) {
-                Some(&i) => data[i].1 |= windowed,
+                Some(&i) => {
+                    if data[i].at.is_none() {
+                        data[i].at = row.at;
+                    }
+                }
                 None => {
                     index.insert(row.id, data.len());
-                    data.push((row, windowed));
+                    data.push(row);
                 }
             }
         }
-        data.sort_unstable_by_key(|(row, _)| row.id);
-        let read: Vec<u64> = data.iter().map(|(row, _)| row.id).collect();
+        data.sort_unstable_by_key(|row| row.id);
+        let read: Vec<u64> = data.iter().map(|row| row.id).collect();
 
         let current = |sub: &Subscription| sub.generation <= token.generation;
         // Rows above each mark, per channel, to move the mark and open gaps below them.
         let mut above: HashMap<Arc<str>, Vec<u64>> = HashMap::new();
         let mut fresh: Vec<(u64, Notification)> = Vec::new();
-        let gapped: Vec<Arc<str>> = self
+        let watching: Vec<Arc<str>> = self
             .subscriptions
             .values()
-            .filter(|sub| current(sub) && !sub.gaps.is_empty())
+            .filter(|sub| current(sub) && (!sub.gaps.is_empty() || sub.window.is_some()))
             .map(|sub| sub.channel.clone())
             .collect();
-        for (row, windowed) in data {
+        for row in data {
             // A row read closes its id in every other channel's gaps: it is not theirs.
-            for channel in gapped.iter().filter(|c| ***c != *row.channel) {
+            for channel in watching.iter().filter(|c| ***c != *row.channel) {
                 if let Some(sub) = self.subscriptions.get_mut(channel) {
                     sub.gaps.take(row.id);
+                    if let Some(window) = &mut sub.window {
+                        window.missing.take(row.id);
+                    }
                 }
             }
             let Some(sub) = self.subscriptions.get_mut(row.channel.as_str()) else { continue };
@@ -459,15 +479,14 @@ impl NotifyTable {
                 !sub.ahead.contains_key(&row.id)
             } else if sub.gaps.take(row.id) {
                 true
+            } else if sub.window.as_mut().is_some_and(|window| window.missing.take(row.id)) {
+                // Open at subscribe, below its mark: delivered when inserted no earlier
+                // than the cutoff this poll was built with, as a re-read of the window
+                // (`created_at >= cutoff`) would have found it; otherwise let go.
+                row.at.as_deref().is_none_or(|created_at| *created_at >= *sub.cutoff)
             } else {
-                match &mut sub.window {
-                    Some(window) if windowed && row.id <= window.upto => {
-                        window.next.insert(row.id);
-                        !window.seen.contains(&row.id)
-                    }
-                    // Read before: history, or delivered, or a gap that aged out.
-                    _ => false,
-                }
+                // Read before: history, or delivered, or a gap that aged out.
+                false
             };
             if new {
                 fresh.push((
@@ -487,12 +506,10 @@ impl NotifyTable {
                 sub.cutoff = cutoff.clone();
             }
             sub.gaps.age_out(&cutoff);
-            if let Some(window) = &mut sub.window {
-                std::mem::swap(&mut window.seen, &mut window.next);
-                window.next.clear();
-                if window.until.as_deref().is_some_and(|until| *cutoff > *until) {
-                    sub.window = None;
-                }
+            if sub.window.as_ref().is_some_and(|window| {
+                window.missing.is_empty() || window.until.as_deref().is_some_and(|until| *cutoff > *until)
+            }) {
+                sub.window = None;
             }
             let ids = above.remove(&sub.channel).unwrap_or_default();
             if ids.is_empty() && sub.ahead.is_empty() {

@@ -27,14 +27,6 @@ fn ts(us: u64) -> String {
     format!("2026-11-29 {:02}:{:02}:{:02}.{:06}", s / 3600, s / 60 % 60, s % 60, us % SEC)
 }
 
-fn parse_ts(text: &str) -> u64 {
-    let time = text.strip_prefix("2026-11-29 ").expect("a cutoff this test wrote");
-    let (hms, micros) = time.split_once('.').unwrap();
-    let mut parts = hms.split(':').map(|p| p.parse::<u64>().unwrap());
-    let (h, m, s) = (parts.next().unwrap(), parts.next().unwrap(), parts.next().unwrap());
-    ((h * 60 + m) * 60 + s) * SEC + micros.parse::<u64>().unwrap()
-}
-
 /// 12:00:00 plus `secs`.
 fn noon(secs: u64) -> u64 {
     12 * 3600 * SEC + secs * SEC
@@ -58,10 +50,6 @@ struct DbRow {
 struct Db {
     now: u64,
     rows: Vec<DbRow>,
-}
-
-fn pad_eq(a: &str, b: &str) -> bool {
-    a.trim_end_matches(' ') == b.trim_end_matches(' ')
 }
 
 fn text(v: &Value) -> &str {
@@ -111,15 +99,17 @@ impl Db {
     }
 
     fn subscribe(&self, stmt: &Statement) -> Vec<Row> {
-        let [ch, ch2, lookback, ch3, lookback2] = &stmt.binds[..] else { panic!("subscribe binds {stmt:?}") };
-        assert!(text(ch) == text(ch2) && text(ch) == text(ch3) && lookback == lookback2);
-        let since = self.now - int(lookback);
+        let [ch, ch2, lookback, seed, seed2] = &stmt.binds[..] else { panic!("subscribe binds {stmt:?}") };
+        assert!(text(ch) == text(ch2) && seed == seed2 && int(seed) > int(lookback));
         let mark = self.visible().filter(|r| r.channel == text(ch)).map(|r| r.id).max().unwrap_or(0);
-        let mut rows = vec![Row::head(mark, ts(since), ts(self.now))];
+        let mut rows = vec![Row::head(mark, ts(self.now - int(lookback)), ts(self.now))];
+        // The floor: the last row inserted before the window (of ties, the highest id).
+        let since = self.now - int(seed);
+        let floor = self.visible().filter(|r| r.created_at < since).max_by_key(|r| (r.created_at, r.id));
+        rows.push(Row { id: floor.map_or(0, |r| r.id), ..Row::default() });
+        // The window's ids, of every channel.
         rows.extend(
-            self.visible()
-                .filter(|r| pad_eq(&r.channel, text(ch)) && r.created_at >= since)
-                .map(|r| Row { id: r.id, ..Row::default() }),
+            self.visible().filter(|r| r.created_at >= since).map(|r| Row { id: r.id, ..Row::default() }),
         );
         rows
     }
@@ -130,22 +120,20 @@ impl Db {
         let slots = stmt.sql.matches("BETWEEN").count();
         let (gaps, groups) = stmt.binds[1..].split_at(2 * slots);
         for range in gaps.chunks_exact(2) {
-            // The gap probes: primary-key ranges, any channel.
+            // The probes: primary-key ranges, any channel, with `created_at`.
             let (first, last) = (int(&range[0]), int(&range[1]));
-            rows.extend(self.visible().filter(|r| (first..=last).contains(&r.id)).map(row));
-        }
-        for group in groups.chunks_exact(7) {
-            let [ch, ch_bin, mark, ch2, ch2_bin, upto, cutoff] = group else { unreachable!() };
-            assert!(ch == ch_bin && ch == ch2 && ch == ch2_bin);
-            let (ch, mark, upto, cutoff) = (text(ch), int(mark), int(upto), parse_ts(text(cutoff)));
-            // `channel = ? AND channel = CAST(? AS BINARY)`: an exact match.
-            let mine = || self.visible().filter(move |r| r.channel == ch);
-            rows.extend(mine().filter(|r| r.id > mark).map(row));
             rows.extend(
-                mine()
-                    .filter(|r| r.created_at >= cutoff && r.id <= upto)
+                self.visible()
+                    .filter(|r| (first..=last).contains(&r.id))
                     .map(|r| Row { at: Some(ts(r.created_at)), ..row(r) }),
             );
+        }
+        for group in groups.chunks_exact(3) {
+            let [ch, ch_bin, mark] = group else { unreachable!() };
+            assert!(ch == ch_bin);
+            let (ch, mark) = (text(ch), int(mark));
+            // `channel = ? AND channel = CAST(? AS BINARY)`: an exact match.
+            rows.extend(self.visible().filter(|r| r.channel == ch && r.id > mark).map(row));
         }
         rows
     }
@@ -225,11 +213,8 @@ fn no_history_before_the_subscription() {
     db.advance(10);
     listen(&mut nt, &db, "jobs");
     assert_eq!(mark_of(&nt, "jobs"), (5, ts(noon(0))), "mark 5; cutoff 12:01:00 - 60 s");
-    assert_eq!(
-        tick_for(&mut nt, &mut db, 3),
-        vec![],
-        "rows 1..=5 are re-read by the first window, not delivered"
-    );
+    assert_eq!(nt.position("jobs").unwrap().first_window, None, "1..=5 read at subscribe: no id to watch");
+    assert_eq!(tick_for(&mut nt, &mut db, 3), vec![], "rows 1..=5 are history");
     db.notify(6, "jobs");
     assert_eq!(tick_for(&mut nt, &mut db, 1), vec![note(6, "jobs")]);
 }
@@ -339,24 +324,111 @@ fn a_poll_reads_what_is_new_not_the_window() {
 }
 
 #[test]
-fn the_first_window_is_read_for_one_lookback_after_subscribe_then_never() {
+fn the_first_window_watches_only_the_ids_the_subscribe_did_not_read() {
     let (mut nt, mut db) = (mysql(), Db::at(noon(0)));
-    for id in 1..=3 {
-        db.notify(id, "jobs");
+    for id in 1..=60 {
+        db.notify(id, if id % 3 == 0 { "mail" } else { "jobs" }); // a minute of traffic, 1/s
+        db.advance(1);
     }
+    db.insert(61, "jobs"); // open at subscribe, at 12:01:00
+    db.notify(62, "jobs");
+    listen(&mut nt, &db, "jobs"); // mark 62; floor 0 (nothing before 11:59:59)
+    let window = nt.position("jobs").unwrap().first_window.expect("an id below the mark was not read");
+    assert_eq!((window.upto, window.until, window.missing), (62, Some(ts(noon(60))), vec![61..=61]));
+    let (stmt, _) = nt.poll_sql().unwrap();
+    assert_eq!(stmt.sql.matches("BETWEEN").count(), 1, "one probe: id 61");
+    // A poll reads what is new and the probe; the window's 60 rows are not read again.
+    assert_eq!(rows_read(&mut nt, &mut db, 20), 0);
+    // Nor after a reconnect: the resumed position watches the same id.
+    let stored: notify_table::Position = nt.position("jobs").unwrap().to_string().parse().unwrap();
+    let mut nt = mysql();
+    assert!(!nt.resumed("jobs", stored, resume_rows(&nt, &db)).unwrap());
+    assert_eq!(nt.position("jobs").unwrap().first_window.unwrap().missing, vec![61..=61]);
+    assert_eq!(rows_read(&mut nt, &mut db, 10), 0);
+    db.notify(63, "jobs");
+    db.commit(61);
+    assert_eq!(tick(&mut nt, &db), vec![note(61, "jobs"), note(63, "jobs")]);
+    assert_eq!(nt.position("jobs").unwrap().first_window, None, "nothing left to watch");
+    assert_eq!(rows_read(&mut nt, &mut db, 30), 0);
+}
+
+#[test]
+fn the_first_window_ends_a_lookback_after_the_subscribe() {
+    let (mut nt, mut db) = (mysql(), Db::at(noon(0)));
+    db.insert(1, "jobs");
+    db.notify(2, "jobs");
     db.advance(10);
-    listen(&mut nt, &db, "jobs"); // mark 3, window cutoff 11:59:10, until 12:00:10
-    let window = nt.position("jobs").unwrap().first_window.expect("rows below the mark: a first window");
-    assert_eq!((window.upto, window.until, window.seen), (3, Some(ts(noon(10))), vec![1, 2, 3]));
-    // Poll k (at 12:00:10 + k) reads the window from the previous cutoff, 11:59:10 + k - 1:
-    // rows 1..=3 (inserted at 12:00:00) while that is at most 12:00:00, polls 1..=51.
-    assert_eq!(rows_read(&mut nt, &mut db, 51), 51 * 3);
-    assert_eq!(rows_read(&mut nt, &mut db, 9), 0);
+    listen(&mut nt, &db, "jobs"); // mark 2 at 12:00:10: window until 12:00:10
+    assert_eq!(rows_read(&mut nt, &mut db, 60), 0);
     assert!(nt.position("jobs").unwrap().first_window.is_some(), "not over before 12:01:10");
     assert_eq!(rows_read(&mut nt, &mut db, 1), 0);
     assert_eq!(nt.position("jobs").unwrap().first_window, None, "its cutoff passed the subscribe");
+    db.commit(1); // 71 s after its INSERT, below the mark: the loss case
+    db.notify(3, "jobs");
+    assert_eq!(tick(&mut nt, &db), vec![note(3, "jobs")]);
+}
+
+/// A row open at subscribe below the mark is delivered exactly when a poll re-reading the
+/// window from the cutoff it was built with (`created_at >= cutoff`) would have read it.
+#[test]
+fn a_row_open_at_subscribe_is_delivered_as_a_reread_window_would_read_it() {
+    let (mut nt, mut db) = (mysql(), Db::at(noon(0)));
+    db.insert(1, "jobs"); // 12:00:00
+    db.insert(2, "jobs");
+    db.insert(3, "jobs");
+    db.advance(50);
     db.notify(4, "jobs");
-    assert_eq!(tick(&mut nt, &db), vec![note(4, "jobs")]);
+    listen(&mut nt, &db, "jobs"); // 12:00:50: mark 4, cutoff 11:59:50
+    assert_eq!(nt.position("jobs").unwrap().first_window.unwrap().missing, vec![1..=3]);
+    assert_eq!(tick_for(&mut nt, &mut db, 5), vec![]); // polls at 12:00:51..=55
+    db.commit(1);
+    assert_eq!(tick_for(&mut nt, &mut db, 1), vec![note(1, "jobs")], "from 11:59:55 on: 12:00:00 is in");
+    assert_eq!(tick_for(&mut nt, &mut db, 10), vec![]); // to 12:01:06
+    db.commit(2);
+    assert_eq!(
+        tick_for(&mut nt, &mut db, 1),
+        vec![],
+        "from 12:00:06: inserted at 12:00:00, 67 s before this poll, behind mark 4: let go"
+    );
+    // A listener that stopped polling for a while reads from the cutoff of its last poll.
+    db.advance(3);
+    db.commit(3);
+    let mut stalled = mysql();
+    let mut late_db = Db::at(noon(50));
+    late_db.insert(1, "jobs");
+    late_db.rows[0].created_at = noon(0);
+    late_db.notify(4, "jobs");
+    listen(&mut stalled, &late_db, "jobs");
+    late_db.advance(15);
+    late_db.commit(1); // 65 s after its INSERT, but the last statement's cutoff is 11:59:50
+    assert_eq!(tick(&mut stalled, &late_db), vec![note(1, "jobs")]);
+    assert_eq!(tick_for(&mut nt, &mut db, 1), vec![], "3 let go as 2 was");
+}
+
+/// A position stored by a rowbus whose first window listed the ids it had read resumes
+/// with the ids it had not, and delivers what that window would have.
+#[test]
+fn a_position_with_an_older_first_window_resumes_as_that_window_would_go_on() {
+    let (mut nt, mut db) = (mysql(), Db::at(noon(0)));
+    db.insert(2, "jobs"); // 12:00:00, open
+    db.notify(1, "jobs");
+    db.advance(10);
+    db.notify(3, "mail");
+    db.notify(4, "jobs");
+    db.insert(5, "jobs"); // open
+    db.notify(6, "jobs");
+    // Mark 6 at 12:00:20, cutoff 11:59:20; its window had read 1, 4 and 6.
+    db.advance(10);
+    let old = format!("1|6|{}|||6@{}#1,4,6", ts(noon(20) - 60 * SEC), ts(noon(20)));
+    let position: notify_table::Position = old.parse().unwrap();
+    assert_eq!(position.first_window.as_ref().unwrap().missing, vec![2..=3, 5..=5]);
+    db.advance(5);
+    db.commit(2);
+    db.commit(5);
+    assert!(!nt.resumed("jobs", position, resume_rows(&nt, &db)).unwrap());
+    assert_eq!(tick(&mut nt, &db), vec![note(2, "jobs"), note(5, "jobs")]);
+    assert_eq!(nt.position("jobs").unwrap().first_window, None, "3 is `mail`'s: nothing left to watch");
+    assert_eq!(tick_for(&mut nt, &mut db, 5), vec![]);
 }
 
 #[test]
@@ -427,17 +499,18 @@ fn resubscribe_while_a_poll_is_in_flight_drops_its_rows_and_keeps_the_new_state(
     db.advance(5);
     db.notify(10, "jobs");
     assert!(nt.unsubscribe("jobs"));
-    listen(&mut nt, &db, "jobs"); // mark 10, window {9, 10}, cutoff 12:00:05 - 60 s
+    listen(&mut nt, &db, "jobs"); // mark 10, read {9, 10}, cutoff 12:00:05 - 60 s
     let new_state = (10, ts(noon(5) - 60 * SEC));
     assert_eq!(mark_of(&nt, "jobs"), new_state);
     // The old statement reaches the server only now, after 11 committed.
     db.advance(5);
     db.notify(11, "jobs");
     let rows = db.poll(&stmt);
-    assert_eq!(rows.iter().map(|r| r.id).collect::<Vec<_>>(), [0, 10, 11, 9]);
+    assert_eq!(rows.iter().map(|r| r.id).collect::<Vec<_>>(), [0, 10, 11]);
     assert_eq!(nt.polled(token, rows).unwrap(), vec![], "rows of the old subscription's statement");
     assert_eq!(mark_of(&nt, "jobs"), new_state, "neither its mark nor its cutoff moved");
-    // Its remembered window ({9, 10}) is intact too: 10 is not delivered, 11 is.
+    // Its first window (ids 1..=8, never used here) is intact too: 10 is not delivered, 11 is.
+    assert_eq!(nt.position("jobs").unwrap().first_window.unwrap().missing, vec![1..=8]);
     assert_eq!(tick(&mut nt, &db), vec![note(11, "jobs")]);
 }
 
@@ -485,7 +558,7 @@ fn too_many_channels_are_refused() {
     );
     assert!(nt.subscribe_sql("c17").is_ok(), "subscribing a subscribed channel again takes no room");
     let (stmt, _) = nt.poll_sql().unwrap();
-    assert_eq!(stmt.binds.len(), 1 + 7 * MAX_CHANNELS);
+    assert_eq!(stmt.binds.len(), 1 + 3 * MAX_CHANNELS);
     assert!(stmt.binds.len() <= 65_535, "within MySQL's placeholder limit");
 }
 
@@ -514,8 +587,10 @@ fn mark_and_cutoff_only_rise() {
 #[test]
 fn a_gap_is_probed_until_it_ages_out_a_lookback_after_it_was_noticed() {
     let (mut nt, mut db) = (mysql(), Db::at(noon(0)));
-    db.notify(9, "jobs");
-    listen(&mut nt, &db, "jobs");
+    for id in 1..=9 {
+        db.notify(id, "jobs");
+    }
+    listen(&mut nt, &db, "jobs"); // every id up to the mark read: no first window
     db.insert(10, "jobs"); // open
     db.notify(11, "jobs");
     db.advance(1);
@@ -744,23 +819,15 @@ fn subscribe_and_poll_binds_in_both_dialects() {
     let stmt = my.subscribe_sql("jobs").unwrap();
     let jobs = Value::Text(Arc::from("jobs"));
     let lookback = Value::Int(60_250_000);
-    assert_eq!(stmt.binds, [jobs.clone(), jobs.clone(), lookback.clone(), jobs.clone(), lookback.clone()]);
+    let seed = Value::Int(61_250_000);
+    assert_eq!(stmt.binds, [jobs.clone(), jobs.clone(), lookback.clone(), seed.clone(), seed]);
+    // The mark row alone: no id read, so every id up to the mark is watched.
     my.subscribed("jobs", vec![Row::cutoff(9, "2026-11-29 11:59:00.000000")]).unwrap();
     let (stmt, _) = my.poll_sql().unwrap();
-    let cutoff = Value::Text(Arc::from("2026-11-29 11:59:00.000000"));
     assert_eq!(
         stmt.binds,
-        [
-            lookback,
-            jobs.clone(),
-            jobs.clone(),
-            Value::Int(9),
-            jobs.clone(),
-            jobs.clone(),
-            Value::Int(9),
-            cutoff
-        ],
-        "mark 9; the first window up to 9"
+        [lookback, Value::Int(1), Value::Int(9), jobs.clone(), jobs.clone(), Value::Int(9)],
+        "the first window's ids 1..=9 probed; mark 9"
     );
 
     let mut lite = NotifyTable::new(config, Dialect::Sqlite { pid: 1 }).unwrap();
@@ -787,7 +854,7 @@ fn poll_sql_text_is_the_same_for_the_same_channel_count() {
     listen(&mut nt, &db, "d");
     let (three, _) = nt.poll_sql().unwrap();
     assert_ne!(three.sql, two.sql);
-    assert_eq!(three.sql.matches('?').count(), 1 + 3 * 7);
+    assert_eq!(three.sql.matches('?').count(), 1 + 3 * 3);
     nt.unsubscribe("d");
     let (back, _) = nt.poll_sql().unwrap();
     assert_eq!(back.sql, two.sql);

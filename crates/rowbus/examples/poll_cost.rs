@@ -11,13 +11,18 @@
 //! - SQLite: the rows each poll returned (its plan, printed, is index range scans only, so
 //!   these are the rows it examined) and the time a poll took.
 //!
-//! The measured period starts `warmup` seconds after the listener subscribed, past its
-//! first lookback. Every notification written after the subscribe must arrive exactly once.
+//! The notifiers write for `lead` seconds, then `measure` seconds without the listener
+//! (by default together a lookback and two seconds, so that the listener subscribes to a
+//! stream whose window is full), then the listener subscribes. The measured period starts
+//! `warmup` seconds after the subscribe (by default past its first lookback; `warmup=0`
+//! counts from the subscribe statement on, that statement included). The subscribe
+//! statement's own reads are printed apart. Every notification written after the subscribe
+//! must arrive exactly once.
 //!
 //! ```text
 //! cargo run --release -p rowbus --example poll_cost -- mysql://root@127.0.0.1:3306/test
 //! cargo run --release -p rowbus --example poll_cost -- sqlite:///tmp/poll_cost.sqlite \
-//!     rate=1000 lookback=60 poll=1 warmup=65 measure=20
+//!     rate=1000 lookback=60 poll=1 warmup=65 measure=20 lead=42
 //! ```
 //! `benches/poll-cost/run.sh` runs it interleaved with the build of another commit.
 
@@ -43,11 +48,13 @@ struct Settings {
     poll: Duration,
     warmup: Duration,
     measure: Duration,
+    lead: Option<Duration>,
 }
 
 fn settings() -> Result<Settings, Failure> {
     let mut args = std::env::args().skip(1);
-    let url = args.next().ok_or("usage: poll_cost URL [rate=N lookback=S poll=S warmup=S measure=S]")?;
+    let url =
+        args.next().ok_or("usage: poll_cost URL [rate=N lookback=S poll=S warmup=S measure=S lead=S]")?;
     let mut s = Settings {
         url,
         rate: 1000,
@@ -55,6 +62,7 @@ fn settings() -> Result<Settings, Failure> {
         poll: Duration::from_secs(1),
         warmup: Duration::from_secs(65),
         measure: Duration::from_secs(20),
+        lead: None,
     };
     for arg in args {
         let (key, value) = arg.split_once('=').ok_or_else(|| format!("expected key=value, got {arg:?}"))?;
@@ -66,7 +74,12 @@ fn settings() -> Result<Settings, Failure> {
             "poll" => s.poll = secs()?,
             "warmup" => s.warmup = secs()?,
             "measure" => s.measure = secs()?,
-            _ => return Err(format!("unknown setting {key:?}: rate, lookback, poll, warmup, measure").into()),
+            "lead" => s.lead = Some(secs()?),
+            _ => {
+                return Err(
+                    format!("unknown setting {key:?}: rate, lookback, poll, warmup, measure, lead").into()
+                );
+            }
         }
     }
     Ok(s)
@@ -248,33 +261,60 @@ async fn measure<C: Conn>(
     let stop = Arc::new(AtomicBool::new(false));
     let conns = if matches!(nt.dialect(), Dialect::MySql) { 4 } else { 1 };
     let tasks = notifiers::<C>(s, nt, conns, written.clone(), stop.clone()).await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    let full_window = (s.lookback + Duration::from_secs(2)).saturating_sub(s.measure);
+    tokio::time::sleep(s.lead.unwrap_or(full_window.max(Duration::from_secs(2)))).await;
 
     // Without the listener: the global counters over `measure`.
     let (g0, w0) = (monitor.handler_reads("GLOBAL").await?, written.load(Ordering::Relaxed));
     tokio::time::sleep(s.measure).await;
     let (g1, w1) = (monitor.handler_reads("GLOBAL").await?, written.load(Ordering::Relaxed));
 
-    // With it.
+    // With it. A SHOW's own reads: the difference of two in a row.
+    let mut marks = None;
+    let mark = async |conn: &mut C, monitor: &mut C| -> Result<_, Failure> {
+        let first = conn.handler_reads("SESSION").await?;
+        let second = conn.handler_reads("SESSION").await?;
+        let show = second.zip(first).map(|(b, a)| b - a);
+        let global = monitor.handler_reads("GLOBAL").await?;
+        Ok((second, show, global, written.load(Ordering::Relaxed), Instant::now()))
+    };
+    if s.warmup.is_zero() {
+        marks = Some(mark(conn, monitor).await?);
+    }
     let before_subscribe = written.load(Ordering::Relaxed);
-    let rows = conn.fetch(&nt.subscribe_sql(CHANNEL)?).await?;
+    let stmt = nt.subscribe_sql(CHANNEL)?;
+    let session_before = conn.handler_reads("SESSION").await?;
+    let rows = conn.fetch(&stmt).await?;
+    let session_after = conn.handler_reads("SESSION").await?;
     let after_subscribe = written.load(Ordering::Relaxed);
+    let subscribe_rows = rows.len() - 1;
     nt.subscribed(CHANNEL, rows)?;
+    if let (Some(before), Some(after), Some((_, Some(show), _, _, _))) =
+        (session_before, session_after, marks)
+    {
+        println!(
+            "subscribe: rows_returned={subscribe_rows} handler_reads={} (in the measured period)",
+            after.saturating_sub(before).saturating_sub(show)
+        );
+    } else {
+        println!("subscribe: rows_returned={subscribe_rows}");
+    }
+    // The first window in the position's text form (its last part), the same in every core.
+    if let Some(text) = nt.position(CHANNEL).map(|p| p.to_string()) {
+        let window = text.rsplit('|').next().unwrap_or_default();
+        let shown: String = window.chars().take(120).collect();
+        println!("first window: {} bytes in the position's text: {shown}", window.len());
+    }
     let started = Instant::now();
     let mut ticker = tokio::time::interval(s.poll);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut payloads: HashSet<String> = HashSet::new();
-    let (mut counted, mut marks, mut plan) = (Counted::default(), None, Vec::new());
+    let (mut counted, mut plan) = (Counted::default(), Vec::new());
     loop {
         ticker.tick().await;
         let elapsed = started.elapsed();
         if marks.is_none() && elapsed >= s.warmup {
-            // A SHOW's own reads: the difference of two in a row.
-            let first = conn.handler_reads("SESSION").await?;
-            let second = conn.handler_reads("SESSION").await?;
-            let show = second.zip(first).map(|(b, a)| b - a);
-            let global = monitor.handler_reads("GLOBAL").await?;
-            marks = Some((second, show, global, written.load(Ordering::Relaxed)));
+            marks = Some(mark(conn, monitor).await?);
         }
         if elapsed >= s.warmup + s.measure {
             break;
@@ -307,7 +347,10 @@ async fn measure<C: Conn>(
     }
     let session_end = conn.handler_reads("SESSION").await?;
     let global_end = monitor.handler_reads("GLOBAL").await?;
-    let Some((session_start, show, global_start, w2)) = marks else { return Err("measured nothing".into()) };
+    let Some((session_start, show, global_start, w2, measured_from)) = marks else {
+        return Err("measured nothing".into());
+    };
+    let measured = measured_from.elapsed();
     let w3 = written.load(Ordering::Relaxed);
 
     // Stop writing, then poll until every notification written since the subscribe is in.
@@ -340,14 +383,14 @@ async fn measure<C: Conn>(
     times.sort_unstable();
     let median = times.get(times.len() / 2).copied().unwrap_or_default();
     println!(
-        "dialect={:?} rate={:.0}/s lookback={}s poll={}s measured={}s notifications={} polls={} \
+        "dialect={:?} rate={:.0}/s lookback={}s poll={}s measured={:.1}s notifications={} polls={} \
          rows_returned_per_poll={:.0} rows_returned_per_notification={:.2} median_poll_ms={:.2} \
          delivered={delivered} (written after the subscribe: {fewest}..={most})",
         nt.dialect(),
-        notes / s.measure.as_secs_f64(),
+        notes / measured.as_secs_f64(),
         s.lookback.as_secs_f64(),
         s.poll.as_secs_f64(),
-        s.measure.as_secs_f64(),
+        measured.as_secs_f64(),
         w3 - w2,
         counted.polls,
         counted.rows as f64 / counted.polls.max(1) as f64,

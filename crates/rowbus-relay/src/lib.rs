@@ -16,7 +16,7 @@ pub mod sink;
 mod template;
 
 pub use error::RelayError;
-pub use template::Template;
+pub use template::{MISSING, Template};
 mod relay;
 
 pub use relay::{DEFAULT_BATCH, DEFAULT_IN_FLIGHT, MAX_BACKOFF, MIN_BACKOFF, Relay, RelayReport};

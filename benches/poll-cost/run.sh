@@ -9,7 +9,9 @@
 # $BASE_DIR/target), with this checkout's poll_cost example; an older core (one that
 # re-read the lookback window on every poll, such as 4c992a0) has no `at` column, so that
 # line of the example's decoders is dropped for it. Settings go to the example unchanged
-# (rate=1000 lookback=60 poll=1 warmup=65 measure=20 by default).
+# (rate=1000 lookback=60 poll=1 warmup=65 measure=20 by default; lead, the writing before
+# the subscribe, fills a lookback by default; warmup=0 measures from the subscribe on).
+# BASE_DIR may be an existing checkout of BASE (a `git worktree`): it is used as it is.
 # ROUNDS (default 2) rounds, each running BASE then this checkout on every URL in URLS
 # (default: the test MariaDB and a temporary SQLite file).
 set -euo pipefail

@@ -198,22 +198,19 @@ impl<DB: Db> Dashboard<DB> {
             read_only: self.read_only,
             token_required: self.token.is_some(),
             words: self.words,
-            sampler: Arc::new(Sampler(Mutex::new(None))),
         };
-        let task = tokio::spawn(sample(app.clone_weak()));
-        *app.sampler.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
-        routes(app, self.token, self.read_only)
+        let sampler = Sampler(tokio::spawn(sample(app.clone())).abort_handle());
+        // The router's layer holds the sampler's guard: dropping the router stops it.
+        routes(app, self.token, self.read_only).layer(axum::Extension(Arc::new(sampler)))
     }
 }
 
-/// The sampler's task, aborted when the last clone of the router's state goes.
-struct Sampler(Mutex<Option<tokio::task::JoinHandle<()>>>);
+/// The sampler's task, aborted when the router that holds this goes.
+struct Sampler(tokio::task::AbortHandle);
 
 impl Drop for Sampler {
     fn drop(&mut self) {
-        if let Some(task) = self.0.get_mut().unwrap_or_else(|e| e.into_inner()).take() {
-            task.abort();
-        }
+        self.0.abort();
     }
 }
 
@@ -228,9 +225,6 @@ struct App<DB: Db> {
     read_only: bool,
     token_required: bool,
     words: ErrorWords,
-    /// Held by the router's clones only (the sampler's own state has another), so that
-    /// dropping the router stops the sampler.
-    sampler: Arc<Sampler>,
 }
 
 impl<DB: Db> Clone for App<DB> {
@@ -243,7 +237,6 @@ impl<DB: Db> Clone for App<DB> {
             read_only: self.read_only,
             token_required: self.token_required,
             words: self.words,
-            sampler: self.sampler.clone(),
         }
     }
 }
@@ -263,11 +256,6 @@ struct Figures {
 }
 
 impl<DB: Db> App<DB> {
-    /// A clone for the sampler: one that does not keep the sampler running.
-    fn clone_weak(&self) -> App<DB> {
-        App { sampler: Arc::new(Sampler(Mutex::new(None))), ..self.clone() }
-    }
-
     /// `error` in this dashboard's words.
     fn say(&self, error: &rowbus::Error) -> String {
         (self.words)(error).replace('\n', " ")

@@ -25,6 +25,7 @@ use crate::broker::settle::acks::PendingAcks;
 use crate::broker::settle::control::{Control, StopReason};
 use crate::broker::settle::delivery::Lease;
 use crate::broker::settle::lease;
+use crate::broker::settle::many::free_keys;
 use crate::broker::telemetry;
 use crate::broker::{Delivery, Inner, Outcome, Queue};
 use crate::error::{Error, chain_line};
@@ -743,20 +744,6 @@ impl<DB: Db> SubscriptionBuilder<DB> {
         drive(claimer, turn(flusher), Some(acks), self.shutdown_timeout).await;
         Ok(())
     }
-}
-
-/// Wakes, once per group, the subscriptions that can take the next messages of the keys
-/// the keyed ones of `leases` held.
-async fn free_keys<DB: Db>(queue: &Queue<DB>, leases: &[Lease<DB>]) {
-    let mut seen: Vec<&str> = Vec::new();
-    for group in leases.iter().filter_map(Lease::keyed_group) {
-        if !seen.contains(&group) {
-            seen.push(group);
-            crate::broker::publish::insert::wake_group(queue, group).await;
-        }
-    }
-    let keyed: Vec<i64> = leases.iter().filter(|l| l.is_keyed()).map(Lease::id).collect();
-    lease::keys_gone(queue, &keyed).await;
 }
 
 /// Settles a batch: an acknowledgement joins the pending ones (the next claim carries

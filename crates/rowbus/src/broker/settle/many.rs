@@ -20,8 +20,9 @@ fn split<DB: Db>(queue: &Queue<DB>, deliveries: Vec<Delivery<DB>>) -> (Vec<Lease
 }
 
 /// Wakes, once per group, the subscriptions that can take the next messages of the keys
-/// the keyed ones of `leases` held, and cleans up after those keys.
-async fn free_keys<DB: Db>(queue: &Queue<DB>, leases: &[Lease<DB>]) {
+/// the keyed ones of `leases` held, and cleans up after those keys. The runners settle
+/// their batches with it too.
+pub(in crate::broker) async fn free_keys<DB: Db>(queue: &Queue<DB>, leases: &[Lease<DB>]) {
     let mut seen: Vec<&str> = Vec::new();
     for group in leases.iter().filter_map(Lease::keyed_group) {
         if !seen.contains(&group) {

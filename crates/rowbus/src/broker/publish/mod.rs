@@ -5,7 +5,7 @@
 //! transaction ([`wakes`]).
 //!
 //! Entered through `Queue::publish` / `publish_batch` (autocommitted, coalesced) and
-//! `BrokerTx::publish` (in the caller's transaction, woken at its commit).
+//! `BrokerTx::publish` (in the caller's transaction, woken once it committed).
 
 pub(crate) mod coalesce;
 pub(crate) mod insert;

@@ -50,9 +50,10 @@ pub trait Waking: Naming {
     /// Whether other processes' wake-ups go out apart from the rows they announce: after
     /// the rows committed, from the broker's wake-up sender, several in one statement
     /// ([`wakes_sql`](Self::wakes_sql)). PostgreSQL's NOTIFY takes a server-wide lock at
-    /// commit, which a notifying publish would hold for its whole commit. Where it is
-    /// false, a wake-up is a notify-table row written with the rows, in their transaction,
-    /// which is what makes it exact ([`wake`](Self::wake)).
+    /// commit, so that notifying transactions commit one at a time. Where it is false, a
+    /// wake-up is a notify-table row written right after the rows on their connection (in
+    /// their transaction when there is one, which is what makes it exact;
+    /// [`wake`](Self::wake)).
     const WAKES_APART: bool = false;
 
     /// The statement that sends `pairs` wake-ups at once, each bound as (channel, group),

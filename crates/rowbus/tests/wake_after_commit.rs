@@ -1,6 +1,7 @@
 //! Wake-ups of other processes (`listen_notify`) against the real PostgreSQL and MariaDB
 //! and a temporary SQLite file: a listener on another connection hears a publish and a
-//! committed `BrokerTx`, never a rolled-back one, also after the broker shut down. On
+//! committed `BrokerTx`, never a rolled-back one, also after the broker shut down, and
+//! hears what was pending when a broker was dropped. On
 //! PostgreSQL the notification is no part of the publishing transaction (it is sent
 //! after the commit, from the broker's wake-up sender), and a burst of commits is told in
 //! fewer notifications than commits while every subscription elsewhere is still woken.
@@ -98,6 +99,26 @@ async fn listeners_hear_commits<DB: Brokers>(place: Place) {
     silence(&mut listener, QUIET).await;
 }
 on_each_database!(listeners_hear_commits);
+
+/// A broker dropped without a shutdown still sends what it had pending: its wake-up
+/// sender ends with it, after sending.
+async fn a_dropped_broker_sends_what_is_pending<DB: Brokers>(place: Place) {
+    let cleanup = Cleanup::new(place.backend());
+    let broker = DB::broker(&place, notifying(&cleanup)).await;
+    let q = queue(&broker, &cleanup).await;
+    let channel = q.table().channel().to_owned();
+    let mut listener = listener(&place, &q).await;
+    // The second most likely waits for the millisecond after the first one's statement.
+    let mut tx = broker.begin().await.unwrap();
+    tx.publish(&q, Message::text("x").group("first")).await.unwrap();
+    tx.commit().await.unwrap();
+    q.publish(Message::text("y").group("dropped")).await.unwrap();
+    drop((q, broker));
+    assert_eq!(cp(&notification(&mut listener).await), (channel.as_str(), "first"));
+    assert_eq!(cp(&notification(&mut listener).await), (channel.as_str(), "dropped"));
+    silence(&mut listener, QUIET).await;
+}
+on_each_database!(a_dropped_broker_sends_what_is_pending);
 
 /// The check that fails when a publishing transaction on PostgreSQL notifies itself: a
 /// `pg_notify(text, text)` of the test's own, ahead of `pg_catalog`'s in the

@@ -1,10 +1,10 @@
 //! Wake-ups of other processes (`listen_notify`) against the real PostgreSQL and MariaDB
 //! and a temporary SQLite file: a listener on another connection hears a publish and a
 //! committed `BrokerTx`, never a rolled-back one, also after the broker shut down, and
-//! hears what was pending when a broker was dropped. On
-//! PostgreSQL the notification is no part of the publishing transaction (it is sent
-//! after the commit, from the broker's wake-up sender), and a burst of commits is told in
-//! fewer notifications than commits while every subscription elsewhere is still woken.
+//! hears what was pending when a broker was dropped. On PostgreSQL the notification is no
+//! part of the publishing transaction (it is sent after the commit, from the broker's
+//! wake-up sender), and a burst of commits is told in fewer notifications than commits
+//! while every subscription elsewhere is still woken.
 
 mod common;
 

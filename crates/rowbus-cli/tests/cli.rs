@@ -649,14 +649,16 @@ fn assert_aligned(lines: &[&str], column: &str, output: &str) {
 }
 
 /// `bench broker`'s tables fit their widest cells (a long scenario label, a slow poll's
-/// wake-up), and its help promises no run time it cannot keep.
+/// wake-up), and its help promises no run time it cannot keep. The publishes that wake
+/// other processes run, beside the ones they are compared with.
 #[test]
 fn bench_broker_tables_fit_their_cells() {
     let db = Db::new(Kind::Sqlite, "bbench");
     db.deploy();
     let mut cmd = rowbus();
     cmd.args(["--database-url", &db.database.url, "--notify-table", &db.table, "--poll-interval", "1s"]);
-    cmd.args(["bench", "broker", "--only", "keeptxbatch100,latency-remote", "--messages", "200"]);
+    let only = "publish1,publish1-wake,txpublish1,txpublish1-wake,keeptxbatch100,latency-remote";
+    cmd.args(["bench", "broker", "--only", only, "--messages", "200"]);
     cmd.args(["--rounds", "1", "--latency-samples", "3"]);
     let output = run_with(cmd, None, Duration::from_secs(120)).0;
     assert!(output.status.success(), "{}", show(&output));
@@ -665,6 +667,13 @@ fn bench_broker_tables_fit_their_cells() {
     let throughput = lines.iter().position(|l| l.starts_with("scenario")).expect("a throughput table");
     let latency = lines.iter().position(|l| l.starts_with("latency ")).expect("a latency table");
     assert_aligned(&lines[throughput..latency], "msgs/s", &stdout);
+    for scenario in ["publish1-wake", "txpublish1 ", "txpublish1-wake"] {
+        assert!(
+            lines[throughput..latency].iter().any(|l| l.starts_with(scenario)),
+            "no {scenario}:\n{stdout}"
+        );
+    }
+    assert!(stdout.contains("% of txpublish1"), "txpublish1-wake is compared with txpublish1:\n{stdout}");
     assert_aligned(&lines[latency..latency + 2], "p50 ms", &stdout);
     assert_aligned(&lines[latency..latency + 2], "max ms", &stdout);
     let mut help = rowbus();

@@ -40,8 +40,9 @@ pub struct BrokerBench {
     /// Messages timed one at a time for each latency figure
     #[arg(long, default_value_t = 200)]
     latency_samples: u32,
-    /// Run only these scenarios (comma-separated): publish1, rawinsert1, publish100,
-    /// rawinsert100, drain1, drain4, drain8, batch16, batch100, txbatch16, txbatch100, raw1, raw16, raw100, keepdrain1,
+    /// Run only these scenarios (comma-separated): publish1, publish1-wake (publish1 with
+    /// listen_notify on), rawinsert1, txpublish1 (one message per committed transaction),
+    /// txpublish1-wake (with listen_notify on), publish100, rawinsert100, drain1, drain4, drain8, batch16, batch100, txbatch16, txbatch100, raw1, raw16, raw100, keepdrain1,
     /// keepdrain8, keepbatch100, keeptxbatch100 (the same drains on a queue keeping its
     /// history, each compared with its plain one), latency, latency-remote
     #[arg(long, value_delimiter = ',', value_name = "SCENARIOS")]
@@ -71,6 +72,14 @@ static MAX_RUNNING: AtomicU64 = AtomicU64::new(0);
 pub enum Scenario {
     /// Single-message publishes from concurrent publishers.
     Publish1,
+    /// [`Publish1`](Self::Publish1) on a broker with `listen_notify` on: each statement
+    /// wakes other processes too.
+    Publish1Wake,
+    /// One message per committed `BrokerTx`, as many transactions at a time as publishers.
+    TxPublish1,
+    /// [`TxPublish1`](Self::TxPublish1) on a broker with `listen_notify` on: each commit
+    /// wakes other processes too.
+    TxPublish1Wake,
     /// `publish_batch` of 100 from concurrent publishers.
     Publish100,
     /// `run` with this many workers draining a backlog.
@@ -98,9 +107,12 @@ pub enum Scenario {
 /// Every throughput scenario, in the order one round runs them: each rowbus publish and
 /// drain sits next to the raw loop it is compared with.
 /// A kept-history drain runs right after its plain one.
-const ROUND: [Scenario; 18] = [
+const ROUND: [Scenario; 21] = [
     Scenario::Publish1,
+    Scenario::Publish1Wake,
     Scenario::RawInsert(1),
+    Scenario::TxPublish1,
+    Scenario::TxPublish1Wake,
     Scenario::Publish100,
     Scenario::RawInsert(100),
     Scenario::Drain(1),
@@ -126,6 +138,9 @@ impl fmt::Display for Scenario {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Scenario::Publish1 => f.write_str("publish1"),
+            Scenario::Publish1Wake => f.write_str("publish1-wake"),
+            Scenario::TxPublish1 => f.write_str("txpublish1"),
+            Scenario::TxPublish1Wake => f.write_str("txpublish1-wake"),
             Scenario::Publish100 => f.write_str("publish100"),
             Scenario::Drain(n) => write!(f, "drain{n}"),
             Scenario::Batch(n) => write!(f, "batch{n}"),
@@ -152,7 +167,7 @@ impl FromStr for Scenario {
             }
         }
         Err(format!(
-            "unknown scenario {s:?}: expected publish1, rawinsert1, publish100, rawinsert100, drain1, drain4, drain8, batch16, \
+            "unknown scenario {s:?}: expected publish1, publish1-wake, rawinsert1, txpublish1, txpublish1-wake, publish100, rawinsert100, drain1, drain4, drain8, batch16, \
              batch100, txbatch16, txbatch100, raw1, raw16, raw100, keepdrain1, keepdrain8, keepbatch100, \
              keeptxbatch100, latency or latency-remote"
         ))
@@ -165,6 +180,9 @@ impl Scenario {
         let (c, w, s) = (args.concurrency, args.batch_workers, args.batch_subscriptions);
         match self {
             Scenario::Publish1 => format!("publish 1 msg, {c} publishers"),
+            Scenario::Publish1Wake => format!("publish 1 msg, {c} publishers, listen_notify"),
+            Scenario::TxPublish1 => format!("BrokerTx of 1 msg, {c} at a time"),
+            Scenario::TxPublish1Wake => format!("BrokerTx of 1 msg, {c} at a time, listen_notify"),
             Scenario::Publish100 => format!("publish_batch 100, {c} publishers"),
             Scenario::Drain(n) => format!("run, {n} worker{}", if n == 1 { "" } else { "s" }),
             Scenario::Batch(n) if s == 1 => format!("run_batch {n}, {w} workers"),
@@ -186,7 +204,9 @@ impl Scenario {
     /// kept-history one is.
     fn baseline(self) -> Option<Scenario> {
         match self {
-            Scenario::Publish1 => Some(Scenario::RawInsert(1)),
+            Scenario::Publish1 | Scenario::TxPublish1 => Some(Scenario::RawInsert(1)),
+            Scenario::Publish1Wake => Some(Scenario::Publish1),
+            Scenario::TxPublish1Wake => Some(Scenario::TxPublish1),
             Scenario::Publish100 => Some(Scenario::RawInsert(100)),
             Scenario::KeepDrain(n) => Some(Scenario::Drain(n)),
             Scenario::KeepBatch(n) => Some(Scenario::Batch(n)),
@@ -313,7 +333,12 @@ impl Results {
             });
             let key = match scenario {
                 Scenario::Raw(_) => Some("deadlocks_retried"),
-                Scenario::Publish1 | Scenario::Publish100 | Scenario::RawInsert(_) => None,
+                Scenario::Publish1
+                | Scenario::Publish1Wake
+                | Scenario::TxPublish1
+                | Scenario::TxPublish1Wake
+                | Scenario::Publish100
+                | Scenario::RawInsert(_) => None,
                 _ => Some("claims_failed"),
             };
             if let Some(key) = key {
@@ -463,7 +488,7 @@ where
     for round in 1..=args.rounds.max(1) {
         for &scenario in throughput {
             let table = table_name(scenario, round);
-            let run = throughput_run(pool, &table, scenario, args).await;
+            let run = throughput_run(pool, &table, scenario, args, notify_table).await;
             drop_queue(pool, &table).await;
             results.runs.entry(scenario).or_default().push(run?);
         }
@@ -559,12 +584,14 @@ async fn expect_depth<DB: rowbus::Db>(
     Ok(())
 }
 
-/// One throughput run of `scenario` on its own table.
+/// One throughput run of `scenario` on its own table; the `-wake` scenarios' broker wakes
+/// through `notify_table` on MySQL/MariaDB and SQLite.
 async fn throughput_run<DB>(
     pool: &Pool<DB>,
     table: &str,
     scenario: Scenario,
     args: &BrokerBench,
+    notify_table: &NotifyConfig,
 ) -> Result<Run, rowbus::Error>
 where
     DB: rowbus::Db,
@@ -574,7 +601,15 @@ where
     usize: ColumnIndex<DB::Row>,
 {
     let n = args.messages.max(1);
-    let (broker, queue) = fresh_queue(pool, table, BrokerOptions::default()).await?;
+    let options = match scenario {
+        Scenario::Publish1Wake | Scenario::TxPublish1Wake => BrokerOptions {
+            listen_notify: true,
+            notify_table: notify_table.clone(),
+            ..BrokerOptions::default()
+        },
+        _ => BrokerOptions::default(),
+    };
+    let (broker, queue) = fresh_queue(pool, table, options).await?;
     let scenario = match scenario {
         // The same drain as the plain one, on a queue that keeps.
         Scenario::KeepDrain(_) | Scenario::KeepBatch(_) | Scenario::KeepBatchTx(_) => {
@@ -585,10 +620,17 @@ where
     };
     let progress = bar(n, &scenario.to_string());
     let run = match scenario {
-        Scenario::Publish1 | Scenario::Publish100 => {
-            let per = if scenario == Scenario::Publish1 { 1 } else { 100 };
+        Scenario::Publish1 | Scenario::Publish1Wake | Scenario::Publish100 => {
+            let per = if scenario == Scenario::Publish100 { 100 } else { 1 };
             let started = Instant::now();
             publish_all(&queue, n, per, args.concurrency, &progress).await?;
+            let run = Run { per_s: n as f64 / started.elapsed().as_secs_f64(), retries: 0 };
+            expect_depth(&queue, scenario, n).await?;
+            run
+        }
+        Scenario::TxPublish1 | Scenario::TxPublish1Wake => {
+            let started = Instant::now();
+            publish_in_transactions(&broker, &queue, n, args.concurrency, &progress).await?;
             let run = Run { per_s: n as f64 / started.elapsed().as_secs_f64(), retries: 0 };
             expect_depth(&queue, scenario, n).await?;
             run
@@ -676,6 +718,35 @@ async fn publish_all<DB: rowbus::Db>(
                 queue.publish_batch((from..to).map(payload)).await?;
             }
             progress.inc(to - from);
+        }
+    };
+    try_join_all((0..publishers.max(1)).map(|_| publisher())).await?;
+    Ok(())
+}
+
+/// Publishes `n` messages, one per committed [`BrokerTx`](rowbus::BrokerTx), from
+/// `publishers` concurrent transactions.
+async fn publish_in_transactions<DB: rowbus::Db>(
+    broker: &Broker<DB>,
+    queue: &Queue<DB>,
+    n: u64,
+    publishers: usize,
+    progress: &indicatif::ProgressBar,
+) -> Result<(), rowbus::Error> {
+    // Read once on a pooled connection: with every connection in a transaction, the
+    // first publishes would wait for one until the pool's timeout.
+    queue.max_message_bytes().await?;
+    let next = AtomicU64::new(0);
+    let publisher = || async {
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            if i >= n {
+                return Ok::<(), rowbus::Error>(());
+            }
+            let mut tx = broker.begin().await?;
+            tx.publish(queue, payload(i)).await?;
+            tx.commit().await?;
+            progress.inc(1);
         }
     };
     try_join_all((0..publishers.max(1)).map(|_| publisher())).await?;
@@ -882,6 +953,12 @@ mod tests {
         assert_eq!(Scenario::BatchTx(16).baseline(), Some(Scenario::Raw(16)));
         assert_eq!("txbatch100".parse::<Scenario>(), Ok(Scenario::BatchTx(100)));
         assert_eq!(Scenario::Publish1.baseline(), Some(Scenario::RawInsert(1)));
+        assert_eq!(Scenario::Publish1Wake.baseline(), Some(Scenario::Publish1));
+        assert_eq!(Scenario::TxPublish1.baseline(), Some(Scenario::RawInsert(1)));
+        assert_eq!(Scenario::TxPublish1Wake.baseline(), Some(Scenario::TxPublish1));
+        assert_eq!("publish1-wake".parse::<Scenario>(), Ok(Scenario::Publish1Wake));
+        assert_eq!("txpublish1".parse::<Scenario>(), Ok(Scenario::TxPublish1));
+        assert_eq!("txpublish1-wake".parse::<Scenario>(), Ok(Scenario::TxPublish1Wake));
         assert_eq!(Scenario::Publish100.baseline(), Some(Scenario::RawInsert(100)));
         assert_eq!("rawinsert100".parse::<Scenario>(), Ok(Scenario::RawInsert(100)));
         assert_eq!(Scenario::RawInsert(100).baseline(), None);

@@ -65,6 +65,7 @@ pub use telemetry::{TRACEPARENT, TRACESTATE};
 
 use claim::wake::Wakers;
 use operate::stats::Counters;
+use publish::wakes::WakeSender;
 
 /// How a [`Broker`] claims, leases, retries and wakes.
 #[derive(Clone)]
@@ -80,8 +81,11 @@ pub struct BrokerOptions {
     /// [`MAX_DURATION`](crate::limits::MAX_DURATION).
     pub retry: RetryPolicy,
     /// Wake subscriptions in other processes too: PostgreSQL's LISTEN/NOTIFY, the notify
-    /// table on MySQL/MariaDB and SQLite. Costs one connection for the broker's life and
-    /// one more statement per publish.
+    /// table on MySQL/MariaDB and SQLite. Costs one connection for the broker's life; on
+    /// MySQL/MariaDB and SQLite one more statement per publish (a notify-table row, in the
+    /// publish's transaction), on PostgreSQL a `pg_notify` sent after the publish
+    /// committed, apart from it, by one task of the broker that gathers the wake-ups of
+    /// concurrent publishes into one statement (at most one about every millisecond).
     pub listen_notify: bool,
     /// The notify table `listen_notify` uses on MySQL/MariaDB and SQLite, polled at its
     /// own `poll_interval` (50 ms by default) with the default `lookback` (60 s): a poll
@@ -206,6 +210,10 @@ pub(crate) struct Inner<DB: Db> {
     publishing: Mutex<HashMap<QueueTable, Arc<publish::coalesce::Coalescer>>>,
     /// Wakes other processes: set when `listen_notify` is on.
     pub notifier: Option<Notifier>,
+    /// Sends other processes' wake-ups apart from the publishing transactions: set when
+    /// `listen_notify` is on and the database wakes apart
+    /// ([`Waking::WAKES_APART`](crate::sql::Waking::WAKES_APART)).
+    pub wakes: Option<WakeSender>,
     pub listen: Option<ListenerHandle>,
     listen_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
     pub shutdown: watch::Sender<bool>,
@@ -271,6 +279,7 @@ impl<DB: Db> Broker<DB> {
                 ListenerOptions { notify_table: options.notify_table.clone(), ..Default::default() };
             listener = Some(Listener::connect_with(&url, listener_options).await?);
         }
+        let wakes = (notifier.is_some() && DB::WAKES_APART).then(|| WakeSender::start(pool.clone()));
         let inner = Arc::new(Inner {
             pool,
             options,
@@ -281,6 +290,7 @@ impl<DB: Db> Broker<DB> {
             keeping: Mutex::default(),
             publishing: Mutex::default(),
             notifier,
+            wakes,
             listen: listener.as_ref().map(Listener::handle),
             listen_task: Mutex::default(),
             shutdown: watch::Sender::new(false),
@@ -358,8 +368,10 @@ impl<DB: Db> Broker<DB> {
 
     /// Stops every subscription of this broker: no new claims; handlers in flight get
     /// until `deadline` to finish; claimed messages not yet started are given back at
-    /// once; then the listening connection is closed. Returns when every runner has ended
-    /// (or the deadline passed).
+    /// once; then the wake-ups of other processes still pending are sent and the
+    /// listening connection is closed. Returns when every runner has ended (or the
+    /// deadline passed). The broker still publishes afterwards; its wake-ups of other
+    /// processes then go out one publish at a time.
     pub async fn shutdown(&self, deadline: Duration) {
         info!("broker shutting down");
         self.inner.shutdown.send_replace(true);
@@ -374,12 +386,19 @@ impl<DB: Db> Broker<DB> {
                 break;
             }
         }
+        if let Some(wakes) = &self.inner.wakes {
+            wakes.stop(WAKES_FLUSH_WAIT).await;
+        }
         let task = self.inner.listen_task.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(task) = task {
             task.abort();
         }
     }
 }
+
+/// The longest [`Broker::shutdown`] waits for the pending wake-ups of other processes to
+/// be sent.
+const WAKES_FLUSH_WAIT: Duration = Duration::from_secs(5);
 
 /// Receives the listening connection's notifications and wakes the subscriptions they
 /// name; after a reconnect, wakes every subscription once.
@@ -459,15 +478,18 @@ impl<DB: Db> BrokerTx<DB> {
         self.tx.as_mut().expect("a BrokerTx is usable until commit or rollback consumes it")
     }
 
-    /// Commits; then wakes the subscriptions of every table and group published to.
+    /// Commits; then wakes the subscriptions of every table and group published to: this
+    /// broker's at once, and with `listen_notify` other processes' (on PostgreSQL by a
+    /// notification sent after the commit, apart from the transaction).
     pub async fn commit(mut self) -> Result<(), Error> {
-        let mut tx = self.tx.take().expect("usable until consumed");
-        if self.broker.inner.notifier.is_some() {
-            DB::wake_at_commit(&mut tx, &self.woken).await;
-        }
+        let tx = self.tx.take().expect("usable until consumed");
         tx.commit().await?;
+        let inner = &self.broker.inner;
         for (table, group) in &self.woken {
-            self.broker.inner.wakers.wake(table, Some(group));
+            inner.wakers.wake(table, Some(group));
+        }
+        if let Some(wakes) = &inner.wakes {
+            wakes.wake(&inner.pool, &self.woken).await;
         }
         Ok(())
     }

@@ -2,7 +2,7 @@
 //! statements where a database has one, and the wake-ups a publish sends to other
 //! processes' subscriptions.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use futures::future::BoxFuture;
 
@@ -47,18 +47,25 @@ pub trait Waking: Naming {
         })
     }
 
-    /// Whether a transaction's wake-ups wait for [`wake_at_commit`](Self::wake_at_commit)
-    /// rather than going out through [`wake`](Self::wake) as it publishes (delivered when
-    /// it commits either way).
-    const WAKES_AT_COMMIT: bool = false;
+    /// Whether other processes' wake-ups go out apart from the rows they announce: after
+    /// the rows committed, from the broker's wake-up sender, several in one statement
+    /// ([`wakes_sql`](Self::wakes_sql)). PostgreSQL's NOTIFY takes a server-wide lock at
+    /// commit, so that notifying transactions commit one at a time. Where it is false, a
+    /// wake-up is a notify-table row written right after the rows on their connection (in
+    /// their transaction when there is one, which is what makes it exact;
+    /// [`wake`](Self::wake)).
+    const WAKES_APART: bool = false;
 
-    /// Right before a transaction commits: wakes what [`wake_in_tx`](Self::wake_in_tx)
-    /// left for the commit, for the `(channel, group)` pairs published in it.
-    fn wake_at_commit<'c>(
-        _conn: &'c mut Self::Connection,
-        _pairs: &'c [(Arc<str>, String)],
-    ) -> BoxFuture<'c, ()> {
-        Box::pin(async {})
+    /// The statement that sends `pairs` wake-ups at once, each bound as (channel, group),
+    /// where [`WAKES_APART`](Self::WAKES_APART).
+    fn wakes_sql(_pairs: usize) -> Option<String> {
+        None
+    }
+
+    /// Refuses a wake-up this database could not send, before it joins a statement with
+    /// others.
+    fn check_wake(channel: &str, _group: &str) -> Result<(), Error> {
+        Self::check_channel(channel)
     }
 }
 

@@ -169,14 +169,7 @@ impl<DB: Db> Queue<DB> {
         if groups.is_empty() {
             return;
         }
-        if self.inner().notifier.is_some() {
-            match self.inner().pool.acquire().await {
-                Ok(mut conn) => insert::wake_others(self, &mut conn, &groups).await,
-                Err(error) => {
-                    tracing::warn!(%error, table = %self.table(), "waking other processes after a cancel failed; they find it at their poll interval");
-                }
-            }
-        }
+        insert::wake_others_pooled(self, &groups).await;
         for group in &groups {
             self.inner().wakers.wake(self.table().channel(), Some(group));
         }

@@ -286,10 +286,8 @@ impl<DB: Db> Queue<DB> {
             LimitScope::Queue => None,
             LimitScope::Group(group) => Some(group.as_str()),
         };
-        if let Ok(mut conn) = self.inner().pool.acquire().await {
-            // An empty payload wakes every group of the table in the other processes.
-            insert::wake_others(self, &mut conn, &[group.unwrap_or("").to_owned()]).await;
-        }
+        // An empty payload wakes every group of the table in the other processes.
+        insert::wake_others_pooled(self, &[group.unwrap_or("").to_owned()]).await;
         self.inner().wakers.wake(self.table().channel(), group);
     }
 }

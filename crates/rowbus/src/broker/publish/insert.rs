@@ -254,39 +254,61 @@ impl<'a> Row<'a> {
     }
 }
 
-/// With `listen_notify`, wakes the subscriptions of `groups` in other processes: a
+/// With `listen_notify`, wakes the subscriptions of `groups` in other processes, once
+/// what they announce committed: where wake-ups go apart
+/// ([`Waking::WAKES_APART`](crate::sql::Waking::WAKES_APART), PostgreSQL), handed to the
+/// broker's [`WakeSender`](crate::broker::publish::wakes::WakeSender); elsewhere a
 /// notification per group on `conn`, outside a transaction. A failure is logged: the poll
 /// interval still reaches the rows.
 pub(crate) async fn wake_others<DB: Db>(queue: &Queue<DB>, conn: &mut DB::Connection, groups: &[String]) {
-    if let Some(notifier) = &queue.inner().notifier {
-        DB::wake(conn, notifier, queue.table().channel(), groups).await;
+    let inner = queue.inner();
+    let Some(notifier) = &inner.notifier else { return };
+    match &inner.wakes {
+        Some(wakes) => wakes.wake(&inner.pool, &pairs(queue, groups)).await,
+        None => DB::wake(conn, notifier, queue.table().channel(), groups).await,
     }
+}
+
+/// [`wake_others`] without a connection at hand: one is taken from the pool only where
+/// the wake-up needs it.
+pub(crate) async fn wake_others_pooled<DB: Db>(queue: &Queue<DB>, groups: &[String]) {
+    let inner = queue.inner();
+    if groups.is_empty() || inner.notifier.is_none() {
+        return;
+    }
+    if let Some(wakes) = &inner.wakes {
+        return wakes.wake(&inner.pool, &pairs(queue, groups)).await;
+    }
+    match inner.pool.acquire().await {
+        Ok(mut conn) => wake_others(queue, &mut conn, groups).await,
+        Err(error) => {
+            tracing::warn!(%error, table = %queue.table(), "no connection to wake other processes; they wait for their poll interval");
+        }
+    }
+}
+
+/// The (table, group) pairs of `groups` in `queue`.
+fn pairs<DB: Db>(queue: &Queue<DB>, groups: &[String]) -> Vec<(Arc<str>, String)> {
+    groups.iter().map(|g| (queue.table().channel_arc().clone(), g.clone())).collect()
 }
 
 /// Wakes the subscriptions of `group`, here and (with `listen_notify`) in other
 /// processes, as a publish does: a message became claimable without one, because the
 /// message before it of its ordering key was acknowledged or dead-lettered.
 pub(crate) async fn wake_group<DB: Db>(queue: &Queue<DB>, group: &str) {
-    let groups = [group.to_owned()];
-    if queue.inner().notifier.is_some() {
-        match queue.inner().pool.acquire().await {
-            Ok(mut conn) => wake_others(queue, &mut conn, &groups).await,
-            Err(error) => {
-                tracing::warn!(%error, table = %queue.table(), group, "waking other processes failed; they find the message at their poll interval");
-            }
-        }
-    }
+    wake_others_pooled(queue, &[group.to_owned()]).await;
     queue.inner().wakers.wake(queue.table().channel(), Some(group));
 }
 
-/// [`wake_others`] inside a transaction: delivered when it commits (or sent at its commit
-/// by [`Waking::wake_at_commit`](crate::sql::Waking::wake_at_commit)).
+/// [`wake_others`] inside a transaction, where the wake-up is written in it (a
+/// notify-table row, delivered when it commits); where wake-ups go apart, nothing: the
+/// commit hands them to the sender ([`BrokerTx::commit`]).
 pub(crate) async fn wake_others_in_tx<DB: Db>(
     queue: &Queue<DB>,
     conn: &mut DB::Connection,
     groups: &[String],
 ) {
-    if !DB::WAKES_AT_COMMIT {
+    if !DB::WAKES_APART {
         wake_others(queue, conn, groups).await;
     }
 }

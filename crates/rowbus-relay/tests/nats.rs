@@ -9,13 +9,14 @@ use std::time::Duration;
 
 use common::jetstream::Stream;
 use common::proxy::Proxy;
-use common::{Brokers, Cleanup, NATS, Place, drained, eventually, fill, on_each_database, queue};
+use common::{
+    Brokers, Cleanup, NATS, Place, drained, eventually, fill, on_each_database, queue, start, stop,
+};
 use rowbus::dead::DeadLetterPage;
 use rowbus::stats::Counted;
 use rowbus::{Db, Queue};
+use rowbus_relay::Template;
 use rowbus_relay::sink::nats::{NatsOptions, NatsSink};
-use rowbus_relay::{Relay, RelayReport, Template};
-use tokio::sync::oneshot;
 
 /// A sink to `url` publishing to `subject`, ids prefixed with the queue's name; PubAcks
 /// awaited a second at most, so that an outage shows quickly.
@@ -23,24 +24,6 @@ async fn sink<DB: Db>(url: &str, subject: &str, queue: &Queue<DB>) -> NatsSink {
     let mut options = NatsOptions::new(Template::parse(subject).unwrap(), queue.table().to_string());
     options.ack_timeout = Duration::from_secs(1);
     NatsSink::connect(url, options).await.unwrap_or_else(|e| panic!("NATS must be reachable: {e}"))
-}
-
-/// A relay of `queue` to `sink` running on its own task; the sender stops it.
-fn start<DB: Db>(
-    queue: &Queue<DB>,
-    sink: NatsSink,
-    batch: usize,
-) -> (oneshot::Sender<()>, tokio::task::JoinHandle<RelayReport>) {
-    let (stop, stopped) = oneshot::channel::<()>();
-    let relay = Relay::new(queue.clone(), sink).batch(batch).until(async move {
-        let _ = stopped.await;
-    });
-    (stop, tokio::spawn(async move { relay.run().await.expect("the relay runs") }))
-}
-
-async fn stop(relay: (oneshot::Sender<()>, tokio::task::JoinHandle<RelayReport>)) -> RelayReport {
-    let _ = relay.0.send(());
-    relay.1.await.unwrap()
 }
 
 /// 10,000 messages reach the stream, each once, with its id, headers and payload; the

@@ -9,13 +9,14 @@ use std::time::Duration;
 
 use common::proxy::Proxy;
 use common::streams::Streams;
-use common::{Brokers, Cleanup, Place, REDIS, drained, eventually, fill, on_each_database, queue};
+use common::{
+    Brokers, Cleanup, Place, REDIS, drained, eventually, fill, on_each_database, queue, start, stop,
+};
 use rowbus::dead::DeadLetterPage;
 use rowbus::stats::Counted;
-use rowbus::{Db, Queue};
 use rowbus_relay::sink::redis::{RedisOptions, RedisSink};
 use rowbus_relay::sink::{Outgoing, Sink, SinkError};
-use rowbus_relay::{Relay, RelayReport, Template};
+use rowbus_relay::{Relay, Template};
 use tokio::sync::oneshot;
 
 /// A sink to `url` adding to `stream`; replies awaited a second at most.
@@ -24,24 +25,6 @@ async fn sink(url: &str, stream: &str, maxlen: Option<u64>) -> RedisSink {
     options.maxlen = maxlen;
     options.timeout = Duration::from_secs(1);
     RedisSink::connect(url, options).await.unwrap_or_else(|e| panic!("Redis must be reachable: {e}"))
-}
-
-/// A relay of `queue` to `sink` running on its own task; the sender stops it.
-fn start<DB: Db>(
-    queue: &Queue<DB>,
-    sink: RedisSink,
-    batch: usize,
-) -> (oneshot::Sender<()>, tokio::task::JoinHandle<RelayReport>) {
-    let (stop, stopped) = oneshot::channel::<()>();
-    let relay = Relay::new(queue.clone(), sink).batch(batch).until(async move {
-        let _ = stopped.await;
-    });
-    (stop, tokio::spawn(async move { relay.run().await.expect("the relay runs") }))
-}
-
-async fn stop(relay: (oneshot::Sender<()>, tokio::task::JoinHandle<RelayReport>)) -> RelayReport {
-    let _ = relay.0.send(());
-    relay.1.await.unwrap()
 }
 
 /// 10,000 messages reach the stream, each once, with its fields; the queue's counts say so.

@@ -195,3 +195,21 @@ where
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// A relay running on its own task, and the sender that stops it.
+pub type Running = (tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<rowbus_relay::RelayReport>);
+
+/// A relay of `queue` to `sink` in batches of `batch`, running on its own task.
+pub fn start<DB: Db, S: rowbus_relay::sink::Sink>(queue: &Queue<DB>, sink: S, batch: usize) -> Running {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let relay = rowbus_relay::Relay::new(queue.clone(), sink).batch(batch).until(async move {
+        let _ = stopped.await;
+    });
+    (stop, tokio::spawn(async move { relay.run().await.expect("the relay runs") }))
+}
+
+/// Stops a relay [`start`]ed and returns what it did.
+pub async fn stop(relay: Running) -> rowbus_relay::RelayReport {
+    let _ = relay.0.send(());
+    relay.1.await.unwrap()
+}

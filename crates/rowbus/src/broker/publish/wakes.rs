@@ -58,10 +58,9 @@ impl Pending {
     /// Adds a wake-up; false when it is pending already (the next statement carries it).
     pub fn add(&mut self, table: &Arc<str>, group: &str) -> bool {
         let pair = (table.clone(), group.to_owned());
-        if self.seen.contains(&pair) {
+        if !self.seen.insert(pair.clone()) {
             return false;
         }
-        self.seen.insert(pair.clone());
         self.pairs.push(pair);
         true
     }

@@ -148,3 +148,44 @@ async fn dropped_publishes_leave_the_others_going<DB: Brokers>(place: Place) {
     queue.undeploy().await.unwrap();
 }
 on_each_database!(dropped_publishes_leave_the_others_going);
+
+/// Transactions that hold every connection of a fresh broker's pool each publish and
+/// commit: the first publish reads the server's statement-size limit (MySQL/MariaDB's
+/// `max_allowed_packet`) on its own transaction's connection, not on another pooled one
+/// that none of them gives back before its publish returns.
+async fn transactions_holding_the_whole_pool_publish<DB: Brokers>(place: Place) {
+    const TRANSACTIONS: usize = 8; // the tests' pool size
+    let cleanup = Cleanup::new(place.backend());
+    let name = cleanup.queue(&unique("pool_tx"));
+    DB::broker(&place, BrokerOptions::default()).await.queue(&name).unwrap().deploy().await.unwrap();
+
+    // A broker of its own: it has not read the limit yet.
+    let broker = DB::broker(&place, BrokerOptions::default()).await;
+    let queue = broker.queue(&name).unwrap();
+    let all_begun = std::sync::Arc::new(tokio::sync::Barrier::new(TRANSACTIONS));
+    let mut publishing = tokio::task::JoinSet::new();
+    for i in 0..TRANSACTIONS {
+        let (broker, queue, all_begun) = (broker.clone(), queue.clone(), all_begun.clone());
+        publishing.spawn(async move {
+            let mut tx = broker.begin().await?;
+            all_begun.wait().await;
+            tx.publish(&queue, Message::text(format!("m{i}"))).await?;
+            tx.commit().await
+        });
+    }
+    let done = tokio::time::timeout(STUCK, async {
+        let mut results = Vec::new();
+        while let Some(result) = publishing.join_next().await {
+            results.push(result.unwrap());
+        }
+        results
+    })
+    .await
+    .expect("the transactions are stuck");
+    for result in done {
+        result.expect("each transaction publishes and commits");
+    }
+    let seen = payloads(&queue, TRANSACTIONS).await;
+    assert_eq!(seen.len(), TRANSACTIONS, "{seen:?}");
+}
+on_each_database!(transactions_holding_the_whole_pool_publish on postgres, mariadb);

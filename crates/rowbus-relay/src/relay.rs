@@ -106,6 +106,19 @@ impl Backoff {
     }
 }
 
+/// The relay's own tasks, aborted when [`Relay::run`]'s future is dropped before it
+/// returns (its task aborted, a `select!` that took another branch): without this the
+/// claims would go on, each taking a batch no one sends, held until its lease runs out.
+struct Tasks(Vec<tokio::task::AbortHandle>);
+
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
+}
+
 /// A batch between claim and settlement.
 struct Batch<DB: Db> {
     deliveries: Vec<Delivery<DB>>,
@@ -305,6 +318,8 @@ impl<DB: Db, S: Sink> Relay<DB, S> {
                 }
             })
         };
+
+        let _tasks = Tasks(vec![claims.abort_handle(), settlements.abort_handle(), counting.abort_handle()]);
 
         // Sends, on this task, which owns the sink.
         while let Some(batch) = sending.recv().await {

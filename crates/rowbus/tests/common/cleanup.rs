@@ -22,6 +22,8 @@ pub const MARIADB_URL: &str = "mysql://root@127.0.0.1:3306/test";
 /// How long a drop waits for a lock: a failed test's sessions may still hold one for a
 /// moment, and a guard must not hang the run on one that stays.
 const LOCK_WAIT_SECS: u32 = 10;
+/// How often a drop is tried before the guard says what it left.
+const DROP_TRIES: u32 = 3;
 
 /// What one test made, dropped with this guard. Declare it before what uses the tables
 /// (pools, brokers, listeners), so that it is dropped after them.
@@ -139,6 +141,20 @@ impl Cleanup {
         }
     }
 
+    /// [`client`](Self::client), on a runtime worker's thread handed over to blocking
+    /// first: the guard drops inside the test's runtime, and a task that holds the lock the
+    /// drop waits for (a session still ending its transaction) may be queued on this very
+    /// worker, where nothing would run it until the drop timed out.
+    fn client_blocking(server: Backend, sql: &str) -> Result<String, String> {
+        use tokio::runtime::{Handle, RuntimeFlavor};
+        match Handle::try_current() {
+            Ok(handle) if handle.runtime_flavor() == RuntimeFlavor::MultiThread => {
+                tokio::task::block_in_place(|| Self::client(server, sql))
+            }
+            _ => Self::client(server, sql),
+        }
+    }
+
     /// The tables in the test database (PostgreSQL: in its current schema) whose names
     /// start with `prefix`.
     fn tables_under(server: Backend, prefix: &str) -> Result<Vec<String>, String> {
@@ -238,7 +254,18 @@ impl Drop for Cleanup {
         if tables.is_empty() && made.schemas.is_empty() {
             return;
         }
-        if let Err(e) = Self::client(server, &Self::drop_sql(server, &tables, &made.schemas)) {
+        let sql = Self::drop_sql(server, &tables, &made.schemas);
+        let mut dropped = Self::client_blocking(server, &sql);
+        // A lock still held a moment past the test (a session of a failed test, a task
+        // ending with its runtime) times the drop out: try again before giving up.
+        for _ in 1..DROP_TRIES {
+            if dropped.is_ok() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_secs(1));
+            dropped = Self::client_blocking(server, &sql);
+        }
+        if let Err(e) = dropped {
             // Panicking here could abort a test that is already unwinding: say what is left.
             eprintln!(
                 "cleanup: cannot drop the tables {tables:?} and schemas {:?} on {}, drop them by hand: {e}",

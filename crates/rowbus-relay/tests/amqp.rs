@@ -16,7 +16,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use brokers::{
-    Arrival, Proxy, batch, check_arrivals, check_at_least_once, message, publish_numbered, unique,
+    Arrival, Proxy, StallsAfter, batch, check_arrivals, check_at_least_once, message, publish_numbered,
+    unique,
 };
 use common::{Brokers, Cleanup, Place, on_each_database, place_test as database_test};
 use futures::StreamExt as _;
@@ -468,12 +469,11 @@ async fn a_relay_killed_mid_stream_loses_nothing<DB: Brokers>(place: Place) {
         AmqpSink::connect(URL, options).await.unwrap()
     };
 
+    // Killed with a batch sent and not settled (its sink stalls after 300 messages).
+    let (stalling, stalled) = StallsAfter::new(sink().await, 300);
     let first =
-        tokio::spawn(Relay::new(queue.clone(), sink().await).batch(20).lease(Duration::from_secs(2)).run());
-    let mut arrived = Vec::new();
-    while arrived.len() < 300 {
-        arrived.push(next_arrival(&mut consumer, arrived.len()).await);
-    }
+        tokio::spawn(Relay::new(queue.clone(), stalling).batch(20).lease(Duration::from_secs(2)).run());
+    stalled.await.expect("the first relay sends 300 messages");
     first.abort();
     assert!(first.await.unwrap_err().is_cancelled());
 
@@ -487,12 +487,21 @@ async fn a_relay_killed_mid_stream_loses_nothing<DB: Brokers>(place: Place) {
             })
             .run(),
     );
-    let mut seen = std::collections::HashSet::new();
-    seen.extend(arrived.iter().map(|a| a.n));
-    while seen.len() < N {
-        let arrival = next_arrival(&mut consumer, arrived.len()).await;
-        seen.insert(arrival.n);
-        arrived.push(arrival);
+    // Until every message arrived and the queue is empty: the stalled batch arrived
+    // once already and comes again when its lease ran out.
+    let (mut arrived, mut seen) = (Vec::new(), std::collections::HashSet::new());
+    let start = tokio::time::Instant::now();
+    while seen.len() < N || queue.depth("").await.unwrap().0 > 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "{} of {N} arrived; the queue is not empty",
+            seen.len()
+        );
+        let next = next_arrival(&mut consumer, arrived.len());
+        if let Ok(arrival) = tokio::time::timeout(Duration::from_millis(200), next).await {
+            seen.insert(arrival.n);
+            arrived.push(arrival);
+        }
     }
     let _ = stop.send(());
     let report = second.await.unwrap().unwrap();

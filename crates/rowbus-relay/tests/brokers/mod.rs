@@ -248,3 +248,37 @@ pub fn check_at_least_once(arrivals: &[Arrival], n: usize, prefix: &str) {
     let missing: Vec<_> = id_of.iter().enumerate().filter(|(_, id)| id.is_none()).map(|(i, _)| i).collect();
     assert!(missing.is_empty(), "missing: {:?}", &missing[..missing.len().min(20)]);
 }
+
+/// A sink that hands batches to `inner` until `after` messages went, then, the batch that
+/// reached that number sent, tells `stalled` and never answers: a relay killed after that
+/// has sent messages it did not settle, whatever the timing of its claims.
+pub struct StallsAfter<S> {
+    inner: S,
+    left: usize,
+    stalled: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl<S: rowbus_relay::sink::Sink> StallsAfter<S> {
+    pub fn new(inner: S, after: usize) -> (Self, tokio::sync::oneshot::Receiver<()>) {
+        let (stalled, told) = tokio::sync::oneshot::channel();
+        (StallsAfter { inner, left: after, stalled: Some(stalled) }, told)
+    }
+}
+
+impl<S: rowbus_relay::sink::Sink> rowbus_relay::sink::Sink for StallsAfter<S> {
+    async fn send(&mut self, batch: &[Outgoing]) -> Vec<Result<(), rowbus_relay::sink::SinkError>> {
+        let results = self.inner.send(batch).await;
+        self.left = self.left.saturating_sub(batch.len());
+        if self.left == 0 {
+            if let Some(stalled) = self.stalled.take() {
+                let _ = stalled.send(());
+            }
+            std::future::pending::<()>().await;
+        }
+        results
+    }
+
+    fn system(&self) -> &'static str {
+        self.inner.system()
+    }
+}

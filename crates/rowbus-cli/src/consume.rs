@@ -43,10 +43,10 @@ pub(crate) struct ConsumeArgs {
     #[arg(long, value_name = "N", default_value_t = 1, conflicts_with = "batch",
           value_parser = clap::value_parser!(u32).range(1..=1024))]
     workers: u32,
-    /// Most messages claimed beyond one per free worker, when the workers are expected
-    /// to finish them while a claim is in flight [default: the worker count; 0: none]
+    /// Most messages held claimed ahead of the workers, as many as they are expected to
+    /// finish in 10-100 ms [default: 1000; 0: one per free worker]
     #[arg(long, value_name = "N", conflicts_with = "batch",
-          value_parser = clap::value_parser!(u32).range(0..=1024))]
+          value_parser = clap::value_parser!(u32).range(0..=10_000))]
     claim_ahead: Option<u32>,
     /// Claim up to N messages at a time, handle them in order and acknowledge them in one
     /// statement

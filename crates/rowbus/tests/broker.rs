@@ -1306,6 +1306,58 @@ async fn quick_handlers_claim_ahead<DB: Db>(broker: Broker<DB>) {
 }
 on_each_database!(quick_handlers_claim_ahead);
 
+/// Quick handlers draining a backlog, with the claim loop's poll an hour away: every
+/// message is handled, none waits claimed ahead for a poll while workers are free (the
+/// claims sent before the workers run out may come back after they all stopped).
+async fn a_backlog_drains_without_waiting_for_a_poll<DB: Db>(broker: Broker<DB>) {
+    const N: u64 = 5_000;
+    let q = queue(&broker).await;
+    for chunk in 0..N / 1000 {
+        q.publish_batch((0..1000).map(|i| Message::text(format!("m{chunk}.{i}")))).await.unwrap();
+    }
+    for round in 0..3 {
+        let handled = Arc::new(AtomicU64::new(0));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let runner = {
+            let (handled, q) = (handled.clone(), q.clone());
+            tokio::spawn(async move {
+                q.subscribe()
+                    .workers(8)
+                    .poll_interval(Duration::from_secs(3600))
+                    .until(async move {
+                        let _ = stopped.await;
+                    })
+                    .run(move |_: Delivery<DB>| {
+                        handled.fetch_add(1, Ordering::Relaxed);
+                        async { Ok::<_, Error>(()) }
+                    })
+                    .await
+            })
+        };
+        let start = std::time::Instant::now();
+        while handled.load(Ordering::Relaxed) < N {
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "round {round}: {} of {N} handled; the rest wait for a poll",
+                handled.load(Ordering::Relaxed)
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let _ = stop.send(());
+        runner.await.unwrap().unwrap();
+        assert_eq!(handled.load(Ordering::Relaxed), N, "round {round}: each message once");
+        assert_eq!(q.depth("").await.unwrap(), (0, 0));
+        if round < 2 {
+            for chunk in 0..N / 1000 {
+                q.publish_batch((0..1000).map(|i| Message::text(format!("r{round}.{chunk}.{i}"))))
+                    .await
+                    .unwrap();
+            }
+        }
+    }
+}
+on_each_database!(a_backlog_drains_without_waiting_for_a_poll);
+
 async fn no_claim_ahead_when_turned_off<DB: Db>(broker: Broker<DB>) {
     let q = queue(&broker).await;
     q.publish_batch((0..400).map(|i| Message::text(format!("m{i}")))).await.unwrap();

@@ -655,13 +655,13 @@ where
         Scenario::Raw(k) => {
             // The baseline's own plain table, beside the (empty) queue table.
             let raw = format!("{table}_raw");
-            drop_queue(pool, &raw).await;
+            raw_claim::drop_table(pool, &raw).await;
             raw_claim::prefill(pool, DB::BACKEND, &raw, n).await?;
             let connections = args.concurrency;
             let started = Instant::now();
             let drained = raw_claim::drain(pool, DB::BACKEND, &raw, k, connections, &progress).await;
             let elapsed = started.elapsed();
-            drop_queue(pool, &raw).await;
+            raw_claim::drop_table(pool, &raw).await;
             let drained = drained?;
             if drained.rows != n {
                 eprintln!("rowbus: {scenario}: the raw loop deleted {} of {n} rows", drained.rows);
@@ -671,7 +671,7 @@ where
         Scenario::RawInsert(k) => {
             // The raw claim loop's plain table, beside the (empty) queue table.
             let raw = format!("{table}_raw");
-            drop_queue(pool, &raw).await;
+            raw_claim::drop_table(pool, &raw).await;
             let create = raw_claim::create_sql(DB::BACKEND, &raw);
             let mut conn = pool.acquire().await?;
             rowbus::sqlx::query(rowbus::sqlx::AssertSqlSafe(create)).execute(&mut *conn).await?;
@@ -680,7 +680,7 @@ where
             let inserted =
                 raw_insert::publish(pool, DB::BACKEND, &raw, n, k, args.concurrency, &progress).await;
             let elapsed = started.elapsed();
-            drop_queue(pool, &raw).await;
+            raw_claim::drop_table(pool, &raw).await;
             let inserted = inserted?;
             Run { per_s: inserted as f64 / elapsed.as_secs_f64(), retries: 0 }
         }

@@ -30,6 +30,24 @@ pub(crate) fn create_sql(backend: Backend, table: &str) -> String {
     }
 }
 
+/// Drops the baseline's table if it is there. It is no queue table, so `undeploy`, which
+/// refuses any other table, cannot.
+pub(crate) async fn drop_table<DB>(pool: &Pool<DB>, table: &str)
+where
+    DB: Database,
+    DB::Arguments: IntoArguments<DB>,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+{
+    let dropped = async {
+        let mut conn = pool.acquire().await?;
+        let sql = format!("DROP TABLE IF EXISTS {table}");
+        rowbus::sqlx::query(AssertSqlSafe(sql)).execute(&mut *conn).await
+    };
+    if let Err(error) = dropped.await {
+        eprintln!("rowbus: dropping bench table {table}: {error}");
+    }
+}
+
 /// An INSERT of `n` rows whose payloads the database builds from the bound numbers: the
 /// same ~30 bytes as the broker's bench messages.
 pub(crate) fn insert_sql(backend: Backend, table: &str, n: usize) -> String {

@@ -17,7 +17,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 use tracing::{Instrument as _, debug, info_span, warn};
 
-use crate::broker::claim::ahead::Ahead;
+use crate::broker::claim::ahead::{self, Ahead};
 use crate::broker::claim::subscription::{Claimer, Pace, SubscriptionBuilder};
 use crate::broker::claim::watch::{self, Held, Watch};
 use crate::broker::operate::counts::{self, Counted};
@@ -290,7 +290,10 @@ async fn handle<DB, F, Fut, O, E>(
 async fn next_ahead<DB: Db>(ahead: &Ahead<Delivery<DB>>) -> Option<Delivery<DB>> {
     let (next, stale) = ahead.next();
     if !stale.is_empty() {
-        warn!(count = stale.len(), "messages claimed ahead waited half their lease; giving them back");
+        warn!(
+            count = stale.len(),
+            "messages claimed ahead waited a quarter of their lease; giving them back"
+        );
         release_all(stale).await;
     }
     next
@@ -565,9 +568,23 @@ where
     O: Into<Outcome> + Send + 'static,
     E: Display + Send + 'static,
 {
+    /// Free workers; or none, when during a backlog the messages claimed ahead run low
+    /// before any worker is free: the claim refills them while the workers still work.
     async fn free(&mut self) -> Vec<OwnedSemaphorePermit> {
         self.starting.wait().await;
-        free_workers(&self.workers, self.max).await
+        let ahead = self.shared.ahead.clone();
+        let refill = async move {
+            loop {
+                ahead.low().await;
+                if ahead.wants_refill() {
+                    return;
+                }
+            }
+        };
+        tokio::select! {
+            workers = free_workers(&self.workers, self.max) => workers,
+            () = refill => Vec::new(),
+        }
     }
 
     async fn claim(
@@ -583,18 +600,19 @@ where
             let worker = workers.pop().expect("not empty");
             self.start(set, delivery, worker);
         }
-        if workers.is_empty() {
-            return Some(claimer.pace);
-        }
         // A limited group's claims take only what free workers start at once: a message
         // claimed ahead would hold a slot, or count as started, while it waits.
         let size = match claimer.limited {
             true => workers.len(),
-            false => self.shared.ahead.claim_size(workers.len(), self.max),
+            false if workers.is_empty() && !self.shared.ahead.wants_refill() => 0,
+            false => self.shared.ahead.claim_size(workers.len()),
         };
+        if size == 0 {
+            return Some(claimer.pace);
+        }
         let started = Instant::now();
         let Ok(deliveries) = claimer.claim(size).await else { return Some(claimer.pace) };
-        self.shared.ahead.claimed(started.elapsed());
+        self.shared.ahead.claimed(started.elapsed(), size, deliveries.len());
         if *claimer.shutdown.borrow() {
             release_all(deliveries).await;
             return None;
@@ -606,6 +624,13 @@ where
             self.start(set, delivery, worker);
         }
         self.shared.ahead.keep(deliveries);
+        // Workers that came free while the claim was out (a refill is sent with none free)
+        // start on what it brought now: the claim loop's next turn may be a poll interval
+        // away after a short claim (measured: the last 992 of a 20,000 drain waited 1 s).
+        while let Ok(worker) = self.workers.clone().try_acquire_owned() {
+            let Some(delivery) = next_ahead(&self.shared.ahead).await else { break };
+            self.start(set, delivery, worker);
+        }
         Some(claimer.pace)
     }
 
@@ -691,7 +716,8 @@ impl<DB: Db> SubscriptionBuilder<DB> {
     {
         let workers = Arc::new(Semaphore::new(self.workers));
         let (handler, max, starting) = (Arc::new(handler), self.workers, Starting::default());
-        let ahead = Arc::new(Ahead::new(self.claim_ahead.unwrap_or(self.workers), self.lease / 2));
+        let cap = self.claim_ahead.unwrap_or(ahead::DEFAULT_CAP);
+        let ahead = Arc::new(Ahead::new(self.workers, cap, self.lease / 4));
         let stop = Stop { shutdown: self.queue.inner().shutdown.subscribe(), until: self.until.clone() };
         let supervision = Supervision { timeout: self.timeout, grace: self.grace };
         let in_flight = InFlight::default();

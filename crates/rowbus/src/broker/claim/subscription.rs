@@ -160,13 +160,15 @@ impl<DB: Db> SubscriptionBuilder<DB> {
         self
     }
 
-    /// Most messages [`run`](Self::run) claims beyond one per free worker (the worker count
-    /// by default; 0: never more than one per free worker). A claim takes as many more as
-    /// the workers are expected to finish during the claim's round trip, measured as they
-    /// run: with handlers quicker than a claim, the next messages are there when a worker
-    /// finishes and the rate is no longer bound by the claim latency; with slower ones
-    /// nothing is claimed ahead. A message claimed ahead waits in the runner about one
-    /// claim's latency, its lease running; one that waited half its lease is given back
+    /// Most messages [`run`](Self::run) holds claimed ahead of its workers (1,000 by
+    /// default; 0: never more than one per free worker). Within it, the claims follow what
+    /// the runner measures as it goes: a claim takes what the workers are expected to
+    /// finish in 10 ms (and in at least two claim latencies), a window that doubles with
+    /// each claim that came back full, up to 100 ms, and falls back at the first that found
+    /// fewer; while the backlog lasts, the next claim goes when what waits would last two
+    /// claim latencies, before the workers run out. With handlers slower than the window
+    /// nothing is claimed ahead: a message per free worker. No more wait than the workers
+    /// start within a quarter of the lease; one that waited that long anyway is given back
     /// unstarted, as are those waiting at shutdown.
     pub fn claim_ahead(mut self, most: usize) -> Self {
         self.claim_ahead = Some(most);

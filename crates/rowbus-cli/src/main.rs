@@ -243,11 +243,13 @@ enum Command {
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
+    // lapin logs an error of its own when RabbitMQ closes a connection; `rowbus relay`
+    // says what happened, and what it does about it, in its own words.
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error,rowbus_relay=warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error,rowbus_relay=warn,lapin=off")),
         )
         .init();
     match run(cli).await {

@@ -98,8 +98,15 @@ impl Sizing {
 
     /// Below this many waiting, during a backlog, the next claim goes before a worker is
     /// free: what the workers finish in two claim latencies, at most half the target.
-    fn refill_mark(&self) -> usize {
-        self.finished_in(2.0 * self.claim).min(self.target() / 2)
+    /// `None` when nothing is claimed ahead (no target): claims wait for a free worker.
+    fn refill_mark(&self) -> Option<usize> {
+        let target = self.target();
+        (target > 0).then(|| self.finished_in(2.0 * self.claim).min(target / 2))
+    }
+
+    /// Whether `waiting` messages are few enough for a claim before a worker is free.
+    fn low(&self, waiting: usize) -> bool {
+        self.refill_mark().is_some_and(|mark| waiting <= mark)
     }
 
     /// Messages a claim takes for `free` free workers with `waiting` waiting: one per free
@@ -152,9 +159,7 @@ impl<T> Ahead<T> {
     /// at the refill mark.
     pub fn wants_refill(&self) -> bool {
         let state = self.state();
-        !state.closed
-            && state.backlog
-            && self.sizing(&state).is_some_and(|s| state.waiting.len() <= s.refill_mark())
+        !state.closed && state.backlog && self.sizing(&state).is_some_and(|s| s.low(state.waiting.len()))
     }
 
     /// Returns once [`wants_refill`](Self::wants_refill) may have become true.
@@ -201,7 +206,7 @@ impl<T> Ahead<T> {
             }
             stale.push(delivery);
         }
-        if state.backlog && self.sizing(&state).is_some_and(|s| state.waiting.len() <= s.refill_mark()) {
+        if state.backlog && self.sizing(&state).is_some_and(|s| s.low(state.waiting.len())) {
             self.low.notify_one();
         }
         (next, stale)
@@ -308,6 +313,21 @@ mod tests {
         // A short claim: the backlog is over, no claim before a worker is free.
         ahead.claimed(Duration::from_millis(1), 100, 5);
         assert!(!ahead.wants_refill());
+    }
+
+    #[test]
+    fn without_a_target_claims_wait_for_a_free_worker() {
+        // Claiming ahead turned off, or handlers slower than the window: no refills.
+        let ahead = Ahead::<u32>::new(8, 0, Duration::from_secs(3600));
+        ahead.handled(Duration::from_micros(1));
+        ahead.claimed(Duration::from_millis(1), 8, 8);
+        assert!(!ahead.wants_refill());
+        assert_eq!(ahead.next(), (None, vec![]));
+        assert!(ahead.low().now_or_never().is_none(), "the claim loop is not told");
+        let slow = Ahead::<u32>::new(8, DEFAULT_CAP, Duration::from_secs(3600));
+        slow.handled(Duration::from_secs(1));
+        slow.claimed(Duration::from_millis(1), 8, 8);
+        assert!(!slow.wants_refill());
     }
 
     #[test]

@@ -627,7 +627,9 @@ where
         // Workers that came free while the claim was out (a refill is sent with none free)
         // start on what it brought now: the claim loop's next turn may be a poll interval
         // away after a short claim (measured: the last 992 of a 20,000 drain waited 1 s).
-        while let Ok(worker) = self.workers.clone().try_acquire_owned() {
+        while !self.shared.stop.now()
+            && let Ok(worker) = self.workers.clone().try_acquire_owned()
+        {
             let Some(delivery) = next_ahead(&self.shared.ahead).await else { break };
             self.start(set, delivery, worker);
         }

@@ -23,6 +23,8 @@ use crate::sql::DbPool;
 use crate::sql::Notifier;
 use crate::sql::TableConn;
 
+mod busy;
+
 crate::driver::driver!(Sqlite);
 
 impl Db for Sqlite {
@@ -64,20 +66,21 @@ fn ready_rows(table: &QueueTable, columns: &str) -> String {
     )
 }
 
-/// `url`'s options; the file is made only with `create`, never because the URL says
-/// `mode=rwc`: whether a database appears is the caller's choice, not the URL's.
 /// Whether SQLite said the database is locked (SQLITE_BUSY).
 fn is_locked(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some("5"))
 }
 
+/// `url`'s options; the file is made only with `create`, never because the URL says
+/// `mode=rwc`: whether a database appears is the caller's choice, not the URL's. The busy
+/// timeout holds until [`busy::install`] replaces SQLite's handler on the connection.
 fn options(url: &str, create: bool) -> Result<SqliteConnectOptions, Error> {
     // sqlx leaves the journal mode alone: WAL lets readers run beside the one writer.
     Ok(SqliteConnectOptions::from_str(url)
         .map_err(|e| invalid_url(url, e))?
         .create_if_missing(create)
         .journal_mode(SqliteJournalMode::Wal)
-        .busy_timeout(Duration::from_secs(10)))
+        .busy_timeout(busy::TIMEOUT))
 }
 
 /// A failed open: [`Error::MissingDatabase`] when SQLite could not open a file that is
@@ -313,7 +316,8 @@ impl Connecting for Sqlite {
     fn connect_pool(url: &str, max: u32, create: bool) -> BoxFuture<'static, Result<Pool<Self>, Error>> {
         let url = url.to_owned();
         Box::pin(async move {
-            let pool = pool_options::<Self>(max.min(4));
+            let pool = pool_options::<Self>(max.min(4))
+                .after_connect(|conn, _| Box::pin(async move { busy::install(conn).await }));
             let options = options(&url, create)?;
             // Two processes opening a new file at once both switch it to WAL; SQLite answers
             // the loser "database is locked" at once rather than through the busy timeout
@@ -542,7 +546,10 @@ impl TableConn for SqliteConnection {
     /// Never makes the file: a listener reads a notify table that `deploy` made.
     async fn open(url: &str) -> Result<Self, Error> {
         let options = options(url, false)?;
-        SqliteConnection::connect_with(&options).await.map_err(open_error(url, &options, false))
+        let mut conn =
+            SqliteConnection::connect_with(&options).await.map_err(open_error(url, &options, false))?;
+        busy::install(&mut conn).await.map_err(connect_error(url))?;
+        Ok(conn)
     }
 
     async fn session_id(&mut self) -> Result<Option<u64>, Error> {

@@ -1,8 +1,9 @@
 //! `rowbus relay` end to end, in child processes against the real databases and the local
-//! NATS and Redis servers: `--help` shows each broker's options; bad flags are refused in
-//! one line before anything connects; a relay SIGKILLed mid-stream and started again loses
-//! nothing (JetStream drops the messages sent twice by their Nats-Msg-Id; in Redis a
-//! message added twice carries the same id); `rowbus stats` shows what the relays did.
+//! NATS, Redis, RabbitMQ and Mosquitto servers: `--help` shows each broker's options; bad
+//! flags are refused in one line before anything connects; a relay SIGKILLed mid-stream and
+//! started again loses nothing (JetStream drops the messages sent twice by their
+//! Nats-Msg-Id; in Redis, RabbitMQ and MQTT a message that arrives twice carries the same id
+//! and content); `rowbus stats` shows what the relays did.
 
 mod common;
 
@@ -322,15 +323,134 @@ fn a_killed_relay_to_redis_loses_nothing(kind: Kind) {
     let entries: Vec<(String, Vec<Vec<u8>>)> =
         redis::cmd("XRANGE").arg(&key).arg("-").arg("+").query(&mut connection).unwrap();
     redis::cmd("DEL").arg(&key).exec(&mut connection).unwrap();
-    let mut by_id: BTreeMap<String, Vec<Vec<Vec<u8>>>> = BTreeMap::new();
-    for (_, fields) in entries {
+    let copies = entries.into_iter().map(|(_, fields)| {
         let id = fields.chunks(2).find(|f| f[0] == b"id").map(|f| String::from_utf8(f[1].clone()).unwrap());
-        by_id.entry(id.expect("an id field")).or_default().push(fields);
+        (id.expect("an id field"), fields.concat())
+    });
+    each_once_and_resent(&database, &q, copies);
+}
+on_each_database!(a_killed_relay_to_redis_loses_nothing);
+
+/// What arrived, as (id, everything sent with it): every one of the [`MANY`] messages is
+/// there, an id that came twice came with the same content, and the queue counted the
+/// killed relay's messages as resent.
+fn each_once_and_resent(database: &Database, q: &str, arrived: impl IntoIterator<Item = Arrived>) {
+    let mut by_id: BTreeMap<String, Vec<Vec<u8>>> = BTreeMap::new();
+    for (id, content) in arrived {
+        by_id.entry(id).or_default().push(content);
     }
-    assert_eq!(by_id.len(), MANY, "every message is in the stream");
+    assert_eq!(by_id.len(), MANY, "every message arrived");
     for (id, copies) in &by_id {
         assert!(copies.iter().all(|c| c == &copies[0]), "message {id} sent twice differs: {copies:?}");
     }
-    assert!(counts(&database, &q)["resent"].as_u64().unwrap() > 0);
+    let counts = counts(database, q);
+    assert!(counts["resent"].as_u64().unwrap() > 0, "{counts}");
+    assert_eq!(counts["refused"], 0, "{counts}");
 }
-on_each_database!(a_killed_relay_to_redis_loses_nothing);
+
+/// A message as it arrived: its id and everything sent with it.
+type Arrived = (String, Vec<u8>);
+
+const AMQP: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+
+/// The same with RabbitMQ, through the default exchange to a queue of the test's own
+/// (exclusive to the test's connection, so it goes with it): every message_id is there,
+/// and one that is there twice is the same message.
+fn a_killed_relay_to_amqp_loses_nothing(kind: Kind) {
+    use lapin::options::{BasicGetOptions, QueueDeclareOptions};
+    use lapin::types::FieldTable;
+
+    let (database, q) = filled(kind, "relay_kill_amqp", MANY);
+    let rt = runtime();
+    let name = unique("relaycli");
+    let (connection, channel) = rt.block_on(async {
+        let connection = lapin::Connection::connect(AMQP, lapin::ConnectionProperties::default())
+            .await
+            .unwrap_or_else(|e| panic!("RabbitMQ at {AMQP}: {e}"));
+        let channel = connection.create_channel().await.unwrap();
+        let options = QueueDeclareOptions { exclusive: true, ..QueueDeclareOptions::default() };
+        channel.queue_declare(name.as_str().into(), options, FieldTable::default()).await.unwrap();
+        (connection, channel)
+    });
+    let waiting = || -> u64 {
+        let options = QueueDeclareOptions { passive: true, ..QueueDeclareOptions::default() };
+        let queue = rt.block_on(channel.queue_declare(name.as_str().into(), options, FieldTable::default()));
+        u64::from(queue.unwrap().message_count())
+    };
+    let args = ["--to", AMQP, "--exchange", "", "--routing-key", &name, "--batch", "20", "--lease", "2s"];
+    kill_mid_stream(&database, &q, &args, waiting);
+
+    let mut second = relay(&database, &q, &args);
+    eventually("the queue is drained", || depth(&database, &q) == 0);
+    second.stop("TERM");
+
+    let arrived = rt.block_on(async {
+        let mut arrived = Vec::new();
+        while let Some(got) =
+            channel.basic_get(name.as_str().into(), BasicGetOptions { no_ack: true }).await.unwrap()
+        {
+            let id = got.delivery.properties.message_id().as_ref().map(|id| id.to_string());
+            arrived.push((id.expect("a message_id"), got.delivery.data));
+        }
+        connection.close(200, "OK".into()).await.unwrap();
+        arrived
+    });
+    each_once_and_resent(&database, &q, arrived);
+}
+on_each_database!(a_killed_relay_to_amqp_loses_nothing);
+
+/// The same with MQTT (QoS 1): a subscriber of the test's own, there before the first
+/// relay starts, receives every message by its `rowbus-id`, one that came twice the same.
+fn a_killed_relay_to_mqtt_loses_nothing(kind: Kind) {
+    use std::sync::{Arc, Mutex};
+
+    use rumqttc::v5::mqttbytes::QoS;
+    use rumqttc::v5::mqttbytes::v5::Packet;
+    use rumqttc::v5::{AsyncClient, Event, MqttOptions};
+
+    let (database, q) = filled(kind, "relay_kill_mqtt", MANY);
+    let topic = unique("relaycli");
+    let received: Arc<Mutex<Vec<Arrived>>> = Arc::default();
+    // The subscriber runs on a thread of its own, beside the relays it watches.
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let subscribed = {
+        let (topic, received) = (topic.clone(), received.clone());
+        let (subscribed_tx, subscribed) = std::sync::mpsc::channel();
+        rt.spawn(async move {
+            let (client, mut eventloop) =
+                AsyncClient::new(MqttOptions::new(topic.clone(), "127.0.0.1", 1883), 64);
+            client.subscribe(topic.as_str(), QoS::AtLeastOnce).await.unwrap();
+            loop {
+                match eventloop.poll().await {
+                    Ok(Event::Incoming(Packet::SubAck(_))) => {
+                        let _ = subscribed_tx.send(());
+                    }
+                    Ok(Event::Incoming(Packet::Publish(publish))) => {
+                        let id = publish.properties.as_ref().and_then(|p| {
+                            p.user_properties.iter().find(|(n, _)| n == "rowbus-id").map(|(_, v)| v.clone())
+                        });
+                        let entry = (id.expect("a rowbus-id"), publish.payload.to_vec());
+                        received.lock().unwrap().push(entry);
+                    }
+                    Ok(_) => {}
+                    Err(e) => panic!("Mosquitto at 127.0.0.1:1883: {e}"),
+                }
+            }
+        });
+        subscribed
+    };
+    subscribed.recv_timeout(Duration::from_secs(20)).expect("a SUBACK within 20 s");
+    let args = ["--to", "mqtt://127.0.0.1:1883", "--topic", &topic, "--batch", "20", "--lease", "2s"];
+    kill_mid_stream(&database, &q, &args, || received.lock().unwrap().len() as u64);
+
+    let mut second = relay(&database, &q, &args);
+    eventually("the queue is drained", || depth(&database, &q) == 0);
+    second.stop("TERM");
+    let distinct =
+        || received.lock().unwrap().iter().map(|(id, _)| id.clone()).collect::<BTreeSet<_>>().len();
+    eventually("every message reached the subscriber", || distinct() >= MANY);
+    rt.shutdown_background();
+    let arrived = std::mem::take(&mut *received.lock().unwrap());
+    each_once_and_resent(&database, &q, arrived);
+}
+on_each_database!(a_killed_relay_to_mqtt_loses_nothing);

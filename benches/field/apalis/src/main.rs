@@ -93,14 +93,14 @@ macro_rules! drain {
             .concurrency($workers)
             .parallelize(tokio::spawn)
             .build(job);
-        let running = tokio::spawn(async move { worker.run().await });
-        let done = DONE.notified();
-        if HANDLED.load(Ordering::Acquire) < $n {
-            tokio::time::timeout(Duration::from_secs(600), done).await.expect("drain timed out");
+        // The worker runs in this task until the last job is handled (DONE keeps a permit if
+        // it came first); then it is dropped, and the process exits.
+        tokio::select! {
+            result = worker.run() => panic!("the worker stopped before the drain ended: {result:?}"),
+            _ = tokio::time::sleep(Duration::from_secs(600)) => panic!("drain timed out"),
+            _ = DONE.notified() => {}
         }
-        let rate = $n as f64 / started.elapsed().as_secs_f64();
-        running.abort();
-        rate
+        $n as f64 / started.elapsed().as_secs_f64()
     }};
 }
 
@@ -142,15 +142,20 @@ async fn sqlite(a: &Args, n: usize) -> (Option<f64>, f64, f64) {
 async fn mysql(a: &Args, n: usize) -> (Option<f64>, f64, f64) {
     use apalis_mysql::{Config, MySqlPool, MySqlStorage};
     let pool = MySqlPool::connect(&a.url.replacen("mariadb://", "mysql://", 1)).await.expect("connect");
-    MySqlStorage::setup(&pool).await.expect("setup");
+    // Its migrations create the tables with MySQL 8's collation utf8mb4_0900_ai_ci, which
+    // MariaDB does not have: they run here one by one with utf8mb4_unicode_ci instead.
+    for migration in MySqlStorage::migrations().iter() {
+        let sql = migration.sql.replace("utf8mb4_0900_ai_ci", "utf8mb4_unicode_ci");
+        sqlx::raw_sql(&sql).execute(&pool).await.expect("migration");
+    }
     let config = Config::new("field").set_buffer_size(a.fetch);
     let publish = if a.publish {
-        let b = MySqlStorage::<u64>::new_with_config(&pool, &Config::new("field-publish"));
+        let b = MySqlStorage::<u64, (), ()>::new_with_config(&pool, &Config::new("field-publish"));
         Some(publish_rate!(b, n))
     } else {
         None
     };
-    let mut backend = MySqlStorage::<u64>::new_with_config(&pool, &config);
+    let mut backend = MySqlStorage::<u64, (), ()>::new_with_config(&pool, &config);
     let insert_s = bulk_insert!(backend, n);
     (publish, insert_s, drain!(backend, n, a.workers))
 }

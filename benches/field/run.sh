@@ -199,53 +199,6 @@ for round in $(seq 1 "$ROUNDS"); do
   done
 done
 
-cp "$results" "${FIELD_RESULTS:-/dev/null}" 2>/dev/null || true
-python3 - "$results" "$MESSAGES" "$PUBLISHES" "$ROUNDS" <<'EOF'
-import json, statistics, sys
-rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
-messages, publishes, rounds = sys.argv[2:5]
-
-def med(db, who, key):
-    runs = [r[key] for r in rows if r["db"] == db and r["who"] == who and r[key] is not None]
-    return (statistics.median(runs), runs) if runs else (None, [])
-
-print(f"Medians of {rounds} interleaved rounds: drain of {messages} jobs, publish of {publishes} single "
-      f"publishes from 8 publishers, latency publish-to-handler in one process")
-print(f"{'database':<11} {'system':<34} {'drain/s':>9} {'publish/s':>9} {'p50 ms':>7} {'p99 ms':>7}  drain runs")
-dbs = list(dict.fromkeys(r["db"] for r in rows))
-for db in dbs:
-    whos = list(dict.fromkeys(r["who"] for r in rows if r["db"] == db))
-    for who in whos:
-        d, runs = med(db, who, "drain")
-        p, _ = med(db, who, "publish")
-        l50, _ = med(db, who, "p50")
-        l99, _ = med(db, who, "p99")
-        f = lambda v, fmt: "" if v is None else format(v, fmt)
-        print(f"{db:<11} {who:<34} {f(d, ',.0f'):>9} {f(p, ',.0f'):>9} {f(l50, '.2f'):>7} {f(l99, '.2f'):>7}  "
-              f"{' '.join(f'{v:,.0f}' for v in runs)}")
-print()
-print("Ratios (medians):")
-def ratio(db, a, b, key="drain"):
-    x, _ = med(db, a, key)
-    y, _ = med(db, b, key)
-    if x is None or y is None or y == 0:
-        return
-    print(f"{db:<11} {key:<8} {a} / {b}: {x / y:.2f}x")
-cli, lib, raw = "rowbus CLI consume, 8 workers", "rowbus library run, 8 workers", "raw16 claim loop (ceiling)"
-for db in dbs:
-    whos = list(dict.fromkeys(r["who"] for r in rows if r["db"] == db))
-    graphile = [w for w in whos if w.startswith("graphile-worker") and med(db, w, "drain")[0] is not None]
-    if graphile:
-        best = max(graphile, key=lambda w: med(db, w, "drain")[0])
-        ratio(db, cli, best)
-        ratio(db, lib, best)
-    for w in whos:
-        if (w.startswith("apalis") or w.startswith("pg-boss") or w.startswith("PGQueuer")) and med(db, w, "drain")[0] is not None:
-            ratio(db, cli, w)
-            ratio(db, lib, w)
-    ratio(db, cli, raw)
-    ratio(db, lib, raw)
-    for w in whos:
-        if w != lib and med(db, w, "publish")[0] is not None:
-            ratio(db, lib, w, "publish")
-EOF
+# FIELD_RESULTS=FILE keeps the JSON lines (summary.py FILE MESSAGES PUBLISHES ROUNDS reprints the table).
+if [ -n "${FIELD_RESULTS:-}" ]; then cp "$results" "$FIELD_RESULTS"; fi
+python3 "$here/summary.py" "$results" "$MESSAGES" "$PUBLISHES" "$ROUNDS"

@@ -185,6 +185,8 @@ mod snippets {
     struct NotifyTable;
     #[doc = include_str!("../../../docs/operating.md")]
     struct Operating;
+    #[doc = include_str!("../../../docs/performance.md")]
+    struct Performance;
     #[doc = include_str!("../../../docs/publishing.md")]
     struct Publishing;
     #[doc = include_str!("../../../docs/reliability.md")]

@@ -105,8 +105,10 @@ fn payload(i: usize) -> Vec<u8> {
 /// NATS's own client: messages/s.
 async fn native_nats(args: &Args, subject: &str) -> f64 {
     let client = async_nats::connect(NATS).await.unwrap();
-    let js = jetstream::new(client);
     let window = args.batch * args.in_flight;
+    // The client holds a permit per unawaited PubAck (5,000 by default) and waits for one
+    // before each publish: a window over that would wait forever.
+    let js = jetstream::ContextBuilder::new().max_ack_inflight(window.max(1)).build(client);
     let started = Instant::now();
     let mut pending = futures::stream::FuturesOrdered::new();
     for i in 0..args.messages {

@@ -59,6 +59,23 @@ async fn ten_thousand_arrive_once_each<DB: Brokers>(place: Place) {
 }
 on_each_database!(ten_thousand_arrive_once_each);
 
+/// A batch larger than the PubAcks the client lets wait at once (5,000) arrives whole: the
+/// sink awaits the oldest before it publishes more, where it waited for a permit that its
+/// own unawaited PubAcks held, for ever.
+async fn a_batch_over_the_clients_pending_acks_arrives<DB: Brokers>(place: Place) {
+    let cleanup = Cleanup::new(place.backend());
+    let stream = Stream::new().await;
+    let (_broker, queue) = queue::<DB>(&place, &cleanup, "relay_nats_large").await;
+    fill(&queue, 6_000, 0).await;
+    let subject = format!("{}.{{group}}", stream.root);
+    let relay = start(&queue, sink(NATS, &subject, &queue).await, 6_000);
+    drained(&queue).await;
+    let report = stop(relay).await;
+    assert_eq!((report.relayed, report.confirmed, report.refused), (6_000, 6_000, 0), "{report:?}");
+    assert_eq!(stream.count().await, 6_000);
+}
+on_each_database!(a_batch_over_the_clients_pending_acks_arrives);
+
 /// A message whose subject no stream covers is refused by the server: it goes to the dead
 /// letters with the reason, and the others arrive.
 async fn a_refused_message_is_dead_lettered<DB: Brokers>(place: Place) {

@@ -13,7 +13,8 @@ use std::time::Duration;
 use async_nats::jetstream::context::{Context, ContextBuilder, PublishAckFuture, PublishErrorKind};
 use async_nats::jetstream::message::PublishMessage;
 use async_nats::{HeaderMap, HeaderName, HeaderValue};
-use futures::future::join_all;
+use futures::StreamExt as _;
+use futures::stream::FuturesOrdered;
 
 use crate::error::RelayError;
 use crate::sink::{Outgoing, Sink, SinkError, redact};
@@ -25,6 +26,10 @@ pub const GROUP_HEADER: &str = "Rowbus-Group";
 pub const KEY_HEADER: &str = "Rowbus-Key";
 /// JetStream's deduplication header.
 pub const MSG_ID_HEADER: &str = "Nats-Msg-Id";
+/// The most PubAcks a sink waits for at once. The client holds a permit for each until it
+/// is awaited, and a publish waits for a free one: a send of a larger batch awaits the
+/// oldest PubAcks before it publishes more.
+pub const MAX_ACKS_PENDING: usize = 5_000;
 
 /// How a [`NatsSink`] publishes.
 #[derive(Debug, Clone)]
@@ -63,8 +68,11 @@ impl NatsSink {
             .connect(url)
             .await
             .map_err(|e| RelayError::Connect { system: "nats", url: redact(url), reason: e.to_string() })?;
-        let jetstream =
-            ContextBuilder::new().timeout(options.ack_timeout).backpressure_on_inflight(true).build(client);
+        let jetstream = ContextBuilder::new()
+            .timeout(options.ack_timeout)
+            .max_ack_inflight(MAX_ACKS_PENDING)
+            .backpressure_on_inflight(true)
+            .build(client);
         Ok(NatsSink { jetstream, options })
     }
 
@@ -144,11 +152,18 @@ fn check_subject(subject: &str) -> Result<(), SinkError> {
 
 impl Sink for NatsSink {
     async fn send(&mut self, batch: &[Outgoing]) -> Vec<Result<(), SinkError>> {
-        // Published back to back; once one could not be handed to the client (the
-        // connection's buffer full while the server is away), the rest are not tried.
-        let mut acks = Vec::with_capacity(batch.len());
+        // Published back to back, at most MAX_ACKS_PENDING PubAcks awaited at once; once
+        // one could not be handed to the client (the connection's buffer full while the
+        // server is away), the rest are not tried.
+        let mut results = Vec::with_capacity(batch.len());
+        let mut acks = FuturesOrdered::new();
         let mut down: Option<String> = None;
         for message in batch {
+            if acks.len() >= MAX_ACKS_PENDING
+                && let Some(result) = acks.next().await
+            {
+                results.push(result);
+            }
             let subject = self.options.subject.render(&message.group, message.key.as_deref());
             let sent = match &down {
                 Some(reason) => Err(SinkError::Unavailable(reason.clone())),
@@ -157,14 +172,17 @@ impl Sink for NatsSink {
             if let Err(SinkError::Unavailable(reason)) = &sent {
                 down.get_or_insert_with(|| reason.clone());
             }
-            acks.push(async move {
+            acks.push_back(async move {
                 match sent {
                     Ok(ack) => ack.await.map(drop).map_err(|e| ack_error(&subject, &e)),
                     Err(e) => Err(e),
                 }
             });
         }
-        join_all(acks).await
+        while let Some(result) = acks.next().await {
+            results.push(result);
+        }
+        results
     }
 
     fn system(&self) -> &'static str {

@@ -123,11 +123,11 @@ impl<DB: Keeping> HistorySql<DB> {
         DB::move_to_history(&self.queue, &self.quoted, &filter, Moved::Acked.as_sql(), "last_error")
     }
 
-    /// Rows of one claim its handler dropped, moved in. Binds (each statement): token,
-    /// then the ids.
-    pub fn drop_many(&self, ids: usize) -> Vec<String> {
+    /// Rows of one claim, acknowledged or dropped by their handler (`outcome`), moved in.
+    /// Binds (each statement): token, then the ids.
+    pub fn of_claim(&self, ids: usize, outcome: Moved) -> Vec<String> {
         let filter = format!("lease = {} AND id IN ({})", DB::param(1), placeholders::<DB>(2, ids));
-        DB::move_to_history(&self.queue, &self.quoted, &filter, Moved::Dropped.as_sql(), "last_error")
+        DB::move_to_history(&self.queue, &self.quoted, &filter, outcome.as_sql(), "last_error")
     }
 
     /// Rows cancelled whatever their state, moved in. Binds (each statement): the ids.
@@ -219,7 +219,7 @@ mod tests {
              INSERT INTO \"jobs_hist\" (id, group_name, payload, attempts, created_at, outcome, last_error) \
              SELECT id, group_name, payload, attempts, created_at, 'acked', last_error FROM d"
         );
-        assert!(h.drop_many(2)[0].contains("WHERE lease = $1 AND id IN ($2, $3) RETURNING"));
+        assert!(h.of_claim(2, Moved::Dropped)[0].contains("WHERE lease = $1 AND id IN ($2, $3) RETURNING"));
     }
 
     #[test]

@@ -10,7 +10,8 @@ use sqlx::Transaction;
 
 use crate::broker::Queue;
 use crate::broker::claim::limited::{self, Held, Limited};
-use crate::broker::exec::{micros, queue_error, retrying};
+use crate::broker::exec::{Finishing, begin, micros, queue_error, retrying};
+use crate::broker::settle::lease;
 use crate::broker::settle::lease::ack_in;
 use crate::driver::ClaimedRow;
 use crate::error::{Error, is_retryable};
@@ -32,7 +33,37 @@ pub(crate) struct Claim {
 /// goes the limited way ([`limited::claim_in`]), and says whether one still does. A plain
 /// claim finds nothing in a limited group (it carries the check); when it finds nothing,
 /// one look at the limits table tells, and the limited claim follows at once.
+///
+/// Safe to drop part way (a stream dropped, a runner's `select!`, an aborted relay): the
+/// claim then runs to its end on a task of its own ([`Finishing`]), acknowledges `acks`
+/// and gives what it took back at once, rather than after its lease.
 pub(crate) async fn claim<DB: Db>(
+    queue: &Queue<DB>,
+    group: &str,
+    limit: usize,
+    lease: Duration,
+    acks: &[(i64, i64)],
+    limited: &mut bool,
+) -> Result<Claim, Error> {
+    let (queue, group, acks, was_limited) = (queue.clone(), group.to_owned(), acks.to_vec(), *limited);
+    let (claimed, still_limited) = Finishing::new(|abandoned| async move {
+        let mut limited = was_limited;
+        let claimed = claim_now(&queue, &group, limit, lease, &acks, &mut limited).await;
+        if let (true, Ok(claim)) = (abandoned.is_set(), &claimed) {
+            let ids: Vec<i64> = claim.rows.iter().map(|r| r.id).collect();
+            if let Err(error) = lease::release_many(&queue, claim.token, &ids).await {
+                warn!(%error, table = %queue.table(), "giving back a dropped claim's messages failed; their lease brings them back");
+            }
+        }
+        (claimed, limited)
+    })
+    .await;
+    *limited = still_limited;
+    claimed
+}
+
+/// The claim itself, which [`claim`] runs to its end.
+async fn claim_now<DB: Db>(
     queue: &Queue<DB>,
     group: &str,
     limit: usize,
@@ -90,7 +121,7 @@ async fn claim_limited<DB: Db>(
 ) -> Result<(Vec<ClaimedRow>, u64, Option<Held>), Error> {
     let pool = &queue.inner().pool;
     let done = retrying(queue, || async move {
-        let mut tx = pool.begin_with(DB::LEASE_CLAIM_BEGIN).await?;
+        let mut tx = begin(pool, DB::LEASE_CLAIM_BEGIN).await?;
         let done = limited::claim_in(queue, &mut tx, group, limit, lease, token, acks)
             .await
             .inspect_err(conflicted::<DB>)?;
@@ -120,7 +151,7 @@ async fn claim_plain<DB: Db>(
             let rows = DB::claim(&mut conn, sql, group, limit, lease, token).await;
             return Ok((rows.inspect_err(conflicted::<DB>)?, 0));
         }
-        let mut tx = inner.pool.begin_with(DB::LEASE_CLAIM_BEGIN).await?;
+        let mut tx = begin(&inner.pool, DB::LEASE_CLAIM_BEGIN).await?;
         let acked = ack_in(sql, &mut tx, acks, keeping).await?;
         let rows = DB::claim(&mut tx, sql, group, limit, lease, token).await.inspect_err(conflicted::<DB>)?;
         tx.commit().await.inspect_err(conflicted::<DB>)?;
@@ -147,7 +178,7 @@ pub(crate) async fn claim_locked<DB: Db>(
     let (pool, sql) = (&queue.inner().pool, &*queue.sql);
     let max = i64::try_from(limit).unwrap_or(i64::MAX);
     let (tx, rows) = retrying(queue, || async move {
-        let mut tx = pool.begin_with(DB::LOCKED_CLAIM_BEGIN).await?;
+        let mut tx = begin(pool, DB::LOCKED_CLAIM_BEGIN).await?;
         let rows = DB::take_locked(&mut tx, sql, group, max).await.inspect_err(conflicted::<DB>)?;
         Ok((tx, rows))
     })

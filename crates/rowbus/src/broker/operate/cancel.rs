@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use crate::broker::claim::wake::CONTROL_GROUP;
-use crate::broker::exec::retrying;
+use crate::broker::exec::{begin, retrying};
 use crate::broker::operate::counts::{self, Counted};
 use crate::broker::operate::history::{arcs, load, move_in};
 use crate::broker::publish::insert;
@@ -134,7 +134,7 @@ impl<DB: Db> Queue<DB> {
     async fn cancel_locked(&self, lock: &Arc<str>, args: &[Arg<'_>]) -> Result<Vec<Locked>, Error> {
         let (pool, sql, keeping) = (&self.inner().pool, &*self.sql, self.keeps());
         let rows = retrying(self, || async move {
-            let mut tx = pool.begin_with(DB::WRITE_BEGIN).await?;
+            let mut tx = begin(pool, DB::WRITE_BEGIN).await?;
             let rows = DB::fetch_rows(&mut tx, lock, args, 1).await?;
             if rows.is_empty() {
                 tx.rollback().await?;

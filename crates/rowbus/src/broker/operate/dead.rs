@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use notify_table::DurationRange;
 
-use crate::broker::exec::{micros, retrying};
+use crate::broker::exec::{begin, micros, retrying};
 use crate::broker::publish::insert;
 use crate::broker::{Queue, check_group};
 use crate::driver::{Arg, DeadRow};
@@ -174,7 +174,7 @@ impl<DB: Db> Queue<DB> {
     ) -> Result<(u64, usize), Error> {
         let (pool, sql) = (&self.inner().pool, &*self.sql);
         let (moved, rows) = retrying(self, || async move {
-            let mut tx = pool.begin_with(DB::WRITE_BEGIN).await?;
+            let mut tx = begin(pool, DB::WRITE_BEGIN).await?;
             let rows = DB::fetch_rows(&mut tx, lock, args, 1).await?;
             if rows.is_empty() {
                 return Ok((0, rows));

@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 use notify_table::{DurationRange, Statement, Value};
 use tracing::{Instrument as _, debug, info_span, warn};
 
-use crate::broker::exec::{micros, queue_error, retrying};
+use crate::broker::exec::{begin, micros, queue_error, retrying};
 pub(crate) use crate::broker::operate::keeping::Keeping;
 use crate::broker::{Broker, Inner, Queue, check_group};
 use crate::deploy::DeployOptions;
@@ -364,7 +364,7 @@ pub(crate) async fn moved<DB: Db>(
         if let [one] = statements {
             return DB::execute(&mut *pool.acquire().await?, one, args).await;
         }
-        let mut tx = pool.begin_with(DB::WRITE_BEGIN).await?;
+        let mut tx = begin(pool, DB::WRITE_BEGIN).await?;
         let moved = move_in::<DB>(&mut tx, statements, args).await?;
         tx.commit().await?;
         Ok(moved)

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use notify_table::MAX_DURATION;
 
-use crate::broker::exec::{micros, queue_error};
+use crate::broker::exec::{begin, micros, queue_error};
 use crate::broker::publish::insert;
 use crate::broker::{Queue, check_group};
 use crate::driver::Arg;
@@ -190,7 +190,7 @@ impl<DB: Db> Queue<DB> {
         };
         let mut args = vec![Arg::Int(whole), Arg::Text(group), Arg::Int(value)];
         args.extend(period.map(Arg::Int));
-        let mut tx = self.inner().pool.begin_with(DB::WRITE_BEGIN).await?;
+        let mut tx = begin(&self.inner().pool, DB::WRITE_BEGIN).await?;
         let written = async {
             DB::execute(&mut tx, set, &args).await?;
             if matches!(limit, Limit::MaxRunning(_)) {
@@ -214,7 +214,7 @@ impl<DB: Db> Queue<DB> {
         check_group(group)?;
         let sql = &self.sql.limits;
         let args = [Arg::Int(whole), Arg::Text(group)];
-        let mut tx = self.inner().pool.begin_with(DB::WRITE_BEGIN).await?;
+        let mut tx = begin(&self.inner().pool, DB::WRITE_BEGIN).await?;
         let cleared = async {
             let cleared = DB::execute(&mut tx, &sql.clear, &args).await?;
             DB::execute(&mut tx, &sql.clear_starts, &args).await?;

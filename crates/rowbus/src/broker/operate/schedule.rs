@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use notify_table::DurationRange;
 
-use crate::broker::exec::queue_error;
+use crate::broker::exec::{begin, queue_error};
 use crate::broker::operate::ticks::{Plan, Rule, parse_cron};
 use crate::broker::{Queue, check_group};
 use crate::driver::{Arg, TextsAndInts};
@@ -274,7 +274,7 @@ impl<DB: Db> Queue<DB> {
     pub async fn unschedule(&self, name: &str) -> Result<bool, Error> {
         check_name(name)?;
         let sql = &self.sql.schedule;
-        let mut tx = self.inner().pool.begin_with(DB::WRITE_BEGIN).await?;
+        let mut tx = begin(&self.inner().pool, DB::WRITE_BEGIN).await?;
         let removed = DB::execute(&mut tx, &sql.delete, &[Arg::Text(name)])
             .await
             .map_err(|e| schedule_error(self, e))?;

@@ -9,7 +9,7 @@ use notify_table::DurationRange;
 use sqlx::Transaction;
 
 use crate::broker::Queue;
-use crate::broker::exec::{micros, retrying};
+use crate::broker::exec::{begin, micros, retrying};
 use crate::broker::operate::counts::{self, Counted};
 use crate::broker::operate::history::{arcs, move_in, moved, record};
 use crate::driver::{Arg, ClaimedRow};
@@ -134,19 +134,39 @@ pub(crate) async fn ack<DB: Db>(queue: &Queue<DB>, id: i64, token: i64, dropped:
 /// Deletes the messages `ids` of one claim that their handler dropped, in one statement;
 /// returns how many were still leased (the rest had lost their lease and were left alone).
 pub(crate) async fn drop_many<DB: Db>(queue: &Queue<DB>, token: i64, ids: &[i64]) -> Result<u64, Error> {
-    if ids.is_empty() {
-        return Ok(0);
-    }
-    let args: Vec<Arg<'_>> = std::iter::once(token).chain(ids.iter().copied()).map(Arg::Int).collect();
-    let done = match queue.keeps() {
-        true => moved(queue, &arcs(queue.sql.history.drop_many(ids.len())), &args).await?,
-        false => execute(queue, &Arc::from(queue.sql.ack_many(ids.len())), &args).await?,
-    };
+    let done = of_claim(queue, token, ids, Moved::Dropped).await?;
     let counters = &queue.inner().counters;
     counters.dropped(done);
     counters.leases_lost(ids.len() as u64 - done);
     count_lost(queue, ids.len() as u64 - done);
     Ok(done)
+}
+
+/// Acknowledges the messages `ids` of one claim, [`ACK_BATCH`](crate::sql::ACK_BATCH) a
+/// statement; counts what was still leased as acknowledged and the rest as lost leases.
+/// The database finds them by the claim's lease and the ids, cheaper than the same rows
+/// as `(id, token)` pairs ([`ack_pairs`]).
+pub(crate) async fn ack_claim<DB: Db>(queue: &Queue<DB>, token: i64, ids: &[i64]) -> Result<u64, Error> {
+    let mut acked = 0;
+    for chunk in ids.chunks(crate::sql::ACK_BATCH) {
+        acked += of_claim(queue, token, chunk, Moved::Acked).await?;
+    }
+    queue.inner().counters.acknowledged(ids.len(), acked);
+    count_lost(queue, (ids.len() as u64).saturating_sub(acked));
+    Ok(acked)
+}
+
+/// Deletes (or with a keep duration moves into the history as `outcome`) the messages
+/// `ids` of one claim, in one statement; how many were still leased.
+async fn of_claim<DB: Db>(queue: &Queue<DB>, token: i64, ids: &[i64], outcome: Moved) -> Result<u64, Error> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let args: Vec<Arg<'_>> = std::iter::once(token).chain(ids.iter().copied()).map(Arg::Int).collect();
+    match queue.keeps() {
+        true => moved(queue, &arcs(queue.sql.history.of_claim(ids.len(), outcome)), &args).await,
+        false => execute(queue, &Arc::from(queue.sql.ack_many(ids.len())), &args).await,
+    }
 }
 
 /// Acknowledges `(id, token)` pairs of any claims, [`ACK_BATCH`] a statement; counts what
@@ -158,7 +178,7 @@ pub(crate) async fn ack_pairs<DB: Db>(queue: &Queue<DB>, pairs: &[(i64, i64)]) -
     let (pool, sql, keeping) = (&queue.inner().pool, &*queue.sql, queue.keeps());
     let acked = retrying(queue, || async move {
         if keeping && !sql.history.moves_in_one() {
-            let mut tx = pool.begin_with(DB::WRITE_BEGIN).await?;
+            let mut tx = begin(pool, DB::WRITE_BEGIN).await?;
             let acked = ack_in(sql, &mut tx, pairs, true).await?;
             tx.commit().await?;
             return Ok(acked);
@@ -262,7 +282,7 @@ pub(crate) async fn dead_letter<DB: Db>(
 ) -> Result<(), Error> {
     let (pool, sql, keeping) = (&queue.inner().pool, &*queue.sql, queue.keeps());
     let moved = async {
-        let mut tx = pool.begin_with(DB::WRITE_BEGIN).await?;
+        let mut tx = begin(pool, DB::WRITE_BEGIN).await?;
         let args = [Arg::Text(error), Arg::Int(id), Arg::Int(token)];
         let mut copied = DB::execute(&mut tx, &sql.dead_insert, &args).await?;
         if keeping && copied == 1 {

@@ -1,0 +1,155 @@
+//! A claim or a `Broker::begin` dropped part way (a `select!` that took another branch,
+//! a timeout, a stream or a relay dropped) must leave the pool's connections as they were
+//! and give back what it claimed. sqlx counts a transaction only once its `BEGIN` has
+//! answered: a begin dropped while the statement was on its way put its connection back
+//! into the pool inside a transaction nobody would end (on PostgreSQL, one failed statement
+//! on it then failed every later one, 25P02, and what they wrote was never committed). On
+//! MariaDB, dropped claims left connections the pool never got back. A claim dropped after
+//! its commit held its messages for the whole lease.
+
+mod common;
+
+use std::future::Future;
+use std::task::Poll;
+use std::time::Duration;
+
+use common::{Cleanup, MARIADB, PG, TempSqlite, unique};
+use futures::StreamExt;
+use futures::future::join_all;
+use rowbus::{Broker, BrokerOptions, Db, Message};
+use sqlx::pool::PoolOptions;
+use sqlx::{Executor, Row};
+
+/// How many connections the broker's pool holds: few, so that every dropped future's
+/// connection is met again by the next ones.
+const CONNECTIONS: u32 = 2;
+
+/// Whether a connection is inside a transaction that an earlier statement began.
+async fn in_transaction<DB: Db>(conn: &mut DB::Connection) -> bool
+where
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'r> i64: sqlx::Decode<'r, DB> + sqlx::Type<DB>,
+    usize: sqlx::ColumnIndex<DB::Row>,
+{
+    let sql = match DB::BACKEND {
+        // `now()` is when the transaction began: the statement's own start only when the
+        // statement is the first of its transaction.
+        rowbus::Backend::Postgres => {
+            "SELECT CASE WHEN now() <> statement_timestamp() THEN 1 ELSE 0 END::INT8"
+        }
+        rowbus::Backend::MySql => "SELECT CAST(@@in_transaction AS SIGNED)",
+        // No variable says it: a `BEGIN` inside a transaction is refused.
+        rowbus::Backend::Sqlite => {
+            return match conn.execute("BEGIN").await {
+                Ok(_) => {
+                    conn.execute("ROLLBACK").await.unwrap();
+                    false
+                }
+                Err(_) => true,
+            };
+        }
+    };
+    let row = conn.fetch_one(sql).await.unwrap();
+    row.try_get::<i64, _>(0usize).unwrap() != 0
+}
+
+/// Polls `future` up to `polls` times, `apart` apart; drops it when it has not finished by
+/// then. (The pause blocks the thread: a timer would not wait less than a millisecond.)
+async fn poll_then_drop<F: Future>(future: F, polls: u64, apart: Duration) -> Option<F::Output> {
+    let mut future = std::pin::pin!(future);
+    for _ in 0..polls {
+        if let Poll::Ready(out) = futures::poll!(future.as_mut()) {
+            return Some(out);
+        }
+        std::thread::sleep(apart);
+    }
+    None
+}
+
+/// Drops claims and begins part way (at several points of their statements over the
+/// rounds), then looks at every connection of the pool.
+async fn nothing_left_open<DB: Db>(broker: Broker<DB>)
+where
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'r> i64: sqlx::Decode<'r, DB> + sqlx::Type<DB>,
+    usize: sqlx::ColumnIndex<DB::Row>,
+{
+    let cleanup = Cleanup::new(DB::BACKEND);
+    let name = cleanup.queue(&unique("dropped"));
+    let q = broker.queue(&name).unwrap();
+    q.deploy().await.unwrap();
+    q.publish_batch((0..200).map(|i| Message::text(i.to_string()))).await.unwrap();
+    let mut dropped = 0;
+    let rounds = async {
+        for round in 0..400u64 {
+            // Polled 1 to 6 times, 30 to 230 µs apart (time for the server to answer a
+            // statement), then dropped: each poll gets one statement further.
+            let (polls, apart) = (1 + round % 6, Duration::from_micros(30 + round * 13 % 200));
+            if round % 2 == 0 {
+                // A stream's claim runs while it is polled; dropping the stream drops it.
+                let mut sub = q.subscribe().batch(3).stream().await.unwrap();
+                match poll_then_drop(sub.next(), polls, apart).await {
+                    Some(delivery) => delivery.unwrap().unwrap().release().await.unwrap(),
+                    None => dropped += 1,
+                }
+            } else {
+                match poll_then_drop(broker.begin(), polls, apart).await {
+                    Some(tx) => tx.unwrap().rollback().await.unwrap(),
+                    None => dropped += 1,
+                }
+            }
+        }
+    };
+    // Before, the rounds on MariaDB stopped for good after some dropped claims: the
+    // server had both connections idle, the pool had neither to give.
+    tokio::time::timeout(Duration::from_secs(120), rounds).await.expect("400 rounds took over 2 minutes");
+    assert!(dropped > 50, "only {dropped} of 400 futures were dropped part way: the test tested little");
+    // Every connection the pool holds, each checked while the others are held too.
+    let mut conns = join_all((0..CONNECTIONS).map(|_| broker.pool().acquire())).await;
+    let mut open = 0;
+    for conn in &mut conns {
+        if in_transaction::<DB>(conn.as_mut().unwrap()).await {
+            open += 1;
+        }
+    }
+    drop(conns);
+    assert_eq!(open, 0, "{open} of the pool's {CONNECTIONS} connections were left inside a transaction");
+    // And the queue still works from the same pool: everything claimed, handled, gone.
+    // A dropped claim gave back what it took (its lease, 30 s, would fail the wait below),
+    // as a stream dropped with claimed messages does.
+    let mut sub = q.subscribe().batch(50).stream().await.unwrap();
+    for _ in 0..200 {
+        let delivery = tokio::time::timeout(Duration::from_secs(20), sub.next())
+            .await
+            .expect("a claim waited 20 s: a connection left in a transaction holds the rows")
+            .unwrap()
+            .unwrap();
+        delivery.ack().await.unwrap();
+    }
+    assert_eq!(q.depth("").await.unwrap(), (0, 0));
+    q.undeploy().await.unwrap();
+    cleanup.forget(&name);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_left_open_postgres() {
+    let pool = PoolOptions::<sqlx::Postgres>::new().max_connections(CONNECTIONS).connect(PG).await.unwrap();
+    nothing_left_open(Broker::new(pool, BrokerOptions::default()).await.unwrap()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_left_open_mariadb() {
+    let pool = PoolOptions::<sqlx::MySql>::new().max_connections(CONNECTIONS).connect(MARIADB).await.unwrap();
+    nothing_left_open(Broker::new(pool, BrokerOptions::default()).await.unwrap()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_left_open_sqlite() {
+    let file = TempSqlite::new();
+    let rowbus::DbPool::Sqlite(pool) =
+        rowbus::DbPool::connect_creating(&file.url, CONNECTIONS).await.unwrap()
+    else {
+        unreachable!()
+    };
+    nothing_left_open(Broker::new(pool, BrokerOptions::default()).await.unwrap()).await;
+}

@@ -8,7 +8,7 @@ use crate::broker::settle::delivery::Lease;
 use crate::broker::settle::lease;
 use crate::broker::{Delivery, Queue};
 use crate::error::Error;
-use crate::sql::{ACK_BATCH, Db};
+use crate::sql::Db;
 
 /// Splits `deliveries` into the leases of `queue`'s table that nothing settled yet (each
 /// taken for the caller) and the deliveries of other queues.
@@ -17,18 +17,6 @@ fn split<DB: Db>(queue: &Queue<DB>, deliveries: Vec<Delivery<DB>>) -> (Vec<Lease
         deliveries.into_iter().partition(|d| d.queue().table() == queue.table());
     let leases = mine.iter().map(Delivery::lease).filter(Lease::take).collect();
     (leases, others)
-}
-
-/// The ids of `leases` by the claim that took them (its token), claims in the order met.
-fn by_claim<DB: Db>(leases: &[Lease<DB>]) -> Vec<(i64, Vec<i64>)> {
-    let mut claims: Vec<(i64, Vec<i64>)> = Vec::new();
-    for l in leases {
-        match claims.iter_mut().find(|(token, _)| *token == l.token()) {
-            Some((_, ids)) => ids.push(l.id()),
-            None => claims.push((l.token(), vec![l.id()])),
-        }
-    }
-    claims
 }
 
 /// Wakes, once per group, the subscriptions that can take the next messages of the keys
@@ -48,29 +36,15 @@ pub(in crate::broker) async fn free_keys<DB: Db>(queue: &Queue<DB>, leases: &[Le
 
 impl<DB: Db> Queue<DB> {
     /// Acknowledges (deletes, or with a keep duration moves into the history) every one of
-    /// `deliveries`, in one statement per claim and 256 messages rather than one each, and frees the
+    /// `deliveries`, in one statement per claim or per 256 messages rather than one each, and frees the
     /// keys of keyed ones for their next messages. Returns how many were still leased: the
     /// others had lost their lease (it ran out and another consumer may hold them now) and
     /// were left alone, counted as lost leases. A delivery of another queue is acknowledged
     /// on its own queue, by itself.
     pub async fn ack_all(&self, deliveries: Vec<Delivery<DB>>) -> Result<u64, Error> {
         let (leases, others) = split(self, deliveries);
-        let claims = by_claim(&leases);
-        // By claim (`lease = ? AND id IN (...)`) when that takes no more statements than
-        // the same rows as (id, token) pairs: the database finds them cheaper (a relay to
-        // NATS confirming batches of 500 kept up with 39-40% of the client's own publish
-        // rate on PostgreSQL rather than 28-30%).
-        let statements: usize = claims.iter().map(|(_, ids)| ids.len().div_ceil(ACK_BATCH)).sum();
-        let mut acked = if statements <= leases.len().div_ceil(ACK_BATCH) {
-            let mut acked = 0;
-            for (token, ids) in &claims {
-                acked += lease::ack_claim(self, *token, ids).await?;
-            }
-            acked
-        } else {
-            let pairs: Vec<(i64, i64)> = leases.iter().map(|l| (l.id(), l.token())).collect();
-            lease::ack_pairs(self, &pairs).await?
-        };
+        let pairs: Vec<(i64, i64)> = leases.iter().map(|l| (l.id(), l.token())).collect();
+        let mut acked = lease::ack_pairs(self, &pairs).await?;
         free_keys(self, &leases).await;
         for delivery in others {
             match delivery.ack().await {
@@ -88,8 +62,9 @@ impl<DB: Db> Queue<DB> {
     /// were left alone). A delivery of another queue is released on its own queue.
     pub async fn release_all(&self, deliveries: Vec<Delivery<DB>>) -> Result<u64, Error> {
         let (leases, others) = split(self, deliveries);
+        let pairs: Vec<(i64, i64)> = leases.iter().map(|l| (l.id(), l.token())).collect();
         let mut released = 0;
-        for (token, ids) in by_claim(&leases) {
+        for (token, ids) in lease::by_claim(&pairs) {
             released += lease::release_many(self, token, &ids).await?;
         }
         for delivery in others {

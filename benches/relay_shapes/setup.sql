@@ -1,4 +1,5 @@
 -- A table shaped like a queue's (the ready index, a lease column), 100,000 rows of 100 bytes.
+SET client_min_messages = warning;
 DROP TABLE IF EXISTS relay_shapes;
 CREATE TABLE relay_shapes (
   id bigserial PRIMARY KEY, group_name text NOT NULL DEFAULT '', payload bytea,

@@ -53,8 +53,8 @@ const BY_CLAIM_STATEMENTS: usize = 4;
 /// With `keeping`, moves them into the history instead (in `conn`'s transaction, which the
 /// caller opens when a move is more than one statement).
 ///
-/// By claim (`lease = ? AND id IN (...)`) when that takes at most [`BY_CLAIM_STATEMENTS`], or no
-/// more than the same rows as `(id, lease)` pairs would: the databases find a claim's rows
+/// By claim (`lease = ? AND id IN (...)`) when that takes at most [`BY_CLAIM_STATEMENTS`],
+/// or no more than the same rows as `(id, lease)` pairs would: the databases find a claim's rows
 /// cheaper than a list of pairs, enough to pay for a few more statements. Medians of three
 /// interleaved runs of `rowbus bench broker --only drain8,batch100` (pairs always / by
 /// claim when no more statements / by claim up to four): PostgreSQL drain8 46,506 /

@@ -2,14 +2,7 @@
 //! errors that name the queue.
 
 use std::future::Future;
-use std::pin::Pin;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::{Context, Poll};
 use std::time::Duration;
-
-use futures::future::BoxFuture;
-use sqlx::{Pool, Transaction};
 
 use crate::broker::Queue;
 use crate::error::{Error, is_missing_table, is_retryable};
@@ -32,74 +25,6 @@ pub(crate) const DEADLOCK_TRIES: usize = 20;
 /// skips its rows. Twenty tries wait at most about a second in all (half on average): no
 /// longer than the failed claim's pause they replace.
 const MAX_JITTER: Duration = Duration::from_millis(64);
-
-/// Begins a transaction with `statement` on a connection of `pool`, safe to drop part way
-/// (a `select!` that took another branch, a timeout, an aborted task). sqlx counts a
-/// transaction only once its `BEGIN` has answered: a begin dropped while its statement was
-/// on the way put the connection back into the pool inside a transaction that nothing
-/// would end. Later statements on that connection then ran uncommitted; on PostgreSQL one
-/// failure among them failed every one after it, and on MariaDB the locks they took kept
-/// other connections waiting. Here a begin dropped before it finished runs on to its end
-/// on a task of its own, and the transaction it began is rolled back as a dropped one is.
-pub(crate) fn begin<DB: Db>(
-    pool: &Pool<DB>,
-    statement: &'static str,
-) -> impl Future<Output = Result<Transaction<'static, DB>, sqlx::Error>> + Send + 'static {
-    let pool = pool.clone();
-    Finishing::new(|_| async move { pool.begin_with(statement).await })
-}
-
-/// A future that, dropped before it finished, finishes on a task of its own, so that
-/// statements are never cut off half way: sqlx's drivers do not all recover a connection
-/// whose statement was dropped while its answer was on the way (MariaDB's then waited for
-/// ever). What it returns then goes nowhere: the future learns so from its [`Abandoned`]
-/// and can undo what it did.
-pub(crate) struct Finishing<T: Send + 'static> {
-    future: Option<BoxFuture<'static, T>>,
-    abandoned: Abandoned,
-}
-
-/// Whether a [`Finishing`] future was dropped before it finished (set from then on).
-#[derive(Clone, Default)]
-pub(crate) struct Abandoned(Arc<AtomicBool>);
-
-impl Abandoned {
-    /// Whether nobody waits for the future's output any more.
-    pub(crate) fn is_set(&self) -> bool {
-        self.0.load(Ordering::Acquire)
-    }
-}
-
-impl<T: Send + 'static> Finishing<T> {
-    /// The future `make` returns, given the flag it reads at its end.
-    pub(crate) fn new<F>(make: impl FnOnce(Abandoned) -> F) -> Self
-    where
-        F: Future<Output = T> + Send + 'static,
-    {
-        let abandoned = Abandoned::default();
-        Finishing { future: Some(Box::pin(make(abandoned.clone()))), abandoned }
-    }
-}
-
-impl<T: Send + 'static> Future for Finishing<T> {
-    type Output = T;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
-        let inner = self.future.as_mut().expect("polled after it finished");
-        let out = std::task::ready!(inner.as_mut().poll(cx));
-        self.future = None;
-        Poll::Ready(out)
-    }
-}
-
-impl<T: Send + 'static> Drop for Finishing<T> {
-    fn drop(&mut self) {
-        if let (Some(unfinished), Ok(runtime)) = (self.future.take(), tokio::runtime::Handle::try_current()) {
-            self.abandoned.0.store(true, Ordering::Release);
-            runtime.spawn(unfinished);
-        }
-    }
-}
 
 /// Runs `attempt` again while it fails by a deadlock, a serialization failure or a Galera
 /// certification conflict (or a Galera node not ready yet), up to [`DEADLOCK_TRIES`]

@@ -362,7 +362,7 @@ impl<DB: Db> Broker<DB> {
     /// Starts a transaction whose publishes wake subscriptions when it commits, and never
     /// if it rolls back. Run your own statements on it too (`&mut *tx`).
     pub async fn begin(&self) -> Result<BrokerTx<DB>, Error> {
-        let tx = exec::begin(&self.inner.pool, DB::WRITE_BEGIN).await?;
+        let tx = crate::sql::begin(&self.inner.pool, DB::WRITE_BEGIN).await?;
         Ok(BrokerTx { broker: self.clone(), tx: Some(tx), woken: Vec::new() })
     }
 

@@ -69,7 +69,7 @@ pub(crate) use naming::{
 };
 pub use pause::Pausing;
 pub(crate) use pause::{PAUSE_SUFFIX, PauseSql};
-pub(crate) use pool::ForBackend;
+pub(crate) use pool::{Finishing, ForBackend, begin};
 pub use pool::{OnPool, connect, connect_creating};
 pub use positions::Positions;
 pub(crate) use positions::{POSITIONS_SUFFIX, PositionsSql, micros, text};

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use crate::broker::claim::wake::CONTROL_GROUP;
-use crate::broker::exec::{begin, retrying};
+use crate::broker::exec::retrying;
 use crate::broker::operate::counts::{self, Counted};
 use crate::broker::operate::history::{arcs, load, move_in};
 use crate::broker::publish::insert;
@@ -14,6 +14,7 @@ use crate::broker::{Queue, check_group};
 use crate::driver::{Arg, TextsAndInts};
 use crate::error::Error;
 use crate::sql::Db;
+use crate::sql::begin;
 
 /// Most messages one cancel's transaction takes: well under every database's limit on
 /// binds. A longer list, or a whole group, goes in several transactions.

@@ -6,12 +6,13 @@ use std::time::{Duration, SystemTime};
 
 use notify_table::DurationRange;
 
-use crate::broker::exec::{begin, micros, retrying};
+use crate::broker::exec::{micros, retrying};
 use crate::broker::publish::insert;
 use crate::broker::{Queue, check_group};
 use crate::driver::{Arg, DeadRow};
 use crate::error::{Error, check_duration};
 use crate::sql::Db;
+use crate::sql::begin;
 
 /// Most dead letters one statement (or one requeue's transaction) takes: well under every
 /// database's limit on binds.

@@ -12,13 +12,14 @@ use std::time::{Duration, SystemTime};
 use notify_table::{DurationRange, Statement, Value};
 use tracing::{Instrument as _, debug, info_span, warn};
 
-use crate::broker::exec::{begin, micros, queue_error, retrying};
+use crate::broker::exec::{micros, queue_error, retrying};
 pub(crate) use crate::broker::operate::keeping::Keeping;
 use crate::broker::{Broker, Inner, Queue, check_group};
 use crate::deploy::DeployOptions;
 use crate::driver::{Arg, ClaimedRow, HistoryRow};
 use crate::error::{Error, check_duration};
 use crate::sql::Db;
+use crate::sql::begin;
 use crate::sql::{Moved, TableSql};
 
 /// How often a broker consuming a queue deletes its expired history (and reads its keep

@@ -10,12 +10,13 @@ use std::time::Duration;
 
 use notify_table::MAX_DURATION;
 
-use crate::broker::exec::{begin, micros, queue_error};
+use crate::broker::exec::{micros, queue_error};
 use crate::broker::publish::insert;
 use crate::broker::{Queue, check_group};
 use crate::driver::Arg;
 use crate::error::Error;
 use crate::sql::Db;
+use crate::sql::begin;
 
 /// What a limit counts: the whole queue's messages, or one group's.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -9,12 +9,13 @@ use notify_table::DurationRange;
 use sqlx::Transaction;
 
 use crate::broker::Queue;
-use crate::broker::exec::{begin, micros, retrying};
+use crate::broker::exec::{micros, retrying};
 use crate::broker::operate::counts::{self, Counted};
 use crate::broker::operate::history::{arcs, move_in, moved, record};
 use crate::driver::{Arg, ClaimedRow};
 use crate::error::{Error, check_duration};
 use crate::sql::Db;
+use crate::sql::begin;
 use crate::sql::{ACK_BATCH, Moved, TableSql};
 
 /// What [`Error::InvalidDuration`] names a retry's delay.

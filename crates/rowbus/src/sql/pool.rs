@@ -193,9 +193,8 @@ impl DbPool {
 /// (a `select!` that took another branch, a timeout, an aborted task). sqlx counts a
 /// transaction only once its `BEGIN` has answered: a begin dropped while its statement was
 /// on the way put the connection back into the pool inside a transaction that nothing
-/// would end. Later statements on that connection then ran uncommitted; on PostgreSQL one
-/// failure among them failed every one after it, and on MariaDB the locks they took kept
-/// other connections waiting. Here a begin dropped before it finished runs on to its end
+/// would end. Later statements on that connection then ran uncommitted, and on PostgreSQL
+/// one failure among them failed every one after it (25P02). Here a begin dropped before it finished runs on to its end
 /// on a task of its own, and the transaction it began is rolled back as a dropped one is.
 pub(crate) fn begin<DB: Db>(
     pool: &Pool<DB>,
@@ -207,8 +206,8 @@ pub(crate) fn begin<DB: Db>(
 
 /// A future that, dropped before it finished, finishes on a task of its own, so that
 /// statements are never cut off half way: sqlx's drivers do not all recover a connection
-/// whose statement was dropped while its answer was on the way (MariaDB's then waited for
-/// ever). What it returns then goes nowhere: the future learns so from its [`Abandoned`]
+/// whose statement was dropped while its answer was on the way (dropped claims on MariaDB
+/// left connections the pool never got back). What it returns then goes nowhere: the future learns so from its [`Abandoned`]
 /// and can undo what it did.
 pub(crate) struct Finishing<T: Send + 'static> {
     future: Option<BoxFuture<'static, T>>,

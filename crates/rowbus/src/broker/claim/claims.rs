@@ -11,12 +11,10 @@ use sqlx::Transaction;
 use crate::broker::Queue;
 use crate::broker::claim::limited::{self, Held, Limited};
 use crate::broker::exec::{micros, queue_error, retrying};
-use crate::broker::settle::lease;
-use crate::broker::settle::lease::ack_in;
+use crate::broker::settle::lease::{self, ack_in};
 use crate::driver::ClaimedRow;
 use crate::error::{Error, is_retryable};
-use crate::sql::Db;
-use crate::sql::{Finishing, begin};
+use crate::sql::{Db, Finishing, begin};
 
 /// What a claim brought back.
 pub(crate) struct Claim {

@@ -13,8 +13,7 @@ use crate::broker::settle::lease;
 use crate::broker::{Queue, check_group};
 use crate::driver::{Arg, TextsAndInts};
 use crate::error::Error;
-use crate::sql::Db;
-use crate::sql::begin;
+use crate::sql::{Db, begin};
 
 /// Most messages one cancel's transaction takes: well under every database's limit on
 /// binds. A longer list, or a whole group, goes in several transactions.

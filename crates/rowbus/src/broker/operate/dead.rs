@@ -11,8 +11,7 @@ use crate::broker::publish::insert;
 use crate::broker::{Queue, check_group};
 use crate::driver::{Arg, DeadRow};
 use crate::error::{Error, check_duration};
-use crate::sql::Db;
-use crate::sql::begin;
+use crate::sql::{Db, begin};
 
 /// Most dead letters one statement (or one requeue's transaction) takes: well under every
 /// database's limit on binds.

@@ -18,8 +18,7 @@ use crate::broker::{Broker, Inner, Queue, check_group};
 use crate::deploy::DeployOptions;
 use crate::driver::{Arg, ClaimedRow, HistoryRow};
 use crate::error::{Error, check_duration};
-use crate::sql::Db;
-use crate::sql::begin;
+use crate::sql::{Db, begin};
 use crate::sql::{Moved, TableSql};
 
 /// How often a broker consuming a queue deletes its expired history (and reads its keep

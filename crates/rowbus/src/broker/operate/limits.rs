@@ -15,8 +15,7 @@ use crate::broker::publish::insert;
 use crate::broker::{Queue, check_group};
 use crate::driver::Arg;
 use crate::error::Error;
-use crate::sql::Db;
-use crate::sql::begin;
+use crate::sql::{Db, begin};
 
 /// What a limit counts: the whole queue's messages, or one group's.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -14,8 +14,7 @@ use crate::broker::operate::ticks::{Plan, Rule, parse_cron};
 use crate::broker::{Queue, check_group};
 use crate::driver::{Arg, TextsAndInts};
 use crate::error::{Error, check_duration, is_missing_table};
-use crate::sql::Db;
-use crate::sql::begin;
+use crate::sql::{Db, begin};
 use crate::sql::{SCHED_SUFFIX, TICKS_SUFFIX};
 
 /// The shortest interval of [`Schedule::every`]: each tick is a transaction, and a

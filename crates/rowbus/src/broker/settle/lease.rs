@@ -14,9 +14,7 @@ use crate::broker::operate::counts::{self, Counted};
 use crate::broker::operate::history::{arcs, move_in, moved, record};
 use crate::driver::{Arg, ClaimedRow};
 use crate::error::{Error, check_duration};
-use crate::sql::Db;
-use crate::sql::begin;
-use crate::sql::{ACK_BATCH, Moved, TableSql};
+use crate::sql::{ACK_BATCH, Db, Moved, TableSql, begin};
 
 /// What [`Error::InvalidDuration`] names a retry's delay.
 const RETRY_DELAY: &str = "retry delay";
@@ -55,8 +53,8 @@ const BY_CLAIM_STATEMENTS: usize = 4;
 /// caller opens when a move is more than one statement).
 ///
 /// By claim (`lease = ? AND id IN (...)`) when that takes at most [`BY_CLAIM_STATEMENTS`],
-/// or no more than the same rows as `(id, lease)` pairs would: the databases find a claim's rows
-/// cheaper than a list of pairs, enough to pay for a few more statements. Medians of three
+/// or no more than the same rows as `(id, lease)` pairs would: the databases find a
+/// claim's rows cheaper than a list of pairs, enough to pay for a few more statements. Medians of three
 /// interleaved runs of `rowbus bench broker --only drain8,batch100` (pairs always / by
 /// claim when no more statements / by claim up to four): PostgreSQL drain8 46,506 /
 /// 43,940 / 48,002 and batch100 29,086 / 37,793 / 46,170; MariaDB drain8 40,212 / 43,093 /
@@ -71,33 +69,36 @@ pub(in crate::broker) async fn ack_in<DB: Db>(
 ) -> Result<u64, sqlx::Error> {
     let claims = by_claim(acks);
     let statements: usize = claims.iter().map(|(_, ids)| ids.len().div_ceil(ACK_BATCH)).sum();
-    let mut acked = 0;
+    // Each statement's rows and binds, and whether it finds them by claim.
+    let mut chunks: Vec<(usize, Vec<Arg<'_>>, bool)> = Vec::new();
     if statements <= acks.len().div_ceil(ACK_BATCH).max(BY_CLAIM_STATEMENTS) {
         for (token, ids) in &claims {
-            for chunk in ids.chunks(ACK_BATCH) {
-                let args: Vec<Arg<'_>> =
-                    std::iter::once(*token).chain(chunk.iter().copied()).map(Arg::Int).collect();
-                acked += match keeping {
-                    true => {
-                        move_in::<DB>(conn, &arcs(sql.history.of_claim(chunk.len(), Moved::Acked)), &args)
-                            .await?
-                    }
-                    false => DB::execute(conn, &Arc::from(sql.ack_many(chunk.len())), &args).await?,
-                };
-            }
+            chunks.extend(ids.chunks(ACK_BATCH).map(|chunk| (chunk.len(), claim_args(*token, chunk), true)));
         }
-        return Ok(acked);
+    } else {
+        for chunk in acks.chunks(ACK_BATCH) {
+            let ids = chunk.iter().map(|&(id, _)| Arg::Int(id));
+            let pairs = chunk.iter().flat_map(|&(id, token)| [Arg::Int(id), Arg::Int(token)]);
+            chunks.push((chunk.len(), ids.chain(pairs).collect(), false));
+        }
     }
-    for chunk in acks.chunks(ACK_BATCH) {
-        let ids = chunk.iter().map(|&(id, _)| Arg::Int(id));
-        let pairs = chunk.iter().flat_map(|&(id, token)| [Arg::Int(id), Arg::Int(token)]);
-        let args: Vec<Arg<'_>> = ids.chain(pairs).collect();
-        acked += match keeping {
-            true => move_in::<DB>(conn, &arcs(sql.history.ack_pairs(chunk.len())), &args).await?,
-            false => DB::execute(conn, &Arc::from(sql.ack_pairs(chunk.len())), &args).await?,
+    let mut acked = 0;
+    for (rows, args, by_claim) in chunks {
+        acked += match (keeping, by_claim) {
+            (true, true) => {
+                move_in::<DB>(conn, &arcs(sql.history.of_claim(rows, Moved::Acked)), &args).await?
+            }
+            (true, false) => move_in::<DB>(conn, &arcs(sql.history.ack_pairs(rows)), &args).await?,
+            (false, true) => DB::execute(conn, &Arc::from(sql.ack_many(rows)), &args).await?,
+            (false, false) => DB::execute(conn, &Arc::from(sql.ack_pairs(rows)), &args).await?,
         };
     }
     Ok(acked)
+}
+
+/// The binds of a statement on rows of one claim: its token, then the ids.
+fn claim_args(token: i64, ids: &[i64]) -> Vec<Arg<'static>> {
+    std::iter::once(token).chain(ids.iter().copied()).map(Arg::Int).collect()
 }
 
 /// The ids of `(id, token)` pairs by the claim that took them (its token), claims in the
@@ -179,25 +180,19 @@ pub(crate) async fn ack<DB: Db>(queue: &Queue<DB>, id: i64, token: i64, dropped:
 /// Deletes the messages `ids` of one claim that their handler dropped, in one statement;
 /// returns how many were still leased (the rest had lost their lease and were left alone).
 pub(crate) async fn drop_many<DB: Db>(queue: &Queue<DB>, token: i64, ids: &[i64]) -> Result<u64, Error> {
-    let done = of_claim(queue, token, ids, Moved::Dropped).await?;
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let args = claim_args(token, ids);
+    let done = match queue.keeps() {
+        true => moved(queue, &arcs(queue.sql.history.of_claim(ids.len(), Moved::Dropped)), &args).await?,
+        false => execute(queue, &Arc::from(queue.sql.ack_many(ids.len())), &args).await?,
+    };
     let counters = &queue.inner().counters;
     counters.dropped(done);
     counters.leases_lost(ids.len() as u64 - done);
     count_lost(queue, ids.len() as u64 - done);
     Ok(done)
-}
-
-/// Deletes (or with a keep duration moves into the history as `outcome`) the messages
-/// `ids` of one claim, in one statement; how many were still leased.
-async fn of_claim<DB: Db>(queue: &Queue<DB>, token: i64, ids: &[i64], outcome: Moved) -> Result<u64, Error> {
-    if ids.is_empty() {
-        return Ok(0);
-    }
-    let args: Vec<Arg<'_>> = std::iter::once(token).chain(ids.iter().copied()).map(Arg::Int).collect();
-    match queue.keeps() {
-        true => moved(queue, &arcs(queue.sql.history.of_claim(ids.len(), outcome)), &args).await,
-        false => execute(queue, &Arc::from(queue.sql.ack_many(ids.len())), &args).await,
-    }
 }
 
 /// Acknowledges `(id, token)` pairs of any claims ([`ack_in`]); counts what
@@ -267,8 +262,8 @@ pub(crate) async fn release<DB: Db>(queue: &Queue<DB>, id: i64, token: i64) -> R
 /// [`ACK_BATCH`]: crate::sql::ACK_BATCH
 pub(crate) async fn release_many<DB: Db>(queue: &Queue<DB>, token: i64, ids: &[i64]) -> Result<u64, Error> {
     let mut released = 0;
-    for chunk in ids.chunks(crate::sql::ACK_BATCH) {
-        let args: Vec<Arg<'_>> = std::iter::once(token).chain(chunk.iter().copied()).map(Arg::Int).collect();
+    for chunk in ids.chunks(ACK_BATCH) {
+        let args = claim_args(token, chunk);
         released += execute(queue, &Arc::from(queue.sql.release_many(chunk.len())), &args).await?;
     }
     let counters = &queue.inner().counters;

@@ -37,9 +37,9 @@ pub(in crate::broker) async fn free_keys<DB: Db>(queue: &Queue<DB>, leases: &[Le
 impl<DB: Db> Queue<DB> {
     /// Acknowledges (deletes, or with a keep duration moves into the history) every one of
     /// `deliveries`, in one statement per claim or per 256 messages rather than one each,
-    /// and frees the keys of keyed ones for their next messages. Returns how many were still leased: the
-    /// others had lost their lease (it ran out and another consumer may hold them now) and
-    /// were left alone, counted as lost leases. A delivery of another queue is acknowledged
+    /// and frees the keys of keyed ones for their next messages. Returns how many were
+    /// still leased: the others had lost their lease (it ran out and another consumer may
+    /// hold them now) and were left alone, counted as lost leases. A delivery of another queue is acknowledged
     /// on its own queue, by itself.
     pub async fn ack_all(&self, deliveries: Vec<Delivery<DB>>) -> Result<u64, Error> {
         let (leases, others) = split(self, deliveries);

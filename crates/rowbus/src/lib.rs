@@ -72,8 +72,8 @@ mod sql;
 
 pub use backend::{Backend, PGBOUNCER, redact, uses_pgbouncer};
 pub use broker::{
-    Broker, BrokerOptions, BrokerTx, Delivery, Headers, Message, Outcome, Published, Queue, QueueTable,
-    Received, RetryPolicy, Subscription, SubscriptionBuilder, TxMessage,
+    BatchOutcome, Broker, BrokerOptions, BrokerTx, Delivery, Headers, Message, Outcome, Published, Queue,
+    QueueTable, Received, RetryPolicy, Subscription, SubscriptionBuilder, TxMessage,
 };
 
 /// Job control: cancelling messages, and what a running handler is told.

@@ -59,7 +59,7 @@ pub use operate::scheduler::{SCHEDULE_HEADER, TICK_HEADER};
 pub use operate::stats::{ClaimFailure, Stats};
 pub use publish::message::{Headers, MAX_KEY_CHARS, Message, Published, TIMEOUT_HEADER};
 pub use settle::control::StopReason;
-pub use settle::delivery::{Delivery, Outcome, Received, TxMessage};
+pub use settle::delivery::{BatchOutcome, Delivery, Outcome, Received, TxMessage};
 pub use settle::retry::RetryPolicy;
 pub use telemetry::{TRACEPARENT, TRACESTATE};
 

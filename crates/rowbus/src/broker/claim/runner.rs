@@ -49,10 +49,10 @@ impl<DB: Db> Drop for Running<DB> {
 }
 
 /// A handler's result, with a panic turned into a failure.
-pub(in crate::broker) async fn outcome<F, O, E>(handler: F) -> Result<Outcome, String>
+pub(in crate::broker) async fn outcome<F, O, E, T>(handler: F) -> Result<T, String>
 where
     F: Future<Output = Result<O, E>>,
-    O: Into<Outcome>,
+    O: Into<T>,
     E: Display + 'static,
 {
     match AssertUnwindSafe(handler).catch_unwind().await {

@@ -43,6 +43,55 @@ impl From<()> for Outcome {
     }
 }
 
+/// What a [`run_batch_tx`](crate::SubscriptionBuilder::run_batch_tx) handler decided
+/// about its batch: one [`Outcome`] for every message, or an end its messages do not share.
+///
+/// ```no_run
+/// # async fn f(queue: rowbus::Queue<sqlx::Postgres>) -> Result<(), rowbus::Error> {
+/// use rowbus::BatchOutcome;
+///
+/// queue.subscribe().batch(100).run_batch_tx(|_conn, messages| Box::pin(async move {
+///     // The empty ones go to the dead letters; the others are done.
+///     let empty: Vec<(i64, String)> =
+///         messages.iter().filter(|m| m.payload().is_empty()).map(|m| (m.id(), "empty".into())).collect();
+///     Ok::<_, std::convert::Infallible>(match empty.is_empty() {
+///         true => BatchOutcome::All(rowbus::Outcome::Ack),
+///         false => BatchOutcome::DeadLetter(empty),
+///     })
+/// })).await
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BatchOutcome {
+    /// Every message as this outcome says.
+    All(Outcome),
+    /// The messages named by id go to the dead letters, each with its reason as its last
+    /// error (this attempt counted); the others are acknowledged. The handler's writes
+    /// commit. An id not in the batch is ignored.
+    DeadLetter(Vec<(i64, String)>),
+    /// Undoes the batch: the handler's writes and the claim are rolled back, and the
+    /// messages are back as they were, their attempt not counted and nothing counted:
+    /// "not now" that leaves no trace, for a handler that could not reach what it hands
+    /// the messages to. (On SQLite, whose batches of one broker may share a transaction,
+    /// the messages are put back ready at once instead, their last error cleared, as a
+    /// snooze of no delay does.) The next claim may take them at once: a handler that
+    /// should wait before it tries again waits itself.
+    Rollback,
+}
+
+impl From<Outcome> for BatchOutcome {
+    fn from(outcome: Outcome) -> Self {
+        BatchOutcome::All(outcome)
+    }
+}
+
+impl From<()> for BatchOutcome {
+    fn from((): ()) -> Self {
+        BatchOutcome::All(Outcome::Ack)
+    }
+}
+
 fn decode_text(id: i64, payload: &[u8]) -> Result<&str, Error> {
     std::str::from_utf8(payload).map_err(|e| Error::Payload { id, reason: e.to_string() })
 }

@@ -390,9 +390,23 @@ pub(crate) async fn restore_failed<DB: Db>(
             .collect();
         DB::execute(tx, &Arc::from(queue.sql.restore(chunk.len())), &args).await?;
     }
+    let dead: Vec<&ClaimedRow> = dead.into_iter().map(|(row, _)| row).collect();
+    move_dead(queue, tx, &dead, error).await
+}
+
+/// In the claim's transaction: moves the claimed `dead` rows to the dead letters with
+/// `error` as their last error, this attempt counted; those whose move fails go back to
+/// the queue after the policy's backoff instead (see [`Restored::dead_failed`]).
+pub(crate) async fn move_dead<DB: Db>(
+    queue: &Queue<DB>,
+    tx: &mut Transaction<'static, DB>,
+    dead: &[&ClaimedRow],
+    error: &str,
+) -> Result<Restored, Error> {
     if dead.is_empty() {
         return Ok(Restored { dead: 0, dead_failed: 0 });
     }
+    let retry = &queue.inner().options.retry;
     // The dead letters behind a savepoint of their own: a move that fails (the dead-letter
     // table missing or not one) must not undo the batch's transaction, whose rows would be
     // claimable again at once, in a loop.
@@ -401,12 +415,12 @@ pub(crate) async fn restore_failed<DB: Db>(
         for chunk in dead.chunks(RESTORE_BATCH) {
             let args: Vec<Arg<'_>> = chunk
                 .iter()
-                .flat_map(|&(row, delay)| restore_args(row, row.attempts + 1, delay, Some(error)))
+                .flat_map(|&row| restore_args(row, row.attempts + 1, None, Some(error)))
                 .collect();
             DB::execute(tx, &Arc::from(queue.sql.dead_restore(chunk.len())), &args).await?;
         }
         if queue.keeps() {
-            let dead: Vec<ClaimedRow> = dead.iter().map(|&(row, _)| row.clone()).collect();
+            let dead: Vec<ClaimedRow> = dead.iter().map(|&row| row.clone()).collect();
             record(queue, tx, &dead, Moved::Dead, Some(error)).await?;
         }
         Ok::<_, Error>(())
@@ -426,7 +440,7 @@ pub(crate) async fn restore_failed<DB: Db>(
     for chunk in dead.chunks(RESTORE_BATCH) {
         let args: Vec<Arg<'_>> = chunk
             .iter()
-            .flat_map(|&(row, _)| {
+            .flat_map(|&row| {
                 let delay = retry.delay(u32::try_from(row.attempts + 1).unwrap_or(u32::MAX));
                 restore_args(row, row.attempts, Some(micros(delay)), Some(error))
             })

@@ -1,6 +1,7 @@
 //! The transactional runners: a handler runs inside the transaction that locked its
 //! messages, and their deletion commits with the handler's writes.
 
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Display;
 use std::sync::Arc;
 
@@ -16,10 +17,12 @@ use crate::broker::claim::subscription::{Claimer, Pace, SubscriptionBuilder};
 use crate::broker::operate::counts::{self, Counted};
 use crate::broker::operate::history::record;
 use crate::broker::publish::message::decode_headers;
-use crate::broker::settle::lease::{handler_retry, handler_snooze, restore_failed, restore_snoozed};
+use crate::broker::settle::lease::{
+    handler_retry, handler_snooze, move_dead, restore_failed, restore_snoozed,
+};
 use crate::broker::settle::writer::Write;
 use crate::broker::telemetry;
-use crate::broker::{Headers, Outcome, Queue, TxMessage};
+use crate::broker::{BatchOutcome, Headers, Outcome, Queue, TxMessage};
 use crate::driver::ClaimedRow;
 use crate::error::Error;
 use crate::sql::Db;
@@ -52,15 +55,18 @@ impl<DB: Db> SubscriptionBuilder<DB> {
     {
         self.run_locked(1, move |conn, mut rows| {
             let row = rows.pop().expect("a transactional claim hands over at least one row");
-            Box::pin(outcome(handler(conn, TxMessage::locked(row))))
+            let handled = outcome::<_, _, _, Outcome>(handler(conn, TxMessage::locked(row)));
+            Box::pin(async move { handled.await.map(BatchOutcome::All) })
         })
         .await
     }
 
     /// Runs `handler` on batches of up to `batch` messages inside the transaction that
     /// locked them, `workers` batches at once: the handler's writes and the deletion of
-    /// the whole batch commit together or not at all. The outcome applies to the batch;
-    /// `Err` or a panic rolls back and counts an attempt of every message in it.
+    /// the whole batch commit together or not at all. An [`Outcome`] applies to the whole
+    /// batch; a [`BatchOutcome`] may dead-letter some of its messages and acknowledge the
+    /// rest, or undo the batch without a trace. `Err` or a panic rolls back and counts an
+    /// attempt of every message in it.
     ///
     /// This is the cheapest way to drain a queue: a batch costs one transaction (take the
     /// rows, handle them, commit) where a leased batch costs two (claim, then acknowledge).
@@ -85,7 +91,7 @@ impl<DB: Db> SubscriptionBuilder<DB> {
             + Send
             + Sync
             + 'static,
-        O: Into<Outcome> + Send + 'static,
+        O: Into<BatchOutcome> + Send + 'static,
         E: Display + Send + 'static,
     {
         let batch = self.batch;
@@ -98,7 +104,7 @@ impl<DB: Db> SubscriptionBuilder<DB> {
     /// Both: a transaction per free worker, each taking up to `limit` rows for itself.
     async fn run_locked<H>(self, limit: usize, handler: H) -> Result<(), Error>
     where
-        H: for<'c> Fn(&'c mut DB::Connection, Vec<ClaimedRow>) -> BoxFuture<'c, Result<Outcome, String>>
+        H: for<'c> Fn(&'c mut DB::Connection, Vec<ClaimedRow>) -> BoxFuture<'c, Result<BatchOutcome, String>>
             + Send
             + Sync
             + 'static,
@@ -126,7 +132,7 @@ struct Locked<H> {
 impl<DB, H> Turn<DB> for Locked<H>
 where
     DB: Db,
-    H: for<'c> Fn(&'c mut DB::Connection, Vec<ClaimedRow>) -> BoxFuture<'c, Result<Outcome, String>>
+    H: for<'c> Fn(&'c mut DB::Connection, Vec<ClaimedRow>) -> BoxFuture<'c, Result<BatchOutcome, String>>
         + Send
         + Sync
         + 'static,
@@ -190,7 +196,7 @@ async fn transactional<DB, H>(
     found: oneshot::Sender<Result<bool, ()>>,
 ) where
     DB: Db,
-    H: for<'c> Fn(&'c mut DB::Connection, Vec<ClaimedRow>) -> BoxFuture<'c, Result<Outcome, String>>,
+    H: for<'c> Fn(&'c mut DB::Connection, Vec<ClaimedRow>) -> BoxFuture<'c, Result<BatchOutcome, String>>,
 {
     let counters = &queue.inner().counters;
     let (mut write, rows) = match Write::claim(queue, group, limit).await {
@@ -237,15 +243,45 @@ async fn transactional<DB, H>(
     let settled = async {
         let tx = write.tx();
         let (error, after) = match handler(tx, rows).instrument(span).await {
-            Ok(done @ (Outcome::Ack | Outcome::Drop)) => {
+            Ok(BatchOutcome::Rollback) if !DB::ONE_WRITER => return Ok(Settled::RolledBack),
+            Ok(BatchOutcome::Rollback) => {
+                // Its group's transaction holds other batches: only this one is undone.
+                DB::simple(tx, "ROLLBACK TO SAVEPOINT rowbus_handler").await?;
+                restore_snoozed(queue, tx, &claimed, Duration::ZERO).await?;
+                return Ok(Settled::RolledBack);
+            }
+            Ok(BatchOutcome::DeadLetter(reasons)) => {
+                let reasons: HashMap<i64, String> = reasons.into_iter().collect();
+                let (dead, acked): (Vec<&ClaimedRow>, Vec<&ClaimedRow>) =
+                    claimed.iter().partition(|row| reasons.contains_key(&row.id));
+                let mut by_reason: BTreeMap<&str, Vec<&ClaimedRow>> = BTreeMap::new();
+                for row in dead {
+                    by_reason.entry(reasons[&row.id].as_str()).or_default().push(row);
+                }
+                let (mut moved, mut failed) = (0, 0);
+                for (reason, rows) in by_reason {
+                    let restored = move_dead(queue, tx, &rows, reason).await?;
+                    (moved, failed) = (moved + restored.dead, failed + restored.dead_failed);
+                }
+                if queue.keeps() && !acked.is_empty() {
+                    let acked: Vec<ClaimedRow> = acked.iter().map(|&row| row.clone()).collect();
+                    record(queue, tx, &acked, Moved::Acked, None).await?;
+                }
+                return Ok(Settled::DeadLettered {
+                    acked: acked.len() as u64,
+                    dead: moved,
+                    dead_failed: failed,
+                });
+            }
+            Ok(BatchOutcome::All(done @ (Outcome::Ack | Outcome::Drop))) => {
                 if queue.keeps() {
                     let outcome = if done == Outcome::Drop { Moved::Dropped } else { Moved::Acked };
                     record(queue, tx, &claimed, outcome, None).await?;
                 }
                 return Ok(if done == Outcome::Drop { Settled::Dropped } else { Settled::Acked });
             }
-            Ok(Outcome::Retry(after)) => handler_retry(after),
-            Ok(Outcome::Snooze(after)) => match handler_snooze(after) {
+            Ok(BatchOutcome::All(Outcome::Retry(after))) => handler_retry(after),
+            Ok(BatchOutcome::All(Outcome::Snooze(after))) => match handler_snooze(after) {
                 Ok(after) => {
                     // Its writes undone, as for a failure: the messages run again later.
                     DB::simple(tx, "ROLLBACK TO SAVEPOINT rowbus_handler").await?;
@@ -264,9 +300,11 @@ async fn transactional<DB, H>(
         Ok::<_, Error>(Settled::Failed { dead: restored.dead, dead_failed: restored.dead_failed })
     }
     .await;
-    let committed = write.finish(settled.is_ok(), true).await;
+    let rolled_back = matches!(settled, Ok(Settled::RolledBack)) && !DB::ONE_WRITER;
+    let committed = write.finish(settled.is_ok() && !rolled_back, true).await;
     let settled = match (settled, committed) {
         (Ok(settled), Ok(true)) => settled,
+        (Ok(Settled::RolledBack), Ok(false)) => return,
         (Ok(_), Ok(false)) => {
             warn!(table = %queue.table(), "the transaction this batch shared failed; its messages are claimable again");
             return;
@@ -295,6 +333,13 @@ async fn transactional<DB, H>(
             counts::count(queue, Counted::Snoozed, n).await;
             false
         }
+        Settled::DeadLettered { acked, dead, dead_failed } => {
+            counters.acknowledged(acked as usize, acked);
+            counters.failed_batch(dead + dead_failed, dead);
+            counters.dead_letter_failed(dead_failed);
+            acked + dead > 0
+        }
+        Settled::RolledBack => false,
     };
     // Some left the queue: wake who can take their keys' next messages.
     if left {
@@ -317,4 +362,13 @@ enum Settled {
     },
     /// Put back to run after a delay, their attempt not counted.
     Snoozed,
+    /// `acked` acknowledged, `dead` dead-lettered as the handler asked, and `dead_failed`
+    /// put back because their move to the dead-letter table failed.
+    DeadLettered {
+        acked: u64,
+        dead: u64,
+        dead_failed: u64,
+    },
+    /// Undone, as if never claimed (on a database with one writer, put back unchanged).
+    RolledBack,
 }

@@ -64,7 +64,13 @@ pub(crate) struct RelayArgs {
     /// last is confirmed (messages of one --key are always in order)
     #[arg(long)]
     ordered: bool,
-    /// How long a claimed message stays with this relay before another may take it, e.g. 30s
+    /// Claim under a lease and delete what the broker confirmed afterwards, instead of
+    /// deleting each batch in a transaction held open until the broker answers (always so on
+    /// SQLite, where that transaction would hold every publisher)
+    #[arg(long)]
+    leased: bool,
+    /// With --leased (or on SQLite): how long a claimed message stays with this relay before
+    /// another may take it, e.g. 30s
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = positive_duration)]
     lease: Duration,
     /// How long the broker may take to confirm a message before it is sent again later
@@ -282,7 +288,11 @@ async fn run<DB: Db, S: Sink>(queue: Queue<DB>, sink: S, args: &RelayArgs) -> Re
         args.batch,
         rowbus_relay::sink::redact(&args.to)
     );
-    let report = Relay::new(queue, sink)
+    let relay = match args.leased {
+        true => Relay::new(queue, sink).transactional(false),
+        false => Relay::new(queue, sink),
+    };
+    let report = relay
         .group(args.group.clone())
         .batch(args.batch as usize)
         .in_flight(args.in_flight as usize)

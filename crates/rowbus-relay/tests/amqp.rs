@@ -452,7 +452,19 @@ on_each_database!(four_relays_keep_each_keys_order);
 /// A relay killed mid-stream (its task aborted: its connection gone, its claims left under
 /// their lease), then another started: every message arrives, those the first had sent but
 /// not settled again with the same id.
-async fn a_relay_killed_mid_stream_loses_nothing<DB: Brokers>(place: Place) {
+async fn a_leased_relay_killed_mid_stream_loses_nothing<DB: Brokers>(place: Place) {
+    killed_mid_stream::<DB>(place, false).await
+}
+on_each_database!(a_leased_relay_killed_mid_stream_loses_nothing);
+
+/// The same claiming in transactions: the killed relay's transaction is rolled back, and
+/// what it had sent goes again at once.
+async fn a_transactional_relay_killed_mid_stream_loses_nothing<DB: Brokers>(place: Place) {
+    killed_mid_stream::<DB>(place, true).await
+}
+on_each_database!(a_transactional_relay_killed_mid_stream_loses_nothing);
+
+async fn killed_mid_stream<DB: Brokers>(place: Place, transactional: bool) {
     const N: usize = 3_000;
     let cleanup = Cleanup::new(DB::BACKEND);
     let broker = DB::broker(&place, BrokerOptions::default()).await;
@@ -471,8 +483,13 @@ async fn a_relay_killed_mid_stream_loses_nothing<DB: Brokers>(place: Place) {
 
     // Killed with a batch sent and not settled (its sink stalls after 300 messages).
     let (stalling, stalled) = StallsAfter::new(sink().await, 300);
-    let first =
-        tokio::spawn(Relay::new(queue.clone(), stalling).batch(20).lease(Duration::from_secs(2)).run());
+    let first = tokio::spawn(
+        Relay::new(queue.clone(), stalling)
+            .transactional(transactional)
+            .batch(20)
+            .lease(Duration::from_secs(2))
+            .run(),
+    );
     stalled.await.expect("the first relay sends 300 messages");
     first.abort();
     assert!(first.await.unwrap_err().is_cancelled());
@@ -480,6 +497,7 @@ async fn a_relay_killed_mid_stream_loses_nothing<DB: Brokers>(place: Place) {
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let second = tokio::spawn(
         Relay::new(queue.clone(), sink().await)
+            .transactional(transactional)
             .batch(20)
             .lease(Duration::from_secs(2))
             .until(async move {
@@ -487,15 +505,17 @@ async fn a_relay_killed_mid_stream_loses_nothing<DB: Brokers>(place: Place) {
             })
             .run(),
     );
-    // Until every message arrived and the queue is empty: the stalled batch arrived
-    // once already and comes again when its lease ran out.
+    // Until every message arrived, the stalled batch again, and the queue is empty: the
+    // stalled batch arrived once already and comes again when its lease ran out (or its
+    // transaction was rolled back).
     let (mut arrived, mut seen) = (Vec::new(), std::collections::HashSet::new());
     let start = tokio::time::Instant::now();
-    while seen.len() < N || queue.depth("").await.unwrap().0 > 0 {
+    while seen.len() < N || arrived.len() <= N || queue.depth("").await.unwrap().0 > 0 {
         assert!(
             start.elapsed() < Duration::from_secs(60),
-            "{} of {N} arrived; the queue is not empty",
-            seen.len()
+            "{} of {N} arrived, {} in all; or the queue is not empty",
+            seen.len(),
+            arrived.len()
         );
         let next = next_arrival(&mut consumer, arrived.len());
         if let Ok(arrival) = tokio::time::timeout(Duration::from_millis(200), next).await {
@@ -507,7 +527,9 @@ async fn a_relay_killed_mid_stream_loses_nothing<DB: Brokers>(place: Place) {
     let report = second.await.unwrap().unwrap();
     check_at_least_once(&arrived, N, &prefix);
     assert_eq!(queue.depth("").await.unwrap(), (0, 0));
-    assert!(report.resent > 0, "the first relay's claims were sent again: {report:?}");
+    assert!(arrived.len() > N, "the stalled batch arrived again");
+    if !transactional {
+        assert!(report.resent > 0, "the first relay's claims were sent again: {report:?}");
+    }
     rabbit.delete().await;
 }
-on_each_database!(a_relay_killed_mid_stream_loses_nothing);

@@ -19,7 +19,9 @@
 //!   message and the relay settled them (removed them from the queue).
 //!
 //! RabbitMQ's messages go to a queue of the run's own through the default exchange, MQTT's
-//! to a topic nobody subscribes to; the queues are dropped at the end.
+//! to a topic nobody subscribes to; the queues are dropped at the end. `--mqtt-port N`
+//! points both MQTT clients at another broker on 127.0.0.1 (1883 by default), e.g. a
+//! Mosquitto started with `set_tcp_nodelay true` (docs/relay.md says why).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -40,7 +42,6 @@ use rumqttc::v5::{AsyncClient, Event};
 use tokio::sync::oneshot;
 
 const AMQP: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
-const MQTT: &str = "mqtt://127.0.0.1:1883";
 const PAYLOAD: usize = 100;
 
 #[derive(Debug, Clone)]
@@ -51,6 +52,7 @@ struct Args {
     batch: usize,
     in_flight: usize,
     only: Option<String>,
+    mqtt_port: u16,
 }
 
 fn args() -> Args {
@@ -61,6 +63,7 @@ fn args() -> Args {
         batch: rowbus_relay::DEFAULT_BATCH,
         in_flight: rowbus_relay::DEFAULT_IN_FLIGHT,
         only: None,
+        mqtt_port: 1883,
     };
     let mut given = std::env::args().skip(1);
     while let Some(flag) = given.next() {
@@ -72,6 +75,7 @@ fn args() -> Args {
             "--batch" => args.batch = value().parse().expect("--batch N"),
             "--in-flight" => args.in_flight = value().parse().expect("--in-flight N"),
             "--only" => args.only = Some(value()),
+            "--mqtt-port" => args.mqtt_port = value().parse().expect("--mqtt-port N"),
             // What cargo bench passes on.
             "--bench" => {}
             other => panic!("unknown flag {other}"),
@@ -141,8 +145,11 @@ async fn native_amqp(args: &Args, queue: &str) -> f64 {
 
 /// rumqttc's v5 client at QoS 1, every PUBACK awaited: messages/s.
 async fn native_mqtt(args: &Args, topic: &str) -> f64 {
-    let options =
-        rumqttc::v5::MqttOptions::new(format!("rowbus-bench-{}", std::process::id()), "127.0.0.1", 1883);
+    let options = rumqttc::v5::MqttOptions::new(
+        format!("rowbus-bench-{}", std::process::id()),
+        "127.0.0.1",
+        args.mqtt_port,
+    );
     let (client, mut eventloop) = AsyncClient::new(options, 1024);
     let all = args.messages;
     let acks = tokio::spawn(async move {
@@ -256,7 +263,8 @@ impl OnPool for Bench {
                             Template::parse(&format!("{name}/relay")).unwrap(),
                             queue.table().to_string(),
                         );
-                        let sink = MqttSink::connect(MQTT, options).await.unwrap();
+                        let url = format!("mqtt://127.0.0.1:{}", args.mqtt_port);
+                        let sink = MqttSink::connect(&url, options).await.unwrap();
                         if relay_first {
                             let r = relay(&args, &queue, sink).await;
                             (native_mqtt(&args, &format!("{name}/native")).await, r)

@@ -257,11 +257,11 @@ impl<DB: Db, S: Sink> Relay<DB, S> {
     /// returns what it did. Fails only when the subscription cannot start (the queue is not
     /// deployed, a lease out of range, the broker shutting down).
     pub async fn run(self) -> Result<RelayReport, RelayError> {
+        if self.transactional {
+            return self.run_locked().await;
+        }
         let Relay { queue, mut sink, group, batch, in_flight, ordered, transactional, lease, until } = self;
         let in_flight = if ordered { 1 } else { in_flight };
-        if transactional {
-            return run_locked(queue, sink, group, batch, in_flight, ordered, until).await;
-        }
         let mut builder = queue.subscribe().group(group.clone()).batch(batch);
         if let Some(lease) = lease {
             builder = builder.lease(lease);
@@ -408,45 +408,41 @@ struct Locked<S> {
     system: &'static str,
 }
 
-/// [`Relay::run`] claiming in transactions: a transactional batch runner of `in_flight`
-/// workers whose handler sends its batch and ends it as the broker answered.
-async fn run_locked<DB: Db, S: Sink>(
-    queue: Queue<DB>,
-    sink: S,
-    group: String,
-    batch: usize,
-    in_flight: usize,
-    ordered: bool,
-    until: Option<Shared<BoxFuture<'static, ()>>>,
-) -> Result<RelayReport, RelayError> {
-    let system = sink.system();
-    let tally = Arc::new(Tally::default());
-    let locked = Arc::new(Locked {
-        sink: Mutex::new(sink),
-        backoff: std::sync::Mutex::new(Backoff { next: MIN_BACKOFF, until: None }),
-        tally: tally.clone(),
-        table: queue.table().to_string(),
-        system,
-    });
-    let mut builder = queue.subscribe().group(group.clone()).batch(batch).workers(in_flight);
-    if let Some(until) = until {
-        builder = builder.until(until);
+impl<DB: Db, S: Sink> Relay<DB, S> {
+    /// [`run`](Self::run) claiming in transactions: a transactional batch runner of
+    /// `in_flight` workers whose handler sends its batch and ends it as the broker answered.
+    async fn run_locked(self) -> Result<RelayReport, RelayError> {
+        let Relay { queue, sink, group, batch, in_flight, ordered, until, .. } = self;
+        let in_flight = if ordered { 1 } else { in_flight };
+        let system = sink.system();
+        let tally = Arc::new(Tally::default());
+        let locked = Arc::new(Locked {
+            sink: Mutex::new(sink),
+            backoff: std::sync::Mutex::new(Backoff { next: MIN_BACKOFF, until: None }),
+            tally: tally.clone(),
+            table: queue.table().to_string(),
+            system,
+        });
+        let mut builder = queue.subscribe().group(group.clone()).batch(batch).workers(in_flight);
+        if let Some(until) = until {
+            builder = builder.until(until);
+        }
+        info!(table = %queue.table(), group, system, batch, in_flight, ordered, transactional = true, "relay started");
+        let counting = counting(&queue, &tally);
+        let _tasks = Tasks(vec![counting.abort_handle()]);
+        let ran = builder
+            .run_batch_tx(move |_conn, messages| {
+                let locked = locked.clone();
+                Box::pin(async move { Ok::<_, std::convert::Infallible>(locked.relay(messages).await) })
+            })
+            .await;
+        counting.abort();
+        tally.flush(&queue).await;
+        ran?;
+        let report = tally.report();
+        info!(table = %queue.table(), system, ?report, "relay stopped");
+        Ok(report)
     }
-    info!(table = %queue.table(), group, system, batch, in_flight, ordered, transactional = true, "relay started");
-    let counting = counting(&queue, &tally);
-    let _tasks = Tasks(vec![counting.abort_handle()]);
-    let ran = builder
-        .run_batch_tx(move |_conn, messages| {
-            let locked = locked.clone();
-            Box::pin(async move { Ok::<_, std::convert::Infallible>(locked.relay(messages).await) })
-        })
-        .await;
-    counting.abort();
-    tally.flush(&queue).await;
-    ran?;
-    let report = tally.report();
-    info!(table = %queue.table(), system, ?report, "relay stopped");
-    Ok(report)
 }
 
 impl<S: Sink> Locked<S> {

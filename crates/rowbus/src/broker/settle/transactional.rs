@@ -300,6 +300,8 @@ async fn transactional<DB, H>(
         Ok::<_, Error>(Settled::Failed { dead: restored.dead, dead_failed: restored.dead_failed })
     }
     .await;
+    // Undone: the batch's own transaction ends in a rollback; with one writer the batch
+    // was undone inside its group's transaction (above), which commits as usual.
     let rolled_back = matches!(settled, Ok(Settled::RolledBack)) && !DB::ONE_WRITER;
     let committed = write.finish(settled.is_ok() && !rolled_back, true).await;
     let settled = match (settled, committed) {

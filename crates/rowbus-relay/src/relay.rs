@@ -398,6 +398,33 @@ fn outgoing(message: &TxMessage) -> Outgoing {
     }
 }
 
+/// A batch's messages (or their ids) sorted by the broker's answer to each.
+struct Answers<T> {
+    confirmed: Vec<T>,
+    refused: Vec<(T, String)>,
+    unsent: Vec<T>,
+    /// Why the first unsent one was not taken; `None` when the broker took them all.
+    first_reason: Option<String>,
+}
+
+impl<T> Answers<T> {
+    fn sort(items: impl IntoIterator<Item = T>, results: Vec<Result<(), SinkError>>) -> Self {
+        let mut answers =
+            Answers { confirmed: Vec::new(), refused: Vec::new(), unsent: Vec::new(), first_reason: None };
+        for (item, result) in items.into_iter().zip(results) {
+            match result {
+                Ok(()) => answers.confirmed.push(item),
+                Err(SinkError::Refused(reason)) => answers.refused.push((item, reason)),
+                Err(SinkError::Unavailable(reason)) => {
+                    answers.first_reason.get_or_insert(reason);
+                    answers.unsent.push(item);
+                }
+            }
+        }
+        answers
+    }
+}
+
 /// What the relay's transactional handlers share: the sink they take turns on, the
 /// backoff and the tally.
 struct Locked<S> {
@@ -462,26 +489,18 @@ impl<S: Sink> Locked<S> {
             self.tally.add(Counted::Relayed, n);
             send(&mut *sink, &outgoing).await
         };
-        let (mut confirmed, mut refused, mut unsent) = (0, Vec::new(), None);
-        for (message, result) in outgoing.iter().zip(results) {
-            match result {
-                Ok(()) => confirmed += 1,
-                Err(SinkError::Refused(reason)) => refused.push((message.id, reason)),
-                Err(SinkError::Unavailable(reason)) => {
-                    unsent.get_or_insert(reason);
-                }
-            }
-        }
+        let Answers { confirmed, refused, first_reason, .. } =
+            Answers::sort(outgoing.iter().map(|message| message.id), results);
         let (table, system) = (&self.table, self.system);
-        if let Some(reason) = unsent {
+        if let Some(reason) = first_reason {
             let wait = self.backoff.lock().expect("never poisoned").failed();
             warn!(%table, system, batch = n, ?wait, reason, "relay: the broker did not confirm; giving the batch back and waiting");
             self.tally.add(Counted::Resent, n);
             return BatchOutcome::Rollback;
         }
         self.backoff.lock().expect("never poisoned").succeeded();
-        self.tally.add(Counted::Confirmed, confirmed);
-        debug!(%table, confirmed, "relay: batch confirmed");
+        self.tally.add(Counted::Confirmed, confirmed.len() as u64);
+        debug!(%table, confirmed = confirmed.len(), "relay: batch confirmed");
         if refused.is_empty() {
             return BatchOutcome::All(Outcome::Ack);
         }
@@ -504,18 +523,7 @@ async fn settle<DB: Db>(
     system: &str,
 ) {
     let Batch { deliveries, _permit } = batch;
-    let (mut confirmed, mut unsent, mut refused) = (Vec::new(), Vec::new(), Vec::new());
-    let mut first_reason = None;
-    for (delivery, result) in deliveries.into_iter().zip(results) {
-        match result {
-            Ok(()) => confirmed.push(delivery),
-            Err(SinkError::Refused(reason)) => refused.push((delivery, reason)),
-            Err(SinkError::Unavailable(reason)) => {
-                first_reason.get_or_insert(reason);
-                unsent.push(delivery);
-            }
-        }
-    }
+    let Answers { confirmed, refused, unsent, first_reason } = Answers::sort(deliveries, results);
     let counts = (confirmed.len() as u64, unsent.len() as u64);
     if !confirmed.is_empty() {
         match queue.ack_all(confirmed).await {

@@ -76,15 +76,15 @@ struct Counting<S> {
     inner: S,
     confirmed: Arc<AtomicU64>,
     all: u64,
-    done: Option<oneshot::Sender<()>>,
+    done: std::sync::Mutex<Option<oneshot::Sender<()>>>,
 }
 
 impl<S: Sink> Sink for Counting<S> {
-    async fn send(&mut self, batch: &[Outgoing]) -> Vec<Result<(), SinkError>> {
+    async fn send(&self, batch: &[Outgoing]) -> Vec<Result<(), SinkError>> {
         let results = self.inner.send(batch).await;
         let ok = results.iter().filter(|r| r.is_ok()).count() as u64;
         if self.confirmed.fetch_add(ok, Ordering::Relaxed) + ok >= self.all
-            && let Some(done) = self.done.take()
+            && let Some(done) = self.done.lock().expect("never poisoned").take()
         {
             let _ = done.send(());
         }
@@ -155,8 +155,12 @@ async fn relay<DB: Db, S: Sink>(args: &Args, queue: &Queue<DB>, sink: S) -> f64 
         queue.publish_batch(chunk.to_vec()).await.unwrap();
     }
     let (done, all_confirmed) = oneshot::channel();
-    let sink =
-        Counting { inner: sink, confirmed: Arc::default(), all: args.messages as u64, done: Some(done) };
+    let sink = Counting {
+        inner: sink,
+        confirmed: Arc::default(),
+        all: args.messages as u64,
+        done: Some(done).into(),
+    };
     let started = Instant::now();
     let report = Relay::new(queue.clone(), sink)
         .batch(args.batch)

@@ -6,7 +6,7 @@
 //! It claims in one of two ways. In transactions (the default where writers run side by
 //! side: PostgreSQL, MySQL/MariaDB): each batch is deleted in a transaction held open
 //! until the broker answered, then committed; up to `in_flight` such transactions at once,
-//! their sends taking turns on the sink. Under leases (SQLite, whose one write transaction
+//! their sends overlapping at the sink. Under leases (SQLite, whose one write transaction
 //! at a time would hold every publisher while the broker answers): three stages run at
 //! once, so that a batch is being claimed while the one before it is sent and the one
 //! before that settled: the claims (a [`Subscription`](rowbus::Subscription) stream,
@@ -100,8 +100,16 @@ struct Backoff {
 
 impl Backoff {
     fn failed(&mut self) -> Duration {
+        // Batches at the broker together fail together: one wait for them all, not one
+        // doubling each.
+        let now = Instant::now();
+        if let Some(until) = self.until
+            && until > now
+        {
+            return until - now;
+        }
         let wait = self.next;
-        self.until = Some(Instant::now() + wait);
+        self.until = Some(now + wait);
         self.next = (wait * 2).min(MAX_BACKOFF);
         wait
     }
@@ -260,7 +268,7 @@ impl<DB: Db, S: Sink> Relay<DB, S> {
         if self.transactional {
             return self.run_locked().await;
         }
-        let Relay { queue, mut sink, group, batch, in_flight, ordered, transactional, lease, until } = self;
+        let Relay { queue, sink, group, batch, in_flight, ordered, transactional, lease, until } = self;
         let in_flight = if ordered { 1 } else { in_flight };
         let mut builder = queue.subscribe().group(group.clone()).batch(batch);
         if let Some(lease) = lease {
@@ -345,7 +353,7 @@ impl<DB: Db, S: Sink> Relay<DB, S> {
         while let Some(batch) = sending.recv().await {
             let outgoing: Vec<Outgoing> = batch.deliveries.iter().map(|d| outgoing(d)).collect();
             tally.add(Counted::Relayed, outgoing.len() as u64);
-            let results = send(&mut sink, &outgoing).await;
+            let results = send(&sink, &outgoing).await;
             if to_settle.send((batch, results)).is_err() {
                 break;
             }
@@ -375,7 +383,7 @@ fn counting<DB: Db>(queue: &Queue<DB>, tally: &Arc<Tally>) -> tokio::task::JoinH
 }
 
 /// Hands `outgoing` to the sink: an answer for each message, in order.
-async fn send<S: Sink>(sink: &mut S, outgoing: &[Outgoing]) -> Vec<Result<(), SinkError>> {
+async fn send<S: Sink>(sink: &S, outgoing: &[Outgoing]) -> Vec<Result<(), SinkError>> {
     let results = sink.send(outgoing).await;
     if results.len() == outgoing.len() {
         return results;
@@ -425,10 +433,10 @@ impl<T> Answers<T> {
     }
 }
 
-/// What the relay's transactional handlers share: the sink they take turns on, the
+/// What the relay's transactional handlers share: the sink, whose sends overlap, the
 /// backoff and the tally.
 struct Locked<S> {
-    sink: Mutex<S>,
+    sink: S,
     backoff: std::sync::Mutex<Backoff>,
     tally: Arc<Tally>,
     table: String,
@@ -444,7 +452,7 @@ impl<DB: Db, S: Sink> Relay<DB, S> {
         let system = sink.system();
         let tally = Arc::new(Tally::default());
         let locked = Arc::new(Locked {
-            sink: Mutex::new(sink),
+            sink,
             backoff: std::sync::Mutex::new(Backoff { next: MIN_BACKOFF, until: None }),
             tally: tally.clone(),
             table: queue.table().to_string(),
@@ -479,16 +487,13 @@ impl<S: Sink> Locked<S> {
     async fn relay(&self, messages: Vec<TxMessage>) -> BatchOutcome {
         let outgoing: Vec<Outgoing> = messages.iter().map(outgoing).collect();
         let n = outgoing.len() as u64;
-        let results = {
-            let mut sink = self.sink.lock().await;
-            // After a batch the broker could not take, the next send waits.
-            let wait = self.backoff.lock().expect("never poisoned").until.take();
-            if let Some(until) = wait {
-                tokio::time::sleep_until(until).await;
-            }
-            self.tally.add(Counted::Relayed, n);
-            send(&mut *sink, &outgoing).await
-        };
+        // After a batch the broker could not take, the sends wait.
+        let wait = self.backoff.lock().expect("never poisoned").until;
+        if let Some(until) = wait {
+            tokio::time::sleep_until(until).await;
+        }
+        self.tally.add(Counted::Relayed, n);
+        let results = send(&self.sink, &outgoing).await;
         let Answers { confirmed, refused, first_reason, .. } =
             Answers::sort(outgoing.iter().map(|message| message.id), results);
         let (table, system) = (&self.table, self.system);

@@ -136,7 +136,7 @@ fn all_ok(results: &[Result<(), SinkError>]) {
 async fn a_batch_arrives_once_with_its_ids_headers_and_payloads_in_order() {
     let mut rabbit = Rabbit::new().await;
     let queue = rabbit.queue(Some("orders.#")).await;
-    let mut sink = sink(&rabbit.exchange, "orders.{group}.{key}").await;
+    let sink = sink(&rabbit.exchange, "orders.{group}.{key}").await;
     assert_eq!(sink.system(), "amqp");
 
     let mut sent = batch(1, 300, 7);
@@ -173,7 +173,7 @@ async fn a_batch_arrives_once_with_its_ids_headers_and_payloads_in_order() {
 async fn the_default_exchange_delivers_to_the_queue_the_routing_key_names() {
     let mut rabbit = Rabbit::new().await;
     let queue = rabbit.queue(None).await;
-    let mut sink = sink("", &queue).await;
+    let sink = sink("", &queue).await;
     let sent = batch(10, 20, 3);
     all_ok(&sink.send(&sent).await);
     let ids: Vec<_> = rabbit.drain(&queue).await.iter().map(message_id).collect();
@@ -187,7 +187,7 @@ async fn a_message_no_queue_is_bound_for_is_refused_as_no_route_and_the_others_a
     let mut rabbit = Rabbit::new().await;
     let queue = rabbit.queue(None).await;
     // The default exchange, the key naming the queue: a key that names no queue has no route.
-    let mut sink = sink("", "{key}").await;
+    let sink = sink("", "{key}").await;
     let nowhere = unique("rowbus_relay_nowhere");
     let sent = vec![
         message(1, "", Some(&queue), &[], b"one"),
@@ -217,7 +217,7 @@ async fn a_message_no_queue_is_bound_for_is_refused_as_no_route_and_the_others_a
 async fn a_message_over_the_brokers_size_limit_is_refused_and_the_rest_are_sent_again() {
     let mut rabbit = Rabbit::new().await;
     let queue = rabbit.queue(None).await;
-    let mut sink = sink("", &queue).await;
+    let sink = sink("", &queue).await;
     // RabbitMQ's max_message_size (128 MiB unless configured lower; read from the broker's
     // refusal, not assumed).
     let huge = vec![7u8; 128 * 1024 * 1024 + 1];
@@ -284,7 +284,7 @@ async fn while_the_broker_is_gone_every_message_is_unavailable_and_sends_succeed
     let queue = rabbit.queue(Some("#")).await;
     let proxy = Proxy::start(BROKER).await;
     let url = format!("amqp://guest:guest@127.0.0.1:{}/%2f", proxy.port);
-    let mut sink = AmqpSink::connect(&url, options(&rabbit.exchange, "k")).await.unwrap();
+    let sink = AmqpSink::connect(&url, options(&rabbit.exchange, "k")).await.unwrap();
     all_ok(&sink.send(&batch(1, 10, 2)).await);
 
     proxy.stop().await;
@@ -311,7 +311,7 @@ async fn a_broker_that_stops_answering_is_given_up_after_the_confirm_timeout_and
     let url = format!("amqp://guest:guest@127.0.0.1:{}/%2f", proxy.port);
     let mut options = options(&rabbit.exchange, "k");
     options.confirm_timeout = Duration::from_millis(500);
-    let mut sink = AmqpSink::connect(&url, options).await.unwrap();
+    let sink = AmqpSink::connect(&url, options).await.unwrap();
     all_ok(&sink.send(&batch(1, 10, 2)).await);
 
     proxy.freeze();

@@ -124,7 +124,7 @@ fn marker(id: i64) -> Outgoing {
 async fn a_batch_arrives_once_with_its_ids_properties_and_payloads_in_order() {
     let prefix = unique("rowbus_relay");
     let mut subscriber = Subscriber::new(&format!("{prefix}/#")).await;
-    let mut sink = MqttSink::connect(URL, options(&format!("{prefix}/{{group}}/{{key}}"))).await.unwrap();
+    let sink = MqttSink::connect(URL, options(&format!("{prefix}/{{group}}/{{key}}"))).await.unwrap();
     assert_eq!(sink.system(), "mqtt");
 
     let mut sent = batch(1, 300, 7);
@@ -160,11 +160,90 @@ async fn a_batch_arrives_once_with_its_ids_properties_and_payloads_in_order() {
     subscriber.close().await;
 }
 
+/// Batches sent at once share the connection: each is answered for its own messages (one
+/// refused without being sent among them), and every message arrives once, each batch's
+/// messages of one key in the batch's order.
+#[tokio::test]
+async fn batches_sent_at_once_are_each_answered_and_arrive_once() {
+    let prefix = unique("rowbus_relay");
+    let mut subscriber = Subscriber::new(&format!("{prefix}/#")).await;
+    let sink = MqttSink::connect(URL, options(&format!("{prefix}/{{key}}"))).await.unwrap();
+    let first = batch(1, 500, 5);
+    let mut second = batch(501, 500, 5);
+    second.insert(250, message(5000, "g", Some("a+b"), &[], b"no topic"));
+    let third = batch(1001, 500, 5);
+    let (a, b, c) = tokio::join!(sink.send(&first), sink.send(&second), sink.send(&third));
+    all_ok(&a);
+    all_ok(&c);
+    assert_eq!(b.len(), second.len());
+    for (i, r) in b.iter().enumerate() {
+        if i == 250 {
+            assert!(matches!(r, Err(SinkError::Refused(_))), "{r:?}");
+        } else {
+            assert!(r.is_ok(), "message {i} of the second batch: {r:?}");
+        }
+    }
+    all_ok(&sink.send(&[marker(9999)]).await);
+
+    let got = subscriber.until("orders:9999").await;
+    let ids: Vec<i64> = got
+        .iter()
+        .map(|p| property(p, "rowbus-id").unwrap().strip_prefix("orders:").unwrap().parse().unwrap())
+        .collect();
+    let mut sorted = ids.clone();
+    sorted.sort_unstable();
+    assert_eq!(sorted, (1..=1500).collect::<Vec<i64>>(), "each message once");
+    // Each batch's messages of one key in the batch's order.
+    for (id, publish) in ids.iter().zip(&got) {
+        let later = ids.iter().zip(&got).skip_while(|(other, _)| *other != id).skip(1);
+        for (other, other_publish) in later {
+            let same_batch = (id - 1) / 500 == (other - 1) / 500;
+            if same_batch && publish.topic == other_publish.topic {
+                assert!(other > id, "{other} arrived after {id}");
+            }
+        }
+    }
+    subscriber.close().await;
+}
+
+/// When the broker stops answering while batches are at the sink together, each of them
+/// is given up after the acknowledgement timeout, and the next sends go through a new
+/// connection.
+#[tokio::test]
+async fn batches_at_once_on_a_broker_that_stops_answering_are_each_given_up() {
+    let prefix = unique("rowbus_relay");
+    let mut subscriber = Subscriber::new(&format!("{prefix}/#")).await;
+    let proxy = Proxy::start(BROKER).await;
+    let url = format!("mqtt://127.0.0.1:{}", proxy.port);
+    let mut options = options(&format!("{prefix}/{{key}}"));
+    options.ack_timeout = Duration::from_millis(500);
+    let sink = MqttSink::connect(&url, options).await.unwrap();
+    all_ok(&sink.send(&batch(1, 10, 2)).await);
+
+    proxy.freeze();
+    let (first, second) = (batch(11, 10, 2), batch(21, 10, 2));
+    let (a, b) = tokio::join!(sink.send(&first), sink.send(&second));
+    for r in a.iter().chain(&b) {
+        assert!(matches!(r, Err(SinkError::Unavailable(reason)) if reason.contains("acknowledged")), "{r:?}");
+    }
+    proxy.thaw();
+    all_ok(&sink.send(&batch(11, 20, 2)).await);
+    all_ok(&sink.send(&[marker(999)]).await);
+
+    let ids: Vec<_> =
+        subscriber.until("orders:999").await.iter().map(|p| property(p, "rowbus-id").unwrap()).collect();
+    for id in 1..=30 {
+        let copies = ids.iter().filter(|i| **i == format!("orders:{id}")).count();
+        assert!(copies == 1 || (id > 10 && copies == 2), "id {id}: {copies} copies");
+    }
+    subscriber.close().await;
+}
+
 #[tokio::test]
 async fn a_topic_no_broker_accepts_is_refused_and_the_others_arrive() {
     let prefix = unique("rowbus_relay");
     let mut subscriber = Subscriber::new(&format!("{prefix}/#")).await;
-    let mut sink = MqttSink::connect(URL, options(&format!("{prefix}/{{key}}"))).await.unwrap();
+    let sink = MqttSink::connect(URL, options(&format!("{prefix}/{{key}}"))).await.unwrap();
     let sent = vec![
         message(1, "", Some("a"), &[], b"one"),
         message(2, "", Some("a+b"), &[], b"wildcard"),
@@ -208,7 +287,7 @@ async fn while_the_broker_is_gone_every_message_is_unavailable_and_sends_succeed
     let mut subscriber = Subscriber::new(&format!("{prefix}/#")).await;
     let proxy = Proxy::start(BROKER).await;
     let url = format!("mqtt://127.0.0.1:{}", proxy.port);
-    let mut sink = MqttSink::connect(&url, options(&format!("{prefix}/{{key}}"))).await.unwrap();
+    let sink = MqttSink::connect(&url, options(&format!("{prefix}/{{key}}"))).await.unwrap();
     all_ok(&sink.send(&batch(1, 10, 2)).await);
 
     proxy.stop().await;
@@ -237,7 +316,7 @@ async fn a_broker_that_stops_answering_is_given_up_after_the_ack_timeout_and_sen
     let url = format!("mqtt://127.0.0.1:{}", proxy.port);
     let mut options = options(&format!("{prefix}/{{key}}"));
     options.ack_timeout = Duration::from_millis(500);
-    let mut sink = MqttSink::connect(&url, options).await.unwrap();
+    let sink = MqttSink::connect(&url, options).await.unwrap();
     all_ok(&sink.send(&batch(1, 10, 2)).await);
 
     proxy.freeze();

@@ -180,13 +180,12 @@ on_each_database!(four_relays_keep_each_keys_order);
 /// the next.
 struct FailsThird<S> {
     inner: S,
-    batches: usize,
+    batches: std::sync::atomic::AtomicUsize,
 }
 
 impl<S: Sink> Sink for FailsThird<S> {
-    async fn send(&mut self, batch: &[Outgoing]) -> Vec<Result<(), SinkError>> {
-        self.batches += 1;
-        if self.batches == 3 {
+    async fn send(&self, batch: &[Outgoing]) -> Vec<Result<(), SinkError>> {
+        if self.batches.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1 == 3 {
             return batch.iter().map(|_| Err(SinkError::Unavailable("not this time".to_owned()))).collect();
         }
         self.inner.send(batch).await
@@ -207,7 +206,7 @@ async fn an_ordered_relay_keeps_the_groups_order<DB: Brokers>(place: Place) {
     let stream = streams.name("ordered");
     let ids = fill(&queue, 1_000, 0).await;
     let (stopping, stopped) = oneshot::channel::<()>();
-    let sink = FailsThird { inner: sink(REDIS, &stream, None).await, batches: 0 };
+    let sink = FailsThird { inner: sink(REDIS, &stream, None).await, batches: 0.into() };
     let relay = Relay::new(queue.clone(), sink).batch(50).ordered(true).until(async move {
         let _ = stopped.await;
     });

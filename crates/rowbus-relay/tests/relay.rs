@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use common::{Brokers, Cleanup, Place, drained, fill, on_each_database, queue};
@@ -18,7 +19,7 @@ const QUIET: Duration = Duration::from_secs(1);
 struct Confirms;
 
 impl Sink for Confirms {
-    async fn send(&mut self, batch: &[Outgoing]) -> Vec<Result<(), SinkError>> {
+    async fn send(&self, batch: &[Outgoing]) -> Vec<Result<(), SinkError>> {
         batch.iter().map(|_| Ok(())).collect()
     }
 
@@ -45,3 +46,45 @@ async fn an_aborted_relay_claims_nothing_more<DB: Brokers>(place: Place) {
     assert_eq!((default.ready, default.in_flight), (20, 0), "{groups:?}");
 }
 on_each_database!(an_aborted_relay_claims_nothing_more);
+
+/// A broker that holds each batch until `together` batches are at it at once (or two
+/// seconds passed), then confirms it; it records the most batches it had at once.
+struct Together {
+    together: usize,
+    at_once: AtomicUsize,
+    most: AtomicUsize,
+}
+
+impl Sink for Together {
+    async fn send(&self, batch: &[Outgoing]) -> Vec<Result<(), SinkError>> {
+        let now = self.at_once.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        while self.at_once.load(Ordering::SeqCst) < self.together && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        self.at_once.fetch_sub(1, Ordering::SeqCst);
+        batch.iter().map(|_| Ok(())).collect()
+    }
+
+    fn system(&self) -> &'static str {
+        "test"
+    }
+}
+
+/// Claiming in transactions (PostgreSQL, MariaDB), a relay hands the sink its batches in
+/// flight at once, so the broker has the next batch while it confirms the last; under
+/// leases (SQLite) one send task hands them over one at a time.
+async fn batches_in_flight_are_at_the_sink_together<DB: Brokers>(place: Place) {
+    let cleanup = Cleanup::new(place.backend());
+    let (_broker, queue) = queue::<DB>(&place, &cleanup, "relay_together").await;
+    fill(&queue, 90, 0).await;
+    let transactional = place.backend() != rowbus::Backend::Sqlite;
+    let expected = if transactional { 3 } else { 1 };
+    let sink = std::sync::Arc::new(Together { together: expected, at_once: 0.into(), most: 0.into() });
+    let relay = tokio::spawn(Relay::new(queue.clone(), sink.clone()).batch(10).in_flight(3).run());
+    drained(&queue).await;
+    relay.abort();
+    assert_eq!(sink.most.load(Ordering::SeqCst), expected, "batches at the sink at once");
+}
+on_each_database!(batches_in_flight_are_at_the_sink_together);

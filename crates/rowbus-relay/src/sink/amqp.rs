@@ -79,7 +79,16 @@ impl AmqpOptions {
 /// Each message's `message_id` is `<id prefix>:<id>` ([`AmqpOptions::id_prefix`]), the
 /// same each time it is sent again; its headers become AMQP headers (long strings), with
 /// [`GROUP_HEADER`] and [`KEY_HEADER`] added; the payload is the body, byte for byte.
+///
+/// Batches sent at once take turns on its one channel: a broker that closes the channel
+/// for one message's size closes it for every publish in flight, and only the batch that
+/// published that message can tell it from the rest.
 pub struct AmqpSink {
+    publisher: tokio::sync::Mutex<Publisher>,
+}
+
+/// What an [`AmqpSink`] publishes with, one batch at a time.
+struct Publisher {
     url: String,
     options: AmqpOptions,
     link: Option<Link>,
@@ -131,9 +140,12 @@ impl AmqpSink {
             OpenError::Connect(reason) => RelayError::Connect { system: "amqp", url: redact(url), reason },
             OpenError::Exchange(reason) => RelayError::Config { system: "amqp", reason },
         })?;
-        Ok(AmqpSink { url: url.to_owned(), options, link: Some(link), max_body: None })
+        let publisher = Publisher { url: url.to_owned(), options, link: Some(link), max_body: None };
+        Ok(AmqpSink { publisher: tokio::sync::Mutex::new(publisher) })
     }
+}
 
+impl Publisher {
     /// The channel to publish on: the open one, or a new connection's.
     async fn link(&mut self) -> Result<&Channel, SinkError> {
         if !self.link.as_ref().is_some_and(Link::is_open) {
@@ -184,6 +196,16 @@ impl AmqpSink {
 }
 
 impl Sink for AmqpSink {
+    async fn send(&self, batch: &[Outgoing]) -> Vec<Result<(), SinkError>> {
+        self.publisher.lock().await.send(batch).await
+    }
+
+    fn system(&self) -> &'static str {
+        "amqp"
+    }
+}
+
+impl Publisher {
     async fn send(&mut self, batch: &[Outgoing]) -> Vec<Result<(), SinkError>> {
         let mut results: Vec<Option<Result<(), SinkError>>> = vec![None; batch.len()];
         let prepared: Vec<_> = batch.iter().map(|m| self.prepare(m)).collect();
@@ -245,12 +267,6 @@ impl Sink for AmqpSink {
             .collect()
     }
 
-    fn system(&self) -> &'static str {
-        "amqp"
-    }
-}
-
-impl AmqpSink {
     /// What the broker's answer to one publish means.
     fn judge(
         &mut self,

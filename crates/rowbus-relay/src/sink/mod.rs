@@ -38,14 +38,37 @@ pub enum SinkError {
 }
 
 /// A message broker the relay hands messages to.
-pub trait Sink: Send + 'static {
-    /// Sends every message of the batch and waits for the broker's confirmation of each; result i belongs to message i. Messages of one key in the batch are sent in the batch's order.
+///
+/// Sends may overlap: a relay claiming in transactions has up to its `in_flight` batches
+/// at the sink at once, so that the broker is handed the next batch while it still
+/// confirms the last. No two batches at the sink at once hold messages of one ordering key
+/// (the queue hands out a key's next message only once the one before it left), and an
+/// ordered relay sends one batch at a time.
+pub trait Sink: Send + Sync + 'static {
+    /// Sends every message of the batch and waits for the broker's confirmation of each;
+    /// result i belongs to message i. Messages of one key in the batch are sent in the
+    /// batch's order.
     fn send(
-        &mut self,
+        &self,
         batch: &[Outgoing],
     ) -> impl std::future::Future<Output = Vec<Result<(), SinkError>>> + Send;
     /// The broker's name for logs and stats ("nats", "redis", "amqp", "mqtt").
     fn system(&self) -> &'static str;
+}
+
+/// One sink shared, by the relays of several groups or by a relay and the code that made
+/// it: each send goes through to the shared sink, on its connection.
+impl<S: Sink> Sink for std::sync::Arc<S> {
+    fn send(
+        &self,
+        batch: &[Outgoing],
+    ) -> impl std::future::Future<Output = Vec<Result<(), SinkError>>> + Send {
+        (**self).send(batch)
+    }
+
+    fn system(&self) -> &'static str {
+        (**self).system()
+    }
 }
 
 #[cfg(feature = "nats")]

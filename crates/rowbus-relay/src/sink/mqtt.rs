@@ -1,11 +1,18 @@
 //! MQTT 5 (through rumqttc's v5 client): QoS 1 publishes, each confirmed by its `PUBACK`.
 //!
 //! The client's event loop runs in a task of its own for as long as the connection lasts
-//! (it sends the keep-alive pings between batches too) and hands its events to the sink.
-//! A batch is queued whole and the acknowledgements are then matched to the messages by
-//! packet id: the event loop announces each publish it writes, with the packet id it gave
-//! it, in the order the publishes were queued. MQTT keeps the order of one connection's
-//! publishes to a topic, so messages of one key reach subscribers in the batch's order.
+//! (it sends the keep-alive pings between batches too). A batch is queued whole and the
+//! acknowledgements are then matched to the messages by packet id: the event loop
+//! announces each publish it writes, with the packet id it gave it, in the order the
+//! publishes were queued, and its task hands each `PUBACK` to the batch that queued the
+//! publish. MQTT keeps the order of one connection's publishes to a topic, so messages of
+//! one key reach subscribers in the batch's order.
+//!
+//! Batches sent at once share the connection, each queued whole in its turn: the next
+//! batch's publishes go out while the broker still acknowledges the last one's. That is
+//! also what keeps a broker that leaves Nagle's algorithm on (Mosquitto as installed)
+//! from holding the last acknowledgements of a batch until the client's delayed TCP ACK,
+//! 40 ms later on Linux: the client's next publishes carry that ACK at once.
 //!
 //! MQTT 5 rather than 3.1.1 because 3.1.1 has nowhere to put anything but the payload: the
 //! headers, the id, the group and the key travel as user properties. Mosquitto has spoken
@@ -27,6 +34,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rowbus::redact;
@@ -35,6 +43,7 @@ use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::{Packet, PubAckReason, PublishProperties};
 use rumqttc::v5::{AsyncClient, Event, MqttOptions as ClientOptions};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use crate::Template;
 use crate::error::RelayError;
@@ -82,16 +91,73 @@ pub struct MqttSink {
     url: String,
     options: MqttOptions,
     client_options: ClientOptions,
-    link: Option<Link>,
+    /// The connection sends share; replaced by the first send after it broke. Locked while
+    /// a new one is made, so that sends waiting for it make one, not one each.
+    link: tokio::sync::Mutex<Option<Arc<Link>>>,
 }
 
-/// One connection: the client, the task polling its event loop and the events it hands on.
+/// Where the answer to one publish goes: the send that queued it, and the message's place
+/// in its batch.
+struct Waiting {
+    answers: mpsc::UnboundedSender<(usize, Result<(), SinkError>)>,
+    index: usize,
+}
+
+impl Waiting {
+    fn answer(self, result: Result<(), SinkError>) {
+        // A send that stopped waiting (its future dropped) needs no answer.
+        let _ = self.answers.send((self.index, result));
+    }
+}
+
+/// The publishes in flight on one connection, shared by the sends and the task polling
+/// the client's event loop.
+struct InFlight {
+    /// Handed to the client and not yet written, in the order the client takes them.
+    queued: VecDeque<Waiting>,
+    /// Written, each waiting for the `PUBACK` of its packet id.
+    written: HashMap<u16, Waiting>,
+    /// When a publish was last written or acknowledged.
+    progress: Instant,
+    /// Why the connection is no longer used, once it is not.
+    broken: Option<String>,
+}
+
+impl InFlight {
+    /// Ends the connection's use: every publish in flight on it is answered unavailable.
+    fn fail(&mut self, reason: String) {
+        for waiting in self.queued.drain(..).chain(self.written.drain().map(|(_, w)| w)) {
+            waiting.answer(Err(SinkError::Unavailable(reason.clone())));
+        }
+        if self.broken.is_none() {
+            tracing::warn!(target: "rowbus_relay", "mqtt: {reason}; reconnecting for the next batch");
+            self.broken = Some(reason);
+        }
+    }
+}
+
+/// One connection: the client, the task polling its event loop, and what is in flight.
 struct Link {
     client: AsyncClient,
-    events: mpsc::UnboundedReceiver<Result<Event, String>>,
+    in_flight: Arc<Mutex<InFlight>>,
+    /// Held by a send while it hands its batch to the client, so that `queued` is in the
+    /// order the client takes the publishes.
+    turn: tokio::sync::Mutex<()>,
     task: tokio::task::AbortHandle,
     /// The broker's maximum packet size, when its CONNACK gave one.
     max_packet: Option<usize>,
+}
+
+impl Link {
+    fn in_flight(&self) -> std::sync::MutexGuard<'_, InFlight> {
+        self.in_flight.lock().expect("never poisoned")
+    }
+
+    /// Stops using the connection: what is in flight on it is answered unavailable.
+    fn fail(&self, reason: String) {
+        self.task.abort();
+        self.in_flight().fail(reason);
+    }
 }
 
 impl Drop for Link {
@@ -110,8 +176,9 @@ impl MqttSink {
     /// [`RelayError::Connect`]; a URL that cannot be read is [`RelayError::Config`].
     pub async fn connect(url: &str, options: MqttOptions) -> Result<MqttSink, RelayError> {
         let client_options = client_options(url)?;
-        let mut sink = MqttSink { url: url.to_owned(), options, client_options, link: None };
-        sink.ensure_link().await.map_err(|e| RelayError::Connect {
+        let sink =
+            MqttSink { url: url.to_owned(), options, client_options, link: tokio::sync::Mutex::new(None) };
+        sink.link().await.map_err(|e| RelayError::Connect {
             system: "mqtt",
             url: redact(url),
             reason: e.to_string(),
@@ -119,64 +186,49 @@ impl MqttSink {
         Ok(sink)
     }
 
-    /// The live connection, or a new one once the old one failed.
-    async fn ensure_link(&mut self) -> Result<(), SinkError> {
-        if let Some(link) = &mut self.link {
-            // Events since the last batch: pings, or the news that the connection died.
-            loop {
-                match link.events.try_recv() {
-                    Ok(Ok(_)) => continue,
-                    Ok(Err(_)) | Err(mpsc::error::TryRecvError::Disconnected) => {
-                        self.link = None;
-                        break;
-                    }
-                    Err(mpsc::error::TryRecvError::Empty) => return Ok(()),
-                }
-            }
+    /// The live connection, or a new one once the old one broke.
+    async fn link(&self) -> Result<Arc<Link>, SinkError> {
+        let mut shared = self.link.lock().await;
+        if let Some(link) = &*shared
+            && link.in_flight().broken.is_none()
+        {
+            return Ok(link.clone());
         }
+        *shared = None;
+        let link = Arc::new(self.open().await?);
+        *shared = Some(link.clone());
+        Ok(link)
+    }
+
+    /// A new connection, once the broker's CONNACK came, and the task that polls its
+    /// event loop from then on.
+    async fn open(&self) -> Result<Link, SinkError> {
         let (client, mut eventloop) = AsyncClient::new(self.client_options.clone(), 1024);
-        let (tx, mut events) = mpsc::unbounded_channel();
-        let task = tokio::spawn(async move {
-            loop {
-                let event = eventloop.poll().await.map_err(|e| e.to_string());
-                let failed = event.is_err();
-                if tx.send(event).is_err() || failed {
-                    // A failed event loop would reconnect on the next poll and resend what
-                    // was in flight; the sink connects afresh instead, and resends itself.
-                    break;
-                }
-            }
-        });
-        let task = task.abort_handle();
-        let connack = tokio::time::timeout(Self::CONNECT_TIMEOUT, events.recv()).await;
+        let connack = tokio::time::timeout(Self::CONNECT_TIMEOUT, eventloop.poll()).await;
         let max_packet = match connack {
-            Ok(Some(Ok(Event::Incoming(Packet::ConnAck(ack))))) => {
+            Ok(Ok(Event::Incoming(Packet::ConnAck(ack)))) => {
                 ack.properties.and_then(|p| p.max_packet_size).map(|m| m as usize)
             }
-            Ok(Some(Ok(other))) => {
-                task.abort();
+            Ok(Ok(other)) => {
                 return Err(SinkError::Unavailable(format!("expected a CONNACK, got {other:?}")));
             }
-            Ok(Some(Err(e))) => {
-                task.abort();
-                return Err(SinkError::Unavailable(e));
-            }
-            Ok(None) => {
-                task.abort();
-                return Err(SinkError::Unavailable("the MQTT event loop stopped".to_owned()));
-            }
+            Ok(Err(e)) => return Err(SinkError::Unavailable(e.to_string())),
             Err(_) => {
-                task.abort();
                 return Err(SinkError::Unavailable(format!(
                     "no CONNACK within {}s",
                     Self::CONNECT_TIMEOUT.as_secs()
                 )));
             }
         };
-        self.link = Some(Link { client, events, task, max_packet });
-        Ok(())
+        let in_flight = Arc::new(Mutex::new(InFlight {
+            queued: VecDeque::new(),
+            written: HashMap::new(),
+            progress: Instant::now(),
+            broken: None,
+        }));
+        let task = tokio::spawn(poll(eventloop, in_flight.clone())).abort_handle();
+        Ok(Link { client, in_flight, turn: tokio::sync::Mutex::new(()), task, max_packet })
     }
-
     /// The topic and properties of one message, or why no broker would take it.
     fn prepare(
         &self,
@@ -228,107 +280,116 @@ fn varint_len(n: usize) -> usize {
     }
 }
 
-impl Sink for MqttSink {
-    async fn send(&mut self, batch: &[Outgoing]) -> Vec<Result<(), SinkError>> {
-        let mut results: Vec<Option<Result<(), SinkError>>> = vec![None; batch.len()];
-        if let Err(e) = self.ensure_link().await {
-            let reason = format!("cannot connect to {}: {e}", redact(&self.url));
-            return vec![Err(SinkError::Unavailable(reason)); batch.len()];
+/// Polls a connection's event loop for as long as the connection lasts (it sends the
+/// keep-alive pings between batches too), matching each publish written to the send that
+/// queued it and each `PUBACK` to its publish.
+async fn poll(mut eventloop: rumqttc::v5::EventLoop, in_flight: Arc<Mutex<InFlight>>) {
+    let lock = || in_flight.lock().expect("never poisoned");
+    loop {
+        // A failed event loop would reconnect on the next poll and resend what was in
+        // flight; the sink connects afresh instead, and resends itself.
+        let event = match eventloop.poll().await {
+            Ok(event) => event,
+            Err(e) => return lock().fail(format!("the connection failed: {e}")),
+        };
+        match event {
+            Event::Outgoing(Written::Publish(pkid)) => {
+                let mut in_flight = lock();
+                in_flight.progress = Instant::now();
+                match in_flight.queued.pop_front() {
+                    Some(waiting) => {
+                        in_flight.written.insert(pkid, waiting);
+                    }
+                    None => {
+                        return in_flight.fail(format!("the client wrote a publish ({pkid}) no batch queued"));
+                    }
+                }
+            }
+            Event::Incoming(Packet::PubAck(ack)) => {
+                let mut in_flight = lock();
+                in_flight.progress = Instant::now();
+                let Some(waiting) = in_flight.written.remove(&ack.pkid) else {
+                    return in_flight.fail(format!("a PUBACK for packet {} that is not in flight", ack.pkid));
+                };
+                let reason = ack.properties.and_then(|p| p.reason_string);
+                waiting.answer(judge(ack.reason, reason));
+            }
+            Event::Incoming(Packet::Disconnect(disconnect)) => {
+                return lock().fail(format!("the broker disconnected: {:?}", disconnect.reason_code));
+            }
+            _ => {}
         }
-        let max_packet = self.link.as_ref().and_then(|l| l.max_packet);
-        let client = self.link.as_ref().expect("just connected").client.clone();
+    }
+}
 
-        // Queue the whole batch; the event loop writes each in turn, as the broker's
-        // receive maximum allows.
-        let mut queued: VecDeque<usize> = VecDeque::with_capacity(batch.len());
-        let mut broken: Option<String> = None;
-        let mut publishes = Vec::with_capacity(batch.len());
-        for (i, message) in batch.iter().enumerate() {
-            match self.prepare(message, max_packet) {
-                Ok(p) => publishes.push((i, p)),
-                Err(e) => results[i] = Some(Err(e)),
+impl Sink for MqttSink {
+    async fn send(&self, batch: &[Outgoing]) -> Vec<Result<(), SinkError>> {
+        let mut results: Vec<Option<Result<(), SinkError>>> = vec![None; batch.len()];
+        let link = match self.link().await {
+            Ok(link) => link,
+            Err(e) => {
+                let reason = format!("cannot connect to {}: {e}", redact(&self.url));
+                return vec![Err(SinkError::Unavailable(reason)); batch.len()];
             }
-        }
-        let link = self.link.as_mut().expect("just connected");
-        let mut written: HashMap<u16, usize> = HashMap::new();
-        let mut publishes = publishes.into_iter().peekable();
-        // Moved on by each publish written and each acknowledgement, not by pings.
-        let mut deadline = tokio::time::Instant::now() + self.options.ack_timeout;
-        while broken.is_none() && (publishes.peek().is_some() || !queued.is_empty() || !written.is_empty()) {
-            // Queue what the client's channel takes now, without waiting for room: the
-            // room comes from the acknowledgements read below.
-            while let Some((i, _)) = publishes.peek() {
-                let i = *i;
-                let (topic, properties) = publishes.peek().expect("peeked").1.clone();
-                match client.try_publish_with_properties(
-                    topic,
-                    QoS::AtLeastOnce,
-                    false,
-                    batch[i].payload.clone(),
-                    properties,
-                ) {
-                    Ok(()) => {
-                        publishes.next();
-                        queued.push_back(i);
-                    }
-                    Err(rumqttc::v5::ClientError::TryRequest(_))
-                        if !queued.is_empty() || !written.is_empty() =>
-                    {
-                        break;
-                    }
+        };
+        let started = Instant::now();
+
+        // Hand the whole batch to the client; its event loop writes each in turn, as the
+        // broker's receive maximum allows, and the answers come back through `answers`.
+        let (answers, mut answered) = mpsc::unbounded_channel();
+        let mut waiting = 0;
+        {
+            let _turn = link.turn.lock().await;
+            for (i, message) in batch.iter().enumerate() {
+                let (topic, properties) = match self.prepare(message, link.max_packet) {
+                    Ok(p) => p,
                     Err(e) => {
-                        broken = Some(format!("cannot queue the publish: {e}"));
-                        break;
+                        results[i] = Some(Err(e));
+                        continue;
                     }
+                };
+                {
+                    // Queued before the client has it: its event loop may write it at once.
+                    let mut in_flight = link.in_flight();
+                    if let Some(reason) = &in_flight.broken {
+                        results[i] = Some(Err(SinkError::Unavailable(reason.clone())));
+                        continue;
+                    }
+                    in_flight.queued.push_back(Waiting { answers: answers.clone(), index: i });
+                    waiting += 1;
                 }
-            }
-            if broken.is_some() || (queued.is_empty() && written.is_empty()) {
-                continue;
-            }
-            let event = match tokio::time::timeout_at(deadline, link.events.recv()).await {
-                Ok(Some(Ok(event))) => event,
-                Ok(Some(Err(e))) => {
-                    broken = Some(format!("the connection failed: {e}"));
-                    break;
+                let payload = message.payload.clone();
+                if let Err(e) = link
+                    .client
+                    .publish_with_properties(topic, QoS::AtLeastOnce, false, payload, properties)
+                    .await
+                {
+                    // The event loop is gone: nothing queued on this connection will be written.
+                    link.fail(format!("cannot queue the publish: {e}"));
                 }
-                Ok(None) => {
-                    broken = Some("the MQTT event loop stopped".to_owned());
-                    break;
-                }
-                Err(_) => {
-                    broken = Some(format!(
-                        "the broker acknowledged nothing for {}s",
-                        self.options.ack_timeout.as_secs_f64()
-                    ));
-                    break;
-                }
-            };
-            match event {
-                Event::Outgoing(Written::Publish(pkid)) => {
-                    deadline = tokio::time::Instant::now() + self.options.ack_timeout;
-                    let i = queued.pop_front().expect("the event loop writes only what was queued");
-                    written.insert(pkid, i);
-                }
-                Event::Incoming(Packet::PubAck(ack)) => {
-                    deadline = tokio::time::Instant::now() + self.options.ack_timeout;
-                    let Some(i) = written.remove(&ack.pkid) else {
-                        broken = Some(format!("a PUBACK for packet {} that is not in flight", ack.pkid));
-                        break;
-                    };
-                    let reason = ack.properties.and_then(|p| p.reason_string);
-                    results[i] = Some(judge(ack.reason, reason));
-                }
-                Event::Incoming(Packet::Disconnect(disconnect)) => {
-                    broken = Some(format!("the broker disconnected: {:?}", disconnect.reason_code));
-                }
-                _ => {}
             }
         }
-        if let Some(reason) = &broken {
-            tracing::warn!(target: "rowbus_relay", "mqtt: {reason}; reconnecting for the next batch");
-            self.link = None;
+        drop(answers);
+
+        // Collect the answers. The broker may go `ack_timeout` without acknowledging or
+        // taking anything on the connection (any batch's) while this batch waits.
+        while waiting > 0 {
+            let progress = link.in_flight().progress.max(started);
+            match tokio::time::timeout_at(progress + self.options.ack_timeout, answered.recv()).await {
+                Ok(Some((i, result))) => {
+                    results[i] = Some(result);
+                    waiting -= 1;
+                }
+                // Every publish left was dropped unanswered.
+                Ok(None) => break,
+                Err(_) if link.in_flight().progress.max(started) > progress => continue,
+                Err(_) => link.fail(format!(
+                    "the broker acknowledged nothing for {}s",
+                    self.options.ack_timeout.as_secs_f64()
+                )),
+            }
         }
-        let fallback = broken.unwrap_or_else(|| "not acknowledged".to_owned());
+        let fallback = link.in_flight().broken.clone().unwrap_or_else(|| "not acknowledged".to_owned());
         results
             .into_iter()
             .map(|r| r.unwrap_or_else(|| Err(SinkError::Unavailable(fallback.clone()))))
@@ -339,7 +400,6 @@ impl Sink for MqttSink {
         "mqtt"
     }
 }
-
 /// What a `PUBACK`'s reason code means for the message.
 fn judge(reason: PubAckReason, text: Option<String>) -> Result<(), SinkError> {
     let said = |code: u8, name: &str| match &text {

@@ -151,7 +151,7 @@ fn check_subject(subject: &str) -> Result<(), SinkError> {
 }
 
 impl Sink for NatsSink {
-    async fn send(&mut self, batch: &[Outgoing]) -> Vec<Result<(), SinkError>> {
+    async fn send(&self, batch: &[Outgoing]) -> Vec<Result<(), SinkError>> {
         // Published back to back, at most MAX_ACKS_PENDING PubAcks awaited at once; once
         // one could not be handed to the client (the connection's buffer full while the
         // server is away), the rest are not tried.
@@ -167,7 +167,21 @@ impl Sink for NatsSink {
             let subject = self.options.subject.render(&message.group, message.key.as_deref());
             let sent = match &down {
                 Some(reason) => Err(SinkError::Unavailable(reason.clone())),
-                None => self.publish(message).await,
+                None => {
+                    // The client's MAX_ACKS_PENDING are shared by the sends at the sink,
+                    // and each PubAck awaited holds one until it is read: this send reads
+                    // its own while it waits for one to be free, or sends that overlap
+                    // could each wait for the others'.
+                    let publish = self.publish(message);
+                    tokio::pin!(publish);
+                    loop {
+                        tokio::select! {
+                            biased;
+                            sent = &mut publish => break sent,
+                            Some(result) = acks.next(), if !acks.is_empty() => results.push(result),
+                        }
+                    }
+                }
             };
             if let Err(SinkError::Unavailable(reason)) = &sent {
                 down.get_or_insert_with(|| reason.clone());

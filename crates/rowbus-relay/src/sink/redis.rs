@@ -36,11 +36,14 @@ impl RedisOptions {
 
 /// A [`Sink`] to Redis Streams. It reconnects at the next batch after losing its
 /// connection; a batch sent while the server is away is unconfirmed
-/// ([`SinkError::Unavailable`]).
+/// ([`SinkError::Unavailable`]). Batches sent at once share one connection, their
+/// pipelines interleaved on it.
 pub struct RedisSink {
     client: Client,
     config: AsyncConnectionConfig,
-    connection: Option<MultiplexedConnection>,
+    /// The connection batches share; `None` once one of them lost it. Locked while a new
+    /// one is made, so that sends waiting for it make one, not one each.
+    connection: tokio::sync::Mutex<Option<MultiplexedConnection>>,
     options: RedisOptions,
     url: String,
 }
@@ -70,7 +73,13 @@ impl RedisSink {
             .set_response_timeout(Some(options.timeout));
         let connection =
             client.get_multiplexed_async_connection_with_config(&config).await.map_err(refused)?;
-        Ok(RedisSink { client, config, connection: Some(connection), options, url: redact(url) })
+        Ok(RedisSink {
+            client,
+            config,
+            connection: tokio::sync::Mutex::new(Some(connection)),
+            options,
+            url: redact(url),
+        })
     }
 
     /// The pipeline of `batch`'s `XADD`s.
@@ -118,28 +127,29 @@ fn added(reply: RedisResult<Value>) -> Result<(), SinkError> {
 }
 
 impl Sink for RedisSink {
-    async fn send(&mut self, batch: &[Outgoing]) -> Vec<Result<(), SinkError>> {
+    async fn send(&self, batch: &[Outgoing]) -> Vec<Result<(), SinkError>> {
         let all =
             |reason: String| batch.iter().map(|_| Err(SinkError::Unavailable(reason.clone()))).collect();
         if batch.is_empty() {
             return Vec::new();
         }
-        if self.connection.is_none() {
-            match self.client.get_multiplexed_async_connection_with_config(&self.config).await {
-                Ok(connection) => self.connection = Some(connection),
-                Err(e) => return all(format!("redis: cannot connect to {}: {e}", self.url)),
+        let mut connection = {
+            let mut shared = self.connection.lock().await;
+            match &*shared {
+                Some(connection) => connection.clone(),
+                None => match self.client.get_multiplexed_async_connection_with_config(&self.config).await {
+                    Ok(connection) => shared.insert(connection).clone(),
+                    Err(e) => return all(format!("redis: cannot connect to {}: {e}", self.url)),
+                },
             }
-        }
-        let pipe = self.pipeline(batch);
-        let Some(connection) = self.connection.as_mut() else {
-            return all("redis: not connected".to_owned());
         };
-        match pipe.query_async::<Vec<RedisResult<Value>>>(connection).await {
+        let pipe = self.pipeline(batch);
+        match pipe.query_async::<Vec<RedisResult<Value>>>(&mut connection).await {
             Ok(replies) if replies.len() == batch.len() => replies.into_iter().map(added).collect(),
             Ok(replies) => all(format!("redis: {} replies to {} commands", replies.len(), batch.len())),
             Err(e) => {
                 // The connection is lost or out of step: a new one for the next batch.
-                self.connection = None;
+                *self.connection.lock().await = None;
                 all(format!("redis: {e}"))
             }
         }

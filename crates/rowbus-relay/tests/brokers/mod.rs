@@ -254,23 +254,25 @@ pub fn check_at_least_once(arrivals: &[Arrival], n: usize, prefix: &str) {
 /// has sent messages it did not settle, whatever the timing of its claims.
 pub struct StallsAfter<S> {
     inner: S,
-    left: usize,
-    stalled: Option<tokio::sync::oneshot::Sender<()>>,
+    after: u64,
+    sent: AtomicU64,
+    stalled: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
 }
 
 impl<S: rowbus_relay::sink::Sink> StallsAfter<S> {
     pub fn new(inner: S, after: usize) -> (Self, tokio::sync::oneshot::Receiver<()>) {
         let (stalled, told) = tokio::sync::oneshot::channel();
-        (StallsAfter { inner, left: after, stalled: Some(stalled) }, told)
+        let stalled = Mutex::new(Some(stalled));
+        (StallsAfter { inner, after: after as u64, sent: AtomicU64::new(0), stalled }, told)
     }
 }
 
 impl<S: rowbus_relay::sink::Sink> rowbus_relay::sink::Sink for StallsAfter<S> {
-    async fn send(&mut self, batch: &[Outgoing]) -> Vec<Result<(), rowbus_relay::sink::SinkError>> {
+    async fn send(&self, batch: &[Outgoing]) -> Vec<Result<(), rowbus_relay::sink::SinkError>> {
         let results = self.inner.send(batch).await;
-        self.left = self.left.saturating_sub(batch.len());
-        if self.left == 0 {
-            if let Some(stalled) = self.stalled.take() {
+        let sent = self.sent.fetch_add(batch.len() as u64, Ordering::SeqCst) + batch.len() as u64;
+        if sent >= self.after {
+            if let Some(stalled) = self.stalled.lock().unwrap().take() {
                 let _ = stalled.send(());
             }
             std::future::pending::<()>().await;

@@ -10,8 +10,8 @@
 //! at a time would hold every publisher while the broker answers): three stages run at
 //! once, so that a batch is being claimed while the one before it is sent and the one
 //! before that settled: the claims (a [`Subscription`](rowbus::Subscription) stream,
-//! batches taken as they are ready), the sends (this task, which owns the sink) and the
-//! settlements. A batch holds a permit from claim to settlement; `in_flight` permits bound
+//! batches taken as they are ready), the sends (this task, which owns the sink, each batch
+//! sent as it comes, overlapping the sends before it) and the settlements. A batch holds a permit from claim to settlement; `in_flight` permits bound
 //! how many batches are between the two.
 
 use std::future::Future;
@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use futures::StreamExt as _;
 use futures::future::{BoxFuture, FutureExt as _, Shared};
+use futures::stream::FuturesOrdered;
 use rowbus::stats::Counted;
 use rowbus::{Backend, BatchOutcome, Db, Delivery, Outcome, Queue, TxMessage};
 use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, mpsc};
@@ -349,15 +350,33 @@ impl<DB: Db, S: Sink> Relay<DB, S> {
 
         let _tasks = Tasks(vec![claims.abort_handle(), settlements.abort_handle(), counting.abort_handle()]);
 
-        // Sends, on this task, which owns the sink.
-        while let Some(batch) = sending.recv().await {
-            let outgoing: Vec<Outgoing> = batch.deliveries.iter().map(|d| outgoing(d)).collect();
-            tally.add(Counted::Relayed, outgoing.len() as u64);
-            let results = send(&sink, &outgoing).await;
-            if to_settle.send((batch, results)).is_err() {
-                break;
+        // Sends, on this task, which owns the sink: each batch as soon as it is claimed,
+        // while the batches before it are still at the broker; handed on to be settled in
+        // the order they were claimed.
+        let mut sends = FuturesOrdered::new();
+        let mut claiming = true;
+        while claiming || !sends.is_empty() {
+            tokio::select! {
+                batch = sending.recv(), if claiming => match batch {
+                    Some(batch) => {
+                        let outgoing: Vec<Outgoing> = batch.deliveries.iter().map(|d| outgoing(d)).collect();
+                        tally.add(Counted::Relayed, outgoing.len() as u64);
+                        let sink = &sink;
+                        sends.push_back(async move {
+                            let results = send(sink, &outgoing).await;
+                            (batch, results)
+                        });
+                    }
+                    None => claiming = false,
+                },
+                Some(sent) = sends.next(), if !sends.is_empty() => {
+                    if to_settle.send(sent).is_err() {
+                        break;
+                    }
+                }
             }
         }
+        drop(sends);
         drop(to_settle);
         let _ = claims.await;
         let _ = settlements.await;

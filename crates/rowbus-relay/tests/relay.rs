@@ -72,19 +72,33 @@ impl Sink for Together {
     }
 }
 
-/// Claiming in transactions (PostgreSQL, MariaDB), a relay hands the sink its batches in
-/// flight at once, so the broker has the next batch while it confirms the last; under
-/// leases (SQLite) one send task hands them over one at a time.
+/// A relay hands the sink its batches in flight at once, so the broker has the next batch
+/// while it confirms the last: claiming in transactions and under leases alike. An
+/// ordered relay has one batch at a time, and so has a transactional one on SQLite, where
+/// each transaction holds the one write lock until it commits.
 async fn batches_in_flight_are_at_the_sink_together<DB: Brokers>(place: Place) {
     let cleanup = Cleanup::new(place.backend());
     let (_broker, queue) = queue::<DB>(&place, &cleanup, "relay_together").await;
-    fill(&queue, 90, 0).await;
-    let transactional = place.backend() != rowbus::Backend::Sqlite;
-    let expected = if transactional { 3 } else { 1 };
-    let sink = std::sync::Arc::new(Together { together: expected, at_once: 0.into(), most: 0.into() });
-    let relay = tokio::spawn(Relay::new(queue.clone(), sink.clone()).batch(10).in_flight(3).run());
-    drained(&queue).await;
-    relay.abort();
-    assert_eq!(sink.most.load(Ordering::SeqCst), expected, "batches at the sink at once");
+    let side_by_side = if place.backend() == rowbus::Backend::Sqlite { 1 } else { 3 };
+    for (transactional, ordered, expected) in
+        [(true, false, side_by_side), (false, false, 3), (false, true, 1)]
+    {
+        fill(&queue, 90, 0).await;
+        let sink = std::sync::Arc::new(Together { together: expected, at_once: 0.into(), most: 0.into() });
+        let relay = Relay::new(queue.clone(), sink.clone())
+            .batch(10)
+            .in_flight(3)
+            .transactional(transactional)
+            .ordered(ordered);
+        let relay = tokio::spawn(relay.run());
+        drained(&queue).await;
+        relay.abort();
+        let _ = relay.await;
+        let most = sink.most.load(Ordering::SeqCst);
+        assert_eq!(
+            most, expected,
+            "batches at the sink at once, transactional {transactional}, ordered {ordered}"
+        );
+    }
 }
 on_each_database!(batches_in_flight_are_at_the_sink_together);

@@ -301,7 +301,8 @@ async fn poll(mut eventloop: rumqttc::v5::EventLoop, in_flight: Arc<Mutex<InFlig
                         in_flight.written.insert(pkid, waiting);
                     }
                     None => {
-                        return in_flight.fail(format!("the client wrote a publish ({pkid}) no batch queued"));
+                        return in_flight
+                            .fail(format!("the client wrote a publish ({pkid}) no batch queued"));
                     }
                 }
             }

@@ -11,8 +11,9 @@
 //! once, so that a batch is being claimed while the one before it is sent and the one
 //! before that settled: the claims (a [`Subscription`](rowbus::Subscription) stream,
 //! batches taken as they are ready), the sends (this task, which owns the sink, each batch
-//! sent as it comes, overlapping the sends before it) and the settlements. A batch holds a permit from claim to settlement; `in_flight` permits bound
-//! how many batches are between the two.
+//! sent as it comes, overlapping the sends before it) and the settlements. A batch holds a
+//! permit from claim to settlement; `in_flight` permits bound how many batches are between
+//! the two.
 
 use std::future::Future;
 use std::pin::Pin;

@@ -40,9 +40,10 @@ pub enum SinkError {
 /// A message broker the relay hands messages to.
 ///
 /// Sends may overlap: a relay has up to its `in_flight` batches at the sink at once, so
-/// that the broker is handed the next batch while it still confirms the last. No two batches at the sink at once hold messages of one ordering key
-/// (the queue hands out a key's next message only once the one before it left), and an
-/// ordered relay sends one batch at a time.
+/// that the broker is handed the next batch while it still confirms the last. No two
+/// batches at the sink at once hold messages of one ordering key (the queue hands out a
+/// key's next message only once the one before it left), and an ordered relay sends one
+/// batch at a time.
 pub trait Sink: Send + Sync + 'static {
     /// Sends every message of the batch and waits for the broker's confirmation of each;
     /// result i belongs to message i. Messages of one key in the batch are sent in the

@@ -206,39 +206,6 @@ async fn batches_sent_at_once_are_each_answered_and_arrive_once() {
     subscriber.close().await;
 }
 
-/// When the broker stops answering while batches are at the sink together, each of them
-/// is given up after the acknowledgement timeout, and the next sends go through a new
-/// connection.
-#[tokio::test]
-async fn batches_at_once_on_a_broker_that_stops_answering_are_each_given_up() {
-    let prefix = unique("rowbus_relay");
-    let mut subscriber = Subscriber::new(&format!("{prefix}/#")).await;
-    let proxy = Proxy::start(BROKER).await;
-    let url = format!("mqtt://127.0.0.1:{}", proxy.port);
-    let mut options = options(&format!("{prefix}/{{key}}"));
-    options.ack_timeout = Duration::from_millis(500);
-    let sink = MqttSink::connect(&url, options).await.unwrap();
-    all_ok(&sink.send(&batch(1, 10, 2)).await);
-
-    proxy.freeze();
-    let (first, second) = (batch(11, 10, 2), batch(21, 10, 2));
-    let (a, b) = tokio::join!(sink.send(&first), sink.send(&second));
-    for r in a.iter().chain(&b) {
-        assert!(matches!(r, Err(SinkError::Unavailable(reason)) if reason.contains("acknowledged")), "{r:?}");
-    }
-    proxy.thaw();
-    all_ok(&sink.send(&batch(11, 20, 2)).await);
-    all_ok(&sink.send(&[marker(999)]).await);
-
-    let ids: Vec<_> =
-        subscriber.until("orders:999").await.iter().map(|p| property(p, "rowbus-id").unwrap()).collect();
-    for id in 1..=30 {
-        let copies = ids.iter().filter(|i| **i == format!("orders:{id}")).count();
-        assert!(copies == 1 || (id > 10 && copies == 2), "id {id}: {copies} copies");
-    }
-    subscriber.close().await;
-}
-
 #[tokio::test]
 async fn a_topic_no_broker_accepts_is_refused_and_the_others_arrive() {
     let prefix = unique("rowbus_relay");
@@ -310,6 +277,29 @@ async fn while_the_broker_is_gone_every_message_is_unavailable_and_sends_succeed
 
 #[tokio::test]
 async fn a_broker_that_stops_answering_is_given_up_after_the_ack_timeout_and_sent_to_again() {
+    stops_answering(1, 10).await;
+}
+
+/// When the broker stops answering while batches are at the sink together, each of them
+/// is given up after the acknowledgement timeout, and the next sends go through a new
+/// connection.
+#[tokio::test]
+async fn batches_at_once_on_a_broker_that_stops_answering_are_each_given_up() {
+    stops_answering(2, 10).await;
+}
+
+/// A batch larger than the client's queue (1,024 publishes) on a broker that stops
+/// answering is given up too: the queue stays full, and the wait for room is bounded by
+/// the acknowledgement timeout as the wait for acknowledgements is.
+#[tokio::test]
+async fn a_batch_larger_than_the_clients_queue_is_given_up_when_the_broker_stops_answering() {
+    stops_answering(1, 3000).await;
+}
+
+/// Sends a batch of ten, then `at_once` batches of `size` together while the proxy passes
+/// nothing, which must each come back unacknowledged, then those again once it passes
+/// bytes again.
+async fn stops_answering(at_once: i64, size: i64) {
     let prefix = unique("rowbus_relay");
     let mut subscriber = Subscriber::new(&format!("{prefix}/#")).await;
     let proxy = Proxy::start(BROKER).await;
@@ -320,26 +310,29 @@ async fn a_broker_that_stops_answering_is_given_up_after_the_ack_timeout_and_sen
     all_ok(&sink.send(&batch(1, 10, 2)).await);
 
     proxy.freeze();
-    for r in sink.send(&batch(11, 10, 2)).await {
+    let batches: Vec<_> = (0..at_once).map(|i| batch(11 + size * i, size as usize, 2)).collect();
+    let answers = futures::future::join_all(batches.iter().map(|b| sink.send(b))).await;
+    for r in answers.into_iter().flatten() {
         assert!(
             matches!(&r, Err(SinkError::Unavailable(reason)) if reason.contains("acknowledged")),
             "{r:?}"
         );
     }
     proxy.thaw();
-    all_ok(&sink.send(&batch(11, 10, 2)).await);
-    all_ok(&sink.send(&[marker(999)]).await);
+    let last = 10 + size * at_once;
+    all_ok(&sink.send(&batch(11, (size * at_once) as usize, 2)).await);
+    all_ok(&sink.send(&[marker(1_000_000)]).await);
 
-    // The first copies of 11..=20 may reach the broker too once the proxy passes bytes
+    // The first copies of 11..=last may reach the broker too once the proxy passes bytes
     // again (before or after the marker): sent again, with the same ids.
     let ids: Vec<_> =
-        subscriber.until("orders:999").await.iter().map(|p| property(p, "rowbus-id").unwrap()).collect();
-    for id in 1..=20 {
+        subscriber.until("orders:1000000").await.iter().map(|p| property(p, "rowbus-id").unwrap()).collect();
+    for id in 1..=last {
         let copies = ids.iter().filter(|i| **i == format!("orders:{id}")).count();
         assert!(copies == 1 || (id > 10 && copies == 2), "id {id}: {copies} copies");
     }
     assert_eq!(
-        ids.iter().filter(|i| !(1..=20).any(|id| **i == format!("orders:{id}"))).count(),
+        ids.iter().filter(|i| !(1..=last).any(|id| **i == format!("orders:{id}"))).count(),
         0,
         "{ids:?}"
     );

@@ -280,6 +280,33 @@ fn varint_len(n: usize) -> usize {
     }
 }
 
+impl MqttSink {
+    /// `work`, unless the broker goes [`ack_timeout`](MqttOptions::ack_timeout) without
+    /// taking or acknowledging anything on `link` (any batch's publishes) since `started`
+    /// or since it last did: then `None`.
+    async fn within_ack_timeout<T>(
+        &self,
+        link: &Link,
+        started: Instant,
+        work: impl std::future::Future<Output = T>,
+    ) -> Option<T> {
+        tokio::pin!(work);
+        loop {
+            let progress = link.in_flight().progress.max(started);
+            match tokio::time::timeout_at(progress + self.options.ack_timeout, &mut work).await {
+                Ok(done) => return Some(done),
+                Err(_) if link.in_flight().progress.max(started) > progress => continue,
+                Err(_) => return None,
+            }
+        }
+    }
+
+    /// Why a batch is given up after [`within_ack_timeout`](Self::within_ack_timeout).
+    fn silent(&self) -> String {
+        format!("the broker acknowledged nothing for {}s", self.options.ack_timeout.as_secs_f64())
+    }
+}
+
 /// Polls a connection's event loop for as long as the connection lasts (it sends the
 /// keep-alive pings between batches too), matching each publish written to the send that
 /// queued it and each `PUBACK` to its publish.
@@ -359,35 +386,30 @@ impl Sink for MqttSink {
                     in_flight.queued.push_back(Waiting { answers: answers.clone(), index: i });
                     waiting += 1;
                 }
+                // Waits while the client's queue is full, which the broker's acknowledgements
+                // empty.
                 let payload = message.payload.clone();
-                if let Err(e) = link
-                    .client
-                    .publish_with_properties(topic, QoS::AtLeastOnce, false, payload, properties)
-                    .await
-                {
+                let publish =
+                    link.client.publish_with_properties(topic, QoS::AtLeastOnce, false, payload, properties);
+                match self.within_ack_timeout(&link, started, publish).await {
+                    Some(Ok(())) => {}
                     // The event loop is gone: nothing queued on this connection will be written.
-                    link.fail(format!("cannot queue the publish: {e}"));
+                    Some(Err(e)) => link.fail(format!("cannot queue the publish: {e}")),
+                    None => link.fail(self.silent()),
                 }
             }
         }
         drop(answers);
 
-        // Collect the answers. The broker may go `ack_timeout` without acknowledging or
-        // taking anything on the connection (any batch's) while this batch waits.
         while waiting > 0 {
-            let progress = link.in_flight().progress.max(started);
-            match tokio::time::timeout_at(progress + self.options.ack_timeout, answered.recv()).await {
-                Ok(Some((i, result))) => {
+            match self.within_ack_timeout(&link, started, answered.recv()).await {
+                Some(Some((i, result))) => {
                     results[i] = Some(result);
                     waiting -= 1;
                 }
                 // Every publish left was dropped unanswered.
-                Ok(None) => break,
-                Err(_) if link.in_flight().progress.max(started) > progress => continue,
-                Err(_) => link.fail(format!(
-                    "the broker acknowledged nothing for {}s",
-                    self.options.ack_timeout.as_secs_f64()
-                )),
+                Some(None) => break,
+                None => link.fail(self.silent()),
             }
         }
         let fallback = link.in_flight().broken.clone().unwrap_or_else(|| "not acknowledged".to_owned());

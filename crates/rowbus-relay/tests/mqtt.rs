@@ -296,12 +296,7 @@ async fn batches_at_once_on_a_broker_that_stops_answering_are_each_given_up() {
 #[tokio::test]
 async fn a_batch_larger_than_the_clients_queue_is_given_up_when_the_broker_stops_answering() {
     let prefix = unique("rowbus_relay");
-    let proxy = Proxy::start(BROKER).await;
-    let url = format!("mqtt://127.0.0.1:{}", proxy.port);
-    let mut options = options(&format!("{prefix}/{{key}}"));
-    options.ack_timeout = Duration::from_millis(500);
-    let sink = MqttSink::connect(&url, options).await.unwrap();
-    all_ok(&sink.send(&batch(1, 10, 2)).await);
+    let (proxy, sink) = through_proxy(&prefix).await;
 
     proxy.freeze();
     let answers = tokio::time::timeout(Duration::from_secs(20), sink.send(&batch(11, 3000, 2)))
@@ -317,18 +312,26 @@ async fn a_batch_larger_than_the_clients_queue_is_given_up_when_the_broker_stops
     all_ok(&sink.send(&batch(11, 10, 2)).await);
 }
 
-/// Sends a batch of ten, then `at_once` batches of ten together while the proxy passes
-/// nothing, which must each come back unacknowledged, then those again once it passes
-/// bytes again.
-async fn stops_answering(at_once: i64) {
-    let prefix = unique("rowbus_relay");
-    let mut subscriber = Subscriber::new(&format!("{prefix}/#")).await;
+/// A sink to the broker through a proxy of the test's own, publishing under `prefix`
+/// with a 500 ms acknowledgement timeout, once a first batch of ten (ids 1 to 10) went
+/// through.
+async fn through_proxy(prefix: &str) -> (Proxy, MqttSink) {
     let proxy = Proxy::start(BROKER).await;
     let url = format!("mqtt://127.0.0.1:{}", proxy.port);
     let mut options = options(&format!("{prefix}/{{key}}"));
     options.ack_timeout = Duration::from_millis(500);
     let sink = MqttSink::connect(&url, options).await.unwrap();
     all_ok(&sink.send(&batch(1, 10, 2)).await);
+    (proxy, sink)
+}
+
+/// Sends a batch of ten, then `at_once` batches of ten together while the proxy passes
+/// nothing, which must each come back unacknowledged, then those again once it passes
+/// bytes again.
+async fn stops_answering(at_once: i64) {
+    let prefix = unique("rowbus_relay");
+    let mut subscriber = Subscriber::new(&format!("{prefix}/#")).await;
+    let (proxy, sink) = through_proxy(&prefix).await;
 
     proxy.freeze();
     let batches: Vec<_> = (0..at_once).map(|i| batch(11 + 10 * i, 10, 2)).collect();

@@ -193,19 +193,7 @@ impl Publisher {
             .with_headers(headers);
         Ok((routing_key, properties))
     }
-}
 
-impl Sink for AmqpSink {
-    async fn send(&self, batch: &[Outgoing]) -> Vec<Result<(), SinkError>> {
-        self.publisher.lock().await.send(batch).await
-    }
-
-    fn system(&self) -> &'static str {
-        "amqp"
-    }
-}
-
-impl Publisher {
     async fn send(&mut self, batch: &[Outgoing]) -> Vec<Result<(), SinkError>> {
         let mut results: Vec<Option<Result<(), SinkError>>> = vec![None; batch.len()];
         let prepared: Vec<_> = batch.iter().map(|m| self.prepare(m)).collect();
@@ -310,6 +298,16 @@ impl Publisher {
                 }
             }
         }
+    }
+}
+
+impl Sink for AmqpSink {
+    async fn send(&self, batch: &[Outgoing]) -> Vec<Result<(), SinkError>> {
+        self.publisher.lock().await.send(batch).await
+    }
+
+    fn system(&self) -> &'static str {
+        "amqp"
     }
 }
 

@@ -229,6 +229,31 @@ impl MqttSink {
         let task = tokio::spawn(poll(eventloop, in_flight.clone())).abort_handle();
         Ok(Link { client, in_flight, turn: tokio::sync::Mutex::new(()), task, max_packet })
     }
+    /// `work`, unless the broker goes [`ack_timeout`](MqttOptions::ack_timeout) without
+    /// taking or acknowledging anything on `link` (any batch's publishes) since `started`
+    /// or since it last did: then `None`.
+    async fn within_ack_timeout<T>(
+        &self,
+        link: &Link,
+        started: Instant,
+        work: impl std::future::Future<Output = T>,
+    ) -> Option<T> {
+        tokio::pin!(work);
+        loop {
+            let progress = link.in_flight().progress.max(started);
+            match tokio::time::timeout_at(progress + self.options.ack_timeout, &mut work).await {
+                Ok(done) => return Some(done),
+                Err(_) if link.in_flight().progress.max(started) > progress => continue,
+                Err(_) => return None,
+            }
+        }
+    }
+
+    /// Why a batch is given up after [`within_ack_timeout`](Self::within_ack_timeout).
+    fn silent(&self) -> String {
+        format!("the broker acknowledged nothing for {}s", self.options.ack_timeout.as_secs_f64())
+    }
+
     /// The topic and properties of one message, or why no broker would take it.
     fn prepare(
         &self,
@@ -277,33 +302,6 @@ fn varint_len(n: usize) -> usize {
         128..=16_383 => 2,
         16_384..=2_097_151 => 3,
         _ => 4,
-    }
-}
-
-impl MqttSink {
-    /// `work`, unless the broker goes [`ack_timeout`](MqttOptions::ack_timeout) without
-    /// taking or acknowledging anything on `link` (any batch's publishes) since `started`
-    /// or since it last did: then `None`.
-    async fn within_ack_timeout<T>(
-        &self,
-        link: &Link,
-        started: Instant,
-        work: impl std::future::Future<Output = T>,
-    ) -> Option<T> {
-        tokio::pin!(work);
-        loop {
-            let progress = link.in_flight().progress.max(started);
-            match tokio::time::timeout_at(progress + self.options.ack_timeout, &mut work).await {
-                Ok(done) => return Some(done),
-                Err(_) if link.in_flight().progress.max(started) > progress => continue,
-                Err(_) => return None,
-            }
-        }
-    }
-
-    /// Why a batch is given up after [`within_ack_timeout`](Self::within_ack_timeout).
-    fn silent(&self) -> String {
-        format!("the broker acknowledged nothing for {}s", self.options.ack_timeout.as_secs_f64())
     }
 }
 

@@ -427,6 +427,8 @@ on_each_database!(a_killed_relay_to_amqp_loses_nothing);
 
 /// The same with MQTT (QoS 1): a subscriber of the test's own, there before the first
 /// relay starts, receives every message by its `rowbus-id`, one that came twice the same.
+/// It subscribes at QoS 0, which Mosquitto sends at once rather than queueing (it drops
+/// QoS 1 messages past 1,000 held for a subscriber that falls behind).
 fn a_killed_relay_to_mqtt_loses_nothing(kind: Kind) {
     use std::sync::{Arc, Mutex};
 
@@ -445,7 +447,7 @@ fn a_killed_relay_to_mqtt_loses_nothing(kind: Kind) {
         rt.spawn(async move {
             let (client, mut eventloop) =
                 AsyncClient::new(MqttOptions::new(topic.clone(), "127.0.0.1", 1883), 64);
-            client.subscribe(topic.as_str(), QoS::AtLeastOnce).await.unwrap();
+            client.subscribe(topic.as_str(), QoS::AtMostOnce).await.unwrap();
             loop {
                 match eventloop.poll().await {
                     Ok(Event::Incoming(Packet::SubAck(_))) => {

@@ -392,3 +392,49 @@ async fn mariadb_deploy_refuses_a_missing_database_even_asked() {
     assert_eq!(made, 0);
     broker.shutdown(Duration::from_secs(1)).await;
 }
+
+/// The page each row of a PostgreSQL queue table is on, by id.
+async fn pg_pages(broker: &Broker<sqlx::Postgres>, table: &str) -> std::collections::HashMap<i64, i64> {
+    let sql = format!("SELECT id, (ctid::text::point)[0]::BIGINT FROM \"{table}\"");
+    sqlx::query_as::<_, (i64, i64)>(sqlx::AssertSqlSafe(sql))
+        .fetch_all(broker.pool())
+        .await
+        .unwrap()
+        .into_iter()
+        .collect()
+}
+
+/// A PostgreSQL queue table leaves room on its pages for the rows' claimed versions: a
+/// claim writes most of them beside the row it replaces (a heap-only update, which inserts
+/// into no index). With the pages filled at insert, as tables are by default, every row
+/// on a full page moves, which is all but the last page's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_claims_update_rows_on_their_own_page() {
+    let cleanup = Cleanup::new(rowbus::Backend::Postgres);
+    let name = cleanup.queue(&unique("pages"));
+    let broker = broker::<sqlx::Postgres>(PG, BrokerOptions::default()).await;
+    let queue = broker.queue(&name).unwrap();
+    queue.deploy().await.unwrap();
+    let options: Option<Vec<String>> =
+        sqlx::query_scalar("SELECT reloptions FROM pg_class WHERE relname = $1")
+            .bind(&name)
+            .fetch_one(broker.pool())
+            .await
+            .unwrap();
+    assert_eq!(options, Some(vec!["fillfactor=50".to_owned()]));
+
+    let n = 1000;
+    queue.publish_batch((0..n).map(|i| Message::text(format!("message {i:>24}")))).await.unwrap();
+    let before = pg_pages(&broker, &name).await;
+    let pages: std::collections::HashSet<i64> = before.values().copied().collect();
+    assert!(pages.len() >= 4, "the rows fill several pages: {}", pages.len());
+    // One claim of them all: the stream's first message comes from it.
+    let mut sub = queue.subscribe().batch(n).stream().await.unwrap();
+    let first = sub.next().await.unwrap().unwrap();
+    assert_eq!(broker.stats().claimed, n as u64, "all claimed at once");
+    let after = pg_pages(&broker, &name).await;
+    let stayed = before.iter().filter(|(id, page)| after.get(id) == Some(page)).count();
+    assert!(stayed * 4 >= n * 3, "{stayed} of {n} claimed rows stayed on their page");
+    drop((first, sub));
+    broker.shutdown(Duration::from_secs(1)).await;
+}

@@ -106,6 +106,16 @@ fn select_ready(table: &QueueTable) -> String {
 const CLAIMED: &str = "id, group_name, payload, attempts::BIGINT, (EXTRACT(EPOCH FROM created_at) * 1000000)::BIGINT, \
      priority::BIGINT, msg_key, dedup_id, headers";
 
+/// Half of each page of a queue table is left free at insert, so that a claim writes each
+/// row's leased version beside it: no column a claim sets is indexed, and an update that
+/// finds room on its page is a heap-only one, which inserts into no index. With pages
+/// filled, a claim moves every row to another page and inserts it into the primary key
+/// and the ready index again. Measured here, 30 claims of 1,000 rows from 100,000, each
+/// committed and its rows deleted: 23-26 ms a claim at the default 100, 10-12 ms at 50
+/// (87% heap-only: a claimed row grows by its lease columns), 9 ms at 30 (all of them),
+/// 20-21 ms at 70.
+const QUEUE_FILLFACTOR: u8 = 50;
+
 /// The priority column: lower is claimed sooner.
 const PRIORITY: &str = "SMALLINT NOT NULL DEFAULT 0";
 
@@ -173,7 +183,7 @@ impl Schema for Postgres {
                  \x20 lease_until TIMESTAMPTZ,\n\
                  \x20 created_at TIMESTAMPTZ NOT NULL DEFAULT now(),\n\
                  \x20 last_error TEXT\n\
-                 )"
+                 ) WITH (fillfactor = {QUEUE_FILLFACTOR})"
             ),
             format!(
                 "CREATE INDEX IF NOT EXISTS {} ON {t} (group_name, priority, visible_at, id)",

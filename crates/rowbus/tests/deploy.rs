@@ -393,6 +393,38 @@ async fn mariadb_deploy_refuses_a_missing_database_even_asked() {
     broker.shutdown(Duration::from_secs(1)).await;
 }
 
+/// A PostgreSQL table's storage options (`fillfactor=50`).
+async fn pg_options(broker: &Broker<sqlx::Postgres>, table: &str) -> Option<Vec<String>> {
+    sqlx::query_scalar("SELECT reloptions FROM pg_class WHERE relname = $1")
+        .bind(table)
+        .fetch_one(broker.pool())
+        .await
+        .unwrap()
+}
+
+/// A queue table deployed before queue tables had their fill factor (one without storage
+/// options) gets it from the next deploy; one whose fill factor was set otherwise keeps it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_deploy_gives_an_older_table_its_fill_factor() {
+    let cleanup = Cleanup::new(rowbus::Backend::Postgres);
+    let name = cleanup.queue(&unique("older"));
+    let broker = broker::<sqlx::Postgres>(PG, BrokerOptions::default()).await;
+    let queue = broker.queue(&name).unwrap();
+    queue.deploy().await.unwrap();
+    exec(&broker, format!("ALTER TABLE \"{name}\" RESET (fillfactor)")).await;
+    assert_eq!(pg_options(&broker, &name).await, None, "as an older deploy left it");
+    queue.deploy().await.unwrap();
+    assert_eq!(pg_options(&broker, &name).await, Some(vec!["fillfactor=50".to_owned()]));
+    exec(&broker, format!("ALTER TABLE \"{name}\" SET (fillfactor = 70)")).await;
+    queue.deploy().await.unwrap();
+    assert_eq!(
+        pg_options(&broker, &name).await,
+        Some(vec!["fillfactor=70".to_owned()]),
+        "the operator's choice"
+    );
+    broker.shutdown(Duration::from_secs(1)).await;
+}
+
 /// The page each row of a PostgreSQL queue table is on, by id.
 async fn pg_pages(broker: &Broker<sqlx::Postgres>, table: &str) -> std::collections::HashMap<i64, i64> {
     let sql = format!("SELECT id, (ctid::text::point)[0]::BIGINT FROM \"{table}\"");
@@ -415,13 +447,7 @@ async fn postgres_claims_update_rows_on_their_own_page() {
     let broker = broker::<sqlx::Postgres>(PG, BrokerOptions::default()).await;
     let queue = broker.queue(&name).unwrap();
     queue.deploy().await.unwrap();
-    let options: Option<Vec<String>> =
-        sqlx::query_scalar("SELECT reloptions FROM pg_class WHERE relname = $1")
-            .bind(&name)
-            .fetch_one(broker.pool())
-            .await
-            .unwrap();
-    assert_eq!(options, Some(vec!["fillfactor=50".to_owned()]));
+    assert_eq!(pg_options(&broker, &name).await, Some(vec!["fillfactor=50".to_owned()]));
 
     let n = 1000;
     queue.publish_batch((0..n).map(|i| Message::text(format!("message {i:>24}")))).await.unwrap();

@@ -185,15 +185,6 @@ impl Schema for Postgres {
                  \x20 last_error TEXT\n\
                  ) WITH (fillfactor = {QUEUE_FILLFACTOR})"
             ),
-            // A table deployed before queue tables had their fill factor gets it (on the
-            // pages it fills from now on); one whose fill factor was set otherwise keeps it.
-            format!(
-                "DO $rowbus$ BEGIN \
-                 IF NOT EXISTS (SELECT 1 FROM pg_class AS c, unnest(c.reloptions) AS o \
-                 WHERE c.oid = '{t}'::regclass AND o LIKE 'fillfactor=%') THEN \
-                 ALTER TABLE {t} SET (fillfactor = {QUEUE_FILLFACTOR}); \
-                 END IF; END $rowbus$"
-            ),
             format!(
                 "CREATE INDEX IF NOT EXISTS {} ON {t} (group_name, priority, visible_at, id)",
                 index(READY)
@@ -219,6 +210,15 @@ impl Schema for Postgres {
                  \x20 failed_at TIMESTAMPTZ NOT NULL DEFAULT now(),\n\
                  \x20 last_error TEXT\n\
                  )"
+            ),
+            // A table deployed before queue tables had their fill factor gets it (on the
+            // pages it fills from now on); one whose fill factor was set otherwise keeps it.
+            format!(
+                "DO $rowbus$ BEGIN \
+                 IF NOT EXISTS (SELECT 1 FROM pg_class AS c, unnest(c.reloptions) AS o \
+                 WHERE c.oid = '{t}'::regclass AND o LIKE 'fillfactor=%') THEN \
+                 ALTER TABLE {t} SET (fillfactor = {QUEUE_FILLFACTOR}); \
+                 END IF; END $rowbus$"
             ),
         ]);
         create

@@ -222,8 +222,14 @@ async fn limit_changes_while_running<DB: Brokers>(place: Place) {
     publish(q, texts(200, "")).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     q.set_limit(&LimitScope::Queue, Limit::MaxRunning(1)).await.unwrap();
-    // What ran before the limit finishes within one hold.
-    tokio::time::sleep(hold * 3).await;
+    // What was claimed before the limit (a message per worker, and those claimed ahead)
+    // runs as claimed: once it has all been handled, what runs was claimed under the
+    // limit. A claim sent before the limit came returns within the hold.
+    tokio::time::sleep(hold).await;
+    let claimed: u64 = brokers.iter().map(|b| b.stats().claimed).sum();
+    while meter.done() < claimed as usize {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     meter.reset_most();
     let before = meter.done();
     while meter.done() < before + 10 {

@@ -2,8 +2,9 @@
 # What a PostgreSQL queue table's fill factor does to a claim: for each fill factor, a
 # table shaped as a queue table (its columns and its four indexes) is filled with ROWS
 # messages of about 30 bytes and vacuumed, then CLAIMS claims of BATCH rows run one after
-# another, each rowbus's claim statement in rowbus's claim transaction, committed, and its
-# rows deleted after it. Prints each fill factor's mean claim time and the share of claimed
+# another, each rowbus's claim statement (without its pause and limit checks, on tables
+# this bench has not made) in rowbus's claim transaction, committed, and its rows deleted
+# after it. Prints each fill factor's mean claim time and the share of claimed
 # rows that PostgreSQL updated heap-only (on their own page, no index insert).
 #
 #   benches/fillfactor/run.sh [FILLFACTOR ...]      (default: 100 70 50 30)

@@ -1176,6 +1176,46 @@ async fn a_runner_stops_when_told<DB: Db>(broker: Broker<DB>) {
     q.undeploy().await.unwrap();
 }
 on_each_database!(a_runner_stops_when_told);
+
+/// A worker that finishes a message while the runner's claim loop is inside a poll of the
+/// `until` future that has just resolved does not start a message claimed ahead: it learns
+/// of the stop from that poll. The future here blocks its last poll for 300 ms, and the
+/// third message's handler returns 50 ms after it resolved the future, so the worker asks
+/// while the claim loop is still polling.
+async fn a_runner_stops_when_told_while_its_until_is_being_polled<DB: Db>(broker: Broker<DB>) {
+    let q = queue(&broker).await;
+    q.publish_batch((0..10).map(|i| Message::text(format!("m{i}")))).await.unwrap();
+    let (done, stop) = tokio::sync::oneshot::channel::<()>();
+    let done = Mutex::new(Some(done));
+    let handled = Arc::new(AtomicUsize::new(0));
+    let counted = handled.clone();
+    let run = q.subscribe().until(async {
+        let _ = stop.await;
+        std::thread::sleep(Duration::from_millis(300));
+    });
+    tokio::time::timeout(
+        Duration::from_secs(10),
+        run.run(move |_d| {
+            let third = counted.fetch_add(1, Ordering::SeqCst) + 1 == 3;
+            if third {
+                done.lock().unwrap().take().map(|d| d.send(()));
+            }
+            async move {
+                if third {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Ok::<_, Error>(())
+            }
+        }),
+    )
+    .await
+    .expect("the runner returns once told")
+    .unwrap();
+    assert_eq!(handled.load(Ordering::SeqCst), 3);
+    assert_eq!(q.depth("").await.unwrap(), (7, 0));
+    q.undeploy().await.unwrap();
+}
+on_each_database!(a_runner_stops_when_told_while_its_until_is_being_polled);
 /// Longer than any lease or delay rowbus sends a database: 31,700 years.
 const TOO_LONG: Duration = Duration::from_secs(1_000_000_000_000);
 

@@ -3,8 +3,8 @@
 //! group some limit applies to; [`subscription`] is the
 //! subscription that claims while claims come back full and otherwise waits for a
 //! wake-up or its poll interval; [`runner`] is the one `select!` loop every runner uses;
-//! [`ahead`] sizes claim-ahead; [`wake`] wakes subscriptions in this process at once and in
-//! others through notifications.
+//! [`ahead`] sizes claim-ahead; [`until`] is what stops a runner early; [`wake`] wakes
+//! subscriptions in this process at once and in others through notifications.
 //!
 //! Entered through `Queue::subscribe`, which gives a `SubscriptionBuilder`.
 
@@ -13,5 +13,6 @@ pub(crate) mod claims;
 pub(crate) mod limited;
 pub(crate) mod runner;
 pub(crate) mod subscription;
+pub(crate) mod until;
 pub(crate) mod wake;
 pub(crate) mod watch;

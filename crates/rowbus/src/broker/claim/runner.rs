@@ -19,6 +19,7 @@ use tracing::{Instrument as _, debug, info_span, warn};
 
 use crate::broker::claim::ahead::{self, Ahead};
 use crate::broker::claim::subscription::{Claimer, Pace, SubscriptionBuilder};
+use crate::broker::claim::until::Until;
 use crate::broker::claim::watch::{self, Held, Watch};
 use crate::broker::operate::counts::{self, Counted};
 use crate::broker::settle::acks::PendingAcks;
@@ -243,15 +244,14 @@ pub(in crate::broker) fn timed_out(after: Duration) -> String {
 #[derive(Clone)]
 struct Stop {
     shutdown: tokio::sync::watch::Receiver<bool>,
-    until: Option<crate::broker::claim::subscription::Until>,
+    until: Option<Until>,
 }
 
 impl Stop {
     /// Whether the runner is to stop: the drive loop learns it too, but a worker that has
     /// just finished a message must not start one claimed ahead meanwhile.
     fn now(&self) -> bool {
-        *self.shutdown.borrow()
-            || self.until.as_ref().is_some_and(|until| until.0.clone().now_or_never().is_some())
+        *self.shutdown.borrow() || self.until.as_ref().is_some_and(Until::resolved)
     }
 }
 
@@ -496,7 +496,7 @@ pub(in crate::broker) async fn drive<DB: Db, T: Turn<DB>>(
     let _running = Running::new(claimer.queue.inner());
     let mut set = JoinSet::new();
     let mut until = Instant::now();
-    let mut stop = claimer.until.take().map(|until| until.0);
+    let stop = claimer.until.take();
     loop {
         while set.try_join_next().is_some() {}
         let pause = claimer.pause().is_some();
@@ -508,7 +508,7 @@ pub(in crate::broker) async fn drive<DB: Db, T: Turn<DB>>(
         let next = tokio::select! {
             biased;
             _ = claimer.shutdown.wait_for(|stop| *stop) => Next::Stop,
-            () = async { match stop.as_mut() { Some(stop) => stop.await, None => std::future::pending().await } } => Next::Stop,
+            () = async { match &stop { Some(stop) => stop.wait().await, None => std::future::pending().await } } => Next::Stop,
             _ = woken.notified(), if claimer.wakeable() => Next::Pause(true),
             _ = tokio::time::sleep_until(until), if pause => Next::Pause(false),
             workers = turn.free(), if !pause => Next::Claim(workers),

@@ -9,15 +9,15 @@ use std::time::Duration;
 
 use std::future::Future;
 
-use futures::future::{BoxFuture, Shared};
+use futures::Stream;
 use futures::stream::BoxStream;
-use futures::{FutureExt as _, Stream};
 use notify_table::DurationRange;
 use tokio::sync::watch;
 use tracing::{Instrument as _, debug, debug_span, warn};
 
 use crate::broker::claim::claims::{Claim, claim};
 use crate::broker::claim::limited::Held;
+use crate::broker::claim::until::Until;
 use crate::broker::claim::wake::Registration;
 use crate::broker::operate::scheduler::{self, SchedulerGuard};
 use crate::broker::settle::acks::PendingAcks;
@@ -51,16 +51,6 @@ pub struct SubscriptionBuilder<DB: Db> {
 /// How long a handler asked to stop gets by default before its runner drops it
 /// ([`SubscriptionBuilder::grace`]).
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(10);
-
-/// A future that stops a runner when it resolves (see [`SubscriptionBuilder::until`]).
-#[derive(Clone)]
-pub(crate) struct Until(pub Shared<BoxFuture<'static, ()>>);
-
-impl std::fmt::Debug for Until {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Until(..)")
-    }
-}
 
 impl<DB: Db> SubscriptionBuilder<DB> {
     pub(crate) fn new(queue: Queue<DB>) -> Self {
@@ -199,7 +189,7 @@ impl<DB: Db> SubscriptionBuilder<DB> {
     /// # Ok(()) }
     /// ```
     pub fn until(mut self, stop: impl Future<Output = ()> + Send + 'static) -> Self {
-        self.until = Some(Until(stop.boxed().shared()));
+        self.until = Some(Until::new(stop));
         self
     }
 

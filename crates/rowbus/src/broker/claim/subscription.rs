@@ -175,6 +175,9 @@ impl<DB: Db> SubscriptionBuilder<DB> {
     /// flight get the shutdown timeout to finish, then the runner returns. For a runner
     /// that should end after some event (N messages handled, a signal of your own), where
     /// [`Broker::shutdown`](crate::broker::Broker::shutdown) would stop every subscription.
+    /// A worker that finishes a message once `stop` has resolved starts none of those
+    /// claimed ahead: they go back to the queue as the runner returns. `stop` is polled by
+    /// the runner's claim loop and by its workers, one at a time: keep its poll quick.
     ///
     /// ```no_run
     /// # async fn f(queue: rowbus::Queue<sqlx::Sqlite>) -> Result<(), rowbus::Error> {

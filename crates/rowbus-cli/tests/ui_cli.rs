@@ -359,8 +359,12 @@ fn figures_and_metrics(kind: Kind) {
         [json!([q, "", 4, 3, 1, 0, 0]), json!([q, "g\"x", 1, 1, 0, 0, 0]), json!([q, "gone", 0, 0, 0, 0, 1])],
         "{body}"
     );
-    // The sample taken at start is in the chart's history: 5 messages, 1 dead, 6 ever
-    // published (the dead letter's included).
+    // The sample the sampler takes at start is in the chart's history once taken (on its
+    // own task: a loaded machine can answer the request above first): 5 messages, 1 dead,
+    // 6 ever published (the dead letter's included).
+    served.await_samples(q, 1);
+    let body = served.get("/api/queues").1;
+    let data: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
     let samples = data["history"][q].as_array().unwrap_or_else(|| panic!("no history of {q}: {body}"));
     assert_eq!(samples[0].as_array().unwrap()[1..], [json!(5), json!(1), json!(6)], "{body}");
     // A sample begun after this publish has finished counts it: the one after the next.

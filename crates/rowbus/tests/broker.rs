@@ -1146,52 +1146,21 @@ async fn messages_fit_the_servers_packet<DB: Db>(broker: Broker<DB>) {
 }
 on_each_database!(messages_fit_the_servers_packet on mariadb);
 
-/// `until` stops one runner (not the broker) when its future resolves: a runner that
-/// should end after its third message does, and the rest wait in the queue.
-async fn a_runner_stops_when_told<DB: Db>(broker: Broker<DB>) {
-    let q = queue(&broker).await;
-    q.publish_batch((0..5).map(|i| Message::text(format!("m{i}")))).await.unwrap();
+/// Publishes `published` messages to `q` and runs a runner whose `until` future the third
+/// message's handler resolves; returns how many messages were handled. `widened`: the
+/// future blocks its last poll for 300 ms, and the third handler returns 50 ms after it
+/// resolved the future, so that its worker asks while the claim loop is still polling.
+async fn handled_until_the_third<DB: Db>(q: &Queue<DB>, published: usize, widened: bool) -> usize {
+    q.publish_batch((0..published).map(|i| Message::text(format!("m{i}")))).await.unwrap();
     let (done, stop) = tokio::sync::oneshot::channel::<()>();
     let done = Mutex::new(Some(done));
     let handled = Arc::new(AtomicUsize::new(0));
     let counted = handled.clone();
-    let run = q.subscribe().until(async {
+    let run = q.subscribe().until(async move {
         let _ = stop.await;
-    });
-    tokio::time::timeout(
-        Duration::from_secs(10),
-        run.run(move |_d| {
-            if counted.fetch_add(1, Ordering::SeqCst) + 1 == 3 {
-                done.lock().unwrap().take().map(|d| d.send(()));
-            }
-            async { Ok::<_, Error>(()) }
-        }),
-    )
-    .await
-    .expect("the runner returns once told")
-    .unwrap();
-    assert_eq!(handled.load(Ordering::SeqCst), 3);
-    assert_eq!(q.depth("").await.unwrap(), (2, 0));
-    assert_eq!(broker.stats().acked, 3);
-    q.undeploy().await.unwrap();
-}
-on_each_database!(a_runner_stops_when_told);
-
-/// A worker that finishes a message while the runner's claim loop is inside a poll of the
-/// `until` future that has just resolved does not start a message claimed ahead: it learns
-/// of the stop from that poll. The future here blocks its last poll for 300 ms, and the
-/// third message's handler returns 50 ms after it resolved the future, so the worker asks
-/// while the claim loop is still polling.
-async fn a_runner_stops_when_told_while_its_until_is_being_polled<DB: Db>(broker: Broker<DB>) {
-    let q = queue(&broker).await;
-    q.publish_batch((0..10).map(|i| Message::text(format!("m{i}")))).await.unwrap();
-    let (done, stop) = tokio::sync::oneshot::channel::<()>();
-    let done = Mutex::new(Some(done));
-    let handled = Arc::new(AtomicUsize::new(0));
-    let counted = handled.clone();
-    let run = q.subscribe().until(async {
-        let _ = stop.await;
-        std::thread::sleep(Duration::from_millis(300));
+        if widened {
+            std::thread::sleep(Duration::from_millis(300));
+        }
     });
     tokio::time::timeout(
         Duration::from_secs(10),
@@ -1201,7 +1170,7 @@ async fn a_runner_stops_when_told_while_its_until_is_being_polled<DB: Db>(broker
                 done.lock().unwrap().take().map(|d| d.send(()));
             }
             async move {
-                if third {
+                if third && widened {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
                 Ok::<_, Error>(())
@@ -1211,7 +1180,26 @@ async fn a_runner_stops_when_told_while_its_until_is_being_polled<DB: Db>(broker
     .await
     .expect("the runner returns once told")
     .unwrap();
-    assert_eq!(handled.load(Ordering::SeqCst), 3);
+    handled.load(Ordering::SeqCst)
+}
+
+/// `until` stops one runner (not the broker) when its future resolves: a runner that
+/// should end after its third message does, and the rest wait in the queue.
+async fn a_runner_stops_when_told<DB: Db>(broker: Broker<DB>) {
+    let q = queue(&broker).await;
+    assert_eq!(handled_until_the_third(&q, 5, false).await, 3);
+    assert_eq!(q.depth("").await.unwrap(), (2, 0));
+    assert_eq!(broker.stats().acked, 3);
+    q.undeploy().await.unwrap();
+}
+on_each_database!(a_runner_stops_when_told);
+
+/// A worker that finishes a message while the runner's claim loop is inside a poll of the
+/// `until` future that has just resolved does not start a message claimed ahead: it learns
+/// of the stop from that poll (see `handled_until_the_third`, widened).
+async fn a_runner_stops_when_told_while_its_until_is_being_polled<DB: Db>(broker: Broker<DB>) {
+    let q = queue(&broker).await;
+    assert_eq!(handled_until_the_third(&q, 10, true).await, 3);
     assert_eq!(q.depth("").await.unwrap(), (7, 0));
     q.undeploy().await.unwrap();
 }

@@ -212,7 +212,9 @@ impl<DB: Db, S: Sink> Relay<DB, S> {
     }
 
     /// Batches between claim and settlement at once (claimed, being sent, being settled):
-    /// more keep the broker and the database busy together. `ordered` makes it one.
+    /// more keep the broker and the database busy together. `ordered` makes it one. Claimed
+    /// in transactions, each holds a connection of the broker's pool until the broker has
+    /// answered: leave the pool room beyond them for the broker's other statements.
     pub fn in_flight(mut self, batches: usize) -> Self {
         self.in_flight = batches.max(1);
         self

@@ -75,10 +75,14 @@ impl Place {
         }
     }
 
-    /// A new pool on the place's database; panics, loudly, when the server is down.
+    /// A new pool on the place's database; panics, loudly, when the server is down. Its
+    /// 16 connections leave room beyond the batches in flight of the most relays a test
+    /// runs on one broker (four of three, each batch holding a connection until the broker
+    /// answers): with 8, a loaded machine kept the tests' own statements waiting past the
+    /// pool's acquire timeout.
     pub async fn pool(&self) -> DbPool {
         let url = self.url();
-        DbPool::connect_creating(&url, 8)
+        DbPool::connect_creating(&url, 16)
             .await
             .unwrap_or_else(|e| panic!("{url} must be reachable (run scripts/services.sh): {e}"))
     }

@@ -47,6 +47,7 @@ impl std::fmt::Debug for Until {
 }
 
 impl Until {
+    /// `stop`, to be waited on by one task and checked by any.
     pub fn new(stop: impl Future<Output = ()> + Send + 'static) -> Self {
         Until(Arc::new(Inner { future: Mutex::new(Some(Box::pin(stop))), waiter: Arc::default() }))
     }
@@ -95,16 +96,13 @@ mod tests {
 
     #[test]
     fn a_check_while_another_poll_runs_waits_for_its_answer() {
-        let (tx, rx) = std::sync::mpsc::channel::<()>();
         let polling = Arc::new(AtomicBool::new(false));
         let inside = polling.clone();
         let until = Until::new(async move {
             // Ready at once; the poll that finds it so takes 200 ms.
             inside.store(true, Ordering::SeqCst);
-            let _ = rx.recv();
             std::thread::sleep(Duration::from_millis(200));
         });
-        tx.send(()).unwrap();
         let waiting = until.clone();
         let waiter = std::thread::spawn(move || waiting.wait().now_or_never().is_some());
         while !polling.load(Ordering::SeqCst) {

@@ -255,24 +255,106 @@ on_each_database!(stats_show_what_relays_did);
 /// The messages to relay in the SIGKILL tests: enough that the kill comes mid-stream.
 const MANY: usize = 10_000;
 
-/// Starts `rowbus relay Q ARGS` and SIGKILLs it once a few hundred more messages reached
-/// the broker (`arrived` counts them there), again until a kill leaves messages both at the
-/// broker and in the queue (sent, not yet removed: under their lease, 2 s, still running,
-/// or deleted in a transaction that the server then rolls back) with more to relay.
+/// Starts `rowbus relay Q ARGS` with its broker behind a [`LosingProxy`], lets a few
+/// hundred messages arrive there (`arrived` counts them at the broker), then loses the
+/// broker's answers on their way back: the relay's next batches reach the broker and stay
+/// in the queue (unconfirmed: leased, or deleted in a transaction not yet committed). Once
+/// the broker holds a message the queue still holds, the relay is SIGKILLed.
 fn kill_mid_stream(database: &Database, q: &str, args: &[&str], mut arrived: impl FnMut() -> u64) {
-    for _ in 0..10 {
-        let before = arrived();
-        let mut running = relay(database, q, args);
-        eventually("some messages arrive", || arrived() >= before + 300);
-        running.stop("KILL");
-        let at_kill = arrived();
-        assert!(at_kill < MANY as u64, "the relay was killed mid-stream ({at_kill} at the broker)");
-        // A transaction's deletion counts until it is rolled back: read before and after.
-        if at_kill as i64 + depth(database, q) > MANY as i64 {
-            return;
+    let at = args.iter().position(|a| *a == "--to").expect("--to in the relay's arguments") + 1;
+    let to = args[at];
+    let authority = to.rsplit('@').next().unwrap().split("://").last().unwrap().split('/').next().unwrap();
+    let proxy = LosingProxy::start(authority);
+    let proxied = to.replacen(authority, &proxy.address, 1);
+    let mut args = args.to_vec();
+    args[at] = &proxied;
+
+    let mut running = relay(database, q, &args);
+    eventually("some messages arrive", || arrived() >= 300);
+    proxy.lose_answers();
+    // Read the broker first: a message it holds that is still queued later was sent and
+    // not removed (neither count goes back).
+    let sent_not_removed = |arrived: u64| arrived as i64 + depth(database, q) > MANY as i64;
+    eventually("a message is at the broker and in the queue", || sent_not_removed(arrived()));
+    running.stop("KILL");
+    let at_kill = arrived();
+    assert!(at_kill < MANY as u64, "the relay was killed mid-stream ({at_kill} at the broker)");
+    assert!(sent_not_removed(at_kill), "the kill left a message sent and not removed");
+}
+
+/// A TCP proxy in front of a broker that, once told, loses everything the broker sends
+/// back (what the client sends still reaches the broker): a relay behind it sends, and
+/// never hears that the broker took it.
+struct LosingProxy {
+    /// `127.0.0.1:port`, where the proxy listens.
+    address: String,
+    losing: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    closed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl LosingProxy {
+    /// A proxy to `target` (`host:port`) on a free port, passing everything until told.
+    fn start(target: &str) -> LosingProxy {
+        use std::net::{TcpListener, TcpStream};
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, Ordering};
+
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
+        listener.set_nonblocking(true).unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let (losing, closed) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+        let (target, accepting_losing, accepting_closed) =
+            (target.to_owned(), losing.clone(), closed.clone());
+        std::thread::spawn(move || {
+            while !accepting_closed.load(Ordering::SeqCst) {
+                let client = match listener.accept() {
+                    Ok((client, _)) => client,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        std::thread::sleep(Duration::from_millis(5));
+                        continue;
+                    }
+                    Err(e) => panic!("the proxy's accept: {e}"),
+                };
+                client.set_nonblocking(false).unwrap();
+                let server =
+                    TcpStream::connect(&target).unwrap_or_else(|e| panic!("the broker at {target}: {e}"));
+                let (client_read, server_write) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                std::thread::spawn(move || pass(client_read, server_write, None));
+                let losing = accepting_losing.clone();
+                std::thread::spawn(move || pass(server, client, Some(losing)));
+            }
+        });
+        return LosingProxy { address, losing, closed };
+
+        /// Copies `from` to `to` until `from` ends (dropping what it reads once `losing`),
+        /// then ends `to`.
+        fn pass(mut from: TcpStream, mut to: TcpStream, losing: Option<Arc<AtomicBool>>) {
+            use std::io::{Read, Write};
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                let n = match from.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => n,
+                };
+                let lose = losing.as_ref().is_some_and(|l| l.load(Ordering::SeqCst));
+                if !lose && to.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+            }
+            let _ = to.shutdown(std::net::Shutdown::Both);
         }
     }
-    panic!("no kill left a message sent and not removed");
+
+    /// From now on, what the broker sends back is lost.
+    fn lose_answers(&self) {
+        self.losing.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Drop for LosingProxy {
+    fn drop(&mut self) {
+        self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 /// Whether a relay of `kind` claims under leases (the default on SQLite) unless `args` say.

@@ -8,6 +8,10 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Read as _, Write as _};
+use std::net::{TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{
@@ -288,17 +292,13 @@ fn kill_mid_stream(database: &Database, q: &str, args: &[&str], mut arrived: imp
 struct LosingProxy {
     /// `127.0.0.1:port`, where the proxy listens.
     address: String,
-    losing: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    closed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    losing: Arc<AtomicBool>,
+    closed: Arc<AtomicBool>,
 }
 
 impl LosingProxy {
     /// A proxy to `target` (`host:port`) on a free port, passing everything until told.
     fn start(target: &str) -> LosingProxy {
-        use std::net::{TcpListener, TcpStream};
-        use std::sync::Arc;
-        use std::sync::atomic::{AtomicBool, Ordering};
-
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
         listener.set_nonblocking(true).unwrap();
         let address = listener.local_addr().unwrap().to_string();
@@ -324,37 +324,36 @@ impl LosingProxy {
                 std::thread::spawn(move || pass(server, client, Some(losing)));
             }
         });
-        return LosingProxy { address, losing, closed };
-
-        /// Copies `from` to `to` until `from` ends (dropping what it reads once `losing`),
-        /// then ends `to`.
-        fn pass(mut from: TcpStream, mut to: TcpStream, losing: Option<Arc<AtomicBool>>) {
-            use std::io::{Read, Write};
-            let mut buf = vec![0u8; 64 * 1024];
-            loop {
-                let n = match from.read(&mut buf) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => n,
-                };
-                let lose = losing.as_ref().is_some_and(|l| l.load(Ordering::SeqCst));
-                if !lose && to.write_all(&buf[..n]).is_err() {
-                    break;
-                }
-            }
-            let _ = to.shutdown(std::net::Shutdown::Both);
-        }
+        LosingProxy { address, losing, closed }
     }
 
     /// From now on, what the broker sends back is lost.
     fn lose_answers(&self) {
-        self.losing.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.losing.store(true, Ordering::SeqCst);
     }
 }
 
 impl Drop for LosingProxy {
     fn drop(&mut self) {
-        self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.closed.store(true, Ordering::SeqCst);
     }
+}
+
+/// Copies `from` to `to` until `from` ends (dropping what it reads once `losing`), then
+/// ends `to`.
+fn pass(mut from: TcpStream, mut to: TcpStream, losing: Option<Arc<AtomicBool>>) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let lose = losing.as_ref().is_some_and(|l| l.load(Ordering::SeqCst));
+        if !lose && to.write_all(&buf[..n]).is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown(std::net::Shutdown::Both);
 }
 
 /// Whether a relay of `kind` claims under leases (the default on SQLite) unless `args` say.
@@ -512,7 +511,7 @@ on_each_database!(a_killed_relay_to_amqp_loses_nothing);
 /// It subscribes at QoS 0, which Mosquitto sends at once rather than queueing (it drops
 /// QoS 1 messages past 1,000 held for a subscriber that falls behind).
 fn a_killed_relay_to_mqtt_loses_nothing(kind: Kind) {
-    use std::sync::{Arc, Mutex};
+    use std::sync::Mutex;
 
     use rumqttc::v5::mqttbytes::QoS;
     use rumqttc::v5::mqttbytes::v5::Packet;

@@ -4,7 +4,7 @@
 //! handled exactly (it arrives as sent) or refused with an error naming the limit: never
 //! injected, never truncated, never a panic.
 
-mod common;
+use crate::common;
 
 use std::sync::Mutex;
 

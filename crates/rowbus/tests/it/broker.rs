@@ -2,7 +2,7 @@
 //! publishing, claiming, waking, groups, leases, retries, dead letters, transactional
 //! handlers, listen_notify and shutdown.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::panic::AssertUnwindSafe;

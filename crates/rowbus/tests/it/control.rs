@@ -2,7 +2,7 @@
 //! cancelling waiting and running messages, timeouts (per message and per subscription),
 //! heartbeats, and a lost lease reported to its handler.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -3,7 +3,7 @@
 //! and all, with a delay; once under concurrency; waking subscriptions), purging (by id,
 //! all, older than), and a handler's error kept with its causes.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! replica of an app may deploy the same queue (and notify table) at start-up at once,
 //! and a deploy never builds a queue over a table that is not one.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -7,7 +7,7 @@
 //! MariaDB, dropped claims left connections the pool never got back. A claim dropped after
 //! its commit held its messages for the whole lease.
 
-mod common;
+use crate::common;
 
 use std::future::Future;
 use std::task::Poll;

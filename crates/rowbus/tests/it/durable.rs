@@ -2,7 +2,7 @@
 //! file: a restart resumes after what was acknowledged, one owner per name, and the
 //! cleanup keeps what a durable listener behind has not read.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! and MariaDB and a temporary SQLite file: the same meaning on all three; and a queue
 //! table made by the previous version brought up to date by a deploy.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

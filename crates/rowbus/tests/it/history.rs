@@ -5,7 +5,7 @@
 //! deletes expired rows in batches, and a consuming broker runs it; deploying again adds
 //! the history tables to a queue made without them.
 
-mod common;
+use crate::common;
 
 use std::future::Future;
 use std::sync::Arc;

@@ -3,7 +3,7 @@
 //! claims on one queue, and what their handlers record says how many ran at once and
 //! when each started.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

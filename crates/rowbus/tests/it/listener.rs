@@ -1,7 +1,7 @@
 //! The listener against the real PostgreSQL and MariaDB and a temporary SQLite file: the
 //! LISTEN/NOTIFY contract, the notify table's edge cases, cleanup and reconnects.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! read-only server; a URL whose hosts are all down says why for each; an IPv6 address in
 //! brackets connects, alone and in a host list.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! another process would be) stop taking messages, finish what they hold, and go on after
 //! a resume; publishing goes on; the state is in the database.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

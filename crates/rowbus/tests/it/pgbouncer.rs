@@ -7,7 +7,7 @@
 //! PgBouncer must be installed (scripts/services.sh installs it): the tests fail without
 //! it, they do not skip.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::time::Duration;

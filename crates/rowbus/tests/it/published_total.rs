@@ -2,7 +2,7 @@
 //! SQLite file: 0 on a fresh table, up by exactly what a publish added, unchanged by
 //! acknowledging and dead-lettering, and a missing table is an error.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! each publish it carried, and publishes dropped on the way leave the others going. On
 //! the real PostgreSQL and MariaDB and a temporary SQLite file.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

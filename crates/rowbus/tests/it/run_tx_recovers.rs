@@ -5,7 +5,7 @@
 //! messages per second to a few, and 89,297 of 108,012 messages were still queued after
 //! the drain. One failed claim must cost one claim-error wait, no more.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -7,7 +7,7 @@
 //! Time is driven where it can be: the tests that are about which ticks go out move a
 //! schedule's `since_us` back in the database rather than waiting for ticks hours apart.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

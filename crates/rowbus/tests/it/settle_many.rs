@@ -4,7 +4,7 @@
 //! counted as a lost lease, whichever statement settled the others. Against the real
 //! PostgreSQL and MariaDB and a temporary SQLite file.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

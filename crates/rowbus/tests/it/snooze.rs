@@ -4,7 +4,7 @@
 //! paged view of the messages in a queue table, which tells them apart. Against the real
 //! PostgreSQL and MariaDB and a temporary SQLite file.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

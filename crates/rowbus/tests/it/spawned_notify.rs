@@ -5,7 +5,7 @@
 //! test; the other half is that the notification still arrives on commit, and not on
 //! rollback.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -5,7 +5,7 @@
 //! insert_only holds consumers off; cleanup, or the drop of a harness a failing test
 //! left, drops its queues.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
@@ -35,11 +35,11 @@ macro_rules! on_each_database {
         mod $scenario {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn postgres() {
-                super::$scenario(super::harness::<sqlx::Postgres>(Some(crate::PG)).await).await;
+                super::$scenario(super::harness::<sqlx::Postgres>(Some(super::PG)).await).await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn mariadb() {
-                super::$scenario(super::harness::<sqlx::MySql>(Some(crate::MARIADB)).await).await;
+                super::$scenario(super::harness::<sqlx::MySql>(Some(super::MARIADB)).await).await;
             }
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn sqlite() {

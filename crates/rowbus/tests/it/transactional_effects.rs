@@ -4,7 +4,7 @@
 //! its transaction to them); a failed handler there must still undo only its own writes.
 //! On the real PostgreSQL and MariaDB and a temporary SQLite file.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};

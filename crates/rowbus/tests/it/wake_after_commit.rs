@@ -6,7 +6,7 @@
 //! wake-up sender), and a burst of commits is told in fewer notifications than commits
 //! while every subscription elsewhere is still woken.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

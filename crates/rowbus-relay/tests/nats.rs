@@ -10,7 +10,8 @@ use std::time::Duration;
 use common::jetstream::Stream;
 use common::proxy::Proxy;
 use common::{
-    Brokers, Cleanup, NATS, Place, drained, eventually, fill, on_each_database, queue, start, stop,
+    Brokers, Cleanup, KEYED_DEADLINE, NATS, Place, drained, drained_within, eventually, fill,
+    on_each_database, queue, start, stop,
 };
 use rowbus::dead::DeadLetterPage;
 use rowbus::stats::Counted;
@@ -156,7 +157,7 @@ async fn four_relays_keep_each_keys_order<DB: Brokers>(place: Place) {
     for _ in 0..4 {
         relays.push(start(&queue, sink(NATS, &subject, &queue).await, 50));
     }
-    drained(&queue).await;
+    drained_within(&queue, KEYED_DEADLINE).await;
     let mut confirmed = 0;
     for relay in relays {
         let report = stop(relay).await;

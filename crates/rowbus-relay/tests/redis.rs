@@ -10,7 +10,8 @@ use std::time::Duration;
 use common::proxy::Proxy;
 use common::streams::Streams;
 use common::{
-    Brokers, Cleanup, Place, REDIS, drained, eventually, fill, on_each_database, queue, start, stop,
+    Brokers, Cleanup, KEYED_DEADLINE, Place, REDIS, drained, drained_within, eventually, fill,
+    on_each_database, queue, start, stop,
 };
 use rowbus::dead::DeadLetterPage;
 use rowbus::stats::Counted;
@@ -151,7 +152,7 @@ async fn four_relays_keep_each_keys_order<DB: Brokers>(place: Place) {
     for _ in 0..4 {
         relays.push(start(&queue, sink(REDIS, &streams.name("{key}"), None).await, 50));
     }
-    drained(&queue).await;
+    drained_within(&queue, KEYED_DEADLINE).await;
     let mut confirmed = 0;
     for relay in relays {
         let report = stop(relay).await;

@@ -5,7 +5,9 @@
 //! into the pool inside a transaction nobody would end (on PostgreSQL, one failed statement
 //! on it then failed every later one, 25P02, and what they wrote was never committed). On
 //! MariaDB, dropped claims left connections the pool never got back. A claim dropped after
-//! its commit held its messages for the whole lease.
+//! its commit held its messages for the whole lease. A subscription dropped stopped its
+//! queue's scheduler wherever it was, on MariaDB in the middle of a statement: the pool
+//! waited for that connection for good.
 
 use crate::common;
 
@@ -152,4 +154,118 @@ async fn nothing_left_open_sqlite() {
         unreachable!()
     };
     nothing_left_open(Broker::new(pool, BrokerOptions::default()).await.unwrap()).await;
+}
+
+/// A port that reaches the server at `127.0.0.1:port`, its answers passed on a few bytes
+/// at a time: a statement's answer then arrives over many reads, and a future dropped
+/// part way is met in the middle of one far more often than on the bare server. The relay
+/// ends with the test's runtime.
+async fn trickling(port: u16) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+    let relay = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let local = relay.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((inbound, _)) = relay.accept().await {
+            let server = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+            // Each few bytes sent as they are written.
+            inbound.set_nodelay(true).unwrap();
+            server.set_nodelay(true).unwrap();
+            let (mut from_client, mut to_client) = inbound.into_split();
+            let (mut from_server, mut to_server) = server.into_split();
+            tokio::spawn(async move { tokio::io::copy(&mut from_client, &mut to_server).await });
+            tokio::spawn(async move {
+                let mut buf = [0u8; 7];
+                loop {
+                    match from_server.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => {
+                            if to_client.write_all(&buf[..n]).await.is_err() {
+                                return;
+                            }
+                            tokio::task::yield_now().await;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    local
+}
+
+/// How long a connection of the pool is waited for: a connection lost to the pool is
+/// never given back, so the wait is all a test of it takes to fail.
+const ACQUIRE: Duration = Duration::from_secs(10);
+
+/// `url` (host 127.0.0.1) with its port replaced by `port`.
+fn on_port(url: &str, port: u16) -> String {
+    let (head, rest) = url.rsplit_once(':').unwrap();
+    let path = &rest[rest.find('/').unwrap()..];
+    format!("{head}:{port}{path}")
+}
+
+/// Subscribes and drops the subscription again and again, each at another moment of its
+/// queue's scheduler (which every subscription with schedules on starts in its broker and
+/// the last one stops), then takes every connection of the pool. A scheduler stopped in the
+/// middle of a statement left its connection waiting, on MariaDB, for the rest of an answer
+/// already read: the pool counted it in use for good.
+async fn schedulers_stop_between_statements<DB: Db>(broker: Broker<DB>) {
+    let cleanup = Cleanup::new(DB::BACKEND);
+    let name = cleanup.queue(&unique("sched_drop"));
+    let q = broker.queue(&name).unwrap();
+    q.deploy().await.unwrap();
+    let rounds = async {
+        for round in 0..300u64 {
+            let sub = q.subscribe().stream().await.unwrap_or_else(|e| panic!("round {round}: {e}"));
+            // The scheduler's pass runs on the other worker meanwhile: a statement or two.
+            std::thread::sleep(Duration::from_micros(round * 37 % 1500));
+            drop(sub);
+        }
+    };
+    // About a second when every connection comes back.
+    tokio::time::timeout(Duration::from_secs(60), rounds)
+        .await
+        .expect("300 rounds took over a minute: the pool was short of connections");
+    // Each one held while the next is taken: all of them, or a connection lost.
+    let conns = join_all((0..CONNECTIONS).map(|_| broker.pool().acquire())).await;
+    let lost = conns.iter().filter(|conn| conn.is_err()).count();
+    assert_eq!(lost, 0, "{lost} of the pool's {CONNECTIONS} connections never came back");
+    drop(conns);
+    q.undeploy().await.unwrap();
+    cleanup.forget(&name);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schedulers_stop_between_statements_postgres() {
+    let url = on_port(PG, trickling(5432).await);
+    let pool = PoolOptions::<sqlx::Postgres>::new()
+        .max_connections(CONNECTIONS)
+        .acquire_timeout(ACQUIRE)
+        .connect(&url)
+        .await
+        .unwrap();
+    schedulers_stop_between_statements(Broker::new(pool, BrokerOptions::default()).await.unwrap()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schedulers_stop_between_statements_mariadb() {
+    let url = on_port(MARIADB, trickling(3306).await);
+    let pool = PoolOptions::<sqlx::MySql>::new()
+        .max_connections(CONNECTIONS)
+        .acquire_timeout(ACQUIRE)
+        .connect(&url)
+        .await
+        .unwrap();
+    schedulers_stop_between_statements(Broker::new(pool, BrokerOptions::default()).await.unwrap()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schedulers_stop_between_statements_sqlite() {
+    let file = TempSqlite::new();
+    let rowbus::DbPool::Sqlite(pool) =
+        rowbus::DbPool::connect_creating(&file.url, CONNECTIONS).await.unwrap()
+    else {
+        unreachable!()
+    };
+    schedulers_stop_between_statements(Broker::new(pool, BrokerOptions::default()).await.unwrap()).await;
 }

@@ -44,9 +44,9 @@ pub(crate) fn attach<DB: Db>(queue: &Queue<DB>) -> SchedulerGuard<DB> {
     match running.get_mut(queue.table()) {
         Some(entry) => entry.users += 1,
         None => {
-            let reread = Arc::new(Notify::new());
-            let task = tokio::spawn(run(queue.clone(), reread.clone()));
-            running.insert(queue.table().clone(), Entry { users: 1, task, reread });
+            let (reread, stop) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+            tokio::spawn(run(queue.clone(), reread.clone(), stop.clone()));
+            running.insert(queue.table().clone(), Entry { users: 1, stop, reread });
         }
     }
     SchedulerGuard { queue: queue.clone() }
@@ -58,9 +58,12 @@ impl<DB: Db> Drop for SchedulerGuard<DB> {
         if let Some(entry) = running.get_mut(self.queue.table()) {
             entry.users -= 1;
             if entry.users == 0 {
-                // A tick's transaction cut short rolls back: its tick is still unrecorded,
-                // for another broker (or this one's next start) to publish.
-                entry.task.abort();
+                // Stopped between passes, never in one: sqlx's MySQL driver does not
+                // recover a connection whose statement was cut off while its answer was
+                // being read; the pool then waited for that connection for good. A
+                // subscription that starts meanwhile starts another task, which runs
+                // beside the ending one's last pass as another broker's would.
+                entry.stop.notify_one();
                 running.remove(self.queue.table());
             }
         }
@@ -84,7 +87,7 @@ struct State {
     read_at: Option<Instant>,
 }
 
-async fn run<DB: Db>(queue: Queue<DB>, reread: Arc<Notify>) {
+async fn run<DB: Db>(queue: Queue<DB>, reread: Arc<Notify>, stop: Arc<Notify>) {
     let inner = queue.inner().clone();
     let mut shutdown = inner.shutdown.subscribe();
     let every = inner.options.schedule_reread;
@@ -116,6 +119,7 @@ async fn run<DB: Db>(queue: Queue<DB>, reread: Arc<Notify>) {
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
             _ = reread.notified() => state.read_at = None,
+            _ = stop.notified() => return,
             _ = shutdown.changed() => return,
         }
     }

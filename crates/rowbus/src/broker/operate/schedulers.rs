@@ -5,7 +5,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
-use tokio::task::JoinHandle;
 
 use crate::names::QueueTable;
 
@@ -19,7 +18,8 @@ pub(crate) struct Schedulers {
 pub(in crate::broker) struct Entry {
     /// Subscriptions holding it.
     pub(in crate::broker) users: usize,
-    pub(in crate::broker) task: JoinHandle<()>,
+    /// Ends the task at the end of its pass (a permit: a pass running now ends after).
+    pub(in crate::broker) stop: Arc<Notify>,
     /// Read the definitions again now.
     pub(in crate::broker) reread: Arc<Notify>,
 }

@@ -15,7 +15,7 @@ use std::future::Future;
 use std::task::Poll;
 use std::time::Duration;
 
-use common::{Cleanup, MARIADB, PG, TempSqlite, unique};
+use common::{Cleanup, MARIADB, PG, TempSqlite, trickle, unique};
 use futures::StreamExt;
 use futures::future::join_all;
 use rowbus::{Broker, BrokerOptions, Db, Message};
@@ -156,54 +156,6 @@ async fn nothing_left_open_sqlite() {
     nothing_left_open(Broker::new(pool, BrokerOptions::default()).await.unwrap()).await;
 }
 
-/// A port that reaches the server at `127.0.0.1:port`, its answers passed on a few bytes
-/// at a time: a statement's answer then arrives over many reads, and a future dropped
-/// part way is met in the middle of one far more often than on the bare server. The relay
-/// ends with the test's runtime.
-async fn trickling(port: u16) -> u16 {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use tokio::net::{TcpListener, TcpStream};
-    let relay = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let local = relay.local_addr().unwrap().port();
-    tokio::spawn(async move {
-        while let Ok((inbound, _)) = relay.accept().await {
-            let server = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-            // Each few bytes sent as they are written.
-            inbound.set_nodelay(true).unwrap();
-            server.set_nodelay(true).unwrap();
-            let (mut from_client, mut to_client) = inbound.into_split();
-            let (mut from_server, mut to_server) = server.into_split();
-            tokio::spawn(async move { tokio::io::copy(&mut from_client, &mut to_server).await });
-            tokio::spawn(async move {
-                let mut buf = [0u8; 7];
-                loop {
-                    match from_server.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => {
-                            if to_client.write_all(&buf[..n]).await.is_err() {
-                                return;
-                            }
-                            tokio::task::yield_now().await;
-                        }
-                    }
-                }
-            });
-        }
-    });
-    local
-}
-
-/// How long a connection of the pool is waited for: a connection lost to the pool is
-/// never given back, so the wait is all a test of it takes to fail.
-const ACQUIRE: Duration = Duration::from_secs(10);
-
-/// `url` (host 127.0.0.1) with its port replaced by `port`.
-fn on_port(url: &str, port: u16) -> String {
-    let (head, rest) = url.rsplit_once(':').unwrap();
-    let path = &rest[rest.find('/').unwrap()..];
-    format!("{head}:{port}{path}")
-}
-
 /// Subscribes and drops the subscription again and again, each at another moment of its
 /// queue's scheduler (which every subscription with schedules on starts in its broker and
 /// the last one stops), then takes every connection of the pool. A scheduler stopped in the
@@ -226,36 +178,20 @@ async fn schedulers_stop_between_statements<DB: Db>(broker: Broker<DB>) {
     tokio::time::timeout(Duration::from_secs(60), rounds)
         .await
         .expect("300 rounds took over a minute: the pool was short of connections");
-    // Each one held while the next is taken: all of them, or a connection lost.
-    let conns = join_all((0..CONNECTIONS).map(|_| broker.pool().acquire())).await;
-    let lost = conns.iter().filter(|conn| conn.is_err()).count();
-    assert_eq!(lost, 0, "{lost} of the pool's {CONNECTIONS} connections never came back");
-    drop(conns);
+    trickle::every_connection_back(broker.pool(), CONNECTIONS).await;
     q.undeploy().await.unwrap();
     cleanup.forget(&name);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schedulers_stop_between_statements_postgres() {
-    let url = on_port(PG, trickling(5432).await);
-    let pool = PoolOptions::<sqlx::Postgres>::new()
-        .max_connections(CONNECTIONS)
-        .acquire_timeout(ACQUIRE)
-        .connect(&url)
-        .await
-        .unwrap();
+    let pool = trickle::postgres(PG, CONNECTIONS).await;
     schedulers_stop_between_statements(Broker::new(pool, BrokerOptions::default()).await.unwrap()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schedulers_stop_between_statements_mariadb() {
-    let url = on_port(MARIADB, trickling(3306).await);
-    let pool = PoolOptions::<sqlx::MySql>::new()
-        .max_connections(CONNECTIONS)
-        .acquire_timeout(ACQUIRE)
-        .connect(&url)
-        .await
-        .unwrap();
+    let pool = trickle::mariadb(MARIADB, CONNECTIONS).await;
     schedulers_stop_between_statements(Broker::new(pool, BrokerOptions::default()).await.unwrap()).await;
 }
 
@@ -268,4 +204,72 @@ async fn schedulers_stop_between_statements_sqlite() {
         unreachable!()
     };
     schedulers_stop_between_statements(Broker::new(pool, BrokerOptions::default()).await.unwrap()).await;
+}
+
+/// Starts a transactional batch runner and drops its future again and again, each at
+/// another moment of its claims, handlers and commits, then takes every connection of the
+/// pool and counts the messages: each one handled once or still in the queue. The
+/// runner's attempts were aborted with it, on MariaDB in the middle of a statement: the
+/// pool waited for that connection for good.
+async fn transactional_runners_dropped<DB: Db>(broker: Broker<DB>) {
+    let cleanup = Cleanup::new(DB::BACKEND);
+    let name = cleanup.queue(&unique("tx_drop"));
+    let q = broker.queue(&name).unwrap();
+    q.deploy().await.unwrap();
+    let handled = std::sync::Arc::new(std::sync::Mutex::new(Vec::<i64>::new()));
+    let rounds = async {
+        for round in 0..60u64 {
+            q.publish_batch((0..24).map(|i| Message::text(i.to_string()))).await.unwrap();
+            let handled = handled.clone();
+            let runner = q.subscribe().workers(2).batch(4).run_batch_tx(move |_conn, messages| {
+                let handled = handled.clone();
+                Box::pin(async move {
+                    handled.lock().unwrap().extend(messages.iter().map(|m| m.id()));
+                    Ok::<_, String>(())
+                })
+            });
+            let runner = tokio::spawn(runner);
+            // The runner goes on on the other worker meanwhile: claims, handlers, commits.
+            std::thread::sleep(Duration::from_micros(500 + round * 173 % 4000));
+            runner.abort();
+            let _ = runner.await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(120), rounds)
+        .await
+        .expect("60 rounds took over two minutes: the pool was short of connections");
+    trickle::every_connection_back(broker.pool(), CONNECTIONS).await;
+    // The attempts the runners left run to their end: then every message was handled
+    // (committed with its handler, once) or is still ready.
+    let left = async {
+        loop {
+            let (ready, in_flight) = q.depth("").await.unwrap();
+            let handled = handled.lock().unwrap().len() as i64;
+            if in_flight == 0 && ready + handled >= 60 * 24 {
+                return (ready, handled);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    let (ready, handled_n) =
+        tokio::time::timeout(Duration::from_secs(20), left).await.expect("attempts still open");
+    let mut ids = handled.lock().unwrap().clone();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len() as i64, handled_n, "a message was handled twice");
+    assert_eq!(ready + handled_n, 60 * 24, "{ready} ready and {handled_n} handled");
+    q.undeploy().await.unwrap();
+    cleanup.forget(&name);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactional_runners_dropped_postgres() {
+    let pool = trickle::postgres(PG, CONNECTIONS).await;
+    transactional_runners_dropped(Broker::new(pool, BrokerOptions::default()).await.unwrap()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transactional_runners_dropped_mariadb() {
+    let pool = trickle::mariadb(MARIADB, CONNECTIONS).await;
+    transactional_runners_dropped(Broker::new(pool, BrokerOptions::default()).await.unwrap()).await;
 }

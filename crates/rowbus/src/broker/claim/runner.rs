@@ -473,6 +473,30 @@ pub(in crate::broker) trait Turn<DB: Db> {
     ) -> impl Future<Output = Option<Pace>>;
     /// After the loop: lets the handlers in `set` finish within `timeout`.
     fn finish(self, set: JoinSet<()>, timeout: Duration) -> impl Future<Output = ()>;
+    /// Whether the tasks in `set` are told, rather than aborted, when the runner's future
+    /// is dropped before its loop ended: if so, what tells them (`true` then), and they
+    /// end by themselves.
+    fn detached_when_dropped(&self) -> Option<Arc<tokio::sync::watch::Sender<bool>>> {
+        None
+    }
+}
+
+/// The tasks a runner started. Dropped with the runner's future before its loop ended:
+/// aborted, as a `JoinSet` dropped aborts its tasks, or, where the turn says so
+/// ([`Turn::detached_when_dropped`]), told that the runner is gone and left to end by
+/// themselves.
+struct Started {
+    set: JoinSet<()>,
+    gone: Option<Arc<tokio::sync::watch::Sender<bool>>>,
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        if let Some(gone) = &self.gone {
+            gone.send_replace(true);
+            self.set.detach_all();
+        }
+    }
 }
 
 /// What ended a wait of the claim loop.
@@ -494,7 +518,8 @@ pub(in crate::broker) async fn drive<DB: Db, T: Turn<DB>>(
     timeout: Duration,
 ) {
     let _running = Running::new(claimer.queue.inner());
-    let mut set = JoinSet::new();
+    let mut started = Started { set: JoinSet::new(), gone: turn.detached_when_dropped() };
+    let set = &mut started.set;
     let mut until = Instant::now();
     let stop = claimer.until.take();
     loop {
@@ -521,7 +546,7 @@ pub(in crate::broker) async fn drive<DB: Db, T: Turn<DB>>(
                 }
                 claimer.pace = Pace::Now;
             }
-            Next::Claim(workers) => match turn.claim(&mut claimer, workers, &mut set).await {
+            Next::Claim(workers) => match turn.claim(&mut claimer, workers, set).await {
                 Some(pace) => {
                     claimer.pace = pace;
                     until = Instant::now() + claimer.pause().unwrap_or_default();
@@ -530,7 +555,7 @@ pub(in crate::broker) async fn drive<DB: Db, T: Turn<DB>>(
             },
         }
     }
-    turn.finish(set, timeout).await;
+    turn.finish(std::mem::take(set), timeout).await;
 }
 
 /// [`SubscriptionBuilder::run`]: a message per free worker, and those claimed ahead (see

@@ -23,7 +23,7 @@ use crate::broker::operate::scheduler::{self, SchedulerGuard};
 use crate::broker::settle::acks::PendingAcks;
 use crate::broker::{Delivery, Queue};
 use crate::error::{Error, check_duration};
-use crate::sql::Db;
+use crate::sql::{Db, Finishing};
 
 /// Configures a subscription to a [`Queue`]; finish with [`stream`](Self::stream) or one
 /// of the runners ([`run`](Self::run), [`run_batch`](Self::run_batch),
@@ -323,7 +323,10 @@ impl<DB: Db> Claimer<DB> {
             listen.listen(channel).await?;
         }
         // Before the first claim: its acknowledgements follow the queue's keep setting.
-        crate::broker::operate::history::load(&builder.queue).await?;
+        // Read to its end even if the caller stops waiting (a runner's future dropped as
+        // it starts): see `Finishing`.
+        let queue = builder.queue.clone();
+        Finishing::new(|_| async move { crate::broker::operate::history::load(&queue).await }).await?;
         crate::broker::operate::history::start_cleanup(&builder.queue);
         Ok(Claimer {
             queue: builder.queue.clone(),

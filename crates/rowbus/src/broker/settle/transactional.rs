@@ -8,7 +8,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use std::time::Duration;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot, watch};
 use tokio::task::JoinSet;
 use tracing::{Instrument as _, debug, info_span, warn};
 
@@ -115,6 +115,7 @@ impl<DB: Db> SubscriptionBuilder<DB> {
             workers: Arc::new(Semaphore::new(self.workers)),
             max: self.workers,
             limit,
+            gone: Arc::new(watch::Sender::new(false)),
         };
         drive(claimer, turn, None, self.shutdown_timeout).await;
         Ok(())
@@ -127,6 +128,8 @@ struct Locked<H> {
     workers: Arc<Semaphore>,
     max: usize,
     limit: usize,
+    /// `true` once the runner's future was dropped: see [`Turn::detached_when_dropped`].
+    gone: Arc<watch::Sender<bool>>,
 }
 
 impl<DB, H> Turn<DB> for Locked<H>
@@ -152,12 +155,17 @@ where
         let mut claims = Vec::with_capacity(workers.len());
         for worker in workers {
             let (found, claimed) = oneshot::channel();
-            let (handler, queue, group, limit) =
-                (self.handler.clone(), claimer.queue.clone(), claimer.group.clone(), self.limit);
+            let (handler, queue, group, limit, gone) = (
+                self.handler.clone(),
+                claimer.queue.clone(),
+                claimer.group.clone(),
+                self.limit,
+                self.gone.subscribe(),
+            );
             set.spawn(
                 async move {
                     let _worker = worker;
-                    transactional(&queue, &group, limit, &*handler, found).await;
+                    transactional(&queue, &group, limit, &*handler, gone, found).await;
                 }
                 .instrument(info_span!("rowbus.transactional")),
             );
@@ -181,6 +189,15 @@ where
     async fn finish(self, mut set: JoinSet<()>, timeout: Duration) {
         drain(&mut set, timeout).await
     }
+
+    /// Aborted, an attempt was cut off wherever it was, rowbus's statements included:
+    /// sqlx's MySQL driver does not recover a connection whose statement was cut off while
+    /// its answer was being read, and the pool waited for that connection for good. Told,
+    /// an attempt whose claim is under way finishes it and gives the rows back; a handler
+    /// running is dropped and its transaction rolled back, as the `Rollback` outcome does.
+    fn detached_when_dropped(&self) -> Option<Arc<watch::Sender<bool>>> {
+        Some(self.gone.clone())
+    }
 }
 
 /// One transactional attempt: take up to `limit` rows in a transaction (locked and deleted
@@ -193,6 +210,7 @@ async fn transactional<DB, H>(
     group: &str,
     limit: usize,
     handler: &H,
+    mut gone: watch::Receiver<bool>,
     found: oneshot::Sender<Result<bool, ()>>,
 ) where
     DB: Db,
@@ -242,7 +260,18 @@ async fn transactional<DB, H>(
     // The claim set the handler's savepoint.
     let settled = async {
         let tx = write.tx();
-        let (error, after) = match handler(tx, rows).instrument(span).await {
+        // The runner gone (its future dropped): the handler is not started, or dropped
+        // rather than waited for, and the batch goes back as it was.
+        let handled = if *gone.borrow() {
+            Ok(BatchOutcome::Rollback)
+        } else {
+            tokio::select! {
+                biased;
+                handled = handler(tx, rows).instrument(span) => handled,
+                _ = gone.wait_for(|gone| *gone) => Ok(BatchOutcome::Rollback),
+            }
+        };
+        let (error, after) = match handled {
             Ok(BatchOutcome::Rollback) if !DB::ONE_WRITER => return Ok(Settled::RolledBack),
             Ok(BatchOutcome::Rollback) => {
                 // Its group's transaction holds other batches: only this one is undone.

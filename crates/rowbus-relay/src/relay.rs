@@ -78,6 +78,13 @@ impl Tally {
         }
     }
 
+    /// [`flush`](Self::flush) run to its end even if the relay stops meanwhile
+    /// ([`to_the_end`]).
+    async fn flush_to_the_end<DB: Db>(tally: &Arc<Self>, queue: &Queue<DB>) {
+        let (tally, queue) = (tally.clone(), queue.clone());
+        to_the_end(async move { tally.flush(&queue).await }).await;
+    }
+
     /// Adds what happened since the last time to the queue's counts.
     async fn flush<DB: Db>(&self, queue: &Queue<DB>) {
         for (i, kind) in KINDS.into_iter().enumerate() {
@@ -344,7 +351,9 @@ impl<DB: Db, S: Sink> Relay<DB, S> {
             let (queue, backoff, tally) = (queue.clone(), backoff.clone(), tally.clone());
             tokio::spawn(async move {
                 while let Some((batch, results)) = settling.recv().await {
-                    settle(&queue, batch, results, &backoff, &tally, system).await;
+                    let (queue, backoff, tally) = (queue.clone(), backoff.clone(), tally.clone());
+                    to_the_end(async move { settle(&queue, batch, results, &backoff, &tally, system).await })
+                        .await;
                 }
             })
         };
@@ -384,7 +393,7 @@ impl<DB: Db, S: Sink> Relay<DB, S> {
         let _ = claims.await;
         let _ = settlements.await;
         counting.abort();
-        tally.flush(&queue).await;
+        Tally::flush_to_the_end(&tally, &queue).await;
         let report = tally.report();
         info!(table = %queue.table(), system, ?report, "relay stopped");
         Ok(report)
@@ -399,9 +408,18 @@ fn counting<DB: Db>(queue: &Queue<DB>, tally: &Arc<Tally>) -> tokio::task::JoinH
         every.tick().await;
         loop {
             every.tick().await;
-            tally.flush(&queue).await;
+            Tally::flush_to_the_end(&tally, &queue).await;
         }
     })
+}
+
+/// Runs `work` (statements on the queue's pool) on a task of its own and waits for it. A
+/// relay stopped meanwhile (its future dropped, its tasks aborted) stops waiting, and the
+/// statements still run to their end: sqlx's MySQL driver does not recover a connection
+/// whose statement was cut off while its answer was being read, and the pool waited for
+/// that connection for good.
+async fn to_the_end<T: Send + 'static>(work: impl Future<Output = T> + Send + 'static) {
+    let _ = tokio::spawn(work).await;
 }
 
 /// Hands `outgoing` to the sink: an answer for each message, in order.
@@ -494,7 +512,7 @@ impl<DB: Db, S: Sink> Relay<DB, S> {
             })
             .await;
         counting.abort();
-        tally.flush(&queue).await;
+        Tally::flush_to_the_end(&tally, &queue).await;
         ran?;
         let report = tally.report();
         info!(table = %queue.table(), system, ?report, "relay stopped");

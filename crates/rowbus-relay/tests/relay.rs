@@ -6,8 +6,8 @@ mod common;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{Brokers, Cleanup, Place, drained, fill, on_each_database, queue};
-use rowbus::Message;
+use common::{Brokers, Cleanup, MARIADB, Place, drained, fill, on_each_database, options, queue, trickle};
+use rowbus::{Broker, Message};
 use rowbus_relay::Relay;
 use rowbus_relay::sink::{Outgoing, Sink, SinkError};
 
@@ -102,3 +102,59 @@ async fn batches_in_flight_are_at_the_sink_together<DB: Brokers>(place: Place) {
     }
 }
 on_each_database!(batches_in_flight_are_at_the_sink_together);
+
+/// A broker that confirms everything at once and counts the batches it took.
+#[derive(Default)]
+struct Counts {
+    batches: AtomicUsize,
+}
+
+impl Sink for Counts {
+    async fn send(&self, batch: &[Outgoing]) -> Vec<Result<(), SinkError>> {
+        self.batches.fetch_add(1, Ordering::SeqCst);
+        batch.iter().map(|_| Ok(())).collect()
+    }
+
+    fn system(&self) -> &'static str {
+        "test"
+    }
+}
+
+/// Relays aborted again and again while they relay, each at another moment of their
+/// claims, sends, settlements and counts, in transactions and under leases, on MariaDB
+/// through a relay that passes the server's answers on a few bytes at a time; then every
+/// connection of the pool is taken. A statement cut off while its answer was being read
+/// left its connection waiting for good: the pool counted it in use, the server idle.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aborted_relays_give_every_connection_back() {
+    const CONNECTIONS: u32 = 3;
+    let broker = Broker::new(trickle::mariadb(MARIADB, CONNECTIONS).await, options()).await.unwrap();
+    let cleanup = Cleanup::new(rowbus::Backend::MySql);
+    let name = cleanup.queue(&common::unique("relay_aborted"));
+    let queue = broker.queue(&name).unwrap();
+    queue.deploy().await.unwrap();
+    let sink = std::sync::Arc::new(Counts::default());
+    let rounds = async {
+        for round in 0..300u64 {
+            fill(&queue, 24, 0).await;
+            let before = sink.batches.load(Ordering::SeqCst);
+            let relay =
+                Relay::new(queue.clone(), sink.clone()).batch(4).in_flight(2).transactional(round % 2 == 0);
+            let relay = tokio::spawn(relay.run());
+            // Relaying: its first batch is at the sink.
+            while sink.batches.load(Ordering::SeqCst) == before {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            // It goes on on the other worker meanwhile: part of a statement, perhaps.
+            std::thread::sleep(Duration::from_micros(round * 173 % 3000));
+            relay.abort();
+            let _ = relay.await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(120), rounds)
+        .await
+        .expect("300 rounds took over two minutes: the pool was short of connections");
+    trickle::every_connection_back(broker.pool(), CONNECTIONS).await;
+    queue.undeploy().await.unwrap();
+    cleanup.forget(&name);
+}

@@ -1,7 +1,7 @@
 //! Shared by the relay's integration tests: the databases (one test per database, as the
 //! library's tests do), unique names, the guard that drops what a test made, a queue
 //! filled with numbered messages, a TCP proxy a test stops and starts to take a broker
-//! away, and the brokers' own clients to read back what the relay sent.
+//! away, a slow relay in front of a database, and the brokers' own clients to read back what the relay sent.
 #![allow(dead_code)]
 
 #[path = "../../../rowbus/tests/common/cleanup.rs"]
@@ -9,6 +9,8 @@ mod cleanup;
 pub mod jetstream;
 pub mod proxy;
 pub mod streams;
+#[path = "../../../rowbus/tests/common/trickle.rs"]
+pub mod trickle;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

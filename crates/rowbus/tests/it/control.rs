@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{Cleanup, MARIADB, PG, TempSqlite, next_delivery as next, on_each_database, unique};
+use common::{Cleanup, TempSqlite, next_delivery as next, on_each_database, unique};
 use rowbus::control::StopReason;
 use rowbus::dead::DeadLetterPage;
 use rowbus::history::{HistoryOutcome, HistoryPage};
@@ -41,31 +41,14 @@ fn options() -> BrokerOptions {
 }
 
 /// One test of `scenario` on `database`, for [`on_each_database!`].
-macro_rules! database_test {
-    ($database:ident, $scenario:ident) => {
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn $database() {
-            let (url, file) = match stringify!($database) {
-                "postgres" => (PG.to_owned(), None),
-                "mariadb" => (MARIADB.to_owned(), None),
-                _ => {
-                    let file = Arc::new(TempSqlite::new());
-                    (file.url.clone(), Some(file))
-                }
-            };
-            let db = DbPool::connect_creating(&url, 8)
-                .await
-                .unwrap_or_else(|e| panic!("{url} must be reachable (run scripts/services.sh): {e}"));
-            match db.clone() {
-                DbPool::Postgres(pool) => super::$scenario(env(pool, db, file).await).await,
-                DbPool::MySql(pool) => super::$scenario(env(pool, db, file).await).await,
-                DbPool::Sqlite(pool) => super::$scenario(env(pool, db, file).await).await,
-            }
-        }
-    };
-}
+use common::env_test as database_test;
 
-async fn env<DB: Db>(pool: sqlx::Pool<DB>, db: DbPool, file: Option<Arc<TempSqlite>>) -> Env<DB> {
+async fn env<DB: Db>(
+    pool: sqlx::Pool<DB>,
+    db: DbPool,
+    _url: String,
+    file: Option<Arc<TempSqlite>>,
+) -> Env<DB> {
     Env { broker: Broker::new(pool, options()).await.unwrap(), db, _file: file }
 }
 

@@ -8,7 +8,7 @@ use crate::common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Cleanup, MARIADB, PG, TempSqlite, next_delivery as next, on_each_database, unique};
+use common::{Cleanup, TempSqlite, next_delivery as next, on_each_database, unique};
 use rowbus::dead::{DeadLetter, DeadLetterPage, DeadLetters};
 use rowbus::testing::{Handled, TestBroker};
 use rowbus::{Broker, BrokerOptions, Db, DbPool, Error, Message, Queue, RetryPolicy};
@@ -29,34 +29,8 @@ fn options() -> BrokerOptions {
     }
 }
 
-async fn connect(url: &str) -> DbPool {
-    DbPool::connect_creating(url, 8)
-        .await
-        .unwrap_or_else(|e| panic!("{url} must be reachable (run scripts/services.sh): {e}"))
-}
-
 /// One test of `scenario` on `database`, for [`on_each_database!`].
-macro_rules! database_test {
-    ($database:ident, $scenario:ident) => {
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn $database() {
-            let (url, file) = match stringify!($database) {
-                "postgres" => (PG.to_owned(), None),
-                "mariadb" => (MARIADB.to_owned(), None),
-                _ => {
-                    let file = Arc::new(TempSqlite::new());
-                    (file.url.clone(), Some(file))
-                }
-            };
-            let db = connect(&url).await;
-            match db.clone() {
-                DbPool::Postgres(pool) => super::$scenario(env(pool, db, url, file).await).await,
-                DbPool::MySql(pool) => super::$scenario(env(pool, db, url, file).await).await,
-                DbPool::Sqlite(pool) => super::$scenario(env(pool, db, url, file).await).await,
-            }
-        }
-    };
-}
+use common::env_test as database_test;
 
 async fn env<DB: Db>(
     pool: sqlx::Pool<DB>,

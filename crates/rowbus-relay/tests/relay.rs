@@ -15,11 +15,15 @@ use rowbus_relay::sink::{Outgoing, Sink, SinkError};
 /// claimed by then.
 const QUIET: Duration = Duration::from_secs(1);
 
-/// A broker that confirms everything at once.
-struct Confirms;
+/// A broker that confirms everything at once and counts the batches it took.
+#[derive(Default)]
+struct Confirms {
+    batches: AtomicUsize,
+}
 
 impl Sink for Confirms {
     async fn send(&self, batch: &[Outgoing]) -> Vec<Result<(), SinkError>> {
+        self.batches.fetch_add(1, Ordering::SeqCst);
         batch.iter().map(|_| Ok(())).collect()
     }
 
@@ -34,7 +38,7 @@ async fn an_aborted_relay_claims_nothing_more<DB: Brokers>(place: Place) {
     let cleanup = Cleanup::new(place.backend());
     let (_broker, queue) = queue::<DB>(&place, &cleanup, "relay_abort").await;
     fill(&queue, 10, 0).await;
-    let relay = tokio::spawn(Relay::new(queue.clone(), Confirms).batch(5).run());
+    let relay = tokio::spawn(Relay::new(queue.clone(), Confirms::default()).batch(5).run());
     drained(&queue).await;
     relay.abort();
     assert!(relay.await.unwrap_err().is_cancelled());
@@ -103,23 +107,6 @@ async fn batches_in_flight_are_at_the_sink_together<DB: Brokers>(place: Place) {
 }
 on_each_database!(batches_in_flight_are_at_the_sink_together);
 
-/// A broker that confirms everything at once and counts the batches it took.
-#[derive(Default)]
-struct Counts {
-    batches: AtomicUsize,
-}
-
-impl Sink for Counts {
-    async fn send(&self, batch: &[Outgoing]) -> Vec<Result<(), SinkError>> {
-        self.batches.fetch_add(1, Ordering::SeqCst);
-        batch.iter().map(|_| Ok(())).collect()
-    }
-
-    fn system(&self) -> &'static str {
-        "test"
-    }
-}
-
 /// Relays aborted again and again while they relay, each at another moment of their
 /// claims, sends, settlements and counts, in transactions and under leases, on MariaDB
 /// through a relay that passes the server's answers on a few bytes at a time; then every
@@ -133,7 +120,7 @@ async fn aborted_relays_give_every_connection_back() {
     let name = cleanup.queue(&common::unique("relay_aborted"));
     let queue = broker.queue(&name).unwrap();
     queue.deploy().await.unwrap();
-    let sink = std::sync::Arc::new(Counts::default());
+    let sink = std::sync::Arc::new(Confirms::default());
     let rounds = async {
         for round in 0..300u64 {
             fill(&queue, 24, 0).await;

@@ -49,50 +49,26 @@ macro_rules! on_each_database {
 pub(crate) use on_each_database;
 
 /// A `database_test!` for [`on_each_database!`] (a file takes it as
-/// `use common::env_test as database_test;`): the database's pool of 8 connections
-/// ([`database_url`], [`connect_pool`]) turned into the scenario's argument by the file's
-/// own `async fn env(pool, db, url, file)`, which keeps the SQLite file as long as it needs
-/// it.
+/// `use common::env_test as database_test;`): a pool on the database's [`Place`], turned
+/// into the scenario's argument by the file's own `async fn env(pool, db, place)`, which
+/// keeps the place (and so a SQLite file) as long as it needs it.
 #[allow(unused_macros)]
 macro_rules! env_test {
     ($database:ident, $scenario:ident) => {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn $database() {
-            let (url, file) = crate::common::database_url(stringify!($database));
-            let db = crate::common::connect_pool(&url).await;
+            let place = crate::common::Place::named(stringify!($database));
+            let db = place.pool().await;
             match db.clone() {
-                rowbus::DbPool::Postgres(pool) => {
-                    super::$scenario(super::env(pool, db, url, file).await).await
-                }
-                rowbus::DbPool::MySql(pool) => super::$scenario(super::env(pool, db, url, file).await).await,
-                rowbus::DbPool::Sqlite(pool) => super::$scenario(super::env(pool, db, url, file).await).await,
+                rowbus::DbPool::Postgres(pool) => super::$scenario(super::env(pool, db, place).await).await,
+                rowbus::DbPool::MySql(pool) => super::$scenario(super::env(pool, db, place).await).await,
+                rowbus::DbPool::Sqlite(pool) => super::$scenario(super::env(pool, db, place).await).await,
             }
         }
     };
 }
 #[allow(unused_imports)]
 pub(crate) use env_test;
-
-/// The URL of `database`'s test server (`postgres`, `mariadb`), or of a new temporary
-/// SQLite file (any other name), with the file.
-pub fn database_url(database: &str) -> (String, Option<std::sync::Arc<TempSqlite>>) {
-    match database {
-        "postgres" => (PG.to_owned(), None),
-        "mariadb" => (MARIADB.to_owned(), None),
-        _ => {
-            let file = std::sync::Arc::new(TempSqlite::new());
-            (file.url.clone(), Some(file))
-        }
-    }
-}
-
-/// A pool of 8 connections to `url` (a SQLite file made if missing); fails loudly, saying
-/// how to start the servers, when it is unreachable.
-pub async fn connect_pool(url: &str) -> DbPool {
-    DbPool::connect_creating(url, 8)
-        .await
-        .unwrap_or_else(|e| panic!("{url} must be reachable (run scripts/services.sh): {e}"))
-}
 
 /// A name no other test (or test process) uses: the process id and a count, after the
 /// run's tag when `scripts/test.sh` set one (`ROWBUS_TEST_RUN`), by which it tells what

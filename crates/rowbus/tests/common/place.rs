@@ -18,13 +18,28 @@ pub enum Place {
 }
 
 impl Place {
-    /// A new pool on the place's database; panics, loudly, when the server is down.
-    pub async fn pool(&self) -> DbPool {
-        let url = match self {
+    /// The place of the database a test is named after (`postgres`, `mariadb`; any other
+    /// name: SQLite, in a new file).
+    pub fn named(database: &str) -> Place {
+        match database {
+            "postgres" => Place::Postgres,
+            "mariadb" => Place::MariaDb,
+            _ => Place::Sqlite(Arc::new(TempSqlite::new())),
+        }
+    }
+
+    /// The place's database URL.
+    pub fn url(&self) -> String {
+        match self {
             Place::Postgres => PG.to_owned(),
             Place::MariaDb => MARIADB.to_owned(),
             Place::Sqlite(file) => file.url.clone(),
-        };
+        }
+    }
+
+    /// A new pool on the place's database; panics, loudly, when the server is down.
+    pub async fn pool(&self) -> DbPool {
+        let url = self.url();
         DbPool::connect_creating(&url, 8)
             .await
             .unwrap_or_else(|e| panic!("{url} must be reachable (run scripts/services.sh): {e}"))

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{Cleanup, TempSqlite, next_delivery as next, on_each_database, unique};
+use common::{Cleanup, Place, next_delivery as next, on_each_database, unique};
 use rowbus::control::StopReason;
 use rowbus::dead::DeadLetterPage;
 use rowbus::history::{HistoryOutcome, HistoryPage};
@@ -24,7 +24,7 @@ const WITHIN: Duration = Duration::from_secs(20);
 struct Env<DB: Db> {
     broker: Broker<DB>,
     db: DbPool,
-    _file: Option<Arc<TempSqlite>>,
+    _place: Place,
 }
 
 fn options() -> BrokerOptions {
@@ -43,13 +43,8 @@ fn options() -> BrokerOptions {
 /// One test of `scenario` on `database`, for [`on_each_database!`].
 use common::env_test as database_test;
 
-async fn env<DB: Db>(
-    pool: sqlx::Pool<DB>,
-    db: DbPool,
-    _url: String,
-    file: Option<Arc<TempSqlite>>,
-) -> Env<DB> {
-    Env { broker: Broker::new(pool, options()).await.unwrap(), db, _file: file }
+async fn env<DB: Db>(pool: sqlx::Pool<DB>, db: DbPool, place: Place) -> Env<DB> {
+    Env { broker: Broker::new(pool, options()).await.unwrap(), db, _place: place }
 }
 
 /// A new queue table, dropped with the tables beside it when the test ends, also when it

@@ -8,7 +8,7 @@ use crate::common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{Cleanup, TempSqlite, next_delivery as next, on_each_database, unique};
+use common::{Cleanup, Place, next_delivery as next, on_each_database, unique};
 use rowbus::dead::{DeadLetter, DeadLetterPage, DeadLetters};
 use rowbus::testing::{Handled, TestBroker};
 use rowbus::{Broker, BrokerOptions, Db, DbPool, Error, Message, Queue, RetryPolicy};
@@ -19,7 +19,7 @@ struct Env<DB: Db> {
     broker: Broker<DB>,
     db: DbPool,
     url: String,
-    _file: Option<Arc<TempSqlite>>,
+    _place: Place,
 }
 
 fn options() -> BrokerOptions {
@@ -32,13 +32,8 @@ fn options() -> BrokerOptions {
 /// One test of `scenario` on `database`, for [`on_each_database!`].
 use common::env_test as database_test;
 
-async fn env<DB: Db>(
-    pool: sqlx::Pool<DB>,
-    db: DbPool,
-    url: String,
-    file: Option<Arc<TempSqlite>>,
-) -> Env<DB> {
-    Env { broker: Broker::new(pool, options()).await.unwrap(), db, url, _file: file }
+async fn env<DB: Db>(pool: sqlx::Pool<DB>, db: DbPool, place: Place) -> Env<DB> {
+    Env { broker: Broker::new(pool, options()).await.unwrap(), db, url: place.url(), _place: place }
 }
 
 /// A new queue table, dropped with its dead-letter and pause tables when the test ends,

@@ -26,6 +26,16 @@ use sqlx::{Executor, Row};
 /// connection is met again by the next ones.
 const CONNECTIONS: u32 = 2;
 
+/// A pool of [`CONNECTIONS`] on the SQLite `file`.
+async fn sqlite_pool(file: &TempSqlite) -> sqlx::SqlitePool {
+    let rowbus::DbPool::Sqlite(pool) =
+        rowbus::DbPool::connect_creating(&file.url, CONNECTIONS).await.unwrap()
+    else {
+        unreachable!()
+    };
+    pool
+}
+
 /// Whether a connection is inside a transaction that an earlier statement began.
 async fn in_transaction<DB: Db>(conn: &mut DB::Connection) -> bool
 where
@@ -148,11 +158,7 @@ async fn nothing_left_open_mariadb() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_left_open_sqlite() {
     let file = TempSqlite::new();
-    let rowbus::DbPool::Sqlite(pool) =
-        rowbus::DbPool::connect_creating(&file.url, CONNECTIONS).await.unwrap()
-    else {
-        unreachable!()
-    };
+    let pool = sqlite_pool(&file).await;
     nothing_left_open(Broker::new(pool, BrokerOptions::default()).await.unwrap()).await;
 }
 
@@ -198,11 +204,7 @@ async fn schedulers_stop_between_statements_mariadb() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schedulers_stop_between_statements_sqlite() {
     let file = TempSqlite::new();
-    let rowbus::DbPool::Sqlite(pool) =
-        rowbus::DbPool::connect_creating(&file.url, CONNECTIONS).await.unwrap()
-    else {
-        unreachable!()
-    };
+    let pool = sqlite_pool(&file).await;
     schedulers_stop_between_statements(Broker::new(pool, BrokerOptions::default()).await.unwrap()).await;
 }
 

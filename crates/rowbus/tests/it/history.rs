@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{Cleanup, TempSqlite, next_delivery as next, on_each_database, unique};
+use common::{Cleanup, Place, next_delivery as next, on_each_database, unique};
 use rowbus::history::{HistoryEntry, HistoryOutcome, HistoryPage, Pruned};
 use rowbus::{Broker, BrokerOptions, Db, DbPool, Error, Message, Outcome, Queue, RetryPolicy};
 
@@ -21,7 +21,7 @@ use rowbus::{Broker, BrokerOptions, Db, DbPool, Error, Message, Outcome, Queue, 
 struct Env<DB: Db> {
     broker: Broker<DB>,
     db: DbPool,
-    _file: Option<Arc<TempSqlite>>,
+    _place: Place,
 }
 
 fn options() -> BrokerOptions {
@@ -35,13 +35,8 @@ fn options() -> BrokerOptions {
 /// One test of `scenario` on `database`, for [`on_each_database!`].
 use common::env_test as database_test;
 
-async fn env<DB: Db>(
-    pool: sqlx::Pool<DB>,
-    db: DbPool,
-    _url: String,
-    file: Option<Arc<TempSqlite>>,
-) -> Env<DB> {
-    Env { broker: Broker::new(pool, options()).await.unwrap(), db, _file: file }
+async fn env<DB: Db>(pool: sqlx::Pool<DB>, db: DbPool, place: Place) -> Env<DB> {
+    Env { broker: Broker::new(pool, options()).await.unwrap(), db, _place: place }
 }
 
 /// A new queue, its tables dropped when the guard goes (also when the test fails).

@@ -251,6 +251,20 @@ async fn connect(url: &str) -> Result<(MySqlConnection, String), Error> {
     .await
 }
 
+/// The rows of the table `quoted`, aliased `q`, whose ids are the `ids` binds, each found
+/// by the `id` index: `(SELECT ? AS rowbus_id UNION ALL ...) AS s STRAIGHT_JOIN ... ON
+/// q.id = s.rowbus_id`, for the statements that delete rows the caller holds. Written
+/// `DELETE FROM t WHERE id IN (...)`, MariaDB read the whole table instead once the ids
+/// were a fair share of it (10 of 40 rows: a queue near the end of its backlog, or one
+/// just made), and a DELETE that reads a row waits for whoever locked it: transactional
+/// batches in flight then waited for each other's commits, and deadlocked (two of them
+/// holding rows the other's DELETE read), until each claim came back short and its runner
+/// slept out its poll interval.
+fn by_ids(quoted: &str, ids: usize) -> String {
+    let ids = vec!["SELECT ? AS rowbus_id"; ids].join(" UNION ALL ");
+    format!("({ids}) AS s STRAIGHT_JOIN {quoted} AS q ON q.id = s.rowbus_id")
+}
+
 /// Marks the rows a claim locked. Binds: lease µs, token, then the ids.
 fn claim_mark(t: &str, ids: usize) -> String {
     format!(
@@ -547,6 +561,25 @@ impl Claiming for MySql {
     /// The keys' table: see the `keys` module.
     fn key_free(table: &QueueTable) -> String {
         keys::key_free(table)
+    }
+
+    /// Through [`by_ids`]: see there.
+    fn delete_ids_sql(quoted: &str, ids: usize) -> String {
+        format!("DELETE q FROM {}", by_ids(quoted, ids))
+    }
+
+    /// Through [`by_ids`], the token ahead of the ids as its bind is.
+    fn ack_many_sql(quoted: &str, ids: usize) -> String {
+        format!(
+            "DELETE q FROM (SELECT ? AS rowbus_lease) AS l STRAIGHT_JOIN {} AND q.lease = l.rowbus_lease",
+            by_ids(quoted, ids)
+        )
+    }
+
+    /// Through [`by_ids`], each row's own lease checked after.
+    fn ack_pairs_sql(quoted: &str, pairs: usize) -> String {
+        let each = vec!["(?, ?)"; pairs].join(", ");
+        format!("DELETE q FROM {} WHERE (q.id, q.lease) IN ({each})", by_ids(quoted, pairs))
     }
 
     const LEASE_CLAIM_BEGIN: &'static str = "BEGIN";
@@ -977,7 +1010,11 @@ mod tests {
         assert!(t.claim.contains("ORDER BY priority, visible_at, id LIMIT ? FOR UPDATE SKIP LOCKED"));
         assert!(t.claim_locked.starts_with("SELECT CAST(id AS SIGNED)"));
         assert_eq!(claim_mark("`jobs`", 2).matches('?').count(), 4);
-        assert_eq!(&*t.delete_ids(2), "DELETE FROM `jobs` WHERE id IN (?, ?)");
+        assert_eq!(
+            &*t.delete_ids(2),
+            "DELETE q FROM (SELECT ? AS rowbus_id UNION ALL SELECT ? AS rowbus_id) AS s \
+             STRAIGHT_JOIN `jobs` AS q ON q.id = s.rowbus_id"
+        );
     }
 
     #[test]
@@ -1016,7 +1053,17 @@ mod tests {
     fn acknowledgements_find_rows_by_id() {
         let t = sql("app.jobs");
         assert_eq!(t.quoted, "`app`.`jobs`");
-        assert_eq!(t.ack_pairs(1), "DELETE FROM `app`.`jobs` WHERE id IN (?) AND (id, lease) IN ((?, ?))");
+        assert_eq!(
+            t.ack_pairs(2),
+            "DELETE q FROM (SELECT ? AS rowbus_id UNION ALL SELECT ? AS rowbus_id) AS s \
+             STRAIGHT_JOIN `app`.`jobs` AS q ON q.id = s.rowbus_id WHERE (q.id, q.lease) IN ((?, ?), (?, ?))"
+        );
+        // The token's bind comes first, as the other databases' statement has it.
+        assert_eq!(
+            t.ack_many(1),
+            "DELETE q FROM (SELECT ? AS rowbus_lease) AS l STRAIGHT_JOIN (SELECT ? AS rowbus_id) AS s \
+             STRAIGHT_JOIN `app`.`jobs` AS q ON q.id = s.rowbus_id AND q.lease = l.rowbus_lease"
+        );
         assert_eq!(t.dead_restore(3).matches('?').count(), 27);
         assert!(
             t.dead_restore(1)

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use super::{
     Claiming, HistorySql, InsertForm, Keeping, LimitSql, Limiting, PauseSql, Pausing, Publishing,
-    ScheduleSql, Scheduling, Schema, TableSql, pairs_filter, placeholders, quoted,
+    ScheduleSql, Scheduling, Schema, TableSql, placeholders, quoted,
 };
 use super::{Counting, CountsSql};
 use crate::error::Error;
@@ -193,23 +193,18 @@ impl<DB: Schema + Publishing + Claiming + Pausing + Scheduling + Keeping + Count
 
     /// Deletes acknowledged rows, each under its own lease. Binds: the ids, then (id, token) pairs.
     pub fn ack_pairs(&self, pairs: usize) -> String {
-        format!("DELETE FROM {} WHERE {}", self.quoted, pairs_filter::<DB>(pairs))
+        DB::ack_pairs_sql(&self.quoted, pairs)
     }
 
     /// Deletes rows the caller's transaction took (locked, or under SQLite's write lock).
     /// Binds: the ids.
     pub fn delete_ids(&self, ids: usize) -> Arc<str> {
-        format!("DELETE FROM {} WHERE id IN ({})", self.quoted, placeholders::<DB>(1, ids)).into()
+        DB::delete_ids_sql(&self.quoted, ids).into()
     }
 
     /// Deletes acknowledged rows of one claim. Binds: token, then the ids.
     pub fn ack_many(&self, ids: usize) -> String {
-        format!(
-            "DELETE FROM {} WHERE lease = {} AND id IN ({})",
-            self.quoted,
-            DB::param(1),
-            placeholders::<DB>(2, ids)
-        )
+        DB::ack_many_sql(&self.quoted, ids)
     }
 
     /// Gives back rows of one claim unstarted: claimable at once, their attempt not

@@ -182,10 +182,10 @@ pub async fn drained<DB: Db>(queue: &Queue<DB>) {
 }
 
 /// How long four relays may take over a queue whose every message is keyed. Each key's
-/// messages go one at a time, and on MariaDB under load the relays' claims were seen
-/// waiting on each other's row locks (`information_schema.innodb_locks`): 1,400 messages
-/// of 7 keys took over 100 s with other tests running, about 14 a second. Slow, not lost:
-/// those tests are about order.
+/// messages go one at a time, and every claim reads the rows waiting behind the keys to
+/// find the few it may take: 1,400 messages of 7 keys take 6-16 s alone here, and took
+/// over 100 s on MariaDB with other tests running, when up to twelve claims went at once.
+/// Slow, not lost: those tests are about order.
 pub const KEYED_DEADLINE: Duration = Duration::from_secs(300);
 
 /// [`drained`], failing after `within`.

@@ -14,7 +14,8 @@ use common::{Cleanup, MARIADB, PG, TempSqlite, on_each_database, unique};
 use futures::{FutureExt, StreamExt};
 use rowbus::stats::{Stats, TableState};
 use rowbus::{
-    Backend, Broker, BrokerOptions, Db, DbPool, Delivery, Error, Message, Outcome, Queue, RetryPolicy,
+    Backend, BatchOutcome, Broker, BrokerOptions, Db, DbPool, Delivery, Error, Message, Outcome, Queue,
+    RetryPolicy,
 };
 use sqlx::{MySql, Postgres, Sqlite};
 
@@ -1342,6 +1343,67 @@ async fn quick_handlers_claim_ahead<DB: Db>(broker: Broker<DB>) {
     assert!(claims < 100, "{claims} claims for 400 messages and 4 workers: none claimed ahead");
 }
 on_each_database!(quick_handlers_claim_ahead);
+
+/// A transactional runner of four workers, woken while one message is ready, sends one
+/// claim, not one per free worker (they would all look for the same row); a backlog still
+/// gets a batch per worker, since a claim that came back full lets every free worker claim.
+async fn a_woken_transactional_runner_claims_once<DB: Db>(broker: Broker<DB>) {
+    let q = queue(&broker).await;
+    let (running, peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let runner = {
+        let (running, peak) = (running.clone(), peak.clone());
+        tokio::spawn(
+            q.subscribe()
+                .workers(4)
+                .batch(10)
+                .poll_interval(Duration::from_secs(10))
+                .until(async move {
+                    let _ = stopped.await;
+                })
+                .run_batch_tx(move |_conn, messages| {
+                    let (running, peak) = (running.clone(), peak.clone());
+                    Box::pin(async move {
+                        peak.fetch_max(running.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+                        // A batch of the backlog waits (5 s at most) until two have run at
+                        // once; not on SQLite, whose transactional batches take turns at its
+                        // one writer.
+                        let started = Instant::now();
+                        while DB::BACKEND != Backend::Sqlite
+                            && messages.len() > 1
+                            && peak.load(Ordering::SeqCst) < 2
+                            && started.elapsed() < Duration::from_secs(5)
+                        {
+                            tokio::time::sleep(Duration::from_millis(5)).await;
+                        }
+                        running.fetch_sub(1, Ordering::SeqCst);
+                        Ok::<_, Error>(BatchOutcome::All(Outcome::Ack))
+                    })
+                }),
+        )
+    };
+    // The first round found the queue empty: one claim, and the runner waits.
+    stats_until(&broker, Duration::from_secs(10), |s| s.claims >= 1).await;
+    let before = broker.stats().claims;
+    q.publish(Message::text("one")).await.unwrap();
+    stats_until(&broker, Duration::from_secs(10), |s| s.acked == 1).await;
+    let alone = broker.stats().claims - before;
+    // A backlog: 40 messages in batches of 10.
+    q.publish_batch((0..40).map(|i| Message::text(format!("m{i}")))).await.unwrap();
+    stats_until(&broker, Duration::from_secs(20), |s| s.acked == 41).await;
+    let _ = stop.send(());
+    runner.await.unwrap().unwrap();
+    assert_eq!(before, 1, "the first round sent one claim: {:?}", broker.stats());
+    assert_eq!(alone, 1, "one message woke the runner: {:?}", broker.stats());
+    // One for the first batch, three beside it once it came back full, and those of the
+    // workers as they come free to find nothing.
+    let backlog = broker.stats().claims - before - alone;
+    assert!(backlog <= 4 + 4, "{backlog} claims for 40 messages: {:?}", broker.stats());
+    if DB::BACKEND != Backend::Sqlite {
+        assert!(peak.load(Ordering::SeqCst) > 1, "the backlog's batches ran one at a time");
+    }
+}
+on_each_database!(a_woken_transactional_runner_claims_once);
 
 /// Quick handlers draining a backlog, with the claim loop's poll an hour away: every
 /// message is handled, none waits claimed ahead for a poll while workers are free (the

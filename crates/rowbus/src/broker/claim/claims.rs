@@ -198,11 +198,10 @@ pub(crate) async fn take_in<DB: Db>(
     Ok(taken(queue, rows))
 }
 
-/// Counts what a transactional claim took, and puts it in the order handlers get it.
+/// Counts a transactional claim (one that found nothing too, as lease claims are
+/// counted), and puts what it took in the order handlers get it.
 fn taken<DB: Db>(queue: &Queue<DB>, mut rows: Vec<ClaimedRow>) -> Vec<ClaimedRow> {
-    if !rows.is_empty() {
-        queue.inner().counters.claimed(rows.len());
-    }
+    queue.inner().counters.claimed(rows.len());
     rows.sort_unstable_by_key(|r| (r.priority, r.id));
     rows
 }

@@ -115,6 +115,7 @@ impl<DB: Db> SubscriptionBuilder<DB> {
             workers: Arc::new(Semaphore::new(self.workers)),
             max: self.workers,
             limit,
+            short: true,
             gone: Arc::new(watch::Sender::new(false)),
         };
         drive(claimer, turn, None, self.shutdown_timeout).await;
@@ -128,6 +129,13 @@ struct Locked<H> {
     workers: Arc<Semaphore>,
     max: usize,
     limit: usize,
+    /// Whether the last round found fewer rows than it asked for (and before the first):
+    /// the next round sends one claim, not one per free worker. Claims sent together
+    /// while little is ready all look for the same rows, and on MariaDB each reads every
+    /// candidate: over a queue whose messages wait behind a few keys (1,400 of 7 keys,
+    /// four relays of 3 batches in flight) that was up to 12 claims at once, each reading
+    /// every row, for the 7 rows one of them takes.
+    short: bool,
     /// `true` once the runner's future was dropped: see [`Turn::detached_when_dropped`].
     gone: Arc<watch::Sender<bool>>,
 }
@@ -144,14 +152,19 @@ where
         free_workers(&self.workers, self.max).await
     }
 
-    /// Starts a transaction per worker; the pace follows this round alone (a failure of
-    /// an earlier round has had its wait already).
+    /// Starts a transaction per worker (one after a round that found fewer rows than it
+    /// asked for); the pace follows this round alone (a failure of an earlier round has
+    /// had its wait already).
     async fn claim(
         &mut self,
         claimer: &mut Claimer<DB>,
-        workers: Vec<OwnedSemaphorePermit>,
+        mut workers: Vec<OwnedSemaphorePermit>,
         set: &mut JoinSet<()>,
     ) -> Option<Pace> {
+        if self.short {
+            // The others' permits go back: the next round has them if this one is full.
+            workers.truncate(1);
+        }
         let mut claims = Vec::with_capacity(workers.len());
         for worker in workers {
             let (found, claimed) = oneshot::channel();
@@ -179,6 +192,7 @@ where
                 Ok(Err(())) | Err(_) => failed = true,
             }
         }
+        self.short = !all_full || failed;
         Some(match (failed, all_full) {
             (true, _) => Pace::Failed,
             (false, true) => Pace::Now,

@@ -131,10 +131,10 @@ struct Locked<H> {
     limit: usize,
     /// Whether the last round found fewer rows than it asked for (and before the first):
     /// the next round sends one claim, not one per free worker. Claims sent together
-    /// while little is ready all look for the same rows, and on MariaDB each reads every
-    /// candidate: over a queue whose messages wait behind a few keys (1,400 of 7 keys,
-    /// four relays of 3 batches in flight) that was up to 12 claims at once, each reading
-    /// every row, for the 7 rows one of them takes.
+    /// while little is ready all look for the same rows: over a queue whose messages wait
+    /// behind a few keys (1,400 of 7 keys, four relays of 3 batches in flight) that was up
+    /// to 12 claims at once, each reading every row waiting behind the keys, for the 7 rows
+    /// one of them takes.
     short: bool,
     /// `true` once the runner's future was dropped: see [`Turn::detached_when_dropped`].
     gone: Arc<watch::Sender<bool>>,

@@ -3,7 +3,7 @@
 
 use futures::future::BoxFuture;
 
-use super::{Limiting, Schema, TableSql, pairs_filter, placeholders, quoted};
+use super::{Limiting, Schema, TableSql, quoted};
 use crate::driver::{Arg, ClaimedRow};
 use crate::names::QueueTable;
 
@@ -23,27 +23,6 @@ pub trait Claiming: Schema {
             "(q.msg_key IS NULL OR NOT EXISTS (SELECT 1 FROM {} AS e WHERE e.msg_key = q.msg_key AND e.id < q.id))",
             quoted::<Self>(table, "")
         )
-    }
-
-    /// Deletes the rows of the table `quoted` that the caller's transaction took (locked,
-    /// or under SQLite's write lock). Binds: the ids.
-    fn delete_ids_sql(quoted: &str, ids: usize) -> String {
-        format!("DELETE FROM {quoted} WHERE id IN ({})", placeholders::<Self>(1, ids))
-    }
-
-    /// Deletes acknowledged rows of one claim. Binds: token, then the ids.
-    fn ack_many_sql(quoted: &str, ids: usize) -> String {
-        format!(
-            "DELETE FROM {quoted} WHERE lease = {} AND id IN ({})",
-            Self::param(1),
-            placeholders::<Self>(2, ids)
-        )
-    }
-
-    /// Deletes acknowledged rows, each under its own lease. Binds: the ids, then (id,
-    /// token) pairs.
-    fn ack_pairs_sql(quoted: &str, pairs: usize) -> String {
-        format!("DELETE FROM {quoted} WHERE {}", pairs_filter::<Self>(pairs))
     }
 
     /// How a lease claim's transaction begins.

@@ -4,7 +4,8 @@
 //! with each statement.
 
 use super::{
-    Claiming, Keeping, Pausing, Publishing, Scheduling, Schema, TableSql, pairs_filter_from, placeholders,
+    ById, Claiming, Keeping, Pausing, Publishing, Scheduling, Schema, TableSql, pairs_filter_from,
+    placeholders,
 };
 
 /// The columns a cancel's lock returns: group, then id, whether it is running (leased, the
@@ -24,10 +25,9 @@ impl<DB: Schema + Publishing + Claiming + Pausing + Scheduling + Keeping> TableS
     /// group, id, running, keyed (see `cancel_columns`). Binds: the ids.
     pub fn cancel_lock_ids(&self, ids: usize) -> String {
         format!(
-            "SELECT {} FROM {} WHERE id IN ({}){}",
+            "SELECT {} FROM {}{}",
             cancel_columns::<DB>(),
-            self.quoted,
-            placeholders::<DB>(1, ids),
+            DB::by_id(&self.quoted, ById::Ids(ids)),
             DB::FOR_UPDATE
         )
     }

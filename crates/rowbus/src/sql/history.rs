@@ -10,7 +10,7 @@
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use super::{Naming, placeholders, quoted};
+use super::{ById, Naming, quoted};
 use crate::names::QueueTable;
 
 /// The suffix of a queue's history table: `jobs_hist`. At most six characters, so that the
@@ -119,21 +119,18 @@ impl<DB: Keeping> HistorySql<DB> {
     /// Acknowledged rows of any claims, each under its own lease, moved in. Binds (each
     /// statement): the ids, then (id, token) pairs.
     pub fn ack_pairs(&self, pairs: usize) -> Vec<String> {
-        let filter = super::pairs_filter::<DB>(pairs);
-        DB::move_to_history(&self.queue, &self.quoted, &filter, Moved::Acked.as_sql(), "last_error")
+        DB::move_by_id(&self.queue, &self.quoted, ById::Pairs(pairs), Moved::Acked.as_sql())
     }
 
     /// Rows of one claim, acknowledged or dropped by their handler (`outcome`), moved in.
     /// Binds (each statement): token, then the ids.
     pub fn of_claim(&self, ids: usize, outcome: Moved) -> Vec<String> {
-        let filter = format!("lease = {} AND id IN ({})", DB::param(1), placeholders::<DB>(2, ids));
-        DB::move_to_history(&self.queue, &self.quoted, &filter, outcome.as_sql(), "last_error")
+        DB::move_by_id(&self.queue, &self.quoted, ById::Claim(ids), outcome.as_sql())
     }
 
     /// Rows cancelled whatever their state, moved in. Binds (each statement): the ids.
     pub fn cancel_ids(&self, ids: usize) -> Vec<String> {
-        let filter = format!("id IN ({})", placeholders::<DB>(1, ids));
-        DB::move_to_history(&self.queue, &self.quoted, &filter, Moved::Cancelled.as_sql(), "last_error")
+        DB::move_by_id(&self.queue, &self.quoted, ById::Ids(ids), Moved::Cancelled.as_sql())
     }
 
     /// `rows` rows a transactional claim took, written in as `outcome`. Binds per row: id,
@@ -182,8 +179,7 @@ impl<DB: Keeping> HistorySql<DB> {
 /// The statements that move the rows of queue table `t` matching `filter` into history
 /// table `h` as `outcome`, with `error` (a placeholder, or `last_error`: the row's own) as
 /// their last error: copy, then delete, in one transaction. The last statement's count is
-/// the rows moved. The copy locks what it reads (`FOR UPDATE` where rows are locked one by
-/// one), so that the delete removes what was copied.
+/// the rows moved.
 pub(crate) fn copy_then_delete<DB: Naming>(
     t: &str,
     h: &str,
@@ -191,13 +187,33 @@ pub(crate) fn copy_then_delete<DB: Naming>(
     outcome: &str,
     error: &str,
 ) -> Vec<String> {
+    copy_then::<DB>(
+        h,
+        &format!("{t} WHERE {filter}"),
+        format!("DELETE FROM {t} WHERE {filter}"),
+        outcome,
+        error,
+    )
+}
+
+/// The copy of the rows `from` (what follows `FROM`: a queue table and a condition, its
+/// columns unqualified) into history table `h` as `outcome` with `error`, then `delete`,
+/// which deletes the same rows with the same binds. The copy locks what it reads (`FOR
+/// UPDATE` where rows are locked one by one), so that the delete removes what was copied.
+pub(crate) fn copy_then<DB: Naming>(
+    h: &str,
+    from: &str,
+    delete: String,
+    outcome: &str,
+    error: &str,
+) -> Vec<String> {
     vec![
         format!(
             "INSERT INTO {h} ({HISTORY_COLUMNS}) SELECT id, group_name, payload, attempts, created_at, '{outcome}', {error} \
-             FROM {t} WHERE {filter}{}",
+             FROM {from}{}",
             DB::FOR_UPDATE
         ),
-        format!("DELETE FROM {t} WHERE {filter}"),
+        delete,
     ]
 }
 
@@ -273,5 +289,12 @@ pub trait Keeping: Naming {
     /// By default a copy, then a delete, with the same binds.
     fn move_to_history(t: &str, h: &str, filter: &str, outcome: &str, error: &str) -> Vec<String> {
         copy_then_delete::<Self>(t, h, filter, outcome, error)
+    }
+
+    /// [`move_to_history`](Self::move_to_history) of the rows `which` names (binds: as it
+    /// says), with their own last error. By default through [`ById::filter`]; where the
+    /// database finds such rows better another way ([`Naming::by_id`]), that way.
+    fn move_by_id(t: &str, h: &str, which: ById, outcome: &str) -> Vec<String> {
+        Self::move_to_history(t, h, &which.filter::<Self>(), outcome, "last_error")
     }
 }

@@ -60,12 +60,11 @@ pub(crate) use limits::LimitSql;
 pub use limits::Limiting;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) use naming::DEPLOY_LOCK_WAIT;
-pub use naming::Naming;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub(crate) use naming::READY;
+pub use naming::{ById, Naming};
 pub(crate) use naming::{
-    DEDUP, KEYS, LIMITS_SUFFIX, OLD_CLAIM, STARTS_SUFFIX, pairs_filter, pairs_filter_from, placeholders,
-    quoted,
+    DEDUP, KEYS, LIMITS_SUFFIX, OLD_CLAIM, STARTS_SUFFIX, pairs_filter_from, placeholders, quoted,
 };
 pub use pause::Pausing;
 pub(crate) use pause::{PAUSE_SUFFIX, PauseSql};

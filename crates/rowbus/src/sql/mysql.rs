@@ -13,7 +13,7 @@ use sqlx::mysql::{MySqlConnectOptions, MySqlConnection};
 use sqlx::{ConnectOptions as _, Connection as _, MySql, Pool, Row as _};
 
 use super::{
-    Catalog, Claiming, Connecting, DEDUP, DEPLOY_LOCK_WAIT, Db, Keeping, Limiting, Naming, Pausing,
+    ById, Catalog, Claiming, Connecting, DEDUP, DEPLOY_LOCK_WAIT, Db, Keeping, Limiting, Naming, Pausing,
     Positions, Publishing, QUEUE_NAMES, Scheduling, Schema, Waking, placeholders,
 };
 use crate::backend::{Backend, connect_error, invalid_url, pool_options, redact};
@@ -251,24 +251,35 @@ async fn connect(url: &str) -> Result<(MySqlConnection, String), Error> {
     .await
 }
 
-/// The rows of the table `quoted`, aliased `q`, whose ids are the `ids` binds, each found
-/// by the `id` index: `JSON_TABLE(JSON_ARRAY(?, ...), ...) AS s STRAIGHT_JOIN ... ON q.id =
-/// s.rowbus_id`, for the statements that delete rows the caller holds. Written `DELETE
-/// FROM t WHERE id IN (...)`, MariaDB read the whole table instead once the ids were a fair
-/// share of it (10 of 40 rows: a queue near the end of its backlog, or one just made), and
-/// a DELETE that reads a row waits for whoever locked it: transactional batches in flight
-/// then waited for each other's commits, and deadlocked (two of them holding rows the
-/// other's DELETE read), until each claim came back short and its runner slept out its
-/// poll interval. The ids as a table of `SELECT ? UNION ALL ...` did the same, and cost a
-/// 256-row DELETE 2.8 ms more than `IN` on a 20,000-row table; this shape costs it 0.6 ms
-/// more (`SHOW PROFILES`, five runs each). JSON_TABLE is in every MariaDB and MySQL with
-/// `SKIP LOCKED`, which the claims need anyway.
-fn by_ids(quoted: &str, ids: usize) -> String {
-    format!(
-        "JSON_TABLE(JSON_ARRAY({}), '$[*]' COLUMNS (rowbus_id BIGINT PATH '$')) AS s \
-         STRAIGHT_JOIN {quoted} AS q ON q.id = s.rowbus_id",
-        vec!["?"; ids].join(", ")
-    )
+/// The rows of the table `quoted`, aliased `q`, that `which` names, each found by the
+/// `id` index: `JSON_TABLE(JSON_ARRAY(?, ...), ...) AS s STRAIGHT_JOIN ... ON q.id =
+/// s.rowbus_id` (a claim's token first, in a table of its own, as its bind is), for the
+/// statements that lock, copy or delete rows the caller holds or names. Written `WHERE id
+/// IN (...)`, MariaDB read the whole table instead once the ids were a fair share of it
+/// (10 of 40 rows: a queue near the end of its backlog, or one just made), and a locking
+/// read or a DELETE waits for whoever locked each row it reads: transactional batches in
+/// flight then waited for each other's commits, and deadlocked (two of them holding rows
+/// the other's DELETE read), until each claim came back short and its runner slept out
+/// its poll interval; a kept queue's moves into its history and a cancel waited the same
+/// way for rows they do not name. The ids as a table of `SELECT ? UNION ALL ...` did the
+/// same, and cost a 256-row DELETE 2.8 ms more than `IN` on a 20,000-row table; this
+/// shape costs it 0.6 ms more (`SHOW PROFILES`, five runs each). JSON_TABLE is in every
+/// MariaDB and MySQL with `SKIP LOCKED`, which the claims need anyway.
+fn by_ids(quoted: &str, which: ById) -> String {
+    let ids = |n| {
+        format!(
+            "JSON_TABLE(JSON_ARRAY({}), '$[*]' COLUMNS (rowbus_id BIGINT PATH '$')) AS s \
+             STRAIGHT_JOIN {quoted} AS q ON q.id = s.rowbus_id",
+            vec!["?"; n].join(", ")
+        )
+    };
+    match which {
+        ById::Ids(n) => ids(n),
+        ById::Claim(n) => {
+            format!("(SELECT ? AS rowbus_lease) AS l STRAIGHT_JOIN {} AND q.lease = l.rowbus_lease", ids(n))
+        }
+        ById::Pairs(n) => format!("{} WHERE (q.id, q.lease) IN ({})", ids(n), vec!["(?, ?)"; n].join(", ")),
+    }
 }
 
 /// Marks the rows a claim locked. Binds: lease µs, token, then the ids.
@@ -320,6 +331,16 @@ fn lease_claim<'c>(
 impl Naming for MySql {
     fn quote(part: &str) -> String {
         format!("`{part}`")
+    }
+
+    /// Through [`by_ids`]: see there.
+    fn by_id(quoted: &str, which: ById) -> String {
+        by_ids(quoted, which)
+    }
+
+    /// MySQL names the joined table it deletes from.
+    fn delete_by_id(quoted: &str, which: ById) -> String {
+        format!("DELETE q FROM {}", by_ids(quoted, which))
     }
 
     fn param(_: usize) -> String {
@@ -569,25 +590,6 @@ impl Claiming for MySql {
         keys::key_free(table)
     }
 
-    /// Through [`by_ids`]: see there.
-    fn delete_ids_sql(quoted: &str, ids: usize) -> String {
-        format!("DELETE q FROM {}", by_ids(quoted, ids))
-    }
-
-    /// Through [`by_ids`], the token ahead of the ids as its bind is.
-    fn ack_many_sql(quoted: &str, ids: usize) -> String {
-        format!(
-            "DELETE q FROM (SELECT ? AS rowbus_lease) AS l STRAIGHT_JOIN {} AND q.lease = l.rowbus_lease",
-            by_ids(quoted, ids)
-        )
-    }
-
-    /// Through [`by_ids`], each row's own lease checked after.
-    fn ack_pairs_sql(quoted: &str, pairs: usize) -> String {
-        let each = vec!["(?, ?)"; pairs].join(", ");
-        format!("DELETE q FROM {} WHERE (q.id, q.lease) IN ({each})", by_ids(quoted, pairs))
-    }
-
     const LEASE_CLAIM_BEGIN: &'static str = "BEGIN";
 
     const LOCKED_CLAIM_BEGIN: &'static str = "BEGIN";
@@ -796,6 +798,17 @@ impl Catalog for MySql {
 }
 
 impl Keeping for MySql {
+    /// Through [`by_ids`], which see.
+    fn move_by_id(t: &str, h: &str, which: ById, outcome: &str) -> Vec<String> {
+        super::history::copy_then::<Self>(
+            h,
+            &by_ids(t, which),
+            Self::delete_by_id(t, which),
+            outcome,
+            "last_error",
+        )
+    }
+
     /// `INSERT IGNORE`: MySQL has no `ON CONFLICT`.
     /// Clustered on `(handled_at, id)`: the order the cleanup deletes in and `history`
     /// reads in, with no secondary index to write and no hidden row id (InnoDB hands
@@ -1083,6 +1096,35 @@ mod tests {
             "INSERT INTO `app`.`jobs` (group_name, payload, visible_at) VALUES (?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)"
         );
         assert_eq!(t.insert_payload(2), "INSERT INTO `app`.`jobs` (payload) VALUES (?), (?)");
+    }
+
+    #[test]
+    fn history_moves_and_cancels_find_rows_by_id() {
+        let t = sql("jobs");
+        let ids = "JSON_TABLE(JSON_ARRAY(?, ?), '$[*]' COLUMNS (rowbus_id BIGINT PATH '$')) AS s \
+                   STRAIGHT_JOIN `jobs` AS q ON q.id = s.rowbus_id";
+        let moved = t.history.of_claim(2, super::super::Moved::Dropped);
+        let claim =
+            format!("(SELECT ? AS rowbus_lease) AS l STRAIGHT_JOIN {ids} AND q.lease = l.rowbus_lease");
+        assert_eq!(
+            moved,
+            [
+                format!(
+                    "INSERT INTO `jobs_hist` (id, group_name, payload, attempts, created_at, outcome, last_error) \
+                     SELECT id, group_name, payload, attempts, created_at, 'dropped', last_error FROM {claim} FOR UPDATE"
+                ),
+                format!("DELETE q FROM {claim}"),
+            ]
+        );
+        // Both statements take the same binds: the token, then the ids.
+        assert!(moved.iter().all(|s| s.matches('?').count() == 3));
+        let pairs = t.history.ack_pairs(2);
+        assert!(
+            pairs[0].ends_with(&format!("FROM {ids} WHERE (q.id, q.lease) IN ((?, ?), (?, ?)) FOR UPDATE"))
+        );
+        assert_eq!(pairs[1], format!("DELETE q FROM {ids} WHERE (q.id, q.lease) IN ((?, ?), (?, ?))"));
+        assert_eq!(t.history.cancel_ids(2)[1], format!("DELETE q FROM {ids}"));
+        assert!(t.cancel_lock_ids(2).ends_with(&format!("FROM {ids} FOR UPDATE")));
     }
 
     #[test]

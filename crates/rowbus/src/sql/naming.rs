@@ -72,6 +72,18 @@ pub trait Naming: Driver + Sized {
         )
     }
 
+    /// What follows `FROM` in a statement on the rows of the queue table `quoted` that
+    /// `which` names by id: the table and its condition. Its columns are read unqualified
+    /// (`id`, `lease`, ...). By default `quoted WHERE` [`ById::filter`].
+    fn by_id(quoted: &str, which: ById) -> String {
+        format!("{quoted} WHERE {}", which.filter::<Self>())
+    }
+
+    /// Deletes the rows of [`by_id`](Self::by_id). Binds: as `which` says.
+    fn delete_by_id(quoted: &str, which: ById) -> String {
+        format!("DELETE FROM {}", Self::by_id(quoted, which))
+    }
+
     /// `INSERT INTO table (columns) VALUES (values)` that, where `key` is taken, adds the
     /// value given for `column` to the stored one: an increment, one statement.
     fn upsert_add(table: &str, columns: &str, values: &str, key: &str, column: &str) -> String {
@@ -120,6 +132,30 @@ pub(crate) fn quoted<DB: Naming>(table: &QueueTable, suffix: &str) -> String {
     match table.schema() {
         Some(schema) => format!("{}.{name}", DB::quote(schema)),
         None => name,
+    }
+}
+
+/// Rows of a queue table named by id, for [`Naming::by_id`], and their binds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ById {
+    /// This many rows, whatever their lease. Binds: the ids.
+    Ids(usize),
+    /// This many rows of one claim, under its lease. Binds: the token, then the ids.
+    Claim(usize),
+    /// This many rows, each under its own lease. Binds: the ids, then (id, token) pairs.
+    Pairs(usize),
+}
+
+impl ById {
+    /// The condition on the queue table's columns, unqualified.
+    pub fn filter<DB: Naming>(self) -> String {
+        match self {
+            ById::Ids(ids) => format!("id IN ({})", placeholders::<DB>(1, ids)),
+            ById::Claim(ids) => {
+                format!("lease = {} AND id IN ({})", DB::param(1), placeholders::<DB>(2, ids))
+            }
+            ById::Pairs(pairs) => pairs_filter::<DB>(pairs),
+        }
     }
 }
 

@@ -5,7 +5,7 @@ use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 
 use super::{
-    Claiming, HistorySql, InsertForm, Keeping, LimitSql, Limiting, PauseSql, Pausing, Publishing,
+    ById, Claiming, HistorySql, InsertForm, Keeping, LimitSql, Limiting, PauseSql, Pausing, Publishing,
     ScheduleSql, Scheduling, Schema, TableSql, placeholders, quoted,
 };
 use super::{Counting, CountsSql};
@@ -193,18 +193,18 @@ impl<DB: Schema + Publishing + Claiming + Pausing + Scheduling + Keeping + Count
 
     /// Deletes acknowledged rows, each under its own lease. Binds: the ids, then (id, token) pairs.
     pub fn ack_pairs(&self, pairs: usize) -> String {
-        DB::ack_pairs_sql(&self.quoted, pairs)
+        DB::delete_by_id(&self.quoted, ById::Pairs(pairs))
     }
 
     /// Deletes rows the caller's transaction took (locked, or under SQLite's write lock).
     /// Binds: the ids.
     pub fn delete_ids(&self, ids: usize) -> Arc<str> {
-        DB::delete_ids_sql(&self.quoted, ids).into()
+        DB::delete_by_id(&self.quoted, ById::Ids(ids)).into()
     }
 
     /// Deletes acknowledged rows of one claim. Binds: token, then the ids.
     pub fn ack_many(&self, ids: usize) -> String {
-        DB::ack_many_sql(&self.quoted, ids)
+        DB::delete_by_id(&self.quoted, ById::Claim(ids))
     }
 
     /// Gives back rows of one claim unstarted: claimable at once, their attempt not

@@ -3,7 +3,8 @@
 //! with its outcome and attempts (single acknowledgements, runners' batched ones, drops,
 //! dead letters, transactional handlers); a queue without one keeps nothing; the cleanup
 //! deletes expired rows in batches, and a consuming broker runs it; deploying again adds
-//! the history tables to a queue made without them.
+//! the history tables to a queue made without them; moves wait for no message they do not
+//! move.
 
 use crate::common;
 
@@ -216,6 +217,81 @@ async fn transactional_handlers_keep_too<DB: Db>(env: Env<DB>) {
     env.broker.shutdown(Duration::from_secs(1)).await;
 }
 on_each_database!(transactional_handlers_keep_too);
+
+/// `n` deliveries of one claim of `group`.
+async fn claim<DB: Db>(q: &Queue<DB>, group: &str, n: usize) -> Vec<rowbus::Delivery<DB>> {
+    let mut sub = q.subscribe().group(group).batch(n).stream().await.unwrap();
+    let mut got = Vec::with_capacity(n);
+    while got.len() < n {
+        got.push(next(&mut sub).await);
+    }
+    got
+}
+
+/// Moving messages into the history waits for no message it does not move: while a
+/// transactional handler holds the messages of its claim, a claim's messages acknowledged
+/// together, messages of several claims acknowledged together, and a cancel each move
+/// theirs at once (on MariaDB each once read the whole of a small table, and waited for
+/// the held rows until the server's lock wait timeout, 50 s by default). Not on SQLite,
+/// where the transactional handler holds the one write lock.
+async fn kept_moves_wait_for_no_held_message<DB: Db>(env: Env<DB>) {
+    if DB::BACKEND == rowbus::Backend::Sqlite {
+        return;
+    }
+    let cleanup = Cleanup::new(DB::BACKEND);
+    let q = new_queue(&env.broker, &cleanup);
+    q.deploy_keeping(WEEK).await.unwrap();
+    q.publish_batch((0..5).map(|i| Message::text(format!("held {i}")).group("held"))).await.unwrap();
+    q.publish_batch((0..35).map(|i| Message::text(format!("m{i}")))).await.unwrap();
+
+    let (started, release) = (Arc::new(tokio::sync::Notify::new()), Arc::new(tokio::sync::Semaphore::new(0)));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let holder = {
+        let (started, release) = (started.clone(), release.clone());
+        tokio::spawn(q.subscribe().group("held").batch(5).until(async { drop(stopped.await) }).run_batch_tx(
+            move |_conn, _messages| {
+                let (started, release) = (started.clone(), release.clone());
+                Box::pin(async move {
+                    started.notify_one();
+                    drop(release.acquire().await);
+                    Ok::<_, Error>(())
+                })
+            },
+        ))
+    };
+    started.notified().await;
+
+    let at_once = Duration::from_secs(10);
+    let why = "waited for messages a transaction holds";
+    let one_claim = claim(&q, "", 10).await;
+    let acked = tokio::time::timeout(at_once, q.ack_all(one_claim)).await.expect(why).unwrap();
+    assert_eq!(acked, 10, "one claim's messages");
+    // More claims than acknowledgements by claim go to: each message under its own lease.
+    let mut several = Vec::new();
+    for _ in 0..10 {
+        several.extend(claim(&q, "", 1).await);
+    }
+    let acked = tokio::time::timeout(at_once, q.ack_all(several)).await.expect(why).unwrap();
+    assert_eq!(acked, 10, "ten claims' messages");
+    let ids: Vec<i64> = claim(&q, "", 10).await.iter().map(|d| d.id()).collect();
+    let cancelled = tokio::time::timeout(at_once, q.cancel(&ids)).await.expect(why).unwrap();
+    assert_eq!(cancelled.ids.len(), 10, "{cancelled:?}");
+
+    release.add_permits(1);
+    eventually("35 kept", || async { history(&q).await.len() == 35 }).await;
+    let _ = stop.send(());
+    holder.await.unwrap().unwrap();
+    let kept = history(&q).await;
+    let count = |outcome: HistoryOutcome| kept.iter().filter(|e| e.outcome == outcome).count();
+    assert_eq!(
+        (count(HistoryOutcome::Acknowledged), count(HistoryOutcome::Cancelled)),
+        (25, 10),
+        "{kept:#?}"
+    );
+    assert_eq!(q.depth("").await.unwrap(), (5, 0));
+    env.broker.shutdown(Duration::from_secs(1)).await;
+}
+on_each_database!(kept_moves_wait_for_no_held_message);
 
 /// A queue deployed without a keep duration keeps nothing, and `--keep 0` turns keeping
 /// off for what is handled after it.

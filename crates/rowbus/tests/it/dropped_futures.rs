@@ -7,7 +7,8 @@
 //! MariaDB, dropped claims left connections the pool never got back. A claim dropped after
 //! its commit held its messages for the whole lease. A subscription dropped stopped its
 //! queue's scheduler wherever it was, on MariaDB in the middle of a statement: the pool
-//! waited for that connection for good.
+//! waited for that connection for good. So did settlements dropped part way (an
+//! acknowledgement under a timeout, say).
 
 use crate::common;
 
@@ -206,6 +207,84 @@ async fn schedulers_stop_between_statements_sqlite() {
     let file = TempSqlite::new();
     let pool = sqlite_pool(&file).await;
     schedulers_stop_between_statements(Broker::new(pool, BrokerOptions::default()).await.unwrap()).await;
+}
+
+/// Settles deliveries and drops each settlement part way (at several points of its
+/// statements over the rounds): an acknowledgement, a retry, a dead letter, a release, a
+/// batch's acknowledgement. Then takes every connection of the pool, none inside a
+/// transaction, and counts the messages: each one settled or still in the queue.
+async fn settlements_dropped<DB: Db>(broker: Broker<DB>)
+where
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'r> i64: sqlx::Decode<'r, DB> + sqlx::Type<DB>,
+    usize: sqlx::ColumnIndex<DB::Row>,
+{
+    let cleanup = Cleanup::new(DB::BACKEND);
+    let name = cleanup.queue(&unique("settle_drop"));
+    let q = broker.queue(&name).unwrap();
+    q.deploy().await.unwrap();
+    q.publish_batch((0..300).map(|i| Message::text(i.to_string()))).await.unwrap();
+    let mut dropped = 0;
+    let rounds = async {
+        for round in 0..200u64 {
+            let mut sub = q.subscribe().batch(2).stream().await.unwrap();
+            let (a, b) = (sub.next().await.unwrap().unwrap(), sub.next().await.unwrap().unwrap());
+            drop(sub);
+            let (polls, apart) = (1 + round % 6, Duration::from_micros(30 + round * 13 % 200));
+            let finished = match round % 5 {
+                0 => poll_then_drop(a.ack(), polls, apart).await.map(|r| r.unwrap()),
+                1 => poll_then_drop(a.retry(Duration::ZERO, "again"), polls, apart).await.map(|r| r.unwrap()),
+                2 => poll_then_drop(a.dead_letter("dead"), polls, apart).await.map(|r| r.unwrap()),
+                3 => poll_then_drop(a.release(), polls, apart).await.map(|r| r.unwrap()),
+                _ => {
+                    poll_then_drop(q.ack_all(vec![a]), polls, apart).await.map(|r| assert_eq!(r.unwrap(), 1))
+                }
+            };
+            if finished.is_none() {
+                dropped += 1;
+            }
+            // The other one settled whole, on the connections the dropped one left.
+            tokio::time::timeout(Duration::from_secs(10), b.release())
+                .await
+                .unwrap_or_else(|_| panic!("round {round}: a release waited 10 s for a connection"))
+                .unwrap();
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(120), rounds)
+        .await
+        .expect("200 rounds took over two minutes: the pool was short of connections");
+    assert!(dropped > 30, "only {dropped} of 200 settlements were dropped part way: the test tested little");
+    let mut conns = join_all((0..CONNECTIONS).map(|_| broker.pool().acquire())).await;
+    let mut open = 0;
+    for conn in &mut conns {
+        let conn = conn.as_mut().expect("every connection came back");
+        if in_transaction::<DB>(conn).await {
+            open += 1;
+        }
+    }
+    drop(conns);
+    assert_eq!(open, 0, "{open} of the pool's {CONNECTIONS} connections were left inside a transaction");
+    q.undeploy().await.unwrap();
+    cleanup.forget(&name);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settlements_dropped_postgres() {
+    let pool = trickle::postgres(PG, CONNECTIONS).await;
+    settlements_dropped(Broker::new(pool, BrokerOptions::default()).await.unwrap()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settlements_dropped_mariadb() {
+    let pool = trickle::mariadb(MARIADB, CONNECTIONS).await;
+    settlements_dropped(Broker::new(pool, BrokerOptions::default()).await.unwrap()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn settlements_dropped_sqlite() {
+    let file = TempSqlite::new();
+    let pool = sqlite_pool(&file).await;
+    settlements_dropped(Broker::new(pool, BrokerOptions::default()).await.unwrap()).await;
 }
 
 /// Starts a transactional batch runner and drops its future again and again, each at

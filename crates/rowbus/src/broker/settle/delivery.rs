@@ -13,7 +13,7 @@ use crate::broker::settle::lease;
 use crate::broker::{Headers, Queue};
 use crate::driver::ClaimedRow;
 use crate::error::Error;
-use crate::sql::Db;
+use crate::sql::{Db, Finishing};
 
 /// What a handler decided about its message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -251,11 +251,18 @@ impl<DB: Db> Lease<DB> {
         }
     }
 
-    /// Settles the message as a handler's result says, unless it settled it itself.
+    /// Settles the message as a handler's result says, unless it settled it itself; to
+    /// its end, also when the runner that called it stops meanwhile ([`to_the_end`]).
     pub async fn settle(&self, result: Result<Outcome, String>) {
         if self.is_settled() {
             return;
         }
+        let lease = self.clone();
+        to_the_end(async move { lease.settle_now(result).await }).await
+    }
+
+    /// [`settle`](Self::settle) itself.
+    async fn settle_now(&self, result: Result<Outcome, String>) {
         let settled = match result {
             Ok(Outcome::Ack) => self.ack(false).await,
             Ok(Outcome::Retry(after)) => match lease::handler_retry(after) {
@@ -279,10 +286,20 @@ impl<DB: Db> Lease<DB> {
     }
 }
 
+/// Runs `settle` to its end on a task of its own if its caller drops it first (a
+/// `select!` that took another branch, a timeout): sqlx's MySQL driver does not recover a
+/// connection whose statement was dropped while its answer was on the way, and the pool
+/// never got such a connection back (see [`Finishing`]).
+pub(in crate::broker) async fn to_the_end<T: Send + 'static>(
+    settle: impl Future<Output = T> + Send + 'static,
+) -> T {
+    Finishing::new(|_| settle).await
+}
+
 /// A message claimed under a lease. Acknowledge it, retry it, or let the lease run out
 /// (then it comes back to a subscription). Every settlement is refused with
 /// [`Error::LeaseLost`] once the lease ran out, so it never touches a message another
-/// worker holds now.
+/// worker holds now. A settlement whose future is dropped part way still runs to its end.
 #[derive(Debug)]
 pub struct Delivery<DB: Db> {
     lease: Lease<DB>,
@@ -327,33 +344,36 @@ impl<DB: Db> Delivery<DB> {
 
     /// Done: deletes it.
     pub async fn ack(self) -> Result<(), Error> {
-        self.lease.ack(false).await
+        to_the_end(async move { self.lease.ack(false).await }).await
     }
 
     /// Runs it again after `after`, recording `reason` as its last error. An `after` over
     /// [`MAX_DURATION`](crate::limits::MAX_DURATION) is refused with [`Error::InvalidDuration`]
     /// and the message stays leased.
     pub async fn retry(self, after: Duration, reason: &str) -> Result<(), Error> {
-        self.lease.retry(after, reason).await
+        let reason = reason.to_owned();
+        to_the_end(async move { self.lease.retry(after, &reason).await }).await
     }
 
     /// A failed attempt: retries with the broker's backoff, or dead-letters the message
     /// once it has used its attempts. A dead-letter move that fails is refused with
     /// [`Error::DeadLetterFailed`], and the message runs again after the backoff.
     pub async fn fail(self, error: &str) -> Result<(), Error> {
-        self.lease.fail(error).await
+        let error = error.to_owned();
+        to_the_end(async move { self.lease.fail(&error).await }).await
     }
 
     /// Moves it to the dead-letter table now, with `reason`. A move that fails (the
     /// dead-letter table missing, say) is refused with [`Error::DeadLetterFailed`] and the
     /// message runs again after the retry policy's delay, its attempt not counted.
     pub async fn dead_letter(self, reason: &str) -> Result<(), Error> {
-        self.lease.dead_letter(reason).await
+        let reason = reason.to_owned();
+        to_the_end(async move { self.lease.dead_letter(&reason).await }).await
     }
 
     /// Discards it: deleted, not dead-lettered.
     pub async fn discard(self) -> Result<(), Error> {
-        self.lease.ack(true).await
+        to_the_end(async move { self.lease.ack(true).await }).await
     }
 
     /// Puts it back to run after `after`, the attempt not counted and its last error left
@@ -361,20 +381,22 @@ impl<DB: Db> Delivery<DB> {
     /// [`MAX_DURATION`](crate::limits::MAX_DURATION) is refused with [`Error::InvalidDuration`]
     /// and the message stays leased.
     pub async fn snooze(self, after: Duration) -> Result<(), Error> {
-        self.lease.snooze(after).await
+        to_the_end(async move { self.lease.snooze(after).await }).await
     }
 
     /// Gives it back unstarted: claimable again at once, the attempt not counted.
     pub async fn release(self) -> Result<(), Error> {
         self.lease.settling();
-        lease::release(&self.lease.queue, self.lease.id, self.lease.token).await
+        let lease = self.lease;
+        to_the_end(async move { lease::release(&lease.queue, lease.id, lease.token).await }).await
     }
 
     /// Keeps it for `lease` more from now, for work that takes longer than the lease. A
     /// lease of zero or over [`MAX_DURATION`](crate::limits::MAX_DURATION) is refused with
     /// [`Error::InvalidDuration`].
     pub async fn extend_lease(&self, lease: Duration) -> Result<(), Error> {
-        lease::extend(&self.lease.queue, self.lease.id, self.lease.token, lease).await
+        let held = self.lease.clone();
+        to_the_end(async move { lease::extend(&held.queue, held.id, held.token, lease).await }).await
     }
 }
 

@@ -4,7 +4,7 @@
 //! messages rather than one each. Also the queue's counts, for such a program to add to.
 
 use crate::broker::operate::counts::{self, Counted};
-use crate::broker::settle::delivery::Lease;
+use crate::broker::settle::delivery::{Lease, to_the_end};
 use crate::broker::settle::lease;
 use crate::broker::{Delivery, Queue};
 use crate::error::Error;
@@ -42,18 +42,22 @@ impl<DB: Db> Queue<DB> {
     /// hold them now) and were left alone, counted as lost leases. A delivery of another queue is acknowledged
     /// on its own queue, by itself.
     pub async fn ack_all(&self, deliveries: Vec<Delivery<DB>>) -> Result<u64, Error> {
-        let (leases, others) = split(self, deliveries);
-        let pairs: Vec<(i64, i64)> = leases.iter().map(|l| (l.id(), l.token())).collect();
-        let mut acked = lease::ack_pairs(self, &pairs).await?;
-        free_keys(self, &leases).await;
-        for delivery in others {
-            match delivery.ack().await {
-                Ok(()) => acked += 1,
-                Err(Error::LeaseLost { .. }) => {}
-                Err(error) => return Err(error),
+        let queue = self.clone();
+        to_the_end(async move {
+            let (leases, others) = split(&queue, deliveries);
+            let pairs: Vec<(i64, i64)> = leases.iter().map(|l| (l.id(), l.token())).collect();
+            let mut acked = lease::ack_pairs(&queue, &pairs).await?;
+            free_keys(&queue, &leases).await;
+            for delivery in others {
+                match delivery.ack().await {
+                    Ok(()) => acked += 1,
+                    Err(Error::LeaseLost { .. }) => {}
+                    Err(error) => return Err(error),
+                }
             }
-        }
-        Ok(acked)
+            Ok(acked)
+        })
+        .await
     }
 
     /// Gives every one of `deliveries` back unstarted, as [`Delivery::release`] does
@@ -61,20 +65,24 @@ impl<DB: Db> Queue<DB> {
     /// messages. Returns how many were still leased (the others had lost their lease and
     /// were left alone). A delivery of another queue is released on its own queue.
     pub async fn release_all(&self, deliveries: Vec<Delivery<DB>>) -> Result<u64, Error> {
-        let (leases, others) = split(self, deliveries);
-        let pairs: Vec<(i64, i64)> = leases.iter().map(|l| (l.id(), l.token())).collect();
-        let mut released = 0;
-        for (token, ids) in lease::by_claim(&pairs) {
-            released += lease::release_many(self, token, &ids).await?;
-        }
-        for delivery in others {
-            match delivery.release().await {
-                Ok(()) => released += 1,
-                Err(Error::LeaseLost { .. }) => {}
-                Err(error) => return Err(error),
+        let queue = self.clone();
+        to_the_end(async move {
+            let (leases, others) = split(&queue, deliveries);
+            let pairs: Vec<(i64, i64)> = leases.iter().map(|l| (l.id(), l.token())).collect();
+            let mut released = 0;
+            for (token, ids) in lease::by_claim(&pairs) {
+                released += lease::release_many(&queue, token, &ids).await?;
             }
-        }
-        Ok(released)
+            for delivery in others {
+                match delivery.release().await {
+                    Ok(()) => released += 1,
+                    Err(Error::LeaseLost { .. }) => {}
+                    Err(error) => return Err(error),
+                }
+            }
+            Ok(released)
+        })
+        .await
     }
 
     /// Adds `n` to the queue's counter of `kind` in its counts table, where every process

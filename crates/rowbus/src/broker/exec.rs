@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::broker::Queue;
 use crate::error::{Error, is_missing_table, is_retryable};
-use crate::sql::Db;
+use crate::sql::{Db, Finishing};
 use crate::sql::{HISTORY_SUFFIX, KEEP_SUFFIX, PAUSE_SUFFIX};
 use crate::sql::{LIMITS_SUFFIX, STARTS_SUFFIX};
 
@@ -51,6 +51,15 @@ where
             Err(e) => return Err(queue_error(queue, e)),
         }
     }
+}
+
+/// Runs `statements` to their end on a task of its own if its caller drops it first (a
+/// `select!` that took another branch, a timeout): sqlx's MySQL driver does not recover a
+/// connection whose statement was dropped while its answer was on the way, and the pool
+/// never got such a connection back (see [`Finishing`]). For what a caller of the library
+/// awaits: settlements, publishes, cancels.
+pub(crate) async fn to_the_end<T: Send + 'static>(statements: impl Future<Output = T> + Send + 'static) -> T {
+    Finishing::new(|_| statements).await
 }
 
 /// The pause before try `tries + 1`: a random part (from `random`) of 1 ms doubled per

@@ -209,18 +209,18 @@ async fn schedulers_stop_between_statements_sqlite() {
     schedulers_stop_between_statements(Broker::new(pool, BrokerOptions::default()).await.unwrap()).await;
 }
 
-/// Settles deliveries and drops each settlement part way (at several points of its
-/// statements over the rounds): an acknowledgement, a retry, a dead letter, a release, a
-/// batch's acknowledgement. Then takes every connection of the pool, none inside a
-/// transaction, and counts the messages: each one settled or still in the queue.
-async fn settlements_dropped<DB: Db>(broker: Broker<DB>)
+/// Settles deliveries, publishes and cancels, and drops each call part way (at several
+/// points of its statements over the rounds): an acknowledgement, a retry, a dead letter,
+/// a release, a batch's acknowledgement, a cancel, a publish of its own (one with a
+/// deduplication id). Then takes every connection of the pool, none inside a transaction.
+async fn calls_dropped<DB: Db>(broker: Broker<DB>)
 where
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
     for<'r> i64: sqlx::Decode<'r, DB> + sqlx::Type<DB>,
     usize: sqlx::ColumnIndex<DB::Row>,
 {
     let cleanup = Cleanup::new(DB::BACKEND);
-    let name = cleanup.queue(&unique("settle_drop"));
+    let name = cleanup.queue(&unique("call_drop"));
     let q = broker.queue(&name).unwrap();
     q.deploy().await.unwrap();
     q.publish_batch((0..300).map(|i| Message::text(i.to_string()))).await.unwrap();
@@ -231,13 +231,23 @@ where
             let (a, b) = (sub.next().await.unwrap().unwrap(), sub.next().await.unwrap().unwrap());
             drop(sub);
             let (polls, apart) = (1 + round % 6, Duration::from_micros(30 + round * 13 % 200));
-            let finished = match round % 5 {
+            let finished = match round % 7 {
                 0 => poll_then_drop(a.ack(), polls, apart).await.map(|r| r.unwrap()),
                 1 => poll_then_drop(a.retry(Duration::ZERO, "again"), polls, apart).await.map(|r| r.unwrap()),
                 2 => poll_then_drop(a.dead_letter("dead"), polls, apart).await.map(|r| r.unwrap()),
                 3 => poll_then_drop(a.release(), polls, apart).await.map(|r| r.unwrap()),
-                _ => {
+                4 => {
                     poll_then_drop(q.ack_all(vec![a]), polls, apart).await.map(|r| assert_eq!(r.unwrap(), 1))
+                }
+                5 => poll_then_drop(q.cancel(&[a.id()]), polls, apart)
+                    .await
+                    .map(|r| assert_eq!(r.unwrap().ids.len(), 1)),
+                _ => {
+                    // `a` stays leased: the rounds need far fewer than the queue holds.
+                    let alone = Message::text("more").dedup_id(format!("d{round}"));
+                    poll_then_drop(q.publish(alone), polls, apart)
+                        .await
+                        .map(|r| assert!(r.unwrap().all_stored()))
                 }
             };
             if finished.is_none() {
@@ -269,22 +279,22 @@ where
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn settlements_dropped_postgres() {
+async fn calls_dropped_postgres() {
     let pool = trickle::postgres(PG, CONNECTIONS).await;
-    settlements_dropped(Broker::new(pool, BrokerOptions::default()).await.unwrap()).await;
+    calls_dropped(Broker::new(pool, BrokerOptions::default()).await.unwrap()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn settlements_dropped_mariadb() {
+async fn calls_dropped_mariadb() {
     let pool = trickle::mariadb(MARIADB, CONNECTIONS).await;
-    settlements_dropped(Broker::new(pool, BrokerOptions::default()).await.unwrap()).await;
+    calls_dropped(Broker::new(pool, BrokerOptions::default()).await.unwrap()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn settlements_dropped_sqlite() {
+async fn calls_dropped_sqlite() {
     let file = TempSqlite::new();
     let pool = sqlite_pool(&file).await;
-    settlements_dropped(Broker::new(pool, BrokerOptions::default()).await.unwrap()).await;
+    calls_dropped(Broker::new(pool, BrokerOptions::default()).await.unwrap()).await;
 }
 
 /// Starts a transactional batch runner and drops its future again and again, each at

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use crate::broker::claim::wake::CONTROL_GROUP;
-use crate::broker::exec::retrying;
+use crate::broker::exec::{retrying, to_the_end};
 use crate::broker::operate::counts::{self, Counted};
 use crate::broker::operate::history::{arcs, load, move_in};
 use crate::broker::publish::insert;
@@ -73,7 +73,7 @@ impl<DB: Db> Queue<DB> {
     /// ordering key at once. Where the queue keeps history, each goes there as
     /// `cancelled`. Ids not in the queue are passed over; each id is cancelled once, also
     /// by racing cancels (the rows are locked, then removed, in one transaction per 500
-    /// ids).
+    /// ids). A cancel whose future is dropped once polled runs to its end all the same.
     pub async fn cancel(&self, ids: &[i64]) -> Result<Cancelled, Error> {
         self.cancel_which(&Cancel::Ids(ids.to_vec())).await
     }
@@ -86,6 +86,12 @@ impl<DB: Db> Queue<DB> {
 
     /// Cancels `which` (see [`cancel`](Self::cancel)).
     pub async fn cancel_which(&self, which: &Cancel) -> Result<Cancelled, Error> {
+        let (queue, which) = (self.clone(), which.clone());
+        to_the_end(async move { queue.cancel_now(&which).await }).await
+    }
+
+    /// [`cancel_which`](Self::cancel_which) itself.
+    async fn cancel_now(&self, which: &Cancel) -> Result<Cancelled, Error> {
         // Whether to move them into the history: the queue's setting, read now.
         load(self).await?;
         let mut locked = Vec::new();

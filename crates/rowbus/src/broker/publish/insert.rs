@@ -6,7 +6,7 @@ use std::sync::Arc;
 use notify_table::DurationRange;
 use tracing::Instrument as _;
 
-use crate::broker::exec::{DEADLOCK_TRIES, micros, queue_error};
+use crate::broker::exec::{DEADLOCK_TRIES, micros, queue_error, to_the_end};
 use crate::broker::publish::coalesce::{Entry, Merged, SHARED_AT_MOST};
 use crate::broker::telemetry;
 use crate::broker::{BrokerTx, Message, Published, Queue, check_group};
@@ -355,7 +355,7 @@ impl<DB: Db> Queue<DB> {
     /// of them as one multi-row INSERT (one commit for many callers; a lone publisher
     /// never waits). Each publish still returns only when its own messages are stored,
     /// and a failed statement fails each publish it carried ([`Error::Shared`]). A publish
-    /// whose future is dropped may still be stored, as with any statement already sent.
+    /// whose future is dropped once polled is stored all the same: it runs to its end.
     /// Publishes with a deduplication id, and batches too large for one statement, go on
     /// their own. Inside a transaction ([`BrokerTx::publish`]) nothing is shared.
     pub async fn publish(&self, message: Message) -> Result<Published, Error> {
@@ -369,6 +369,12 @@ impl<DB: Db> Queue<DB> {
     /// `lastval()`, MySQL/MariaDB `LAST_INSERT_ID()`, SQLite `last_insert_rowid()`): one
     /// more round trip than [`publish`](Self::publish). Wakes subscriptions as it does.
     pub async fn publish_with_id(&self, message: Message) -> Result<Option<i64>, Error> {
+        let queue = self.clone();
+        to_the_end(async move { queue.publish_with_id_now(message).await }).await
+    }
+
+    /// [`publish_with_id`](Self::publish_with_id) itself.
+    async fn publish_with_id_now(&self, message: Message) -> Result<Option<i64>, Error> {
         let messages = [message];
         let limit = checked(self, &messages).await?;
         let mut conn = self.inner().pool.acquire().await?;
@@ -403,11 +409,14 @@ impl<DB: Db> Queue<DB> {
         let span = telemetry::publish_span(self.table(), messages.len());
         #[cfg(feature = "opentelemetry")]
         telemetry::inject(&span, &mut messages);
-        async move {
-            let limit = checked(self, &messages).await?;
-            autocommitted(self, messages, limit).await
-        }
-        .instrument(span)
+        let queue = self.clone();
+        to_the_end(
+            async move {
+                let limit = checked(&queue, &messages).await?;
+                autocommitted(&queue, messages, limit).await
+            }
+            .instrument(span),
+        )
         .await
     }
 

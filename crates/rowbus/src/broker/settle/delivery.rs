@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tracing::{debug, warn};
 
+use crate::broker::exec::to_the_end;
 use crate::broker::operate::counts::{self, Counted};
 use crate::broker::publish::message::{decode_headers, message_timeout};
 use crate::broker::settle::control::{Control, StopReason};
@@ -13,7 +14,7 @@ use crate::broker::settle::lease;
 use crate::broker::{Headers, Queue};
 use crate::driver::ClaimedRow;
 use crate::error::Error;
-use crate::sql::{Db, Finishing};
+use crate::sql::Db;
 
 /// What a handler decided about its message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -284,16 +285,6 @@ impl<DB: Db> Lease<DB> {
             }
         }
     }
-}
-
-/// Runs `settle` to its end on a task of its own if its caller drops it first (a
-/// `select!` that took another branch, a timeout): sqlx's MySQL driver does not recover a
-/// connection whose statement was dropped while its answer was on the way, and the pool
-/// never got such a connection back (see [`Finishing`]).
-pub(in crate::broker) async fn to_the_end<T: Send + 'static>(
-    settle: impl Future<Output = T> + Send + 'static,
-) -> T {
-    Finishing::new(|_| settle).await
 }
 
 /// A message claimed under a lease. Acknowledge it, retry it, or let the lease run out

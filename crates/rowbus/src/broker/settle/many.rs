@@ -3,8 +3,9 @@
 //! what it finished together: one statement per [`ACK_BATCH`](crate::sql::ACK_BATCH)
 //! messages rather than one each. Also the queue's counts, for such a program to add to.
 
+use crate::broker::exec::to_the_end;
 use crate::broker::operate::counts::{self, Counted};
-use crate::broker::settle::delivery::{Lease, to_the_end};
+use crate::broker::settle::delivery::Lease;
 use crate::broker::settle::lease;
 use crate::broker::{Delivery, Queue};
 use crate::error::Error;

@@ -188,7 +188,8 @@ impl<DB: Db> Dashboard<DB> {
     /// cancel}`. Mount it with [`Router::nest`]; the page's requests are relative to it.
     ///
     /// Starts the chart's sampler on the current Tokio runtime (it panics outside one);
-    /// the sampler stops when the router is dropped.
+    /// the sampler stops when the router is dropped. Each request runs to its end on a
+    /// task of its own, also when its client goes away meanwhile.
     pub fn router(self) -> Router {
         let app = App {
             broker: self.broker,
@@ -335,7 +336,18 @@ fn routes<DB: Db>(app: App<DB>, token: Option<Token>, read_only: bool) -> Router
                 .route_layer(axum::middleware::from_fn_with_state(token, guard::require)),
         )
     };
-    router.with_state(app)
+    router.with_state(app).layer(axum::middleware::from_fn(to_the_end))
+}
+
+/// Runs each request to its end on a task of its own. hyper drops a handler's future
+/// when its client goes away, and a handler cut off in the middle of a statement cost a
+/// MariaDB pool that connection for good (sqlx's MySQL driver does not recover it).
+async fn to_the_end(request: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    match tokio::spawn(next.run(request)).await {
+        Ok(response) => response,
+        Err(failed) if failed.is_panic() => std::panic::resume_unwind(failed.into_panic()),
+        Err(_) => StatusCode::SERVICE_UNAVAILABLE.into_response(),
+    }
 }
 
 /// Samples the queues every [`SAMPLE_EVERY`] for the chart, until the router is dropped;

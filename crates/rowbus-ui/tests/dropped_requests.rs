@@ -3,6 +3,8 @@
 //! when its client goes away, must leave the pool every connection. Cut off in the middle
 //! of a statement, a handler cost the pool that connection for good.
 
+#[path = "../../rowbus/tests/common/cleanup.rs"]
+mod cleanup;
 #[path = "../../rowbus/tests/common/trickle.rs"]
 #[allow(dead_code, reason = "its PostgreSQL pool is not used here")]
 mod trickle;
@@ -13,7 +15,8 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::Request;
-use rowbus::{Broker, BrokerOptions, Message};
+use cleanup::{Cleanup, run_tag};
+use rowbus::{Backend, Broker, BrokerOptions, Message};
 use rowbus_ui::Dashboard;
 use tower::ServiceExt as _;
 
@@ -37,9 +40,11 @@ async fn poll_then_drop<F: Future>(future: F, polls: u64, apart: Duration) -> Op
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_dropped_part_way_leave_every_connection() {
+    // Declared first, dropped last: the queue's tables go also when the test fails.
+    let cleanup = Cleanup::new(Backend::MySql);
     let pool = trickle::mariadb(MARIADB, CONNECTIONS).await;
     let broker = Broker::new(pool, BrokerOptions::default()).await.unwrap();
-    let name = format!("ui_drop_{}", std::process::id());
+    let name = cleanup.queue(&format!("ui_drop_{}{}", run_tag(), std::process::id()));
     let q = broker.queue(&name).unwrap();
     q.deploy().await.unwrap();
     q.publish_batch((0..20).map(|i| Message::text(i.to_string()))).await.unwrap();
@@ -71,5 +76,6 @@ async fn requests_dropped_part_way_leave_every_connection() {
         tokio::time::timeout(Duration::from_secs(10), router.oneshot(request)).await.unwrap().unwrap();
     assert!(answer.status().is_success(), "{}", answer.status());
     q.undeploy().await.unwrap();
+    cleanup.forget(&name);
     broker.shutdown(Duration::from_secs(1)).await;
 }

@@ -9,8 +9,6 @@ mod cleanup;
 #[allow(dead_code, reason = "its PostgreSQL pool is not used here")]
 mod trickle;
 
-use std::future::Future;
-use std::task::Poll;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -19,24 +17,12 @@ use cleanup::{Cleanup, run_tag};
 use rowbus::{Backend, Broker, BrokerOptions, Message};
 use rowbus_ui::Dashboard;
 use tower::ServiceExt as _;
+use trickle::poll_then_drop;
 
 const MARIADB: &str = "mysql://root@127.0.0.1:3306/test";
 
 /// How many connections the broker's pool holds: few, so that a lost one shows at once.
 const CONNECTIONS: u32 = 2;
-
-/// Polls `future` up to `polls` times, `apart` apart; drops it when it has not finished by
-/// then. (The pause blocks the thread: a timer would not wait less than a millisecond.)
-async fn poll_then_drop<F: Future>(future: F, polls: u64, apart: Duration) -> Option<F::Output> {
-    let mut future = std::pin::pin!(future);
-    for _ in 0..polls {
-        if let Poll::Ready(out) = futures::poll!(future.as_mut()) {
-            return Some(out);
-        }
-        std::thread::sleep(apart);
-    }
-    None
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_dropped_part_way_leave_every_connection() {

@@ -1,6 +1,6 @@
 //! A relay in front of a database server that passes the server's answers on a few bytes
-//! at a time, pools through it, and the check that every connection of a pool came back:
-//! for tests of futures dropped part way.
+//! at a time, pools through it, a future polled a few times then dropped, and the check
+//! that every connection of a pool came back: for tests of futures dropped part way.
 
 use std::time::Duration;
 
@@ -75,4 +75,21 @@ pub fn on_port(url: &str, port: u16) -> String {
     let (head, rest) = url.rsplit_once(':').unwrap();
     let path = &rest[rest.find('/').unwrap()..];
     format!("{head}:{port}{path}")
+}
+
+/// Polls `future` up to `polls` times, `apart` apart; drops it when it has not finished by
+/// then. (The pause blocks the thread: a timer would not wait less than a millisecond.)
+pub async fn poll_then_drop<F: std::future::Future>(
+    future: F,
+    polls: u64,
+    apart: Duration,
+) -> Option<F::Output> {
+    let mut future = std::pin::pin!(future);
+    for _ in 0..polls {
+        if let std::task::Poll::Ready(out) = futures::poll!(future.as_mut()) {
+            return Some(out);
+        }
+        std::thread::sleep(apart);
+    }
+    None
 }

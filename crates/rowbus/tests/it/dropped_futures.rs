@@ -12,8 +12,6 @@
 
 use crate::common;
 
-use std::future::Future;
-use std::task::Poll;
 use std::time::Duration;
 
 use common::{Cleanup, MARIADB, PG, TempSqlite, trickle, unique};
@@ -22,6 +20,7 @@ use futures::future::join_all;
 use rowbus::{Broker, BrokerOptions, Db, Message};
 use sqlx::pool::PoolOptions;
 use sqlx::{Executor, Row};
+use trickle::poll_then_drop;
 
 /// How many connections the broker's pool holds: few, so that every dropped future's
 /// connection is met again by the next ones.
@@ -64,19 +63,6 @@ where
     };
     let row = conn.fetch_one(sql).await.unwrap();
     row.try_get::<i64, _>(0usize).unwrap() != 0
-}
-
-/// Polls `future` up to `polls` times, `apart` apart; drops it when it has not finished by
-/// then. (The pause blocks the thread: a timer would not wait less than a millisecond.)
-async fn poll_then_drop<F: Future>(future: F, polls: u64, apart: Duration) -> Option<F::Output> {
-    let mut future = std::pin::pin!(future);
-    for _ in 0..polls {
-        if let Poll::Ready(out) = futures::poll!(future.as_mut()) {
-            return Some(out);
-        }
-        std::thread::sleep(apart);
-    }
-    None
 }
 
 /// Drops claims and begins part way (at several points of their statements over the

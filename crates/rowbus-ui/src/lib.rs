@@ -430,6 +430,7 @@ async fn queues<DB: Db>(State(app): State<App<DB>>) -> Response {
         "dead_lettered": counters.dead_lettered,
         "dead_letter_failures": counters.dead_letter_failures,
         "claims": counters.claims,
+        "handed_off": counters.handed_off,
         "claim_failures": counters.claim_errors,
         "snoozed": counters.snoozed,
     });

@@ -53,7 +53,7 @@ impl Exposition {
 type Counter = (&'static str, &'static str, fn(&Stats) -> u64);
 
 /// The counters of [`Stats`] exported.
-const COUNTERS: [Counter; 9] = [
+const COUNTERS: [Counter; 10] = [
     ("rowbus_published_total", "Messages this process published.", |s| s.published),
     (
         "rowbus_publish_statements_total",
@@ -78,6 +78,11 @@ const COUNTERS: [Counter; 9] = [
         |s| s.snoozed,
     ),
     ("rowbus_claims_total", "Claims this process ran.", |s| s.claims),
+    (
+        "rowbus_handed_off_total",
+        "Messages this process published straight to one of its runners waiting for work, leased in their insert: no claim ran for them.",
+        |s| s.handed_off,
+    ),
     ("rowbus_claim_failures_total", "Claims this process ran that failed.", |s| s.claim_errors),
 ];
 
@@ -282,6 +287,7 @@ mod tests {
             dead_lettered: 2,
             dead_letter_failures: 6,
             claims: 9,
+            handed_off: 11,
             claim_errors: 1,
             snoozed: 8,
             ..Stats::default()
@@ -338,6 +344,7 @@ mod tests {
                 "rowbus_dead_letter_failures_total",
                 "rowbus_snoozed_total",
                 "rowbus_claims_total",
+                "rowbus_handed_off_total",
                 "rowbus_claim_failures_total",
             ]
         );
@@ -359,6 +366,7 @@ mod tests {
             "rowbus_queue_events_total{queue=\"jobs\",event=\"timed_out\"} 0",
             "rowbus_queue_events_total{queue=\"jobs\",event=\"lease_lost\"} 1",
             "rowbus_claims_total 9",
+            "rowbus_handed_off_total 11",
             "rowbus_claim_failures_total 1",
         ] {
             assert!(text.lines().any(|l| l == expected), "no line {expected:?} in\n{text}");

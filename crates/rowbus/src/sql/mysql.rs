@@ -546,6 +546,29 @@ impl Publishing for MySql {
     /// The side tables' inserts write the id they are given: they leave it as it was.
     const LAST_ID_SQL: &'static str = "SELECT CAST(LAST_INSERT_ID() AS SIGNED)";
 
+    /// MySQL has no `INSERT ... RETURNING` (MariaDB has).
+    const RETURNS_INSERTED: bool = false;
+
+    const FROM_NOTHING: &'static str = " FROM DUAL";
+
+    /// The id is the one the server's answer to the insert carries (its
+    /// `LAST_INSERT_ID`): no second round trip. Without `RETURNING`, the message's
+    /// publish time as its handler sees it ([`Received::published_at`](crate::Received::published_at))
+    /// is this process's clock as the insert left, where the row keeps the server's.
+    fn insert_handed<'c>(
+        conn: &'c mut Self::Connection,
+        sql: &'c super::TableSql<Self>,
+        args: &'c [Arg<'c>],
+    ) -> BoxFuture<'c, Result<Option<(i64, i64)>, sqlx::Error>> {
+        Box::pin(async move {
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+            let at = i64::try_from(now.as_micros()).unwrap_or(i64::MAX);
+            let done = crate::driver::query::<MySql>(&sql.hand_off, args, true).execute(&mut *conn).await?;
+            let id = i64::try_from(done.last_insert_id()).unwrap_or(i64::MAX);
+            Ok((done.rows_affected() > 0).then_some((id, at)))
+        })
+    }
+
     /// In the ids' table `<queue>_dedup`: see the `dedup` module.
     fn insert_deduplicated<'c>(
         conn: &'c mut Self::Connection,
@@ -1125,6 +1148,20 @@ mod tests {
         assert_eq!(pairs[1], format!("DELETE q FROM {ids} WHERE (q.id, q.lease) IN ((?, ?), (?, ?))"));
         assert_eq!(t.history.cancel_ids(2)[1], format!("DELETE q FROM {ids}"));
         assert!(t.cancel_lock_ids(2).ends_with(&format!("FROM {ids} FOR UPDATE")));
+    }
+
+    /// The hand-off's insert: leased, and only where the pause and the limits tables say
+    /// nothing of its group; without `RETURNING`, which MySQL lacks.
+    #[test]
+    fn a_hand_off_stores_leased_unless_paused_or_limited() {
+        let t = sql("jobs");
+        assert_eq!(
+            &*t.hand_off,
+            "INSERT INTO `jobs` (group_name, payload, priority, headers, attempts, lease, lease_until) \
+             SELECT ?, ?, ?, ?, 1, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND FROM DUAL \
+             WHERE NOT EXISTS (SELECT 1 FROM `jobs_pause` WHERE whole_queue = 1 OR group_name = ?) \
+             AND NOT EXISTS (SELECT 1 FROM `jobs_limits` WHERE whole_queue = 1 OR group_name = ?)"
+        );
     }
 
     #[test]

@@ -713,6 +713,21 @@ mod tests {
         TableSql::new(&name.parse().unwrap()).unwrap()
     }
 
+    /// The hand-off's insert: leased, only where the pause and the limits tables say
+    /// nothing of its group, returning the id and publish time.
+    #[test]
+    fn a_hand_off_stores_leased_unless_paused_or_limited() {
+        let t = sql("jobs");
+        assert_eq!(
+            &*t.hand_off,
+            "INSERT INTO \"jobs\" (group_name, payload, priority, headers, attempts, lease, lease_until) \
+             SELECT $1, $2, $3, $4, 1, $5, now() + $6 * interval '1 microsecond' \
+             WHERE NOT EXISTS (SELECT 1 FROM \"jobs_pause\" WHERE whole_queue = 1 OR group_name = $7) \
+             AND NOT EXISTS (SELECT 1 FROM \"jobs_limits\" WHERE whole_queue = 1 OR group_name = $8) \
+             RETURNING id, (EXTRACT(EPOCH FROM created_at) * 1000000)::BIGINT"
+        );
+    }
+
     #[test]
     fn qualified_names_get_their_schema() {
         let t = sql("app.jobs");

@@ -18,6 +18,30 @@ pub trait Publishing: Schema {
     /// A query returning the server's statement size limit, where it is a setting.
     const STATEMENT_LIMIT_SQL: Option<&'static str> = None;
 
+    /// Whether an `INSERT` can return what it stored (`RETURNING`).
+    const RETURNS_INSERTED: bool = true;
+
+    /// What a `SELECT` of constants only says where its `FROM` would be, to take a
+    /// `WHERE`: nothing, or MySQL's ` FROM DUAL`.
+    const FROM_NOTHING: &'static str = "";
+
+    /// Runs a hand-off's insert ([`TableSql::hand_off`], binds `args`): the id and
+    /// `created_at` µs of the message it stored, `None` when a pause or a limit held it.
+    /// By default what its `RETURNING` returns.
+    fn insert_handed<'c>(
+        conn: &'c mut Self::Connection,
+        sql: &'c TableSql<Self>,
+        args: &'c [Arg<'c>],
+    ) -> BoxFuture<'c, Result<Option<(i64, i64)>, sqlx::Error>> {
+        Box::pin(async move {
+            let rows = Self::fetch_rows(conn, &sql.hand_off, args, 0).await?;
+            Ok(rows.first().and_then(|row| match row.ints[..] {
+                [Some(id), Some(created_at), ..] => Some((id, created_at)),
+                _ => None,
+            }))
+        })
+    }
+
     /// A query returning, as a BIGINT, the id the connection's last INSERT of a queue row
     /// generated (asked only right after one that stored a message).
     const LAST_ID_SQL: &'static str;

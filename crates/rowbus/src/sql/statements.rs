@@ -52,6 +52,12 @@ pub struct TableSql<DB: Schema> {
     /// One message with a deduplication id, refused while a message with the id is in the
     /// queue (see [`insert_dedup_sql`](Self::insert_dedup_sql)).
     pub insert_dedup: Arc<str>,
+    /// One message stored already leased to a runner of this process (a hand-off), and
+    /// only if neither a pause nor a limit holds its group: what a claim checks besides
+    /// readiness. Binds: group, payload, priority, headers, token, lease µs, group, group.
+    /// Returns its id and `created_at` µs where the database returns inserted rows
+    /// ([`Publishing::RETURNS_INSERTED`](super::Publishing::RETURNS_INSERTED)).
+    pub hand_off: Arc<str>,
     /// What the dialect keeps for this queue ([`Schema::TableState`]).
     pub state: DB::TableState,
     /// The INSERTs publishes used, by form and rows (see [`insert_sql`](Self::insert_sql)).

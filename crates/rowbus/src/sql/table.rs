@@ -109,12 +109,35 @@ impl<DB: Schema + Publishing + Claiming + Pausing + Scheduling + Keeping + Count
             history: HistorySql::new(table),
             counts: CountsSql::new(table),
             insert_dedup: Self::insert_dedup_sql(&t).into(),
+            hand_off: Self::hand_off_sql(table, &t).into(),
             state: DB::table_state(table),
             inserts: Mutex::default(),
             quoted: t,
             dead,
             db: PhantomData,
         })
+    }
+
+    /// [`hand_off`](TableSql::hand_off) of the table `t` (quoted).
+    fn hand_off_sql(table: &QueueTable, t: &str) -> String {
+        let p = DB::param;
+        let returning = match DB::RETURNS_INSERTED {
+            true => format!(" RETURNING id, {}", DB::micros_of("created_at")),
+            false => String::new(),
+        };
+        format!(
+            "INSERT INTO {t} (group_name, payload, priority, headers, attempts, lease, lease_until) \
+             SELECT {}, {}, {}, {}, 1, {}, {}{} WHERE {} AND {}{returning}",
+            p(1),
+            p(2),
+            p(3),
+            p(4),
+            p(5),
+            DB::later(&p(6)),
+            DB::FROM_NOTHING,
+            DB::not_paused(table, &p(7)),
+            DB::not_limited(table, &p(8)),
+        )
     }
 
     /// `INSERT` of `rows` messages. Binds per row: group, payload, delay µs, priority,

@@ -18,6 +18,7 @@ mod deploy;
 mod dropped_futures;
 mod durable;
 mod features;
+mod hand_off;
 mod history;
 mod limits;
 mod listener;

@@ -4,12 +4,14 @@
 //! subscription that claims while claims come back full and otherwise waits for a
 //! wake-up or its poll interval; [`runner`] is the one `select!` loop every runner uses;
 //! [`ahead`] sizes claim-ahead; [`until`] is what stops a runner early; [`wake`] wakes
-//! subscriptions in this process at once and in others through notifications.
+//! subscriptions in this process at once and in others through notifications; [`handoff`]
+//! hands a message published in this process straight to an idle runner's worker.
 //!
 //! Entered through `Queue::subscribe`, which gives a `SubscriptionBuilder`.
 
 pub(crate) mod ahead;
 pub(crate) mod claims;
+pub(crate) mod handoff;
 pub(crate) mod limited;
 pub(crate) mod runner;
 pub(crate) mod subscription;

@@ -18,6 +18,7 @@ use tokio::time::Instant;
 use tracing::{Instrument as _, debug, info_span, warn};
 
 use crate::broker::claim::ahead::{self, Ahead};
+use crate::broker::claim::handoff::{HandedOff, Taker};
 use crate::broker::claim::subscription::{Claimer, Pace, SubscriptionBuilder};
 use crate::broker::claim::until::Until;
 use crate::broker::claim::watch::{self, Held, Watch};
@@ -473,6 +474,19 @@ pub(in crate::broker) trait Turn<DB: Db> {
     ) -> impl Future<Output = Option<Pace>>;
     /// After the loop: lets the handlers in `set` finish within `timeout`.
     fn finish(self, set: JoinSet<()>, timeout: Duration) -> impl Future<Output = ()>;
+    /// The workers of a runner that takes messages published in this process straight
+    /// while it waits for work (see [`handoff`](crate::broker::claim::handoff)); `None`
+    /// (the default) for one that does not.
+    fn hand_offs(&self) -> Option<Arc<Semaphore>> {
+        None
+    }
+    /// Starts `delivery`, handed over with `worker` reserved for it, in `set`. Called only
+    /// on a turn whose [`hand_offs`](Self::hand_offs) is `Some`; by default the message is
+    /// given back.
+    fn start_handed(&mut self, delivery: Delivery<DB>, worker: OwnedSemaphorePermit, set: &mut JoinSet<()>) {
+        let _ = (worker, set);
+        tokio::spawn(release_all(vec![delivery]));
+    }
     /// Whether the tasks in `set` are told, rather than aborted, when the runner's future
     /// is dropped before its loop ended: if so, what tells them (`true` then), and they
     /// end by themselves.
@@ -504,13 +518,23 @@ enum Next {
     Stop,
     Claim(Vec<OwnedSemaphorePermit>),
     Pause(bool),
+    Handed(HandedOff),
+}
+
+/// A message handed to the runner, from its [`Taker`] if it has one.
+async fn handed(taker: &mut Option<Taker>) -> Option<HandedOff> {
+    match taker {
+        Some(taker) => taker.rx.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// The claim loop of every runner: one `select!` over shutdown, a wake-up, the poll tick
 /// and free workers. After a claim that filled its limit the next one goes as soon as
 /// workers are free; after a short one it waits the poll interval (or less when woken);
 /// after a failed one, the claim error wait. While it pauses, `acks` (if any) go out by
-/// themselves rather than with the next claim.
+/// themselves rather than with the next claim. While it waits after a short claim, a
+/// turn that takes hand-offs starts the messages publishes of this process hand it.
 pub(in crate::broker) async fn drive<DB: Db, T: Turn<DB>>(
     mut claimer: Claimer<DB>,
     mut turn: T,
@@ -522,6 +546,10 @@ pub(in crate::broker) async fn drive<DB: Db, T: Turn<DB>>(
     let set = &mut started.set;
     let mut until = Instant::now();
     let stop = claimer.until.take();
+    let (queue, lease) = (claimer.queue.clone(), claimer.lease);
+    let mut taker = turn.hand_offs().map(|workers| {
+        queue.inner().hand_offs.offer(queue.table().channel_arc(), &claimer.group, workers, lease)
+    });
     loop {
         while set.try_join_next().is_some() {}
         let pause = claimer.pause().is_some();
@@ -529,31 +557,50 @@ pub(in crate::broker) async fn drive<DB: Db, T: Turn<DB>>(
             acks.idle(pause);
             acks.limited(claimer.limited, &claimer.wake.notify);
         }
+        if let Some(taker) = &taker {
+            taker.idle(claimer.pace == Pace::Idle && !claimer.limited);
+        }
         let woken = claimer.wake.notify.clone();
         let next = tokio::select! {
             biased;
             _ = claimer.shutdown.wait_for(|stop| *stop) => Next::Stop,
             () = async { match &stop { Some(stop) => stop.wait().await, None => std::future::pending().await } } => Next::Stop,
+            Some(handed) = handed(&mut taker) => Next::Handed(handed),
             _ = woken.notified(), if claimer.wakeable() => Next::Pause(true),
             _ = tokio::time::sleep_until(until), if pause => Next::Pause(false),
             workers = turn.free(), if !pause => Next::Claim(workers),
         };
+        if let (Some(taker), false) = (&taker, matches!(next, Next::Handed(_))) {
+            taker.idle(false);
+        }
         match next {
             Next::Stop => break,
+            Next::Handed(handed) => {
+                let (row, token, worker) = handed.start();
+                turn.start_handed(Delivery::new(queue.clone(), row, token), worker, set);
+            }
             Next::Pause(woken) => {
                 if woken {
                     debug!(table = %claimer.queue.table(), "woken");
                 }
                 claimer.pace = Pace::Now;
             }
-            Next::Claim(workers) => match turn.claim(&mut claimer, workers, set).await {
-                Some(pace) => {
-                    claimer.pace = pace;
-                    until = Instant::now() + claimer.pause().unwrap_or_default();
+            Next::Claim(workers) => {
+                claimer.taken = 0;
+                let Some(pace) = turn.claim(&mut claimer, workers, set).await else { break };
+                if claimer.taken > 0
+                    && let Some(taker) = &taker
+                {
+                    taker.claimed();
                 }
-                None => break,
-            },
+                claimer.pace = pace;
+                until = Instant::now() + claimer.pause().unwrap_or_default();
+            }
         }
+    }
+    if let Some(taker) = &mut taker {
+        // What was handed over and not started goes back at once.
+        taker.close();
     }
     turn.finish(std::mem::take(set), timeout).await;
 }
@@ -659,6 +706,14 @@ where
             self.start(set, delivery, worker);
         }
         Some(claimer.pace)
+    }
+
+    fn hand_offs(&self) -> Option<Arc<Semaphore>> {
+        Some(self.workers.clone())
+    }
+
+    fn start_handed(&mut self, delivery: Delivery<DB>, worker: OwnedSemaphorePermit, set: &mut JoinSet<()>) {
+        self.start(set, delivery, worker);
     }
 
     async fn finish(self, set: JoinSet<()>, timeout: Duration) {

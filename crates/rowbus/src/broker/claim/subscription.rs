@@ -295,6 +295,8 @@ pub(crate) struct Claimer<DB: Db> {
     pub until: Option<Until>,
     /// Whether a limit applied to the group at the last claim (see `claims::claim`).
     pub limited: bool,
+    /// Messages the last claim brought back.
+    pub taken: usize,
     /// The last wait of a claim held by a concurrency limit (zero after any other claim).
     pub held_wait: Duration,
     /// Keeps the queue's schedules running in this broker while the subscription lives.
@@ -339,6 +341,7 @@ impl<DB: Db> Claimer<DB> {
             acks: None,
             until: builder.until.clone(),
             limited: false,
+            taken: 0,
             held_wait: Duration::ZERO,
             _schedules: builder.schedules.then(|| scheduler::attach(&builder.queue)),
         })
@@ -418,6 +421,7 @@ impl<DB: Db> Claimer<DB> {
         match claimed {
             Ok(Claim { rows, token, held }) => {
                 self.pace = self.pace_after(rows.len(), limit, held);
+                self.taken = rows.len();
                 debug!(table = %self.queue.table(), group = self.group, claimed = rows.len(), limit, "claim");
                 Ok(rows.into_iter().map(|row| Delivery::new(self.queue.clone(), row, token)).collect())
             }

@@ -14,6 +14,10 @@ pub struct Stats {
     pub claimed: u64,
     /// Claims that ran (`claimed / claims` is the mean claim size).
     pub claims: u64,
+    /// Messages published to a runner of this broker that was waiting for work: stored
+    /// already leased to it and handed over without a claim. Counted in `published`,
+    /// `publishes` and `claimed` too, not in `claims`.
+    pub handed_off: u64,
     /// Messages acknowledged (deleted).
     pub acked: u64,
     /// Failed attempts scheduled to run again.
@@ -75,6 +79,7 @@ pub(crate) struct Counters {
     publishes: AtomicU64,
     claimed: AtomicU64,
     claims: AtomicU64,
+    handed_off: AtomicU64,
     acked: AtomicU64,
     retried: AtomicU64,
     dead_lettered: AtomicU64,
@@ -107,6 +112,15 @@ impl Counters {
     pub fn claimed(&self, rows: usize) {
         add(&self.claimed, rows as u64);
         add(&self.claims, 1);
+    }
+
+    /// A message stored leased to an idle runner and handed to it: published by one
+    /// statement and claimed by none.
+    pub fn handed_off(&self) {
+        add(&self.published, 1);
+        add(&self.publishes, 1);
+        add(&self.claimed, 1);
+        add(&self.handed_off, 1);
     }
 
     pub fn claim_failed(&self) {
@@ -187,6 +201,7 @@ impl Counters {
             publishes: get(&self.publishes),
             claimed: get(&self.claimed),
             claims: get(&self.claims),
+            handed_off: get(&self.handed_off),
             acked: get(&self.acked),
             retried: get(&self.retried),
             dead_lettered: get(&self.dead_lettered),

@@ -6,11 +6,13 @@ use std::sync::Arc;
 use notify_table::DurationRange;
 use tracing::Instrument as _;
 
+use crate::broker::claim::handoff::GiveBack;
 use crate::broker::exec::{DEADLOCK_TRIES, micros, queue_error, to_the_end};
 use crate::broker::publish::coalesce::{Entry, Merged, SHARED_AT_MOST};
+use crate::broker::settle::lease;
 use crate::broker::telemetry;
 use crate::broker::{BrokerTx, Message, Published, Queue, check_group};
-use crate::driver::Arg;
+use crate::driver::{Arg, ClaimedRow};
 use crate::error::{Error, check_duration, is_retryable};
 use crate::sql::Db;
 use crate::sql::InsertForm;
@@ -113,6 +115,83 @@ pub(crate) async fn autocommitted<DB: Db>(
         // The statement's task only goes away with the runtime.
         Entry::Wait(carried) => carried.await.unwrap_or(Err(Error::ShuttingDown)),
     }
+}
+
+/// What became of a publish offered to a runner of this process.
+enum HandOff {
+    /// Stored leased to an idle runner and handed to it.
+    Done(Published),
+    /// No runner took it: the messages, to publish as usual.
+    Not(Vec<Message>),
+}
+
+/// Publishes `messages` straight to a runner of this broker that waits for work, when
+/// they are one message a claim could take at once (no ordering key, no delay, no
+/// deduplication id) and such a runner has a free worker (see
+/// [`handoff`](crate::broker::claim::handoff)): one statement stores it leased to the
+/// runner, unless a pause or a limit holds its group, and the runner starts it without
+/// a claim. Nobody else is woken: the message is taken.
+async fn hand_off<DB: Db>(queue: &Queue<DB>, mut messages: Vec<Message>) -> Result<HandOff, Error> {
+    let [m] = &messages[..] else { return Ok(HandOff::Not(messages)) };
+    if m.key.is_some() || m.dedup_id.is_some() || !m.delay.is_zero() {
+        return Ok(HandOff::Not(messages));
+    }
+    let inner = queue.inner();
+    let Some(reserved) = inner.hand_offs.reserve(queue.table().channel(), &m.group) else {
+        return Ok(HandOff::Not(messages));
+    };
+    let (token, headers) = (inner.token(), m.headers_json());
+    let args = [
+        Arg::Text(&m.group),
+        Arg::Bytes(&m.payload),
+        Arg::Int(i64::from(m.priority)),
+        headers.as_deref().map_or(Arg::Null, Arg::Text),
+        Arg::Int(token),
+        Arg::Int(micros(reserved.lease)),
+        Arg::Text(&m.group),
+        Arg::Text(&m.group),
+    ];
+    let mut conn = inner.pool.acquire().await?;
+    let stored = DB::insert_handed(&mut conn, &queue.sql, &args).await.map_err(|e| queue_error(queue, e))?;
+    drop(conn);
+    let Some((id, created_at)) = stored else {
+        reserved.refused();
+        return Ok(HandOff::Not(messages));
+    };
+    inner.counters.handed_off();
+    let m = messages.pop().expect("one message");
+    let priority = i64::from(m.priority);
+    let row = ClaimedRow {
+        id,
+        group: m.group,
+        payload: m.payload,
+        attempts: 1,
+        created_at,
+        priority,
+        key: None,
+        dedup_id: None,
+        headers,
+    };
+    let give_back = give_back(queue, &row, token);
+    reserved.send(row, token, give_back);
+    Ok(HandOff::Done(Published { stored: 1, duplicates: Vec::new() }))
+}
+
+/// What gives a message handed over back, should its runner stop before starting it:
+/// released at once (its attempt not counted), then its group woken here and elsewhere.
+fn give_back<DB: Db>(queue: &Queue<DB>, row: &ClaimedRow, token: i64) -> GiveBack {
+    let (queue, id, group) = (queue.clone(), row.id, row.group.clone());
+    Box::new(move || {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        runtime.spawn(async move {
+            match lease::release(&queue, id, token).await {
+                Ok(()) => wake_group(&queue, &group).await,
+                Err(error) => {
+                    tracing::warn!(%error, table = %queue.table(), id, "giving back a message handed to a runner that stopped failed; it returns when its lease runs out");
+                }
+            }
+        });
+    })
 }
 
 /// One INSERT's worth of the queue's publishes in flight. Dropped (its statement done, or
@@ -358,6 +437,12 @@ impl<DB: Db> Queue<DB> {
     /// whose future is dropped once polled is stored all the same: it runs to its end.
     /// Publishes with a deduplication id, and batches too large for one statement, go on
     /// their own. Inside a transaction ([`BrokerTx::publish`]) nothing is shared.
+    ///
+    /// When a runner of this broker on the message's group waits for work with a worker
+    /// free, a message without an ordering key, delay or deduplication id goes straight
+    /// to it: stored already leased to the runner (unless a pause or a limit holds the
+    /// group, which the insert checks), and started without a claim
+    /// ([`Stats::handed_off`](crate::stats::Stats::handed_off)).
     pub async fn publish(&self, message: Message) -> Result<Published, Error> {
         self.publish_batch(std::iter::once(message)).await
     }
@@ -413,7 +498,10 @@ impl<DB: Db> Queue<DB> {
         to_the_end(
             async move {
                 let limit = checked(&queue, &messages).await?;
-                autocommitted(&queue, messages, limit).await
+                match hand_off(&queue, messages).await? {
+                    HandOff::Done(published) => Ok(published),
+                    HandOff::Not(messages) => autocommitted(&queue, messages, limit).await,
+                }
             }
             .instrument(span),
         )

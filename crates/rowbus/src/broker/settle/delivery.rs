@@ -448,7 +448,9 @@ impl Received {
         self.attempt
     }
 
-    /// When it was published (the database's clock).
+    /// When it was published (the database's clock; on MySQL/MariaDB, for a message a
+    /// publish of this process handed straight to its runner, this process's clock as the
+    /// insert left).
     pub fn published_at(&self) -> SystemTime {
         published_at(&self.row)
     }

@@ -167,6 +167,40 @@ async fn hands_over_when_idle<DB: Brokers>(place: Place) {
 
 on_each_database!(hands_over_when_idle);
 
+/// A batch runner waiting for work is handed a message as a batch of one.
+async fn hands_a_batch_runner_a_batch_of_one<DB: Brokers>(place: Place) {
+    let broker = DB::broker(&place, BrokerOptions::default()).await;
+    let cleanup = Cleanup::new(DB::BACKEND);
+    let q = queue(&broker, &cleanup.queue(&unique("handbatch"))).await;
+    let (tx, mut batches) = mpsc::unbounded_channel::<Vec<String>>();
+    let sub = q.subscribe().batch(10).workers(2).poll_interval(FOREVER);
+    let task = tokio::spawn(async move {
+        sub.run_batch(move |batch: Vec<Delivery<DB>>| {
+            let texts: Result<Vec<String>, Error> = batch.iter().map(|d| Ok(d.text()?.to_owned())).collect();
+            let sent = texts.map(|texts| drop(tx.send(texts)));
+            async move { sent }
+        })
+        .await
+        .unwrap()
+    });
+    until_idle(&broker).await;
+    let claims = broker.stats().claims;
+
+    for i in 0..5 {
+        q.publish(Message::text(format!("b{i}"))).await.unwrap();
+        let batch = tokio::time::timeout(ARRIVES, batches.recv()).await.expect("a batch").unwrap();
+        assert_eq!(batch, vec![format!("b{i}")]);
+    }
+    until_empty(&q, "").await;
+    let stats = broker.stats();
+    assert_eq!((stats.handed_off, stats.claims), (5, claims), "{stats:?}");
+
+    broker.shutdown(Duration::from_secs(5)).await;
+    task.await.unwrap();
+}
+
+on_each_database!(hands_a_batch_runner_a_batch_of_one);
+
 /// A pause holds what a publish would hand over, as it holds a claim: the message waits
 /// in the queue until the resume. The pause comes from another broker (an operator's
 /// process), which does not wake the runner: only the insert's own check sees it.

@@ -735,6 +735,34 @@ struct Batches<DB: Db, F> {
     _watch: Watch,
 }
 
+impl<DB, F, Fut, O, E> Batches<DB, F>
+where
+    DB: Db,
+    F: Fn(Vec<Delivery<DB>>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<O, E>> + Send + 'static,
+    O: Into<Outcome> + Send + 'static,
+    E: Display + Send + 'static,
+{
+    /// Runs the handler on `batch` with `worker` in `set`, then settles it.
+    fn start(&self, set: &mut JoinSet<()>, batch: Vec<Delivery<DB>>, worker: OwnedSemaphorePermit) {
+        let (handler, queue, acks) = (self.handler.clone(), self.queue.clone(), self.flusher.acks.clone());
+        let in_flight = self.in_flight.clone();
+        let span = telemetry::batch_span(queue.table(), batch.len(), batch.iter().map(|d| d.headers()));
+        set.spawn(
+            async move {
+                // Held until the batch is settled: the claim for this worker then
+                // carries its acknowledgement.
+                let _worker = worker;
+                let leases: Vec<Lease<DB>> = batch.iter().map(Delivery::lease).collect();
+                in_flight.track(leases.iter().cloned());
+                let result = outcome(handler(batch)).await;
+                settle_batch(&queue, &acks, leases, result).await;
+            }
+            .instrument(span),
+        );
+    }
+}
+
 impl<DB, F, Fut, O, E> Turn<DB> for Batches<DB, F>
 where
     DB: Db,
@@ -759,24 +787,18 @@ where
             return None;
         }
         if let (false, Some(worker)) = (batch.is_empty(), workers.pop()) {
-            let (handler, queue, acks) =
-                (self.handler.clone(), self.queue.clone(), self.flusher.acks.clone());
-            let in_flight = self.in_flight.clone();
-            let span = telemetry::batch_span(queue.table(), batch.len(), batch.iter().map(|d| d.headers()));
-            set.spawn(
-                async move {
-                    // Held until the batch is settled: the claim for this worker then
-                    // carries its acknowledgement.
-                    let _worker = worker;
-                    let leases: Vec<Lease<DB>> = batch.iter().map(Delivery::lease).collect();
-                    in_flight.track(leases.iter().cloned());
-                    let result = outcome(handler(batch)).await;
-                    settle_batch(&queue, &acks, leases, result).await;
-                }
-                .instrument(span),
-            );
+            self.start(set, batch, worker);
         }
         Some(claimer.pace)
+    }
+
+    /// A message handed over is a batch of one.
+    fn hand_offs(&self) -> Option<Arc<Semaphore>> {
+        Some(self.workers.clone())
+    }
+
+    fn start_handed(&mut self, delivery: Delivery<DB>, worker: OwnedSemaphorePermit, set: &mut JoinSet<()>) {
+        self.start(set, vec![delivery], worker);
     }
 
     async fn finish(self, set: JoinSet<()>, timeout: Duration) {

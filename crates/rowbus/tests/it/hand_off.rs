@@ -2,7 +2,8 @@
 //! publish that finds a runner of its own broker waiting for work stores the message
 //! leased to it and hands it over without a claim; what holds a claim back (a pause, a
 //! limit) holds a hand-off back too; with another broker claiming the same queue, every
-//! message is still handled once.
+//! message is still handled once; a message handed to a runner that stopped meanwhile is
+//! given back at once.
 
 use crate::common;
 
@@ -331,3 +332,110 @@ async fn handed_over_or_claimed_once<DB: Brokers>(place: Place) {
 }
 
 on_each_database!(handed_over_or_claimed_once);
+
+/// A port that reaches the server at `127.0.0.1:port` with each of its answers held back
+/// `delay`: every statement through it takes at least that long.
+async fn delaying(port: u16, delay: Duration) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+    let relay = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let local = relay.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((inbound, _)) = relay.accept().await {
+            let server = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+            let (mut from_client, mut to_client) = inbound.into_split();
+            let (mut from_server, mut to_server) = server.into_split();
+            tokio::spawn(async move { tokio::io::copy(&mut from_client, &mut to_server).await });
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    match from_server.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => {
+                            tokio::time::sleep(delay).await;
+                            if to_client.write_all(&buf[..n]).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    });
+    local
+}
+
+/// A runner that stops while a publish's insert is on its way to it: the message, stored
+/// leased to the runner for an hour, is given back at once (its attempt not counted) and
+/// another broker's subscription takes it within seconds. The publishing broker's
+/// statements go through a relay that holds each answer back 300 ms, so the runner's stop
+/// falls between the hand-off's reservation and its send.
+async fn a_runner_gone_gets_nothing<DB: Db>(port: u16, url: &str) {
+    let slow_url = common::trickle::on_port(url, delaying(port, Duration::from_millis(300)).await);
+    let slow = sqlx::pool::PoolOptions::<DB>::new().max_connections(4).connect(&slow_url).await.unwrap();
+    let publisher = Broker::new(slow, BrokerOptions::default()).await.unwrap();
+    let other =
+        Broker::new(rowbus::connect::<DB>(url, 4).await.unwrap(), BrokerOptions::default()).await.unwrap();
+    let cleanup = Cleanup::new(DB::BACKEND);
+    let name = cleanup.queue(&unique("handgone"));
+    let theirs = queue(&other, &name).await;
+    let q = publisher.queue(&name).unwrap();
+    // Read (and kept) before the publish, which would otherwise read it first.
+    q.max_message_bytes().await.unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let (seen_tx, mut seen) = mpsc::unbounded_channel::<i64>();
+    let sub = q.subscribe().lease(Duration::from_secs(3600)).poll_interval(FOREVER).until(async move {
+        let _ = stop_rx.await;
+    });
+    let runner = tokio::spawn(async move {
+        sub.run(move |d: Delivery<DB>| {
+            let _ = seen_tx.send(d.id());
+            async { Ok::<_, Error>(()) }
+        })
+        .await
+        .unwrap()
+    });
+    until_idle(&publisher).await;
+
+    let publish = tokio::spawn({
+        let q = q.clone();
+        async move { q.publish(Message::text("to a runner that stops")).await.unwrap() }
+    });
+    // The reservation is made at once; the insert's answer is 300 ms away.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    stop_tx.send(()).unwrap();
+    tokio::time::timeout(ARRIVES, runner).await.expect("the runner stopped").unwrap();
+    assert_eq!(publish.await.unwrap().stored, 1);
+    assert!(seen.try_recv().is_err(), "the stopped runner started nothing");
+
+    let mut sub = theirs.subscribe().poll_interval(Duration::from_millis(50)).stream().await.unwrap();
+    let delivery = tokio::time::timeout(ARRIVES, futures::StreamExt::next(&mut sub))
+        .await
+        .expect("given back, not held for its hour's lease")
+        .unwrap()
+        .unwrap();
+    assert_eq!((delivery.text().unwrap(), delivery.attempt()), ("to a runner that stops", 1));
+    delivery.ack().await.unwrap();
+    // Counted once the release's answer is back, 300 ms after the row was free.
+    tokio::time::timeout(ARRIVES, async {
+        while publisher.stats().released < 1 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("the release counted: {:?}", publisher.stats()));
+    assert_eq!(publisher.stats().handed_off, 1);
+    drop(sub);
+    publisher.shutdown(Duration::from_secs(5)).await;
+    other.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_gone_gets_nothing_postgres() {
+    a_runner_gone_gets_nothing::<sqlx::Postgres>(5432, common::PG).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_gone_gets_nothing_mariadb() {
+    a_runner_gone_gets_nothing::<sqlx::MySql>(3306, common::MARIADB).await;
+}

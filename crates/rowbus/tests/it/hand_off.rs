@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use common::{Brokers, Cleanup, Place, on_each_database, unique};
 use rowbus::limit::{Limit, LimitScope};
+use rowbus::stats::Stats;
 use rowbus::{Broker, BrokerOptions, Db, Delivery, Error, Message, Queue};
 use tokio::sync::{Notify, mpsc};
 
@@ -96,14 +97,20 @@ async fn nothing(rx: &mut mpsc::UnboundedReceiver<Seen>, what: &str) {
 /// Waits until the runner's first claim (which finds nothing) is done: it then waits for
 /// work.
 async fn until_idle<DB: Db>(broker: &Broker<DB>) {
-    tokio::time::timeout(ARRIVES, async {
-        while broker.stats().claims == 0 {
+    until_counted(broker, "the runner's first claim", |s| s.claims > 0).await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+}
+
+/// Waits until `broker`'s counters say `done`, within [`ARRIVES`].
+async fn until_counted<DB: Db>(broker: &Broker<DB>, what: &str, done: impl Fn(&Stats) -> bool) {
+    let waited = tokio::time::timeout(ARRIVES, async {
+        while !done(&broker.stats()) {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-    })
-    .await
-    .expect("the runner's first claim");
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    });
+    if waited.await.is_err() {
+        panic!("{what}: not counted within {ARRIVES:?}: {:?}", broker.stats());
+    }
 }
 
 /// Waits until `queue` holds nothing in `group`.
@@ -145,13 +152,7 @@ async fn hands_over_when_idle<DB: Brokers>(place: Place) {
     until_empty(&q, "g").await;
     // The acknowledgements are counted once their statement returned, a moment after
     // their rows are gone.
-    tokio::time::timeout(ARRIVES, async {
-        while broker.stats().acked < 10 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("10 acknowledgements counted: {:?}", broker.stats()));
+    until_counted(&broker, "10 acknowledgements", |s| s.acked >= 10).await;
     let stats = broker.stats();
     assert_eq!(stats.handed_off, 10, "{stats:?}");
     assert_eq!(stats.claims, claims, "no claim ran for them: {stats:?}");
@@ -417,13 +418,7 @@ async fn a_runner_gone_gets_nothing<DB: Db>(port: u16, url: &str) {
     assert_eq!((delivery.text().unwrap(), delivery.attempt()), ("to a runner that stops", 1));
     delivery.ack().await.unwrap();
     // Counted once the release's answer is back, 300 ms after the row was free.
-    tokio::time::timeout(ARRIVES, async {
-        while publisher.stats().released < 1 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("the release counted: {:?}", publisher.stats()));
+    until_counted(&publisher, "the release", |s| s.released >= 1).await;
     assert_eq!(publisher.stats().handed_off, 1);
     drop(sub);
     publisher.shutdown(Duration::from_secs(5)).await;

@@ -63,7 +63,6 @@ pub use settle::delivery::{BatchOutcome, Delivery, Outcome, Received, TxMessage}
 pub use settle::retry::RetryPolicy;
 pub use telemetry::{TRACEPARENT, TRACESTATE};
 
-use claim::handoff::HandOffs;
 use claim::wake::Wakers;
 use operate::stats::Counters;
 use publish::wakes::WakeSender;
@@ -201,8 +200,6 @@ pub(crate) struct Inner<DB: Db> {
     pub pool: Pool<DB>,
     pub options: BrokerOptions,
     pub wakers: Arc<Wakers>,
-    /// The runners idle for hand-offs (see [`claim::handoff`]).
-    pub hand_offs: Arc<HandOffs>,
     pub counters: Counters,
     /// The schedulers running in this broker, by queue.
     pub schedulers: operate::schedulers::Schedulers,
@@ -287,7 +284,6 @@ impl<DB: Db> Broker<DB> {
             pool,
             options,
             wakers: Arc::default(),
-            hand_offs: Arc::default(),
             counters: Counters::default(),
             schedulers: operate::schedulers::Schedulers::default(),
             tables: Mutex::default(),

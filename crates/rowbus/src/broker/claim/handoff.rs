@@ -2,17 +2,17 @@
 //! already leased to that runner and hands it over in memory, so the message starts
 //! without a claim.
 //!
-//! A runner is idle for hand-offs ([`Taker::idle`]) while its last claim came back short:
-//! no message it could take was ready then. A publish ([`HandOffs::reserve`]) takes one
-//! of its free workers first, so a message handed over always has a worker to start on;
-//! the insert then checks, in the same statement, what a claim checks besides readiness
+//! A runner offers to take hand-offs beside its wake-up ([`Offer`], kept in the broker's
+//! `Wakers`). It is idle for them ([`Taker::idle`]) while its last claim came back short:
+//! no message it could take was ready then. A publish (`Wakers::reserve`) takes one of its
+//! free workers first, so a message handed over always has a worker to start on; the
+//! insert then checks, in the same statement, what a claim checks besides readiness
 //! (the queue and group not paused, no limit on them), and leases the row only if they
 //! hold. A message handed over that never starts (the runner stopped meanwhile) is given
 //! back at once by the guard it carries ([`HandedOff`]).
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
@@ -51,23 +51,10 @@ impl Drop for HandedOff {
     }
 }
 
-/// Every runner of the broker that takes hand-offs, by table channel and group.
-#[derive(Default)]
-pub(crate) struct HandOffs {
-    by_table: RwLock<HashMap<Arc<str>, Vec<Offer>>>,
-    next_id: AtomicU64,
-}
-
-impl std::fmt::Debug for HandOffs {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HandOffs").finish_non_exhaustive()
-    }
-}
-
-/// One runner's place among the [`HandOffs`].
-struct Offer {
-    id: u64,
-    group: String,
+/// A runner's offer to take hand-offs, kept with its wake-up among the broker's
+/// [`Wakers`](super::wake::Wakers) (see [`Registration::take_hand_offs`](super::wake::Registration::take_hand_offs)).
+#[derive(Debug)]
+pub(crate) struct Offer {
     state: Arc<State>,
     workers: Arc<Semaphore>,
     lease: Duration,
@@ -75,13 +62,35 @@ struct Offer {
 }
 
 /// What the runner says of itself, and publishes of it.
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct State {
     /// Its last claim came back short and it waits.
     idle: AtomicBool,
     /// A hand-off's insert found the queue or group paused or limited: none is tried
     /// again until a claim of the runner brings a message back.
     refused: AtomicBool,
+}
+
+impl Offer {
+    /// The offer of a runner whose workers are `workers`, leasing for `lease`, and the
+    /// runner's side of it.
+    pub fn new(workers: Arc<Semaphore>, lease: Duration) -> (Offer, Taker) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let state = Arc::new(State::default());
+        (Offer { state: state.clone(), workers, lease, tx }, Taker { state, rx })
+    }
+
+    /// A free worker of the runner, if it is idle and has one.
+    pub fn reserve(&self) -> Option<Reserved> {
+        let ready = self.state.idle.load(Ordering::Acquire)
+            && !self.state.refused.load(Ordering::Acquire)
+            && !self.tx.is_closed();
+        if !ready {
+            return None;
+        }
+        let worker = self.workers.clone().try_acquire_owned().ok()?;
+        Some(Reserved { worker, lease: self.lease, state: self.state.clone(), tx: self.tx.clone() })
+    }
 }
 
 /// A free worker of an idle runner, taken for one message.
@@ -108,11 +117,9 @@ impl Reserved {
     }
 }
 
-/// A runner's place among the [`HandOffs`]: what it receives; removed when dropped.
+/// The runner's side of its [`Offer`]: what it receives. Dropped, it takes no more, and
+/// what is on its way is given back.
 pub(crate) struct Taker {
-    hand_offs: Arc<HandOffs>,
-    table: Arc<str>,
-    id: u64,
     state: Arc<State>,
     /// The messages handed over.
     pub rx: mpsc::UnboundedReceiver<HandedOff>,
@@ -139,60 +146,13 @@ impl Taker {
 
 impl Drop for Taker {
     fn drop(&mut self) {
-        let mut map = self.hand_offs.by_table.write().unwrap_or_else(|e| e.into_inner());
-        if let Some(offers) = map.get_mut(&self.table) {
-            offers.retain(|o| o.id != self.id);
-            if offers.is_empty() {
-                map.remove(&self.table);
-            }
-        }
-        drop(map);
         self.close();
-    }
-}
-
-impl HandOffs {
-    /// Registers a runner of `table`'s `group` whose workers are `workers`, leasing for
-    /// `lease`.
-    pub fn offer(
-        self: &Arc<Self>,
-        table: &Arc<str>,
-        group: &str,
-        workers: Arc<Semaphore>,
-        lease: Duration,
-    ) -> Taker {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = mpsc::unbounded_channel();
-        let state = Arc::new(State::default());
-        let offer = Offer { id, group: group.to_owned(), state: state.clone(), workers, lease, tx };
-        self.by_table
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(table.clone())
-            .or_default()
-            .push(offer);
-        Taker { hand_offs: self.clone(), table: table.clone(), id, state, rx }
-    }
-
-    /// A free worker of an idle runner of `table`'s `group`, if one has one.
-    pub fn reserve(&self, table: &str, group: &str) -> Option<Reserved> {
-        let map = self.by_table.read().unwrap_or_else(|e| e.into_inner());
-        map.get(table)?.iter().find_map(|offer| {
-            let ready = offer.group == group
-                && offer.state.idle.load(Ordering::Acquire)
-                && !offer.state.refused.load(Ordering::Acquire)
-                && !offer.tx.is_closed();
-            if !ready {
-                return None;
-            }
-            let worker = offer.workers.clone().try_acquire_owned().ok()?;
-            Some(Reserved { worker, lease: offer.lease, state: offer.state.clone(), tx: offer.tx.clone() })
-        })
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::wake::Wakers;
     use super::*;
     use std::sync::atomic::AtomicUsize;
 
@@ -219,36 +179,38 @@ mod tests {
 
     #[test]
     fn only_an_idle_runner_of_the_group_with_a_free_worker_is_reserved() {
-        let hand_offs = Arc::new(HandOffs::default());
+        let wakers = Arc::new(Wakers::default());
         let table: Arc<str> = Arc::from("jobs");
         let workers = Arc::new(Semaphore::new(1));
-        let taker = hand_offs.offer(&table, "a", workers.clone(), Duration::from_secs(30));
-        assert!(hand_offs.reserve("jobs", "a").is_none(), "not idle yet");
+        let registration = wakers.register(&table, "a");
+        let taker = registration.take_hand_offs(workers.clone(), Duration::from_secs(30));
+        assert!(wakers.reserve("jobs", "a").is_none(), "not idle yet");
         taker.idle(true);
-        assert!(hand_offs.reserve("jobs", "b").is_none(), "another group");
-        assert!(hand_offs.reserve("mail", "a").is_none(), "another table");
-        let reserved = hand_offs.reserve("jobs", "a").expect("idle, one worker free");
+        assert!(wakers.reserve("jobs", "b").is_none(), "another group");
+        assert!(wakers.reserve("mail", "a").is_none(), "another table");
+        let reserved = wakers.reserve("jobs", "a").expect("idle, one worker free");
         assert_eq!(reserved.lease, Duration::from_secs(30));
-        assert!(hand_offs.reserve("jobs", "a").is_none(), "its one worker is reserved");
+        assert!(wakers.reserve("jobs", "a").is_none(), "its one worker is reserved");
         reserved.refused();
         assert_eq!(workers.available_permits(), 1, "a refused reservation frees its worker");
-        assert!(hand_offs.reserve("jobs", "a").is_none(), "refused until a claim brings messages");
+        assert!(wakers.reserve("jobs", "a").is_none(), "refused until a claim brings messages");
         taker.claimed();
-        assert!(hand_offs.reserve("jobs", "a").is_some());
-        drop(taker);
-        assert!(hand_offs.reserve("jobs", "a").is_none(), "gone with its runner");
+        assert!(wakers.reserve("jobs", "a").is_some());
+        drop(registration);
+        assert!(wakers.reserve("jobs", "a").is_none(), "gone with its runner");
     }
 
     #[tokio::test]
     async fn a_message_handed_over_starts_once_or_is_given_back() {
-        let hand_offs = Arc::new(HandOffs::default());
+        let wakers = Arc::new(Wakers::default());
         let table: Arc<str> = Arc::from("jobs");
         let given_back = Arc::new(AtomicUsize::new(0));
         let workers = Arc::new(Semaphore::new(3));
-        let mut taker = hand_offs.offer(&table, "", workers.clone(), Duration::from_secs(1));
+        let registration = wakers.register(&table, "");
+        let mut taker = registration.take_hand_offs(workers.clone(), Duration::from_secs(1));
         taker.idle(true);
 
-        hand_offs.reserve("jobs", "").expect("free").send(row(1), 7, counting(&given_back));
+        wakers.reserve("jobs", "").expect("free").send(row(1), 7, counting(&given_back));
         let (started, token, worker) = taker.rx.recv().await.expect("handed over").start();
         assert_eq!((started.id, token), (1, 7));
         assert_eq!(workers.available_permits(), 2, "its worker goes with it");
@@ -256,15 +218,15 @@ mod tests {
         assert_eq!(given_back.load(Ordering::SeqCst), 0, "started: nothing given back");
 
         // Handed over, then the runner stops before it starts it.
-        hand_offs.reserve("jobs", "").expect("free").send(row(2), 8, counting(&given_back));
+        wakers.reserve("jobs", "").expect("free").send(row(2), 8, counting(&given_back));
         taker.close();
         assert_eq!(given_back.load(Ordering::SeqCst), 1, "dropped unstarted at the runner's end");
-        assert!(hand_offs.reserve("jobs", "").is_none(), "a closed runner takes none");
+        assert!(wakers.reserve("jobs", "").is_none(), "a closed runner takes none");
 
         // Reserved, then the runner is gone before the send.
-        let taker = hand_offs.offer(&table, "", workers.clone(), Duration::from_secs(1));
+        let taker = registration.take_hand_offs(workers.clone(), Duration::from_secs(1));
         taker.idle(true);
-        let reserved = hand_offs.reserve("jobs", "").expect("free");
+        let reserved = wakers.reserve("jobs", "").expect("free");
         drop(taker);
         reserved.send(row(3), 9, counting(&given_back));
         assert_eq!(given_back.load(Ordering::SeqCst), 2, "sent to a runner gone: given back");

@@ -546,10 +546,8 @@ pub(in crate::broker) async fn drive<DB: Db, T: Turn<DB>>(
     let set = &mut started.set;
     let mut until = Instant::now();
     let stop = claimer.until.take();
-    let (queue, lease) = (claimer.queue.clone(), claimer.lease);
-    let mut taker = turn.hand_offs().map(|workers| {
-        queue.inner().hand_offs.offer(queue.table().channel_arc(), &claimer.group, workers, lease)
-    });
+    let queue = claimer.queue.clone();
+    let mut taker = turn.hand_offs().map(|workers| claimer.wake.take_hand_offs(workers, claimer.lease));
     loop {
         while set.try_join_next().is_some() {}
         let pause = claimer.pause().is_some();

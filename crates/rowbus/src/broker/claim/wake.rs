@@ -4,7 +4,9 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
-use tokio::sync::Notify;
+use tokio::sync::{Notify, Semaphore};
+
+use super::handoff::{Offer, Reserved, Taker};
 
 /// The group under which runners register to hear of cancels, and which a cancel's
 /// notification names: a space, which no group name can be (none ends with one).
@@ -24,6 +26,8 @@ struct Entry {
     id: u64,
     group: String,
     notify: Arc<Notify>,
+    /// Set for a runner that takes hand-offs (see [`handoff`](super::handoff)).
+    offer: Option<Offer>,
 }
 
 /// A subscription's place in [`Wakers`]; removed when dropped.
@@ -33,6 +37,20 @@ pub(crate) struct Registration {
     table: Arc<str>,
     id: u64,
     pub notify: Arc<Notify>,
+}
+
+impl Registration {
+    /// Makes the subscription take hand-offs: a runner whose workers are `workers`,
+    /// leasing for `lease` (one offer per registration; a later one replaces it). Its side
+    /// of the offer.
+    pub fn take_hand_offs(&self, workers: Arc<Semaphore>, lease: std::time::Duration) -> Taker {
+        let (offer, taker) = Offer::new(workers, lease);
+        let mut map = self.wakers.by_table.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(entry) = map.get_mut(&self.table).and_then(|e| e.iter_mut().find(|e| e.id == self.id)) {
+            entry.offer = Some(offer);
+        }
+        taker
+    }
 }
 
 impl Drop for Registration {
@@ -51,7 +69,7 @@ impl Wakers {
     pub fn register(self: &Arc<Self>, table: &Arc<str>, group: &str) -> Registration {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let notify = Arc::new(Notify::new());
-        let entry = Entry { id, group: group.to_owned(), notify: notify.clone() };
+        let entry = Entry { id, group: group.to_owned(), notify: notify.clone(), offer: None };
         self.by_table
             .write()
             .unwrap_or_else(|e| e.into_inner())
@@ -74,6 +92,13 @@ impl Wakers {
         }
         self.woken.fetch_add(woken as u64, Ordering::Relaxed);
         woken
+    }
+
+    /// A free worker of a runner of `table`'s `group` that waits for work and takes
+    /// hand-offs, if one has one.
+    pub fn reserve(&self, table: &str, group: &str) -> Option<Reserved> {
+        let map = self.by_table.read().unwrap_or_else(|e| e.into_inner());
+        map.get(table)?.iter().filter(|e| e.group == group).find_map(|e| e.offer.as_ref()?.reserve())
     }
 
     /// Wakes every subscription once (after the listening connection came back).

@@ -137,7 +137,7 @@ async fn hand_off<DB: Db>(queue: &Queue<DB>, mut messages: Vec<Message>) -> Resu
         return Ok(HandOff::Not(messages));
     }
     let inner = queue.inner();
-    let Some(reserved) = inner.hand_offs.reserve(queue.table().channel(), &m.group) else {
+    let Some(reserved) = inner.wakers.reserve(queue.table().channel(), &m.group) else {
         return Ok(HandOff::Not(messages));
     };
     let (token, headers) = (inner.token(), m.headers_json());

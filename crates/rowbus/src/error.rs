@@ -581,6 +581,12 @@ pub(crate) fn is_retryable(e: &sqlx::Error) -> bool {
     error_is(e, &[1213, 1205, 1047], &["40001", "40P01"], None)
 }
 
+/// Whether a driver error is a lock wait that ran past its timeout (PostgreSQL's
+/// `lock_timeout`, MySQL's `innodb_lock_wait_timeout`).
+pub(crate) fn is_lock_wait(e: &sqlx::Error) -> bool {
+    error_is(e, &[1205], &["55P03"], None)
+}
+
 /// Whether a driver error says the table a statement named does not exist.
 pub(crate) fn is_missing_table(e: &sqlx::Error) -> bool {
     // PostgreSQL undefined_table; SQLite reports it in the message only.

@@ -8,7 +8,9 @@
 //! - `claim/`: claims, claim-ahead, subscriptions, the runner, waking;
 //! - `settle/`: deliveries, leases, acknowledgements, retries, transactional handlers;
 //! - `operate/`: the operator's side: deploy, dead letters, pause, history, schedules,
-//!   statistics.
+//!   statistics;
+//! - `upkeep/`: what a broker does for the queues it claims from: the floors claims start
+//!   at, and the retiring of partitions (PostgreSQL).
 //!
 //! `exec` runs every statement that can deadlock, retried, with errors that name the queue;
 //! `telemetry` opens the publish and handler spans and carries trace context in headers;
@@ -22,6 +24,7 @@ mod settle;
 mod telemetry;
 #[cfg(feature = "testing")]
 pub(crate) mod testing;
+mod upkeep;
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -203,6 +206,8 @@ pub(crate) struct Inner<DB: Db> {
     pub counters: Counters,
     /// The schedulers running in this broker, by queue.
     pub schedulers: operate::schedulers::Schedulers,
+    /// The upkeep of the queues this broker claims from: floors, partitions.
+    pub upkeep: upkeep::registry::Upkeeps,
     tables: Mutex<HashMap<QueueTable, Arc<TableSql<DB>>>>,
     /// Each queue's keep setting as this broker last read it.
     keeping: Mutex<HashMap<QueueTable, Arc<operate::keeping::Keeping>>>,
@@ -286,6 +291,7 @@ impl<DB: Db> Broker<DB> {
             wakers: Arc::default(),
             counters: Counters::default(),
             schedulers: operate::schedulers::Schedulers::default(),
+            upkeep: upkeep::registry::Upkeeps::default(),
             tables: Mutex::default(),
             keeping: Mutex::default(),
             publishing: Mutex::default(),

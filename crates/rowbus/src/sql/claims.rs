@@ -3,7 +3,7 @@
 
 use futures::future::BoxFuture;
 
-use super::{Limiting, Schema, TableSql, quoted};
+use super::{Floor, Limiting, Schema, TableSql, quoted};
 use crate::driver::{Arg, ClaimedRow};
 use crate::names::QueueTable;
 
@@ -52,14 +52,17 @@ pub trait Claiming: Schema {
     const ONE_WRITER: bool = false;
 
     /// The lease claim statement: binds group, limit, lease µs, token; a database whose
-    /// claim has another shape says so in [`claim`](Self::claim).
+    /// claim has another shape (or binds a [`Floor`]) says so in [`claim`](Self::claim).
     fn claim_sql(table: &QueueTable) -> String;
 
     /// A transactional handler's claim: up to `limit` ready rows, locked and deleted
-    /// (the transaction's commit acknowledges them). Binds: group, limit.
+    /// (the transaction's commit acknowledges them). Binds: group, limit (and a floor
+    /// where [`take_locked`](Self::take_locked) binds one).
     fn claim_locked_sql(table: &QueueTable) -> String;
 
-    /// Claims up to `limit` rows of `group` under lease `token` on `conn`.
+    /// Claims up to `limit` rows of `group` under lease `token` on `conn`, from `floor`
+    /// where the database's claims start at one ([`Rotating`](super::Rotating)).
+    #[allow(clippy::too_many_arguments)]
     fn claim<'c>(
         conn: &'c mut Self::Connection,
         sql: &'c TableSql<Self>,
@@ -67,7 +70,9 @@ pub trait Claiming: Schema {
         limit: i64,
         lease: i64,
         token: i64,
+        floor: Floor,
     ) -> BoxFuture<'c, Result<Vec<ClaimedRow>, sqlx::Error>> {
+        let _ = floor;
         let args = [Arg::Text(group), Arg::Int(limit), Arg::Int(lease), Arg::Int(token)];
         Self::fetch_claimed(conn, &sql.claim, &args)
     }
@@ -79,11 +84,12 @@ pub trait Claiming: Schema {
     where
         Self: Limiting,
     {
+        // Every occurrence: a claim read in parts carries the checks in each.
         let claim = Self::claim_sql(table);
-        let unchecked = claim.replacen(&Self::not_limited_in_claim(table), "1 = 1", 1);
+        let unchecked = claim.replace(&Self::not_limited_in_claim(table), "1 = 1");
         debug_assert_ne!(claim, unchecked, "the claim carries the limits check");
         if per_key > 1 {
-            unchecked.replacen(&Self::key_free(table), &Self::key_within(table, per_key), 1)
+            unchecked.replace(&Self::key_free(table), &Self::key_within(table, per_key))
         } else {
             unchecked
         }
@@ -102,7 +108,9 @@ pub trait Claiming: Schema {
         limit: i64,
         lease: i64,
         token: i64,
+        floor: Floor,
     ) -> BoxFuture<'c, Result<Vec<ClaimedRow>, sqlx::Error>> {
+        let _ = floor;
         let args = [Arg::Text(group), Arg::Int(limit), Arg::Int(lease), Arg::Int(token)];
         Self::fetch_claimed(conn, claim, &args)
     }
@@ -120,7 +128,9 @@ pub trait Claiming: Schema {
         sql: &'c TableSql<Self>,
         group: &'c str,
         limit: i64,
+        floor: Floor,
     ) -> BoxFuture<'c, Result<Vec<ClaimedRow>, sqlx::Error>> {
+        let _ = floor;
         Box::pin(async move {
             let rows =
                 Self::fetch_claimed(conn, &sql.claim_locked, &[Arg::Text(group), Arg::Int(limit)]).await?;

@@ -9,6 +9,7 @@
 //! - [`Waking`]: notifications and the wake-ups publishes send;
 //! - [`Connecting`]: pools, and the connection a listener runs on;
 //! - [`Catalog`]: finding queue tables, and the figures of `stats`;
+//! - [`Rotating`]: partitions emptied by `TRUNCATE`, and where claims start ([`Floor`]);
 //! - beside their features: [`Keeping`] (kept history), [`Pausing`], [`Scheduling`],
 //!   [`Positions`] (durable listeners), [`Counting`] (a queue's event counters), [`Limiting`].
 //!
@@ -36,6 +37,7 @@ mod positions;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
 mod publish;
+mod rotation;
 mod schedule;
 mod schema;
 #[cfg(feature = "sqlite")]
@@ -73,6 +75,7 @@ pub use pool::{OnPool, connect, connect_creating};
 pub use positions::Positions;
 pub(crate) use positions::{POSITIONS_SUFFIX, PositionsSql, micros, text};
 pub use publish::Publishing;
+pub use rotation::{Floor, Retire, Rotating, RotationSql};
 pub use schedule::Scheduling;
 pub(crate) use schedule::{SCHED_SUFFIX, ScheduleSql, TICKS_SUFFIX};
 pub(crate) use schema::QUEUE_NAMES;
@@ -105,6 +108,7 @@ pub trait Db:
     + Scheduling
     + Positions
     + Counting
+    + Rotating
 {
     /// Which backend this is.
     const BACKEND: Backend;

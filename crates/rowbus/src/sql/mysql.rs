@@ -607,6 +607,12 @@ impl Publishing for MySql {
     }
 }
 
+/// Nothing to rotate: a snapshot held open keeps the purge from removing acknowledged
+/// rows here too, but a claim walks the clustered index, which steps over delete-marked
+/// records without reading the undo log, and the old versions grow the undo log, not the
+/// table (docs/performance.md).
+impl super::Rotating for MySql {}
+
 impl Claiming for MySql {
     /// The keys' table: see the `keys` module.
     fn key_free(table: &QueueTable) -> String {
@@ -650,6 +656,7 @@ impl Claiming for MySql {
         limit: i64,
         lease: i64,
         token: i64,
+        _floor: super::Floor,
     ) -> BoxFuture<'c, Result<Vec<ClaimedRow>, sqlx::Error>> {
         lease_claim(conn, sql, &sql.claim, 1, group, limit, lease, token)
     }
@@ -665,6 +672,7 @@ impl Claiming for MySql {
         limit: i64,
         lease: i64,
         token: i64,
+        _floor: super::Floor,
     ) -> BoxFuture<'c, Result<Vec<ClaimedRow>, sqlx::Error>> {
         lease_claim(conn, sql, claim, per_key, group, limit, lease, token)
     }
@@ -683,6 +691,7 @@ impl Claiming for MySql {
         sql: &'c super::TableSql<Self>,
         group: &'c str,
         limit: i64,
+        _floor: super::Floor,
     ) -> BoxFuture<'c, Result<Vec<ClaimedRow>, sqlx::Error>> {
         Box::pin(async move {
             let rows = claim_in_lanes(conn, &sql.claim_locked, &sql.quoted, group, limit).await?;

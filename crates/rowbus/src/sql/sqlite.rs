@@ -230,6 +230,10 @@ impl Publishing for Sqlite {
     const LAST_ID_SQL: &'static str = "SELECT last_insert_rowid()";
 }
 
+/// Nothing to rotate: SQLite writes no row versions into its tables; a reader holding a
+/// read transaction holds back the WAL's checkpoints instead.
+impl super::Rotating for Sqlite {}
+
 impl Claiming for Sqlite {
     /// `BEGIN IMMEDIATE` everywhere: a transaction that will write takes the write lock
     /// first instead of failing to upgrade a read lock.
@@ -276,6 +280,7 @@ impl Claiming for Sqlite {
         sql: &'c super::TableSql<Self>,
         group: &'c str,
         limit: i64,
+        _floor: super::Floor,
     ) -> BoxFuture<'c, Result<Vec<crate::driver::ClaimedRow>, sqlx::Error>> {
         Box::pin(async move {
             let rows =

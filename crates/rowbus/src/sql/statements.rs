@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 
-use super::{CountsSql, HistorySql, LimitSql, PauseSql, ScheduleSql, Schema};
+use super::{CountsSql, HistorySql, LimitSql, PauseSql, RotationSql, ScheduleSql, Schema};
 use crate::names::QueueTable;
 
 /// The statements of one queue table.
@@ -60,6 +60,12 @@ pub struct TableSql<DB: Schema> {
     pub hand_off: Arc<str>,
     /// What the dialect keeps for this queue ([`Schema::TableState`]).
     pub state: DB::TableState,
+    /// The ring of partitions, where the queue table is one
+    /// ([`Rotating::rotation`](super::Rotating::rotation)).
+    pub rotation: Option<RotationSql>,
+    /// Binds: group. Where claims of the group start
+    /// ([`Rotating::floor_sql`](super::Rotating::floor_sql)).
+    pub floor: Option<Arc<str>>,
     /// The INSERTs publishes used, by form and rows (see [`insert_sql`](Self::insert_sql)).
     pub(super) inserts: Mutex<HashMap<(InsertForm, usize), Arc<str>>>,
     pub(super) db: PhantomData<fn() -> DB>,

@@ -8,7 +8,7 @@ use super::{
     ById, Claiming, HistorySql, InsertForm, Keeping, LimitSql, Limiting, PauseSql, Pausing, Publishing,
     ScheduleSql, Scheduling, Schema, TableSql, placeholders, quoted,
 };
-use super::{Counting, CountsSql};
+use super::{Counting, CountsSql, Rotating};
 use crate::error::Error;
 use crate::names::QueueTable;
 
@@ -25,7 +25,9 @@ pub(crate) const FEATURE_COLUMNS: [&str; 4] = ["priority", "msg_key", "dedup_id"
 /// message is dead-lettered its id publishes again).
 pub(crate) const DEAD_FEATURE_COLUMNS: [&str; 3] = ["priority", "msg_key", "headers"];
 
-impl<DB: Schema + Publishing + Claiming + Pausing + Scheduling + Keeping + Counting + Limiting> TableSql<DB> {
+impl<DB: Schema + Publishing + Claiming + Pausing + Scheduling + Keeping + Counting + Limiting + Rotating>
+    TableSql<DB>
+{
     pub fn new(table: &QueueTable) -> Result<Self, Error> {
         DB::check_table(table)?;
         let t = quoted::<DB>(table, "");
@@ -111,6 +113,8 @@ impl<DB: Schema + Publishing + Claiming + Pausing + Scheduling + Keeping + Count
             insert_dedup: Self::insert_dedup_sql(&t).into(),
             hand_off: Self::hand_off_sql(table, &t).into(),
             state: DB::table_state(table),
+            rotation: DB::rotation(table),
+            floor: DB::floor_sql(table).map(Arc::from),
             inserts: Mutex::default(),
             quoted: t,
             dead,

@@ -6,6 +6,7 @@
 pub mod bouncer;
 mod cleanup;
 mod place;
+pub mod throwaway;
 pub mod trickle;
 
 use std::path::{Path, PathBuf};

@@ -20,6 +20,8 @@ mod durable;
 mod features;
 mod hand_off;
 mod history;
+mod horizon;
+mod layout;
 mod limits;
 mod listener;
 mod multi_host;

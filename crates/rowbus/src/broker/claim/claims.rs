@@ -145,14 +145,16 @@ async fn claim_plain<DB: Db>(
     let inner = queue.inner();
     let (sql, keeping) = (&*queue.sql, queue.keeps());
     retrying(queue, || async move {
+        let floor = inner.upkeep.floor(queue.table(), group);
         if acks.is_empty() && !DB::CLAIM_IN_TRANSACTION {
             let mut conn = inner.pool.acquire().await?;
-            let rows = DB::claim(&mut conn, sql, group, limit, lease, token).await;
+            let rows = DB::claim(&mut conn, sql, group, limit, lease, token, floor).await;
             return Ok((rows.inspect_err(conflicted::<DB>)?, 0));
         }
         let mut tx = begin(&inner.pool, DB::LEASE_CLAIM_BEGIN).await?;
         let acked = ack_in(sql, &mut tx, acks, keeping).await?;
-        let rows = DB::claim(&mut tx, sql, group, limit, lease, token).await.inspect_err(conflicted::<DB>)?;
+        let rows =
+            DB::claim(&mut tx, sql, group, limit, lease, token, floor).await.inspect_err(conflicted::<DB>)?;
         tx.commit().await.inspect_err(conflicted::<DB>)?;
         Ok((rows, acked))
     })
@@ -177,8 +179,9 @@ pub(crate) async fn claim_locked<DB: Db>(
     let (pool, sql) = (&queue.inner().pool, &*queue.sql);
     let max = i64::try_from(limit).unwrap_or(i64::MAX);
     let (tx, rows) = retrying(queue, || async move {
+        let floor = queue.inner().upkeep.floor(queue.table(), group);
         let mut tx = begin(pool, DB::LOCKED_CLAIM_BEGIN).await?;
-        let rows = DB::take_locked(&mut tx, sql, group, max).await.inspect_err(conflicted::<DB>)?;
+        let rows = DB::take_locked(&mut tx, sql, group, max, floor).await.inspect_err(conflicted::<DB>)?;
         Ok((tx, rows))
     })
     .await?;
@@ -194,7 +197,8 @@ pub(crate) async fn take_in<DB: Db>(
     limit: usize,
 ) -> Result<Vec<ClaimedRow>, Error> {
     let max = i64::try_from(limit).unwrap_or(i64::MAX);
-    let rows = DB::take_locked(tx, &queue.sql, group, max).await.map_err(|e| queue_error(queue, e))?;
+    let floor = queue.inner().upkeep.floor(queue.table(), group);
+    let rows = DB::take_locked(tx, &queue.sql, group, max, floor).await.map_err(|e| queue_error(queue, e))?;
     Ok(taken(queue, rows))
 }
 

@@ -88,8 +88,9 @@ pub(crate) async fn claim_in<DB: Db>(
     let limits = &sql.limits;
     let acked = ack_in(sql, tx, acks, queue.keeps()).await?;
     let locked = DB::fetch_rows(tx, &limits.lock, &[Arg::Text(group)], 0).await?;
+    let floor = queue.inner().upkeep.floor(queue.table(), group);
     if locked.is_empty() {
-        let rows = DB::claim(tx, sql, group, limit, lease, token).await?;
+        let rows = DB::claim(tx, sql, group, limit, lease, token, floor).await?;
         return Ok(Limited { rows, acked, held: None, limited: false });
     }
     let rows: Vec<Row> = locked
@@ -137,7 +138,7 @@ pub(crate) async fn claim_in<DB: Db>(
     }
     let claimed = if room > 0 {
         let claim = limits.claim(per_key, |per_key| DB::limited_claim_sql(&sql.table, per_key));
-        DB::claim_limited(tx, sql, &claim, per_key, group, room, lease, token).await?
+        DB::claim_limited(tx, sql, &claim, per_key, group, room, lease, token, floor).await?
     } else {
         Vec::new()
     };

@@ -21,6 +21,7 @@ use crate::broker::claim::until::Until;
 use crate::broker::claim::wake::Registration;
 use crate::broker::operate::scheduler::{self, SchedulerGuard};
 use crate::broker::settle::acks::PendingAcks;
+use crate::broker::upkeep::{self, UpkeepGuard};
 use crate::broker::{Delivery, Queue};
 use crate::error::{Error, check_duration};
 use crate::sql::{Db, Finishing};
@@ -301,6 +302,8 @@ pub(crate) struct Claimer<DB: Db> {
     pub held_wait: Duration,
     /// Keeps the queue's schedules running in this broker while the subscription lives.
     pub _schedules: Option<SchedulerGuard<DB>>,
+    /// Keeps the queue's upkeep (its floors, its partitions) running likewise.
+    pub _upkeep: Option<UpkeepGuard<DB>>,
 }
 
 impl<DB: Db> Claimer<DB> {
@@ -344,6 +347,7 @@ impl<DB: Db> Claimer<DB> {
             taken: 0,
             held_wait: Duration::ZERO,
             _schedules: builder.schedules.then(|| scheduler::attach(&builder.queue)),
+            _upkeep: upkeep::attach(&builder.queue, &builder.group),
         })
     }
 

@@ -58,6 +58,12 @@ pub struct Stats {
     pub cancelled: u64,
     /// Handlers of this broker's runners that ran past their timeout.
     pub timed_out: u64,
+    /// Partitions of queue tables this broker emptied with `TRUNCATE` (PostgreSQL: see
+    /// the queue table's layout in docs/claims-and-leases.md).
+    pub partitions_retired: u64,
+    /// Messages those retirings moved to the partition publishes filled then (in flight,
+    /// delayed or waiting for a retry; each keeps its id, lease and attempts).
+    pub partition_moves: u64,
 }
 
 /// A claim that failed, as [`Broker::claim_failures`](crate::broker::Broker::claim_failures)
@@ -95,6 +101,8 @@ pub(crate) struct Counters {
     conflicts: AtomicU64,
     history_cleanups: AtomicU64,
     history_pruned: AtomicU64,
+    partitions_retired: AtomicU64,
+    partition_moves: AtomicU64,
 }
 
 fn add(counter: &AtomicU64, n: u64) {
@@ -178,6 +186,12 @@ impl Counters {
         add(&self.cancelled, n);
     }
 
+    /// A partition emptied, `moved` messages moved out of it first.
+    pub fn retired(&self, moved: i64) {
+        add(&self.partitions_retired, 1);
+        add(&self.partition_moves, u64::try_from(moved).unwrap_or(0));
+    }
+
     pub fn timed_out(&self, n: u64) {
         add(&self.timed_out, n);
     }
@@ -218,6 +232,8 @@ impl Counters {
             conflicts: get(&self.conflicts),
             history_cleanups: get(&self.history_cleanups),
             history_pruned: get(&self.history_pruned),
+            partitions_retired: get(&self.partitions_retired),
+            partition_moves: get(&self.partition_moves),
         }
     }
 }

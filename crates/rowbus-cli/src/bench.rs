@@ -1,6 +1,8 @@
 //! `rowbus bench`: measured figures on the chosen database.
 
 pub mod broker;
+pub(crate) mod claim_times;
+pub mod horizon;
 mod raw_claim;
 mod raw_insert;
 

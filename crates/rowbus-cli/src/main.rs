@@ -110,6 +110,12 @@ enum BenchCommand {
     /// (minutes with the defaults, more on a slow disk; --messages and --rounds shorten it;
     /// progress on a terminal)
     Broker(bench::broker::BrokerBench),
+    /// A queue at a steady rate before, while and after another connection holds the
+    /// database's horizon open (a REPEATABLE READ transaction on PostgreSQL, a consistent
+    /// snapshot on MySQL/MariaDB): handled a second, claim and publish-to-handler
+    /// percentiles, dead rows, size and memory, a line per window (minutes: run it on a
+    /// server of its own, see benches/horizon)
+    Horizon(bench::horizon::HorizonBench),
 }
 
 #[derive(Debug, Subcommand)]
@@ -245,12 +251,13 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     // lapin logs an error of its own when RabbitMQ closes a connection; `rowbus relay`
     // says what happened, and what it does about it, in its own words.
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error,rowbus_relay=warn,lapin=off")),
-        )
+    // `bench horizon` times the library's claims beside the log, with a filter of its own.
+    use tracing_subscriber::prelude::*;
+    let log_filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error,rowbus_relay=warn,lapin=off"));
+    tracing_subscriber::registry()
+        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_filter(log_filter))
+        .with(bench::claim_times::layer())
         .init();
     match run(cli).await {
         // As a pipeline expects of `rowbus listen | head -1`.
@@ -383,6 +390,10 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             // The broker's own notify table defaults (50 ms polls), with what was given.
             let notify_table = cli.notify_table.applied_to(rowbus::BrokerOptions::default().notify_table)?;
             bench::broker::broker(url, notify_table, args).await?
+        }
+        Command::Bench { what: BenchCommand::Horizon(args) } => {
+            let notify_table = cli.notify_table.applied_to(rowbus::BrokerOptions::default().notify_table)?;
+            bench::horizon::horizon(url, notify_table, args).await?
         }
         Command::Ui(args) => on_database(url, 4, &config, QueueCommand::Ui(args)).await?,
         Command::Undeploy(args) => on_database(url, 1, &config, QueueCommand::Undeploy(args)).await?,

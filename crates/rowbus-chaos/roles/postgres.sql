@@ -37,6 +37,10 @@ GRANT INSERT ON "@SCHEMA@"."@QUEUE@" TO "@PREFIX@publisher";
 -- Claims are UPDATE ... RETURNING over SELECT ... FOR UPDATE SKIP LOCKED; acks delete.
 -- INSERT: a failed transactional handler (run_tx, run_batch_tx) puts its rows back.
 GRANT SELECT, INSERT, UPDATE, DELETE ON "@SCHEMA@"."@QUEUE@" TO "@PREFIX@consumer";
+-- Consumers empty the queue's partitions no publish fills any more: under the partition's
+-- lock, what waits in it moves to the current one (SELECT, DELETE), then TRUNCATE.
+GRANT SELECT, DELETE, TRUNCATE ON "@SCHEMA@"."@QUEUE@_p0", "@SCHEMA@"."@QUEUE@_p1", "@SCHEMA@"."@QUEUE@_p2",
+  "@SCHEMA@"."@QUEUE@_p3" TO "@PREFIX@consumer";
 GRANT INSERT ON "@SCHEMA@"."@QUEUE@_dead" TO "@PREFIX@consumer";
 -- Every claim reads the pause table (rowbus pause); pausing is an administrator's.
 GRANT SELECT ON "@SCHEMA@"."@QUEUE@_pause" TO "@PREFIX@consumer";

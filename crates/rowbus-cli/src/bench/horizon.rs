@@ -119,7 +119,8 @@ impl OnPool for OnDatabase<'_> {
         let ran = churn(&consumer, &queue, &publisher.queue(&table)?, &figures, args).await;
         let drained = match (&ran, args.drain) {
             (Ok(holder), n) if n > 0 => {
-                drains(&consumer, &queue, n, matches!(holder, Some(Holder::Postgres(_) | Holder::MySql(_)))).await
+                drains(&consumer, &queue, n, matches!(holder, Some(Holder::Postgres(_) | Holder::MySql(_))))
+                    .await
             }
             _ => Ok(()),
         };
@@ -145,14 +146,18 @@ async fn churn<DB: rowbus::Db>(
     let handled = Arc::new(AtomicU64::new(0));
     let latencies = Arc::new(Mutex::new(Vec::new()));
     let (count, times) = (handled.clone(), latencies.clone());
-    let runner = tokio::spawn(queue.subscribe().workers(args.workers as usize).run(move |d: Delivery<DB>| {
-        let at = base.elapsed();
-        if let Some(sent) = d.text().ok().and_then(|t| t.parse::<u64>().ok()) {
-            times.lock().unwrap_or_else(|e| e.into_inner()).push(at.saturating_sub(Duration::from_nanos(sent)));
-        }
-        count.fetch_add(1, Ordering::Relaxed);
-        async { Ok::<(), Infallible>(()) }
-    }));
+    let runner =
+        tokio::spawn(queue.subscribe().workers(args.workers as usize).run(move |d: Delivery<DB>| {
+            let at = base.elapsed();
+            if let Some(sent) = d.text().ok().and_then(|t| t.parse::<u64>().ok()) {
+                times
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(at.saturating_sub(Duration::from_nanos(sent)));
+            }
+            count.fetch_add(1, Ordering::Relaxed);
+            async { Ok::<(), Infallible>(()) }
+        }));
     let publish_to = publish_to.clone();
     let rate = args.rate;
     let publishing = tokio::spawn(async move {
@@ -293,7 +298,16 @@ fn rss_kb() -> Option<u64> {
 fn print_header() {
     println!(
         "{:>7}  {:<5}  {:>9}  {:>8}  {:>8}  {:>8}  {:>8}  {:>10}  {:>10}  {:>8}",
-        "t (s)", "phase", "handled/s", "claim50", "claim99", "e2e50", "e2e99", "dead", "size (kB)", "rss (kB)"
+        "t (s)",
+        "phase",
+        "handled/s",
+        "claim50",
+        "claim99",
+        "e2e50",
+        "e2e99",
+        "dead",
+        "size (kB)",
+        "rss (kB)"
     );
 }
 
@@ -323,7 +337,9 @@ fn print_window(w: &Window, every: Duration) {
 /// dead rows and size, the resident memory at their end.
 fn print_summary(windows: &[Window], every: Duration) {
     let five = (300.0 / every.as_secs_f64()).ceil() as usize;
-    println!("phase  part   handled/s  claim50  claim99  e2e50  e2e99  dead (max)  size kB (max)  rss kB (end)");
+    println!(
+        "phase  part   handled/s  claim50  claim99  e2e50  e2e99  dead (max)  size kB (max)  rss kB (end)"
+    );
     for phase in [Phase::Clean, Phase::Held, Phase::After] {
         let of: Vec<&Window> = windows.iter().filter(|w| w.phase == phase).collect();
         if of.is_empty() {

@@ -747,11 +747,15 @@ mod tests {
         assert_eq!(t.quoted, "\"app\".\"jobs\"");
         assert_eq!(t.dead, "\"app\".\"jobs_dead\"");
         assert_eq!(t.create[0], "CREATE SCHEMA IF NOT EXISTS \"app\"");
-        assert!(t.create[2].starts_with("CREATE INDEX IF NOT EXISTS \"jobs_ready\" ON \"app\".\"jobs\""));
-        assert!(t.create[2].ends_with("(group_name, priority, visible_at, id)"));
-        assert!(
-            t.create[4].starts_with("CREATE UNIQUE INDEX IF NOT EXISTS \"jobs_dedup\" ON \"app\".\"jobs\"")
-        );
+        assert!(t.create[1].ends_with(") PARTITION BY LIST (slot)"), "{}", t.create[1]);
+        assert!(t.create[2].starts_with(
+            "CREATE TABLE IF NOT EXISTS \"app\".\"jobs_p0\" PARTITION OF \"app\".\"jobs\" FOR VALUES IN (0)"
+        ));
+        assert!(t.create[6].starts_with("CREATE INDEX IF NOT EXISTS \"jobs_ready\" ON \"app\".\"jobs\""));
+        assert!(t.create[6].ends_with("(group_name, priority, visible_at, id)"));
+        // Not unique: a partitioned table has no unique index across partitions (the id is
+        // checked under a lock instead).
+        assert!(t.create[8].starts_with("CREATE INDEX IF NOT EXISTS \"jobs_dedup\" ON \"app\".\"jobs\""));
     }
 
     #[test]
@@ -768,10 +772,16 @@ mod tests {
     #[test]
     fn transactional_claims_delete_what_they_lock() {
         let t = sql("jobs");
+        assert!(t.claim_locked.starts_with(
+            "DELETE FROM \"jobs\" WHERE id = ANY(ARRAY(WITH urgent AS (SELECT id FROM \"jobs\" AS q WHERE priority < $3::SMALLINT"
+        ));
         assert!(
-            t.claim_locked.starts_with("DELETE FROM \"jobs\" WHERE id = ANY(ARRAY(SELECT id FROM \"jobs\"")
+            t.claim_locked.contains("(priority, visible_at) >= ($3::SMALLINT, (TIMESTAMPTZ 'epoch' + $4")
         );
-        assert!(t.claim_locked.contains("LIMIT $2 FOR UPDATE SKIP LOCKED)) RETURNING id, group_name"));
+        assert!(t.claim_locked.contains(
+            "LIMIT $2 FOR UPDATE SKIP LOCKED) SELECT id FROM urgent UNION ALL SELECT id FROM rest LIMIT $2)) \
+             RETURNING id, group_name"
+        ));
         // A failed handler's rows go back with every column they had, bound.
         assert_eq!(
             t.restore(2),
@@ -785,8 +795,12 @@ mod tests {
     }
 
     #[test]
-    fn lease_claims_bind_group_limit_lease_token() {
+    fn lease_claims_bind_group_limit_lease_token_and_floor() {
         let t = sql("jobs");
+        assert!(t.claim.contains(
+            "WHERE priority < $5::SMALLINT AND group_name = $1 AND visible_at >= (TIMESTAMPTZ 'epoch' + $6"
+        ));
+        assert!(t.claim.contains("WHERE (priority, visible_at) >= ($5::SMALLINT, (TIMESTAMPTZ 'epoch' + $6"));
         assert!(t.claim.contains("lease_until = now() + $3 * interval '1 microsecond', lease = $4"));
         assert!(t.claim.contains("group_name = $1") && t.claim.contains("LIMIT $2 FOR UPDATE SKIP LOCKED"));
         assert!(t.claim.contains("ORDER BY priority, visible_at, id LIMIT $2"));

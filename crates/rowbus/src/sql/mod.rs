@@ -36,6 +36,7 @@ mod positions;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
 mod publish;
+pub(crate) mod push;
 mod schedule;
 mod schema;
 #[cfg(feature = "sqlite")]

@@ -51,6 +51,8 @@ server_id = 1
 log_bin = $DIR/data/binlog
 binlog_format = $FORMAT
 expire_logs_days = 1
+# Per-connection counters (performance_schema.status_by_thread): what one listener reads.
+performance_schema = ON
 [client]
 socket = $DIR/mysqld.sock
 EOF

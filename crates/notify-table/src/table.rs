@@ -558,6 +558,13 @@ impl NotifyTable {
         Some(Statement { sql: self.sql.cleanup.clone(), binds })
     }
 
+    /// Whether a cleanup is due after the next poll: the last run deleted a whole batch (or
+    /// a period of polls is about to end). A transport that polls only when told of a
+    /// commit polls anyway when this is true, so that a backlog is worked off.
+    pub fn cleanup_due_next_poll(&self) -> bool {
+        !self.config.retention.is_zero() && self.polls + 1 >= self.next_cleanup
+    }
+
     /// [`cleanup_sql`](Self::cleanup_sql) that also keeps every row with an id at or
     /// above `floor`: the lowest [`Position::first_unread`] of the positions stored for
     /// listeners that must not lose what they have not read yet (`None`: no floor).

@@ -122,6 +122,7 @@ impl<C: TableConn> TableSession<C> {
         let table = NotifyTable::new(options.notify_table.clone(), C::dialect())?;
         let (mut conn, at) = C::open(url).await?;
         let version = conn.data_version().await?;
+        wake.version_check_if(version.is_some());
         let mut ticker = tokio::time::interval(table.config().poll_interval);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let positions = PositionsSql::new(&table.config().table).ok();
@@ -153,7 +154,8 @@ impl<C: TableConn> TableSession<C> {
             pushed_poll: options.pushed_poll_interval.max(poll_interval),
             last_poll: Instant::now(),
             versioned: version.is_some(),
-            version,
+            // The first tick polls: the first poll makes the cleanup due.
+            version: None,
             due: false,
             wake: wake.clone(),
         })
@@ -407,6 +409,9 @@ impl<C: TableConn> TableSession<C> {
         if self.table.cleanup_sql().is_some() {
             let held = self.held().await;
             self.clean_up(held, control).await;
+            // A whole batch deleted: the next tick polls and cleans again, whatever the push
+            // path or `data_version` say (this connection's own deletes do not move it).
+            self.due |= self.table.cleanup_due_next_poll();
         }
         Ok(Wake::Notifications(notifications))
     }

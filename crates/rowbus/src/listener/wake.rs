@@ -125,6 +125,12 @@ impl WakeCounters {
         bump(&self.version_checks);
     }
 
+    pub fn version_check_if(&self, checked: bool) {
+        if checked {
+            self.version_check();
+        }
+    }
+
     pub fn push_lost(&self) {
         bump(&self.push_losses);
     }

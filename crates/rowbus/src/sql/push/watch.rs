@@ -11,7 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
-use notify::{EventKindMask, RecursiveMode, Watcher};
+use fs_notify::{EventKindMask, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 
 use super::task::{Pushed, Refusal, Source};
@@ -19,7 +19,7 @@ use super::task::{Pushed, Refusal, Source};
 /// An open watch, and the writes it reported.
 pub struct FileWatch {
     /// Held: dropping it ends the watch.
-    _watcher: notify::RecommendedWatcher,
+    _watcher: fs_notify::RecommendedWatcher,
     writes: mpsc::UnboundedReceiver<()>,
 }
 
@@ -46,7 +46,7 @@ impl Source for FileWatch {
         };
         let (tx, writes) = mpsc::unbounded_channel();
         let watched = database.clone();
-        let handler = move |event: notify::Result<notify::Event>| {
+        let handler = move |event: fs_notify::Result<fs_notify::Event>| {
             if let Ok(event) = event
                 && event.paths.iter().any(|p| written_by_commits(p, &watched))
             {
@@ -55,8 +55,8 @@ impl Source for FileWatch {
         };
         // Writes and new files only: the listener's own reads must not wake it.
         let config =
-            notify::Config::default().with_event_kinds(EventKindMask::MODIFY_DATA | EventKindMask::CREATE);
-        let mut watcher = notify::RecommendedWatcher::new(handler, config)
+            fs_notify::Config::default().with_event_kinds(EventKindMask::MODIFY_DATA | EventKindMask::CREATE);
+        let mut watcher = fs_notify::RecommendedWatcher::new(handler, config)
             .map_err(|e| Refusal::Refused(format!("the database's directory cannot be watched: {e}")))?;
         watcher
             .watch(&directory, RecursiveMode::NonRecursive)

@@ -40,6 +40,10 @@ pub struct NotifyBench {
     #[arg(long, value_name = "DURATION", default_value = "5s",
           value_parser = crate::queue_cmd::positive_duration)]
     idle: Duration,
+    /// Listen without a push path (poll every poll interval, as a listener does where the
+    /// server refuses one): the figures to compare with
+    #[arg(long)]
+    no_push: bool,
 }
 
 /// Latency percentiles, in milliseconds.
@@ -178,7 +182,8 @@ async fn measure(
         db.deploy_notify_table(&config).await?;
         Arc::new(Notifier::new(config.clone())?)
     };
-    let options = ListenerOptions { notify_table: config.clone(), ..ListenerOptions::default() };
+    let options =
+        ListenerOptions { notify_table: config.clone(), push: !args.no_push, ..ListenerOptions::default() };
     let lease = options.durable_lease;
     let mut listener = Listener::connect_with(url, options).await?;
     let run = format!("bench_{}", std::process::id());

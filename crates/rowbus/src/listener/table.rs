@@ -265,7 +265,12 @@ impl<C: TableConn> Session for TableSession<C> {
             Err(e) if is_missing_table(&e) => return Err(missing(&self.table)),
             Err(e) => return Err(e.into()),
         };
-        Ok(self.table.subscribed(channel, rows)?)
+        self.table.subscribed(channel, rows)?;
+        // A commit the push path reported just before the channel was subscribed, and not
+        // visible yet to the subscribe (the binary log runs a moment ahead of InnoDB),
+        // is above the mark with nothing left to report it: the next tick reads it.
+        self.due = true;
+        Ok(())
     }
 
     async fn unlisten(&mut self, channel: &str) -> Result<(), Error> {

@@ -297,6 +297,11 @@ impl Gaps {
         self.ranges.insert(first, (last, noticed));
     }
 
+    /// Whether `id` is in a gap.
+    pub fn contains(&self, id: u64) -> bool {
+        self.ranges.range(..=id).next_back().is_some_and(|(_, &(last, _))| id <= last)
+    }
+
     /// Takes `id` out of the gap it is in; whether it was in one. May split a gap in two.
     pub fn take(&mut self, id: u64) -> bool {
         let Some((&first, &(last, _))) = self.ranges.range(..=id).next_back() else { return false };

@@ -328,6 +328,20 @@ impl NotifyTable {
         self.subscriptions.get(channel).map(Subscription::position)
     }
 
+    /// Whether the subscription of `channel` is past `id`: a poll read it (or let it go),
+    /// or it was already visible when the channel was subscribed. `false` for an id a poll
+    /// may still deliver (above the mark, in a gap, or watched by the first window) and
+    /// for a channel not subscribed. A transport that learns of a committed row by other
+    /// means (a replica's stream of the server's commits) asks this after a poll, to know
+    /// whether the poll came too early for it.
+    pub fn has_read(&self, channel: &str, id: u64) -> bool {
+        let Some(sub) = self.subscriptions.get(channel) else { return false };
+        if id > sub.mark {
+            return sub.ahead.contains_key(&id);
+        }
+        !sub.gaps.contains(id) && !sub.window.as_ref().is_some_and(|w| w.missing.contains(id))
+    }
+
     /// Sets the most gaps kept open over all channels, at most (and by default)
     /// [`MAX_GAPS`]; `0` keeps none, so after a run of missing ids every poll re-reads the
     /// rows above it until the run fills or is a lookback old.
@@ -542,6 +556,13 @@ impl NotifyTable {
         let binds =
             vec![self.sql.age_bind(self.config.retention), Value::Int(i64::from(self.config.cleanup_limit))];
         Some(Statement { sql: self.sql.cleanup.clone(), binds })
+    }
+
+    /// Whether a cleanup is due after the next poll: the last run deleted a whole batch (or
+    /// a period of polls is about to end). A transport that polls only when told of a
+    /// commit polls anyway when this is true, so that a backlog is worked off.
+    pub fn cleanup_due_next_poll(&self) -> bool {
+        !self.config.retention.is_zero() && self.polls + 1 >= self.next_cleanup
     }
 
     /// [`cleanup_sql`](Self::cleanup_sql) that also keeps every row with an id at or

@@ -947,6 +947,7 @@ impl Sim {
             epoch.cutoff = epoch.cutoff.max(flight.eval_now - LOOKBACK_US);
         }
         let mut last_id = 0;
+        let mut delivered = Vec::new();
         for n in out {
             let Some(&key) = self.srv.by_payload.get(&n.payload) else {
                 return Err(TestCaseError::fail(format!("(e) delivered a payload no notifier sent: {n:?}")));
@@ -990,7 +991,30 @@ impl Sim {
             }
             epoch.delivered_ids.push((row.id, fold_seq));
             self.stats.deliveries += 1;
+            delivered.push((n.channel, row.id));
         }
+        self.check_has_read(&delivered)
+    }
+
+    /// What a poll delivered the core says it has read; a row still open on a subscribed
+    /// channel, inserted within the lookback, it says it has not (a transport told of a
+    /// commit by other means polls again for it).
+    fn check_has_read(&self, delivered: &[(String, u64)]) -> Check {
+        for (channel, id) in delivered {
+            prop_assert!(self.nt.has_read(channel, *id), "id {} delivered on {:?} but not read", id, channel);
+        }
+        for row in &self.srv.rows {
+            let recent = row.created_at + LOOKBACK_US > self.srv.now;
+            if row.status == Status::Open && row.id != 0 && recent && self.current.contains_key(row.channel) {
+                prop_assert!(
+                    !self.nt.has_read(row.channel, row.id),
+                    "open id {} on {:?} read",
+                    row.id,
+                    row.channel
+                );
+            }
+        }
+        prop_assert!(!self.nt.has_read("never subscribed", 1));
         Ok(())
     }
 

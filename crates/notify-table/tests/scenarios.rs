@@ -919,11 +919,17 @@ fn cleanup_after_a_full_batch_is_due_on_the_very_next_poll() {
     empty_poll(&mut nt);
     nt.cleaned(Some(1000));
     assert_eq!(nt.cleanup_sql(), None, "not before the next poll");
+    assert!(nt.cleanup_due_next_poll(), "a whole batch: the next poll cleans again");
     assert_eq!(polls_until_due(&mut nt, 10_000), Some(1));
     nt.cleaned(Some(1000));
     assert_eq!(polls_until_due(&mut nt, 10_000), Some(1));
     nt.cleaned(Some(999));
-    assert_eq!(polls_until_due(&mut nt, 10_000), Some(60));
+    assert!(!nt.cleanup_due_next_poll(), "less than a batch: a period of polls first");
+    assert_eq!(polls_until_due(&mut nt, 59), None);
+    assert!(nt.cleanup_due_next_poll(), "the period's last poll is next");
+    assert_eq!(polls_until_due(&mut nt, 1), Some(1));
+    let off = with_interval(Duration::from_secs(1), Duration::ZERO);
+    assert!(!off.cleanup_due_next_poll(), "retention 0: never");
 }
 
 #[test]

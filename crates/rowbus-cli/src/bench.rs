@@ -36,6 +36,16 @@ pub struct NotifyBench {
     /// LISTEN); the names are forgotten at the end
     #[arg(long)]
     durable: bool,
+    /// How long the listener is watched idle at the end, for what it costs with nothing
+    /// sent (its polls and data_version reads; on MySQL/MariaDB with performance_schema,
+    /// the rows its connection reads)
+    #[arg(long, value_name = "DURATION", default_value = "5s",
+          value_parser = crate::queue_cmd::positive_duration)]
+    idle: Duration,
+    /// Listen without a push path (poll every poll interval, as a listener does where the
+    /// server refuses one): the figures to compare with
+    #[arg(long)]
+    no_push: bool,
 }
 
 /// Latency percentiles, in milliseconds.
@@ -174,7 +184,8 @@ async fn measure(
         db.deploy_notify_table(&config).await?;
         Arc::new(Notifier::new(config.clone())?)
     };
-    let options = ListenerOptions { notify_table: config.clone(), ..ListenerOptions::default() };
+    let options =
+        ListenerOptions { notify_table: config.clone(), push: !args.no_push, ..ListenerOptions::default() };
     let lease = options.durable_lease;
     let mut listener = Listener::connect_with(url, options).await?;
     let run = format!("bench_{}", std::process::id());
@@ -231,6 +242,7 @@ async fn measure(
     let latency = percentiles(latencies);
 
     // Throughput: `notifiers` connections commit one notification each, as fast as they can.
+    let before_load = reads(db, &listener).await;
     let sent = Arc::new(AtomicU64::new(0));
     let stop_at = Instant::now() + args.duration;
     let mut senders = Vec::new();
@@ -281,6 +293,21 @@ async fn measure(
     let total = sent.load(Ordering::Relaxed);
     let window = args.duration.as_secs_f64();
     let receive_window = (last_received_at - started).as_secs_f64().max(window);
+    let after_load = reads(db, &listener).await;
+    let per_notification = per(after_load, before_load, received as f64);
+    // Idle: nothing sent for a while; what the listener reads meanwhile, per minute.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let idle_from = reads(db, &listener).await;
+    tokio::time::sleep(args.idle).await;
+    let idle_to = reads(db, &listener).await;
+    let idle_per_minute = per(idle_to, idle_from, args.idle.as_secs_f64() / 60.0);
+    let wake = listener.wake_stats();
+    let wake_path = match &wake.path {
+        rowbus::WakePath::Listen => "LISTEN".to_owned(),
+        rowbus::WakePath::Pushed { via } => format!("pushed by {via}"),
+        rowbus::WakePath::Polling { reason } => format!("polling: {reason}"),
+        rowbus::WakePath::Connecting => "connecting".to_owned(),
+    };
     if args.durable {
         for channel in [&latency_channel, &load_channel] {
             listener.unlisten(channel).await?;
@@ -309,6 +336,9 @@ async fn measure(
         "received_per_s": received as f64 / receive_window,
         "all_received": received == total,
         "receive_window_s": receive_window,
+        "wake_path": wake_path,
+        "reads_per_notification": per_notification,
+        "idle_reads_per_minute": idle_per_minute,
     });
     if args.json {
         println!("{results}");
@@ -336,7 +366,9 @@ async fn measure(
              notification sent was received by the end",
             window, receive_window
         );
-        if poll > Duration::ZERO {
+        println!("wake-ups: {wake_path}");
+        println!("read per notification received: {per_notification}; idle, per minute: {idle_per_minute}");
+        if poll > Duration::ZERO && matches!(wake.path, rowbus::WakePath::Polling { .. }) {
             println!(
                 "the listener polls the notify table every {:.0} ms: a notification waits for the next poll, \
                  so the latency is about half of that at p50 and up to all of it (the broker polls every \
@@ -356,6 +388,51 @@ async fn measure(
         }
     }
     Ok(())
+}
+
+/// `Handler_read%` of MySQL/MariaDB connection `id` (performance_schema's
+/// `status_by_thread`): the rows and index entries it read. `None` elsewhere, or where
+/// performance_schema is off.
+async fn handler_reads(db: &DbPool, id: u64) -> Option<u64> {
+    let DbPool::MySql(pool) = db else { return None };
+    let on: i64 = rowbus::sqlx::query_scalar("SELECT @@performance_schema").fetch_one(pool).await.ok()?;
+    if on == 0 {
+        return None;
+    }
+    let sql = "SELECT CAST(COALESCE(SUM(s.VARIABLE_VALUE), 0) AS SIGNED) FROM performance_schema.status_by_thread s \
+               JOIN performance_schema.threads t ON t.THREAD_ID = s.THREAD_ID \
+               WHERE t.PROCESSLIST_ID = ? AND s.VARIABLE_NAME LIKE 'Handler_read%'";
+    let reads: i64 =
+        rowbus::sqlx::query_scalar(sql).bind(i64::try_from(id).ok()?).fetch_one(pool).await.ok()?;
+    u64::try_from(reads).ok()
+}
+
+/// What a listener read between two looks: its polls, `data_version` reads and (MySQL
+/// with performance_schema) its connection's `Handler_read%`.
+#[derive(Debug, Clone, Copy)]
+struct Reads {
+    polls: u64,
+    versions: u64,
+    handler: Option<u64>,
+}
+
+async fn reads(db: &DbPool, listener: &Listener) -> Reads {
+    let stats = listener.wake_stats();
+    let handler = match listener.session_id() {
+        Some(id) => handler_reads(db, id).await,
+        None => None,
+    };
+    Reads { polls: stats.polls, versions: stats.version_checks, handler }
+}
+
+/// `after - before`, per `per`.
+fn per(after: Reads, before: Reads, per: f64) -> serde_json::Value {
+    let per = per.max(f64::MIN_POSITIVE);
+    serde_json::json!({
+        "polls": (after.polls - before.polls) as f64 / per,
+        "data_version_reads": (after.versions - before.versions) as f64 / per,
+        "handler_reads": after.handler.zip(before.handler).map(|(a, b)| a.saturating_sub(b) as f64 / per),
+    })
 }
 
 /// Forgets a durable name of the run.

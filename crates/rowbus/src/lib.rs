@@ -83,7 +83,7 @@ pub mod control {
 pub use broker::{MessagePage, MessageState, Messages, QueuedMessage};
 pub use deploy::{DeployOptions, NotifyDeploy};
 pub use error::Error;
-pub use listener::{Event, Listener, ListenerHandle, ListenerOptions};
+pub use listener::{Event, Listener, ListenerHandle, ListenerOptions, WakePath, WakeStats};
 pub use notify::notify;
 pub use notify_table::{Config as NotifyConfig, Notification};
 pub use sql::{Db, DbPool, Notifier, OnPool, connect, connect_creating};

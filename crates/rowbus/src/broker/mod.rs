@@ -358,6 +358,13 @@ impl<DB: Db> Broker<DB> {
         self.inner.claim_failure.subscribe()
     }
 
+    /// How the listening connection (`listen_notify`) learns of other processes'
+    /// publishes, and what that has cost (see [`Listener::wake_stats`]); `None` without
+    /// `listen_notify`.
+    pub fn wake_stats(&self) -> Option<crate::listener::WakeStats> {
+        self.inner.listen.as_ref().map(ListenerHandle::wake_stats)
+    }
+
     /// The server's id of the listening connection's session (`listen_notify`), for
     /// monitoring or to terminate it; `None` without `listen_notify`, on SQLite, or while
     /// it reconnects.

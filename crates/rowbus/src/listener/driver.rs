@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use notify_table::Position;
@@ -11,6 +12,7 @@ use tracing::{debug, info, warn};
 
 use super::event::{Event, Item, Resume};
 use super::options::ListenerOptions;
+use super::wake::WakeCounters;
 use crate::error::Error;
 
 /// What the handle asks of the task.
@@ -132,7 +134,12 @@ impl Control {
 
 /// One connection, listening. Dropped with its connection.
 pub(crate) trait Session: Sized + Send + 'static {
-    fn connect(url: &str, options: &ListenerOptions) -> impl Future<Output = Result<Self, Error>> + Send;
+    /// A session on a new connection, reporting how it learns of commits to `wake`.
+    fn connect(
+        url: &str,
+        options: &ListenerOptions,
+        wake: &Arc<WakeCounters>,
+    ) -> impl Future<Output = Result<Self, Error>> + Send;
     fn session_id(&mut self) -> impl Future<Output = Result<Option<u64>, Error>> + Send;
     /// Returns once the subscription is in effect.
     fn listen(&mut self, channel: &str) -> impl Future<Output = Result<(), Error>> + Send;
@@ -188,6 +195,7 @@ pub struct Driver {
     /// Where each channel stood when the last session was lost.
     positions: HashMap<String, Position>,
     next_check_in: Instant,
+    wake: Arc<WakeCounters>,
 }
 
 /// The error that ends a session after a command whose caller got the real one.
@@ -216,6 +224,7 @@ impl Driver {
         commands: mpsc::UnboundedReceiver<Command>,
         events: mpsc::Sender<Item>,
         session_id: watch::Sender<Option<u64>>,
+        wake: Arc<WakeCounters>,
     ) -> Self {
         let control = Control {
             commands,
@@ -234,12 +243,13 @@ impl Driver {
             session_id,
             positions: HashMap::new(),
             next_check_in: Instant::now(),
+            wake,
         }
     }
 
     /// Connects the first session (its failure is the caller's) and spawns the task.
     pub(crate) async fn start<S: Session>(self) -> Result<tokio::task::JoinHandle<()>, Error> {
-        let mut session = S::connect(&self.url, &self.options).await?;
+        let mut session = S::connect(&self.url, &self.options, &self.wake).await?;
         let id = session.session_id().await?;
         self.session_id.send_replace(id);
         Ok(tokio::spawn(self.run(session)))
@@ -641,7 +651,7 @@ impl Driver {
     /// names taken again); the channels on which notifications may have been missed, and
     /// the durable channels another process took over meanwhile.
     async fn resume<S: Session>(&mut self) -> Result<(S, Vec<String>, Vec<(String, Error)>), Error> {
-        let mut session = S::connect(&self.url, &self.options).await?;
+        let mut session = S::connect(&self.url, &self.options, &self.wake).await?;
         let (mut missed, mut stopped) = (Vec::new(), Vec::new());
         let channels: Vec<String> = self.control.channels.iter().cloned().collect();
         for channel in channels {

@@ -7,9 +7,11 @@ mod options;
 #[cfg(feature = "postgres")]
 mod pg;
 mod table;
+mod wake;
 
 use std::collections::HashMap;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -30,6 +32,8 @@ pub use options::ListenerOptions;
 #[cfg(feature = "postgres")]
 use pg::PgSession;
 use table::TableSession;
+use wake::WakeCounters;
+pub use wake::{WakePath, WakeStats};
 
 /// How often a durable listener waiting for a name held by another tries to take it: a
 /// name given up is taken this soon.
@@ -41,7 +45,9 @@ const OWNER_CHECKED_IN: Duration = Duration::from_millis(250);
 const WAIT_GRACE: Duration = Duration::from_secs(1);
 
 /// Listens for notifications on one dedicated connection: PostgreSQL's own LISTEN, or
-/// the notify table polled every `poll_interval` on MySQL/MariaDB and SQLite.
+/// the notify table on MySQL/MariaDB and SQLite, read when a push path reports a commit
+/// (the binary log; a watch on SQLite's files) or, without one, every `poll_interval`
+/// ([`wake_stats`](Self::wake_stats) says which).
 ///
 /// A background task owns the connection; the `Listener` is its handle and stops it when
 /// dropped. Notifications arrive in order through [`recv`](Self::recv) or as a
@@ -86,6 +92,7 @@ pub struct Listener {
     commands: mpsc::UnboundedSender<Command>,
     events: mpsc::Receiver<Item>,
     session: watch::Receiver<Option<u64>>,
+    wake: Arc<WakeCounters>,
     task: tokio::task::JoinHandle<()>,
     /// Notifications received per durable channel.
     received: HashMap<String, u64>,
@@ -110,7 +117,8 @@ impl Listener {
         let (commands_tx, commands) = mpsc::unbounded_channel();
         let (events_tx, events) = mpsc::channel(options.buffer.max(1));
         let (session_tx, session) = watch::channel(None);
-        let task = ListenerTask::new(url.to_owned(), options, commands, events_tx, session_tx);
+        let wake = Arc::new(WakeCounters::default());
+        let task = ListenerTask::new(url.to_owned(), options, commands, events_tx, session_tx, wake.clone());
         let (start, check_channel) = backend.on(Start(task))?;
         let task = start.await?;
         Ok(Listener {
@@ -119,6 +127,7 @@ impl Listener {
             commands: commands_tx,
             events,
             session,
+            wake,
             task,
             received: HashMap::new(),
         })
@@ -237,6 +246,7 @@ impl Listener {
             check_channel: self.check_channel,
             commands: self.commands.clone(),
             session: self.session.clone(),
+            wake: self.wake.clone(),
         }
     }
 
@@ -248,6 +258,12 @@ impl Listener {
                 return Ok(event);
             }
         }
+    }
+
+    /// How this listener learns of new notifications (LISTEN, a push path, or polling and
+    /// why), and what that has cost so far: polls, pushed commits, `data_version` reads.
+    pub fn wake_stats(&self) -> WakeStats {
+        self.wake.snapshot()
     }
 
     /// The server's id of the listener's current session (`pg_backend_pid()`,
@@ -275,9 +291,15 @@ pub struct ListenerHandle {
     check_channel: fn(&str) -> Result<(), Error>,
     commands: mpsc::UnboundedSender<Command>,
     session: watch::Receiver<Option<u64>>,
+    wake: Arc<WakeCounters>,
 }
 
 impl ListenerHandle {
+    /// See [`Listener::wake_stats`].
+    pub fn wake_stats(&self) -> WakeStats {
+        self.wake.snapshot()
+    }
+
     /// See [`Listener::session_id`].
     pub fn session_id(&self) -> Option<u64> {
         *self.session.borrow()

@@ -10,6 +10,18 @@ pub struct ListenerOptions {
     /// The notify table and its polling (MySQL/MariaDB and SQLite; on PostgreSQL, durable
     /// channels only, whose poll interval is a fallback to LISTEN's wake-ups).
     pub notify_table: Config,
+    /// Whether to learn of commits through a push path where the database offers one:
+    /// the binary log on MySQL/MariaDB (needs `log_bin` and a user with `REPLICATION
+    /// SLAVE` and `BINLOG MONITOR`, `REPLICATION CLIENT` on MySQL), a watch on the
+    /// database's files on SQLite. While it is open the notify table is read when a
+    /// commit is pushed, and otherwise only every [`pushed_poll_interval`](Self::pushed_poll_interval);
+    /// where the server refuses it, or while it is lost, the listener polls every
+    /// `poll_interval`, and says why once. On by default.
+    pub push: bool,
+    /// While the push path is open on MySQL/MariaDB, how often the notify table is read
+    /// anyway: a safety net for a commit the binary log did not show (a session with
+    /// `sql_log_bin = 0`), and the pace of the table's cleanup. One minute by default.
+    pub pushed_poll_interval: Duration,
     /// First wait before reconnecting after the connection was lost.
     pub reconnect_min: Duration,
     /// Longest wait between two reconnect attempts; the wait doubles up to it.
@@ -31,6 +43,8 @@ impl Default for ListenerOptions {
     fn default() -> Self {
         ListenerOptions {
             notify_table: Config::default(),
+            push: true,
+            pushed_poll_interval: Duration::from_secs(60),
             reconnect_min: Duration::from_millis(100),
             reconnect_max: Duration::from_secs(10),
             buffer: 4096,

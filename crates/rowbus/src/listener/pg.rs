@@ -1,6 +1,7 @@
 //! PostgreSQL: native LISTEN/NOTIFY on sqlx's `PgListener`; durable channels read the
 //! notify table on the same connection, polled when LISTEN wakes them.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use notify_table::{Notification, PG_DURABLE_MARK, Position};
@@ -10,6 +11,7 @@ use super::driver::{Claimed, Control, Session, Wake};
 use super::event::Event;
 use super::options::ListenerOptions;
 use super::table::TableSession;
+use super::wake::{WakeCounters, WakePath};
 use crate::error::Error;
 use crate::sql::check_pg_channel;
 
@@ -32,8 +34,10 @@ fn notification(n: &PgNotification) -> Notification {
 }
 
 impl Session for PgSession {
-    async fn connect(url: &str, options: &ListenerOptions) -> Result<Self, Error> {
-        Ok(PgSession { table: TableSession::connect(url, options).await? })
+    async fn connect(url: &str, options: &ListenerOptions, wake: &Arc<WakeCounters>) -> Result<Self, Error> {
+        let table = TableSession::open(url, options, wake, false).await?;
+        wake.set(WakePath::Listen);
+        Ok(PgSession { table })
     }
 
     async fn session_id(&mut self) -> Result<Option<u64>, Error> {

@@ -1,13 +1,15 @@
 //! Connecting: a pool in rowbus's session settings, and the connection a listener's
-//! session runs on ([`TableConn`]).
+//! session runs on ([`TableConn`]) with its push path.
 
 use std::future::Future;
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use notify_table::{Dialect, Row, Statement};
 use sqlx::Pool;
 
 use super::Positions;
+use super::push::PushHandle;
 use crate::backend::DbPool;
 use crate::driver::TextsAndInts;
 use crate::driver::sealed::Driver;
@@ -48,7 +50,21 @@ pub trait TableConn: Send + Sized + 'static {
         stmt: &Statement,
         texts: usize,
     ) -> impl Future<Output = Result<Vec<TextsAndInts>, sqlx::Error>> + Send;
-    fn open(url: &str) -> impl Future<Output = Result<Self, Error>> + Send;
+    /// A connection to `url`, and where it went: the URL of the one server it is on (a URL
+    /// may list several), for [`push`](Self::push).
+    fn open(url: &str) -> impl Future<Output = Result<(Self, String), Error>> + Send;
+    /// Starts the push path of a listener connected at `at` (what [`open`](Self::open)
+    /// said) and reading notify table `table`, opened again after a loss with backoff from
+    /// `retry.0` to `retry.1`; `None` where the database has none (PostgreSQL: LISTEN).
+    fn push(_at: &str, _table: &str, _retry: (Duration, Duration)) -> Option<PushHandle> {
+        None
+    }
+    /// A number that changes when another connection commits, read without reading a
+    /// table (SQLite's `PRAGMA data_version`); `None` where the database has none, and
+    /// then every tick polls.
+    fn data_version(&mut self) -> impl Future<Output = Result<Option<i64>, sqlx::Error>> + Send {
+        async { Ok(None) }
+    }
     fn session_id(&mut self) -> impl Future<Output = Result<Option<u64>, Error>> + Send;
     fn fetch(&mut self, stmt: &Statement) -> impl Future<Output = Result<Vec<Row>, sqlx::Error>> + Send;
     fn execute(&mut self, stmt: &Statement) -> impl Future<Output = Result<u64, sqlx::Error>> + Send;

@@ -37,6 +37,7 @@ mod positions;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;
 mod publish;
+pub(crate) mod push;
 mod rotation;
 mod schedule;
 mod schema;

@@ -27,6 +27,7 @@ use crate::sql::DbPool;
 use crate::sql::Notifier;
 use crate::sql::TableConn;
 use crate::sql::TableSql;
+use crate::sql::push::PushHandle;
 
 mod dedup;
 mod keys;
@@ -1042,8 +1043,24 @@ impl TableConn for MySqlConnection {
         NotifyDialect::MySql
     }
 
-    async fn open(url: &str) -> Result<Self, Error> {
-        Ok(connect(url).await?.0)
+    async fn open(url: &str) -> Result<(Self, String), Error> {
+        connect(url).await
+    }
+
+    /// The binary log, where the `binlog` feature is on (see `push/binlog.rs`).
+    fn push(_at: &str, _table: &str, _retry: (Duration, Duration)) -> Option<PushHandle> {
+        #[cfg(feature = "binlog")]
+        {
+            let target = super::push::binlog::Target { url: _at.to_owned(), table: _table.to_owned() };
+            Some(super::push::spawn::<super::push::binlog::Binlog>(
+                "the binary log",
+                target,
+                _retry.0,
+                _retry.1,
+            ))
+        }
+        #[cfg(not(feature = "binlog"))]
+        None
     }
 
     async fn session_id(&mut self) -> Result<Option<u64>, Error> {

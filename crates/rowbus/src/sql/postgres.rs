@@ -675,7 +675,7 @@ impl TableConn for PgListener {
         NotifyDialect::Postgres
     }
 
-    async fn open(url: &str) -> Result<Self, Error> {
+    async fn open(url: &str) -> Result<(Self, String), Error> {
         // PgListener connects through a pool, which retries a refused connection until its
         // acquire timeout and then reports only the timeout: a direct connection to each
         // host first fails fast, with the real cause, and picks the host. Every reconnect
@@ -696,7 +696,7 @@ impl TableConn for PgListener {
         listener.ignore_pool_close_event(true);
         // A lost connection ends this session; the driver reconnects and reports it.
         listener.eager_reconnect(false);
-        Ok(listener)
+        Ok((listener, host))
     }
 
     async fn session_id(&mut self) -> Result<Option<u64>, Error> {

@@ -22,6 +22,7 @@ use crate::names::QueueTable;
 use crate::sql::DbPool;
 use crate::sql::Notifier;
 use crate::sql::TableConn;
+use crate::sql::push::PushHandle;
 
 mod busy;
 
@@ -549,12 +550,28 @@ impl TableConn for SqliteConnection {
     }
 
     /// Never makes the file: a listener reads a notify table that `deploy` made.
-    async fn open(url: &str) -> Result<Self, Error> {
+    async fn open(url: &str) -> Result<(Self, String), Error> {
         let options = options(url, false)?;
         let mut conn =
             SqliteConnection::connect_with(&options).await.map_err(open_error(url, &options, false))?;
         busy::install(&mut conn).await.map_err(connect_error(url))?;
-        Ok(conn)
+        Ok((conn, url.to_owned()))
+    }
+
+    /// A watch on the database's files (see `push/watch.rs`).
+    fn push(at: &str, _table: &str, retry: (Duration, Duration)) -> Option<PushHandle> {
+        let file = options(at, false).map(|o| o.get_filename().to_owned()).unwrap_or_default();
+        Some(super::push::spawn::<super::push::watch::FileWatch>(
+            "a watch on the database's files",
+            file,
+            retry.0,
+            retry.1,
+        ))
+    }
+
+    /// Changes when another connection commits; reads no page.
+    async fn data_version(&mut self) -> Result<Option<i64>, sqlx::Error> {
+        Ok(Some(sqlx::query_scalar("PRAGMA data_version").fetch_one(self).await?))
     }
 
     async fn session_id(&mut self) -> Result<Option<u64>, Error> {

@@ -3,6 +3,7 @@
 //! backend, and waiting for events with a deadline.
 #![allow(dead_code)]
 
+pub mod binlog;
 pub mod bouncer;
 mod cleanup;
 mod place;

@@ -29,6 +29,7 @@ mod pause;
 mod pgbouncer;
 mod published_total;
 mod publishing;
+mod push;
 mod run_tx_recovers;
 mod schedules;
 mod settle_many;

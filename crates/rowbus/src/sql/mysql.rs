@@ -106,14 +106,21 @@ const LANE: &str =
 /// `claim`, a claim statement of the table `quoted`, kept to this node's lane (`mine`),
 /// reading at most [`lane_scan`]`(limit)` rows, or to the other lanes.
 fn lane_claim(claim: &str, quoted: &str, mine: bool, limit: i64) -> Arc<str> {
+    // Every part of the claim: a row one part of a statement locked, another part of the
+    // same transaction's next statement would not skip.
     let at = format!("FROM {quoted} AS q WHERE ");
     let lane = if mine { format!("{LANE} AND ") } else { format!("NOT ({LANE}) AND ") };
-    let claim = claim.replacen(&at, &format!("{at}{lane}"), 1);
+    let claim = claim.replace(&at, &format!("{at}{lane}"));
     if !mine {
         return claim.into();
     }
-    let bounded = format!("LIMIT ? ROWS EXAMINED {} FOR UPDATE", lane_scan(limit));
-    claim.replacen("LIMIT ? FOR UPDATE", &bounded, 1).into()
+    // The statement's last LIMIT is the outer one, which MariaDB lets bound the rows read.
+    match claim.rfind("LIMIT ?") {
+        Some(at) => {
+            format!("{}LIMIT ? ROWS EXAMINED {}{}", &claim[..at], lane_scan(limit), &claim[at + 7..]).into()
+        }
+        None => claim.into(),
+    }
 }
 
 /// The most rows a lane claim of `limit` reads. The rows of the lanes no consumer takes
@@ -200,16 +207,25 @@ async fn claim_in_lanes(
     limit: i64,
     floor: Floor,
 ) -> Result<Vec<ClaimedRow>, sqlx::Error> {
-    let (priority, since) = (i64::from(floor.priority), floor.visible_us);
+    let (priority, others) = (i64::from(floor.priority), i64::from(floor.others));
+    let (g, p) = (Arg::Text(group), Arg::Int(priority));
     let binds = |limit| {
+        let l = Arg::Int(limit);
         [
-            Arg::Text(group),
-            Arg::Int(priority),
-            Arg::Int(since),
-            Arg::Int(priority),
-            Arg::Int(since),
-            Arg::Text(group),
-            Arg::Int(limit),
+            g,
+            g,
+            p,
+            Arg::Int(floor.visible_us),
+            g,
+            l,
+            g,
+            g,
+            p,
+            Arg::Int(floor.others_us),
+            g,
+            Arg::Int(others),
+            l,
+            l,
         ]
     };
     if !LANES.load(Ordering::Relaxed) {
@@ -313,7 +329,6 @@ fn lock_name(table: &str) -> String {
 /// A lease claim with `claim` (binds: group, group, limit), keyed rows checked again with
 /// `per_key` messages of a key at once (see `keys::recheck`), then marked with the lease:
 /// in the caller's transaction.
-#[allow(clippy::too_many_arguments)]
 #[allow(clippy::too_many_arguments)]
 fn lease_claim<'c>(
     conn: &'c mut MySqlConnection,
@@ -626,6 +641,30 @@ impl Publishing for MySql {
 /// [`claim_sql`](Claiming::claim_sql)); the space the churn keeps meanwhile is the purge's
 /// to give back once the snapshot ends (docs/performance.md).
 impl super::Rotating for MySql {
+    /// The floor's priority's oldest row from the floor on, and whether rows wait at a more
+    /// urgent priority (read backwards from the floor's priority, away from its
+    /// delete-marked records) or a less urgent one: a few records each where the whole
+    /// computation reads the group.
+    fn floor_step_sql(table: &QueueTable) -> Option<String> {
+        let t = super::quoted::<Self>(table, "");
+        let group = "group_name >= ? AND group_name <= ?";
+        let waiting = "(lease_until IS NULL OR lease_until <= UTC_TIMESTAMP(6))";
+        let order = |dir: &str| {
+            format!("ORDER BY group_name {dir}, priority {dir}, visible_at {dir}, id {dir} LIMIT 1")
+        };
+        Some(format!(
+            "SELECT (SELECT {} FROM {t} WHERE {group} AND priority = ? AND visible_at >= {} AND {waiting} {}), \
+             (SELECT 1 FROM {t} WHERE {group} AND priority < ? AND {waiting} {}), \
+             (SELECT 1 FROM {t} WHERE {group} AND priority > ? AND {waiting} {}), {}",
+            Self::micros_of("visible_at"),
+            Self::from_micros("?"),
+            order("ASC"),
+            order("DESC"),
+            order("ASC"),
+            Self::micros_of("UTC_TIMESTAMP(6)")
+        ))
+    }
+
     fn floor_sql(table: &QueueTable) -> Option<String> {
         Some(format!(
             "SELECT CAST(priority AS SIGNED), CAST(SUM(visible_at <= UTC_TIMESTAMP(6)) AS SIGNED), {} FROM {} \
@@ -649,31 +688,40 @@ impl Claiming for MySql {
     const LOCKED_CLAIM_BEGIN: &'static str = "BEGIN";
 
     /// The locking read of a claim, from the group's floor, unless paused or held behind
-    /// an earlier message of its key (binds: group, floor priority, floor µs, floor
-    /// priority, floor µs, group, limit); [`claim`](Self::claim) marks the rows it
-    /// returns. InnoDB reads the key check's subquery without locking it (checked: a
-    /// locked earlier row still holds its key), so `SKIP LOCKED` skips only candidates;
-    /// and from the statement's snapshot, so the claim checks its keyed rows again
-    /// (`keys::recheck`).
+    /// an earlier message of its key; [`claim`](Self::claim) marks the rows it returns.
+    /// InnoDB reads the key check's subquery without locking it (checked: a locked earlier
+    /// row still holds its key), so `SKIP LOCKED` skips only candidates; and from the
+    /// statement's snapshot, so the claim checks its keyed rows again (`keys::recheck`).
     ///
-    /// The floor as ranges of the claim order, which MariaDB's range optimizer reads as
-    /// such (a row comparison `(priority, visible_at) >= (?, ?)` it does not): the floor's
-    /// priority from its time, the others whole, each filtered by the time. Under a
-    /// consistent snapshot held elsewhere the purge removes no acknowledged row, and a
-    /// claim walked every delete-marked record before the first ready one: 7-15 ms a claim
-    /// of 8 after 50,000 messages, 0.3 ms from the floor.
+    /// Two parts in claim order: the rows of the floor's priority from its time, and,
+    /// while the floor says some may wait, those of other priorities (each with binds
+    /// group, group, priority, floor µs, group, [others 1 or 0,] limit; then the limit).
+    /// Under a consistent snapshot held elsewhere the purge removes no acknowledged row,
+    /// and InnoDB steps over delete-marked records one by one, also past the end of a
+    /// range until it meets a live record: a claim of 8 after 50,000 acknowledged messages
+    /// read every page of them (7-15 ms) from the group's start, 6 pages from the floor.
+    /// The group is written as a range, `group_name >= ? AND group_name <= ?`: with an
+    /// equality MariaDB read it with `ref` on (group, priority) and filtered `visible_at`,
+    /// the statistics seeing no delete-marked record; and the other priorities are a part of
+    /// their own, read only while rows wait there (`? = 1`), since the range of the more
+    /// urgent ones ends where the floor's priority's delete-marked records begin.
     fn claim_sql(table: &QueueTable) -> String {
-        let since = Self::from_micros("?");
+        let (t, since) = (super::quoted::<Self>(table, ""), Self::from_micros("?"));
+        let part = |priority: &str, only: &str| {
+            format!(
+                "(SELECT {CLAIMED}, visible_at AS claim_at FROM {t} AS q WHERE group_name >= ? AND group_name <= ? \
+                 AND {priority} AND visible_at >= {since} AND {} AND visible_at <= UTC_TIMESTAMP(6) \
+                 AND (lease_until IS NULL OR lease_until <= UTC_TIMESTAMP(6)) AND {} AND {}{only} \
+                 ORDER BY group_name, priority, visible_at, id LIMIT ? FOR UPDATE SKIP LOCKED)",
+                Self::not_paused(table, "?"),
+                Self::not_limited_in_claim(table),
+                Self::key_free(table)
+            )
+        };
         format!(
-            "SELECT {CLAIMED} FROM {} AS q WHERE group_name = ? \
-             AND ((priority = ? AND visible_at >= {since}) OR priority <> ?) AND visible_at >= {since} \
-             AND {} AND visible_at <= UTC_TIMESTAMP(6) \
-             AND (lease_until IS NULL OR lease_until <= UTC_TIMESTAMP(6)) AND {} AND {} \
-             ORDER BY priority, visible_at, id LIMIT ? FOR UPDATE SKIP LOCKED",
-            super::quoted::<Self>(table, ""),
-            Self::not_paused(table, "?"),
-            Self::not_limited_in_claim(table),
-            Self::key_free(table)
+            "{} UNION ALL {} ORDER BY 6, claim_at, 1 LIMIT ?",
+            part("priority = ?", ""),
+            part("priority <> ?", " AND ? = 1")
         )
     }
 
@@ -1110,8 +1158,14 @@ mod tests {
         assert!(t.create[2].starts_with("CREATE TABLE IF NOT EXISTS `jobs_dedup`"));
         assert!(!t.create[0].contains("msg_key`, `id`"), "keys have a table of their own");
         assert!(t.create[3].starts_with("CREATE TABLE IF NOT EXISTS `jobs_keys`"));
-        assert!(t.claim.contains("ORDER BY priority, visible_at, id LIMIT ? FOR UPDATE SKIP LOCKED"));
-        assert!(t.claim_locked.starts_with("SELECT CAST(id AS SIGNED)"));
+        assert!(
+            t.claim.contains("ORDER BY group_name, priority, visible_at, id LIMIT ? FOR UPDATE SKIP LOCKED)")
+        );
+        assert!(t.claim.ends_with(") ORDER BY 6, claim_at, 1 LIMIT ?"));
+        assert!(t.claim_locked.starts_with("(SELECT CAST(id AS SIGNED)"));
+        // The binds: group, group, priority, floor, group (pause), limit for the floor's
+        // priority; the same and the flag for the others; the limit.
+        assert_eq!(t.claim.matches('?').count(), 14);
         assert_eq!(claim_mark("`jobs`", 2).matches('?').count(), 4);
         assert_eq!(
             &*t.delete_ids(2),
@@ -1125,14 +1179,15 @@ mod tests {
         let t = sql("app.jobs");
         let mine = lane_claim(&t.claim, &t.quoted, true, 4);
         let others = lane_claim(&t.claim, &t.quoted, false, 4);
+        // Every part keeps to the lane; the outer limit bounds what the statement reads.
         let expected = t
             .claim
-            .replacen("WHERE group_name", &format!("WHERE {LANE} AND group_name"), 1)
-            .replace("LIMIT ? FOR UPDATE", "LIMIT ? ROWS EXAMINED 128 FOR UPDATE");
+            .replace("WHERE group_name", &format!("WHERE {LANE} AND group_name"))
+            .replace("claim_at, 1 LIMIT ?", "claim_at, 1 LIMIT ? ROWS EXAMINED 128");
         assert_eq!(*mine, *expected);
         assert_eq!(
             *others,
-            *t.claim.replacen("WHERE group_name", &format!("WHERE NOT ({LANE}) AND group_name"), 1)
+            *t.claim.replace("WHERE group_name", &format!("WHERE NOT ({LANE}) AND group_name"))
         );
         // The binds are the claim's: the lane reads the session's variables.
         assert_eq!(mine.matches('?').count(), t.claim.matches('?').count());

@@ -259,7 +259,7 @@ impl Claiming for Postgres {
             Arg::Int(lease),
             Arg::Int(token),
             Arg::Int(floor.priority.into()),
-            Arg::Int(floor.visible_us),
+            Arg::Int(floor.others_us),
         ];
         Self::fetch_claimed(conn, &sql.claim, &args)
     }
@@ -281,7 +281,7 @@ impl Claiming for Postgres {
             Arg::Int(lease),
             Arg::Int(token),
             Arg::Int(floor.priority.into()),
-            Arg::Int(floor.visible_us),
+            Arg::Int(floor.others_us),
         ];
         Self::fetch_claimed(conn, claim, &args)
     }
@@ -298,7 +298,7 @@ impl Claiming for Postgres {
                 Arg::Text(group),
                 Arg::Int(limit),
                 Arg::Int(floor.priority.into()),
-                Arg::Int(floor.visible_us),
+                Arg::Int(floor.others_us),
             ];
             let rows = Self::fetch_claimed(conn, &sql.claim_locked, &args).await?;
             if !rows.is_empty() {

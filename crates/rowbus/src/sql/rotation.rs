@@ -26,25 +26,30 @@ use super::Naming;
 use crate::names::QueueTable;
 
 /// Where a claim of a group starts reading its ready index: the priority most of its
-/// waiting messages have, and a time no waiting message of the group is visible before.
+/// waiting messages have, and times no waiting message of the group is visible before.
 ///
-/// Rows a claim could take lie at or after `(priority, visible_us)` in claim order, or,
-/// more urgent than `priority`, at or after `visible_us`; a claim reads the index from
-/// there. What becomes claimable behind a floor after it was computed (a lease that
-/// expired, a message given back, a transaction that committed long after it inserted)
-/// is found when the floor is computed again.
+/// Rows a claim could take lie at or after `(priority, visible_us)` in claim order, or, at
+/// another priority, at or after `others_us`; a claim reads the index from there. What
+/// becomes claimable behind a floor after it was computed (a lease that expired, a message
+/// given back, a transaction that committed long after it inserted) is found when the
+/// floor is computed again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Floor {
     /// The priority the claim's scan starts at (`i16::MIN`: from the first).
     pub priority: i16,
-    /// Microseconds since the Unix epoch before which no claimable row of the group is
-    /// visible (0: none known).
+    /// Microseconds since the Unix epoch before which no claimable row of the group at
+    /// `priority` is visible (0: none known).
     pub visible_us: i64,
+    /// The same for the group's rows at every priority (at most `visible_us`).
+    pub others_us: i64,
+    /// Whether rows at other priorities than `priority` may wait: a claim that reads its
+    /// priorities apart skips the others while none do.
+    pub others: bool,
 }
 
 impl Floor {
     /// No floor: a claim reads its group's index from the start.
-    pub const NONE: Floor = Floor { priority: i16::MIN, visible_us: 0 };
+    pub const NONE: Floor = Floor { priority: i16::MIN, visible_us: 0, others_us: 0, others: true };
 }
 
 impl Default for Floor {
@@ -85,7 +90,7 @@ pub struct Retire {
     pub truncate: Arc<str>,
 }
 
-/// Rotation and claim floors, on the databases that need them (PostgreSQL).
+/// Rotation, claim floors and log checkpoints, on the databases that need them.
 pub trait Rotating: Naming {
     /// The ring of partitions of queue `table`, where queue tables rotate.
     fn rotation(table: &QueueTable) -> Option<RotationSql> {
@@ -95,10 +100,30 @@ pub trait Rotating: Naming {
 
     /// Where claims of a group start ([`Floor`]), where claims take one: a query
     /// (binds: group) returning, for each priority with messages of the group that are not
-    /// held by an unexpired lease, a row `(priority, count, oldest visible_at µs)`, and one
-    /// row `(NULL, NULL, now µs)` by the database's clock.
+    /// held by an unexpired lease, a row `(priority, ready count, oldest visible_at µs)`,
+    /// and one row `(NULL, NULL, now µs)` by the database's clock. It reads every row of
+    /// the group.
     fn floor_sql(table: &QueueTable) -> Option<String> {
         let _ = table;
+        None
+    }
+
+    /// A cheaper step of the floor between two of [`floor_sql`](Self::floor_sql)'s, where
+    /// the database has one: a query (binds: group, group, the floor's priority, its
+    /// `visible_us`, group, group, priority, group, group, priority) returning one row: the
+    /// oldest `visible_at` µs of the priority's rows not held by a lease from there on
+    /// (NULL: none), whether one waits at a more urgent priority and at a less urgent one
+    /// (1 or NULL), and now µs. It reads from the floor on, and one row each side.
+    fn floor_step_sql(table: &QueueTable) -> Option<String> {
+        let _ = table;
+        None
+    }
+
+    /// Where the database keeps a log that a reader's transaction held elsewhere stops
+    /// from being reset (SQLite's WAL): a statement, no binds, that copies what it can of
+    /// the log into the database without waiting for anyone, returning one row `(busy,
+    /// frames in the log, frames copied)`. Frames left behind are what a reader holds.
+    fn checkpoint_sql() -> Option<&'static str> {
         None
     }
 }

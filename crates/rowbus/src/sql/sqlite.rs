@@ -72,6 +72,10 @@ fn is_locked(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some("5"))
 }
 
+/// The bytes a WAL is cut back to when it starts over: SQLite's own automatic
+/// checkpoints run at 1,000 pages (4 MiB), so a WAL no reader holds stays below this.
+const JOURNAL_SIZE_LIMIT: &str = "8388608";
+
 /// `url`'s options; the file is made only with `create`, never because the URL says
 /// `mode=rwc`: whether a database appears is the caller's choice, not the URL's. The busy
 /// timeout holds until [`busy::install`] replaces SQLite's handler on the connection.
@@ -81,6 +85,8 @@ fn options(url: &str, create: bool) -> Result<SqliteConnectOptions, Error> {
         .map_err(|e| invalid_url(url, e))?
         .create_if_missing(create)
         .journal_mode(SqliteJournalMode::Wal)
+        // A WAL that grew while a reader held it shrinks to this when it starts over.
+        .pragma("journal_size_limit", JOURNAL_SIZE_LIMIT)
         .busy_timeout(busy::TIMEOUT))
 }
 
@@ -232,8 +238,15 @@ impl Publishing for Sqlite {
 }
 
 /// Nothing to rotate: SQLite writes no row versions into its tables; a reader holding a
-/// read transaction holds back the WAL's checkpoints instead.
-impl super::Rotating for Sqlite {}
+/// read transaction holds back the WAL's checkpoints instead, which the upkeep runs and
+/// reports.
+impl super::Rotating for Sqlite {
+    /// `PASSIVE`: copies what no reader holds, waiting for no lock, and lets the next
+    /// write start the WAL over once all of it is copied.
+    fn checkpoint_sql() -> Option<&'static str> {
+        Some("PRAGMA wal_checkpoint(PASSIVE)")
+    }
+}
 
 impl Claiming for Sqlite {
     /// `BEGIN IMMEDIATE` everywhere: a transaction that will write takes the write lock

@@ -66,6 +66,12 @@ pub struct TableSql<DB: Schema> {
     /// Binds: group. Where claims of the group start
     /// ([`Rotating::floor_sql`](super::Rotating::floor_sql)).
     pub floor: Option<Arc<str>>,
+    /// A cheaper step of the floor between two whole ones
+    /// ([`Rotating::floor_step_sql`](super::Rotating::floor_step_sql)).
+    pub floor_step: Option<Arc<str>>,
+    /// The database's log checkpoint, where a held reader stops it
+    /// ([`Rotating::checkpoint_sql`](super::Rotating::checkpoint_sql)).
+    pub checkpoint: Option<Arc<str>>,
     /// The INSERTs publishes used, by form and rows (see [`insert_sql`](Self::insert_sql)).
     pub(super) inserts: Mutex<HashMap<(InsertForm, usize), Arc<str>>>,
     pub(super) db: PhantomData<fn() -> DB>,

@@ -115,6 +115,8 @@ impl<DB: Schema + Publishing + Claiming + Pausing + Scheduling + Keeping + Count
             state: DB::table_state(table),
             rotation: DB::rotation(table),
             floor: DB::floor_sql(table).map(Arc::from),
+            floor_step: DB::floor_step_sql(table).map(Arc::from),
+            checkpoint: DB::checkpoint_sql().map(Arc::from),
             inserts: Mutex::default(),
             quoted: t,
             dead,

@@ -1,7 +1,8 @@
 //! A queue under steady load while another connection holds the database's horizon open
-//! (a REPEATABLE READ transaction, as a report or `pg_dump` holds one): VACUUM can remove
-//! none of the dead row versions the churn leaves, and the queue must keep a bounded size
-//! all the same. Short runs that assert sizes, never times; the figures over minutes are
+//! (a REPEATABLE READ transaction, as a report or `pg_dump` holds one; on MariaDB a
+//! consistent snapshot): VACUUM (InnoDB's purge) can remove none of the dead row versions
+//! the churn leaves, and the queue must keep a bounded size and its claims their cost all
+//! the same. Short runs that assert sizes, never times; the figures over minutes are
 //! the benchmark's (benches/horizon).
 
 use crate::common;
@@ -10,7 +11,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::throwaway::ThrowawayPg;
+use common::throwaway::{ThrowawayMariaDb, ThrowawayPg};
 use common::unique;
 use rowbus::{Broker, BrokerOptions, Message};
 use sqlx::Connection as _;
@@ -130,4 +131,191 @@ async fn postgres_queue_keeps_its_size_while_the_horizon_is_held() {
     drop(holder);
     pool.close().await;
     drop(server);
+}
+
+/// The throwaway MariaDB's port (scripts/binlog.sh, in a directory of its own).
+const MARIADB_PORT: u16 = 3363;
+
+/// One global status counter of the server, as an integer.
+async fn status(pool: &sqlx::MySqlPool, name: &str) -> i64 {
+    sqlx::query_scalar::<_, i64>(
+        "SELECT CAST(variable_value AS SIGNED) FROM information_schema.global_status WHERE variable_name = ?",
+    )
+    .bind(name)
+    .fetch_one(pool)
+    .await
+    .unwrap()
+}
+
+/// MariaDB under a consistent snapshot held on another connection: the purge removes no
+/// acknowledged message meanwhile (the history list grows), and a claim still reads only
+/// what lies from its group's floor on, not the delete-marked records of the 30,000
+/// messages handled before: InnoDB's page reads around a claim of 5, the least of five
+/// (the server is the test's own; the broker's upkeep may run beside one of them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_claims_read_from_their_floor_while_a_snapshot_is_held() {
+    const CHURN: usize = 30_000;
+    let server = ThrowawayMariaDb::start(MARIADB_PORT);
+    let pool = rowbus::connect::<sqlx::MySql>(&server.url(), 12).await.expect("the throwaway server");
+    let broker = Broker::new(pool.clone(), BrokerOptions::default()).await.unwrap();
+    let q = broker.queue(&unique("snapshot")).unwrap();
+    q.deploy().await.unwrap();
+
+    let mut holder = sqlx::MySqlConnection::connect(&server.url()).await.unwrap();
+    sqlx::raw_sql("START TRANSACTION WITH CONSISTENT SNAPSHOT").execute(&mut holder).await.unwrap();
+    let history = |pool: sqlx::MySqlPool| async move {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT CAST(`count` AS SIGNED) FROM information_schema.innodb_metrics WHERE name = 'trx_rseg_history_len'",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap()
+    };
+    let history_before = history(pool.clone()).await;
+
+    for chunk in 0..CHURN / 1000 {
+        q.publish_batch((0..1000).map(|i| Message::text(format!("churn {}", chunk * 1000 + i))))
+            .await
+            .unwrap();
+    }
+    let handled = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let done = Arc::new(tokio::sync::Notify::new());
+    let (count, all) = (handled.clone(), done.clone());
+    q.subscribe()
+        .workers(8)
+        .until(async move { all.notified().await })
+        .run(move |_d| {
+            if count.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1 == CHURN {
+                done.notify_one();
+            }
+            async { Ok::<_, rowbus::Error>(()) }
+        })
+        .await
+        .unwrap();
+    let history_after = history(pool.clone()).await;
+    assert!(
+        history_after >= history_before + 100,
+        "the snapshot holds the purge: {history_before} -> {history_after}"
+    );
+
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    q.publish_batch((0..30).map(|i| Message::text(format!("after {i}")))).await.unwrap();
+    let mut sub = q.subscribe().batch(5).lease(Duration::from_secs(60)).stream().await.unwrap();
+    let mut least = i64::MAX;
+    for _ in 0..6 {
+        let before = status(&pool, "Innodb_buffer_pool_read_requests").await;
+        // One claim of 5: the stream hands them out one at a time.
+        for _ in 0..5 {
+            tokio::time::timeout(Duration::from_secs(30), futures::StreamExt::next(&mut sub))
+                .await
+                .expect("a delivery")
+                .expect("the stream goes on")
+                .expect("claimed");
+        }
+        let reads = status(&pool, "Innodb_buffer_pool_read_requests").await - before;
+        least = least.min(reads);
+        // A pass of the upkeep computes the floor after the first claim.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+    }
+    eprintln!("history list {history_before} -> {history_after}; a claim of 5 read {least} pages at least");
+    assert!(least < 100, "a claim of 5 read {least} pages: it walked the delete-marked records");
+    drop(sub);
+    broker.shutdown(Duration::from_secs(1)).await;
+    sqlx::raw_sql("COMMIT").execute(&mut holder).await.unwrap();
+    drop(holder);
+    pool.close().await;
+    drop(server);
+}
+
+/// The bytes of a SQLite database's WAL file (0 when there is none).
+fn wal_bytes(file: &common::TempSqlite) -> u64 {
+    let wal = format!("{}-wal", file.path().display());
+    std::fs::metadata(wal).map(|m| m.len()).unwrap_or(0)
+}
+
+/// SQLite, 1,000 messages a second: with no other reader the WAL starts over at each
+/// checkpoint and stays small (the broker's own connections hold no read transaction
+/// between statements); a reader's transaction held on another connection stops the
+/// checkpoints short, the WAL grows and the broker counts them held; once that reader
+/// ends, the WAL starts over and is cut back to `journal_size_limit`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_checkpoints_its_wal_and_counts_a_reader_that_holds_it() {
+    const LIMIT: u64 = 8 << 20;
+    let file = common::TempSqlite::new();
+    let rowbus::DbPool::Sqlite(pool) = rowbus::DbPool::connect_creating(&file.url, 8).await.unwrap() else {
+        unreachable!()
+    };
+    let broker = Broker::new(pool.clone(), BrokerOptions::default()).await.unwrap();
+    let q = broker.queue("wal").unwrap();
+    q.deploy().await.unwrap();
+    let handled = Arc::new(Mutex::new((0usize, HashSet::new())));
+    let seen = handled.clone();
+    let runner = tokio::spawn(q.subscribe().workers(8).run(move |d| {
+        let seen = seen.clone();
+        async move {
+            let text = d.text()?.to_owned();
+            let mut seen = seen.lock().unwrap();
+            seen.0 += 1;
+            seen.1.insert(text);
+            Ok::<_, rowbus::Error>(())
+        }
+    }));
+
+    // Publishes at RATE for `secs`, each message `pad` bytes more; the largest WAL seen.
+    let mut published = 0usize;
+    let mut churn = async |secs: u64, pad: usize| {
+        let mut largest = 0;
+        let start = tokio::time::Instant::now();
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        while start.elapsed() < Duration::from_secs(secs) {
+            tick.tick().await;
+            let batch = RATE / 10;
+            q.publish_batch(
+                (published..published + batch).map(|i| Message::text(format!("m{i} {:pad$}", ""))),
+            )
+            .await
+            .unwrap();
+            published += batch;
+            largest = largest.max(wal_bytes(&file));
+        }
+        largest
+    };
+
+    let alone = churn(6, 0).await;
+    let held_before = broker.stats().checkpoints_held;
+
+    let mut reader = sqlx::SqliteConnection::connect(&file.url).await.unwrap();
+    sqlx::raw_sql("BEGIN; SELECT count(*) FROM sqlite_master").execute(&mut reader).await.unwrap();
+    let at_hold = wal_bytes(&file);
+    // Larger messages while the reader holds the WAL: it outgrows the size it is cut to.
+    let held = churn(6, 2_000).await;
+    let stats = broker.stats();
+    sqlx::raw_sql("ROLLBACK").execute(&mut reader).await.unwrap();
+    drop(reader);
+
+    let after = churn(3, 0).await;
+    let end = wal_bytes(&file);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while handled.lock().unwrap().0 < published && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    broker.shutdown(Duration::from_secs(5)).await;
+    let _ = runner.await;
+    let (done, distinct) = {
+        let handled = handled.lock().unwrap();
+        (handled.0, handled.1.len())
+    };
+    eprintln!(
+        "WAL bytes: {alone} at most alone; {at_hold} when the reader began, {held} at most while it held, \
+         {after} at most after, {end} at the end; checkpoints {} ({} held, {held_before} before the reader)",
+        stats.checkpoints, stats.checkpoints_held
+    );
+    assert_eq!((done, distinct), (published, published), "every message handled once");
+    assert!(alone <= LIMIT, "alone, the WAL starts over: {alone} bytes at most");
+    assert_eq!(held_before, 0, "no checkpoint held before the reader");
+    assert!(stats.checkpoints_held > 0, "the broker counted checkpoints the reader held: {stats:?}");
+    assert!(held > at_hold.max(alone), "the held WAL grew: {held} bytes, from {at_hold}");
+    assert!(held > LIMIT, "the held WAL outgrew the limit: {held} bytes");
+    assert!(end <= LIMIT, "after the reader, the WAL is cut back: {end} bytes");
+    pool.close().await;
 }

@@ -64,6 +64,12 @@ pub struct Stats {
     /// Messages those retirings moved to the partition publishes filled then (in flight,
     /// delayed or waiting for a retry; each keeps its id, lease and attempts).
     pub partition_moves: u64,
+    /// Checkpoints of SQLite's WAL this broker ran (a passive one a second while it
+    /// claims; SQLite runs its own too).
+    pub checkpoints: u64,
+    /// Those a reader's transaction held elsewhere stopped short of the WAL's end: while
+    /// it is held the WAL cannot start over and grows (see docs/performance.md).
+    pub checkpoints_held: u64,
 }
 
 /// A claim that failed, as [`Broker::claim_failures`](crate::broker::Broker::claim_failures)
@@ -103,6 +109,8 @@ pub(crate) struct Counters {
     history_pruned: AtomicU64,
     partitions_retired: AtomicU64,
     partition_moves: AtomicU64,
+    checkpoints: AtomicU64,
+    checkpoints_held: AtomicU64,
 }
 
 fn add(counter: &AtomicU64, n: u64) {
@@ -192,6 +200,12 @@ impl Counters {
         add(&self.partition_moves, u64::try_from(moved).unwrap_or(0));
     }
 
+    /// A checkpoint of the WAL ran; `held`: a reader stopped it short of the end.
+    pub fn checkpointed(&self, held: bool) {
+        add(&self.checkpoints, 1);
+        add(&self.checkpoints_held, u64::from(held));
+    }
+
     pub fn timed_out(&self, n: u64) {
         add(&self.timed_out, n);
     }
@@ -234,6 +248,8 @@ impl Counters {
             history_pruned: get(&self.history_pruned),
             partitions_retired: get(&self.partitions_retired),
             partition_moves: get(&self.partition_moves),
+            checkpoints: get(&self.checkpoints),
+            checkpoints_held: get(&self.checkpoints_held),
         }
     }
 }

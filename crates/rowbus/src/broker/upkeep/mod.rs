@@ -1,8 +1,9 @@
 //! Upkeep: what a broker does for the queues it claims from besides claiming, so that a
 //! queue keeps its size and its claims their cost while something else in the database
 //! holds the horizon open (see `sql::rotation`): it computes the floors its claims of each
-//! group start at ([`floors`]), and retires the partitions publishes no longer fill
-//! ([`retire`]).
+//! group start at ([`floors`]), retires the partitions publishes no longer fill
+//! ([`retire`]), and checkpoints a log that a reader held elsewhere stops from starting
+//! over ([`checkpoint`]).
 //!
 //! Entered by [`attach`], from a subscription's start (runners, streams, relays): one task
 //! per broker and queue, started by the first subscription and stopped with the last; on
@@ -11,6 +12,7 @@
 //! compute it again: a queue nobody claims from costs no statement. The broker keeps the
 //! running ones in its [`registry::Upkeeps`].
 
+mod checkpoint;
 mod floors;
 pub(crate) mod registry;
 mod retire;
@@ -35,7 +37,7 @@ use registry::{Entry, FloorCell, Group};
 /// the next pass.
 const PASS: Duration = Duration::from_millis(250);
 
-/// How many passes between two looks at the partitions.
+/// How many passes between two looks at the partitions, and two checkpoints.
 const PASSES_PER_RETIRE: u32 = 4;
 
 /// Keeps its queue's upkeep running in this broker until dropped.
@@ -48,7 +50,7 @@ pub(crate) struct UpkeepGuard<DB: Db> {
 /// Starts `queue`'s upkeep in its broker for `group`, or counts one more user of the
 /// running one; `None` where the database needs none.
 pub(crate) fn attach<DB: Db>(queue: &Queue<DB>, group: &str) -> Option<UpkeepGuard<DB>> {
-    if queue.sql.floor.is_none() && queue.sql.rotation.is_none() {
+    if queue.sql.floor.is_none() && queue.sql.rotation.is_none() && queue.sql.checkpoint.is_none() {
         return None;
     }
     let mut running = queue.inner().upkeep.lock();
@@ -91,6 +93,7 @@ impl<DB: Db> Drop for UpkeepGuard<DB> {
 async fn run<DB: Db>(queue: Queue<DB>, groups: Arc<Mutex<HashMap<String, Group>>>, stop: Arc<Notify>) {
     let mut shutdown = queue.inner().shutdown.subscribe();
     let mut retiring = retire::Retiring::default();
+    let mut checkpoints = checkpoint::Checkpoints::default();
     let reported = AtomicBool::new(false);
     let mut pass = 0u32;
     loop {
@@ -120,6 +123,11 @@ async fn run<DB: Db>(queue: Queue<DB>, groups: Arc<Mutex<HashMap<String, Group>>
         {
             result = Err(error);
         }
+        if pass.is_multiple_of(PASSES_PER_RETIRE)
+            && let Err(error) = checkpoints.pass(&queue).await
+        {
+            result = Err(error);
+        }
         report(&queue, &reported, result);
         pass = pass.wrapping_add(1);
         tokio::select! {
@@ -144,7 +152,7 @@ fn report<DB: Db>(queue: &Queue<DB>, reported: &AtomicBool, result: Result<(), E
                 warn!(
                     table = %queue.table(),
                     error = %error.one_line(),
-                    "the queue's upkeep failed (claims go on; its partitions are not emptied meanwhile); trying again"
+                    "the queue's upkeep failed (claims go on; partitions are not emptied nor logs checkpointed meanwhile); trying again"
                 );
             }
         }

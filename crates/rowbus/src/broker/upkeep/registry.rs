@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use tokio::sync::Notify;
 
@@ -49,16 +50,18 @@ impl Upkeeps {
     }
 }
 
-/// One group's floor, and whether a claim read it since the last pass.
+/// One group's floor, whether a claim read it since the last pass, and when it was last
+/// computed whole.
 #[derive(Debug)]
 pub(crate) struct FloorCell {
     floor: Mutex<Floor>,
     claimed: AtomicBool,
+    whole: Mutex<Option<Instant>>,
 }
 
 impl Default for FloorCell {
     fn default() -> Self {
-        FloorCell { floor: Mutex::new(Floor::NONE), claimed: AtomicBool::new(true) }
+        FloorCell { floor: Mutex::new(Floor::NONE), claimed: AtomicBool::new(true), whole: Mutex::new(None) }
     }
 }
 
@@ -80,5 +83,15 @@ impl FloorCell {
 
     pub(super) fn set(&self, floor: Floor) {
         *self.floor.lock().unwrap_or_else(|e| e.into_inner()) = floor;
+    }
+
+    /// When the floor was last computed whole (`None`: never).
+    pub(super) fn full_since(&self) -> Option<Instant> {
+        *self.whole.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The floor was computed whole now.
+    pub(super) fn computed_whole(&self) {
+        *self.whole.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
     }
 }

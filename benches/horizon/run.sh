@@ -16,7 +16,7 @@
 #
 #   RATE=1000 CLEAN=2m HELD=10m AFTER=3m DRAIN=20000 SOAK=30m ROWBUS=target/release/rowbus
 #
-# PostgreSQL: scripts/pg-throwaway.sh on 127.0.0.1:5444 (autovacuum on, naptime 10 s).
+# PostgreSQL: scripts/pg-throwaway.sh on 127.0.0.1:PG_PORT (5444; autovacuum on, naptime 10 s).
 # MariaDB: scripts/binlog.sh on 127.0.0.1:3362 (a server of its own with a binary log, as
 # production servers run). Both are stopped at the end, however the run ends. Needs root.
 set -euo pipefail
@@ -30,7 +30,7 @@ AFTER=${AFTER:-3m}
 DRAIN=${DRAIN:-20000}
 SOAK=${SOAK:-30m}
 rowbus=${ROWBUS:-$root/target/release/rowbus}
-PG_PORT=5444
+PG_PORT=${PG_PORT:-5444}
 MY_PORT=3362
 bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
 

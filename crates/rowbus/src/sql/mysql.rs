@@ -665,14 +665,29 @@ impl super::Rotating for MySql {
         ))
     }
 
+    /// With each priority's earliest lease end, since a step moves the floor over held
+    /// rows, which it finds again only when the floor is computed whole.
     fn floor_sql(table: &QueueTable) -> Option<String> {
+        let waiting = "(lease_until IS NULL OR lease_until <= UTC_TIMESTAMP(6))";
         Some(format!(
-            "SELECT CAST(priority AS SIGNED), CAST(SUM(visible_at <= UTC_TIMESTAMP(6)) AS SIGNED), {} FROM {} \
-             WHERE group_name = ? AND (lease_until IS NULL OR lease_until <= UTC_TIMESTAMP(6)) GROUP BY priority \
-             UNION ALL SELECT NULL, NULL, {}",
-            Self::micros_of("MIN(visible_at)"),
+            "SELECT CAST(priority AS SIGNED), CAST(SUM({waiting} AND visible_at <= UTC_TIMESTAMP(6)) AS SIGNED), \
+             {}, {} FROM {} WHERE group_name = ? GROUP BY priority \
+             UNION ALL SELECT NULL, NULL, {}, NULL",
+            Self::micros_of(&format!("MIN(CASE WHEN {waiting} THEN visible_at END)")),
+            Self::micros_of(&format!("MIN(CASE WHEN NOT {waiting} THEN lease_until END)")),
             super::quoted::<Self>(table, ""),
             Self::micros_of("UTC_TIMESTAMP(6)")
+        ))
+    }
+
+    fn floor_leases_sql(table: &QueueTable) -> Option<String> {
+        Some(format!(
+            "SELECT {} FROM {} WHERE group_name >= ? AND group_name <= ? AND priority = ? \
+             AND visible_at >= {} AND visible_at < {} AND lease_until > UTC_TIMESTAMP(6)",
+            Self::micros_of("MIN(lease_until)"),
+            super::quoted::<Self>(table, ""),
+            Self::from_micros("?"),
+            Self::from_micros("?")
         ))
     }
 }

@@ -101,7 +101,10 @@ pub trait Rotating: Naming {
     /// Where claims of a group start ([`Floor`]), where claims take one: a query
     /// (binds: group) returning, for each priority with messages of the group that are not
     /// held by an unexpired lease, a row `(priority, ready count, oldest visible_at µs)`,
-    /// and one row `(NULL, NULL, now µs)` by the database's clock. It reads every row of
+    /// and one row `(NULL, NULL, now µs)` by the database's clock; where steps come between
+    /// ([`floor_step_sql`](Self::floor_step_sql)), each row has a fourth column, the
+    /// priority's earliest lease end of the rows held by a lease (NULL on the row of now),
+    /// and a priority with held rows only has NULL for its oldest. It reads every row of
     /// the group.
     fn floor_sql(table: &QueueTable) -> Option<String> {
         let _ = table;
@@ -115,6 +118,16 @@ pub trait Rotating: Naming {
     /// (NULL: none), whether one waits at a more urgent priority and at a less urgent one
     /// (1 or NULL), and now µs. It reads from the floor on, and one row each side.
     fn floor_step_sql(table: &QueueTable) -> Option<String> {
+        let _ = table;
+        None
+    }
+
+    /// With [`floor_step_sql`](Self::floor_step_sql): a query (binds: group, group,
+    /// priority, from µs, to µs) returning one row: the earliest lease end (µs; NULL:
+    /// none) of the priority's rows visible from `from` to before `to` that are held by a
+    /// lease, the rows a step moved the floor over. When it has passed, the floor is
+    /// computed whole, which finds them again.
+    fn floor_leases_sql(table: &QueueTable) -> Option<String> {
         let _ = table;
         None
     }

@@ -69,6 +69,9 @@ pub struct TableSql<DB: Schema> {
     /// A cheaper step of the floor between two whole ones
     /// ([`Rotating::floor_step_sql`](super::Rotating::floor_step_sql)).
     pub floor_step: Option<Arc<str>>,
+    /// The earliest lease end of the rows a step moved the floor over
+    /// ([`Rotating::floor_leases_sql`](super::Rotating::floor_leases_sql)).
+    pub floor_leases: Option<Arc<str>>,
     /// The database's log checkpoint, where a held reader stops it
     /// ([`Rotating::checkpoint_sql`](super::Rotating::checkpoint_sql)).
     pub checkpoint: Option<Arc<str>>,

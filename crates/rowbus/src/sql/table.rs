@@ -116,6 +116,7 @@ impl<DB: Schema + Publishing + Claiming + Pausing + Scheduling + Keeping + Count
             rotation: DB::rotation(table),
             floor: DB::floor_sql(table).map(Arc::from),
             floor_step: DB::floor_step_sql(table).map(Arc::from),
+            floor_leases: DB::floor_leases_sql(table).map(Arc::from),
             checkpoint: DB::checkpoint_sql().map(Arc::from),
             inserts: Mutex::default(),
             quoted: t,

@@ -277,6 +277,14 @@ pub(crate) async fn insert<DB: Db>(
 ) -> Result<Published, Error> {
     let mut published = Published::default();
     let mut sent = 0;
+    let mut told: Option<(&str, i16)> = None;
+    for m in messages {
+        let group = (m.group.as_str(), m.priority);
+        if told != Some(group) {
+            queue.inner().upkeep.published(queue.table(), group.0, group.1);
+            told = Some(group);
+        }
+    }
     let unique: Vec<&Message> = messages.iter().filter(|m| m.dedup_id.is_some()).collect();
     // Copies only when a batch mixes the two kinds.
     let plain: std::borrow::Cow<'_, [Message]> = match unique.len() {

@@ -48,6 +48,22 @@ impl Upkeeps {
         let groups = entry.groups.lock().unwrap_or_else(|e| e.into_inner());
         groups.get(group).map_or(Floor::NONE, |g| g.floor.claimed())
     }
+
+    /// This broker publishes messages of `group` of `table` at `priority`: where its floor
+    /// had found none waiting at another priority than its own, a claim reads them again
+    /// at once rather than after the next pass. (Another process's publishes are found by
+    /// the next pass.)
+    pub(crate) fn published(&self, table: &QueueTable, group: &str, priority: i16) {
+        let running = self.lock();
+        let Some(entry) = running.get(table) else { return };
+        let groups = entry.groups.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(g) = groups.get(group) {
+            let mut floor = g.floor.floor.lock().unwrap_or_else(|e| e.into_inner());
+            if *floor != Floor::NONE && floor.priority != priority {
+                floor.others = true;
+            }
+        }
+    }
 }
 
 /// One group's floor, whether a claim read it since the last pass, and when it was last
@@ -56,12 +72,24 @@ impl Upkeeps {
 pub(crate) struct FloorCell {
     floor: Mutex<Floor>,
     claimed: AtomicBool,
-    whole: Mutex<Option<Instant>>,
+    steps: Mutex<Steps>,
+}
+
+/// What decides between a step and a whole computation of a floor.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Steps {
+    /// When the floor was last computed whole (`None`: never).
+    pub whole_at: Option<Instant>,
+    /// The earliest lease end (µs) of the rows held by a lease behind the floor, as
+    /// known: once the database's clock passed it, a step cannot find them.
+    pub lease_end_us: Option<i64>,
+    /// The database's clock at the last computation, µs.
+    pub now_us: i64,
 }
 
 impl Default for FloorCell {
     fn default() -> Self {
-        FloorCell { floor: Mutex::new(Floor::NONE), claimed: AtomicBool::new(true), whole: Mutex::new(None) }
+        FloorCell { floor: Mutex::new(Floor::NONE), claimed: AtomicBool::new(true), steps: Mutex::default() }
     }
 }
 
@@ -85,13 +113,13 @@ impl FloorCell {
         *self.floor.lock().unwrap_or_else(|e| e.into_inner()) = floor;
     }
 
-    /// When the floor was last computed whole (`None`: never).
-    pub(super) fn full_since(&self) -> Option<Instant> {
-        *self.whole.lock().unwrap_or_else(|e| e.into_inner())
+    /// What the last computations left for the next to decide on.
+    pub(super) fn steps(&self) -> Steps {
+        *self.steps.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The floor was computed whole now.
-    pub(super) fn computed_whole(&self) {
-        *self.whole.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+    /// Changes what the next computation decides on.
+    pub(super) fn update_steps(&self, change: impl FnOnce(&mut Steps)) {
+        change(&mut self.steps.lock().unwrap_or_else(|e| e.into_inner()));
     }
 }

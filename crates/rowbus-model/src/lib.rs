@@ -13,7 +13,9 @@
 //! - `cargo test -p rowbus-model` explores the bounds of [`Bounds::safety`],
 //!   [`Bounds::keys`] and [`Bounds::liveness`] with [`check`], asserts every property of
 //!   [`properties`], runs the protocol with a rule broken on purpose ([`Rules`]) and
-//!   asserts that the checker finds it (printing the trace).
+//!   asserts that the checker finds it (printing the trace), and drives the real library on
+//!   PostgreSQL, MariaDB and SQLite with random steps, replaying what it saw through
+//!   [`replay::Replay`].
 //! - From code: `Protocol::new(Bounds::safety()).checker().spawn_bfs().join()`, as
 //!   stateright's checkers go, or [`check`] for the counts.
 //!
@@ -21,6 +23,7 @@
 
 pub mod model;
 pub mod properties;
+pub mod replay;
 pub mod state;
 
 use std::time::{Duration, Instant};

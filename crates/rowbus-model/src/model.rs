@@ -174,7 +174,7 @@ impl Protocol {
     }
 
     /// Whether the clock may pass message `m`'s deadline now.
-    fn can_tick(&self, s: &State, m: usize) -> bool {
+    pub(crate) fn can_tick(&self, s: &State, m: usize) -> bool {
         let held_live = s.held().any(|(_, h)| usize::from(h.msg) == m && h.live);
         let pending = match s.queued(m) {
             Some(q) => !q.visible || q.lease.is_some_and(|l| l.live),

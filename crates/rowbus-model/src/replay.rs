@@ -45,7 +45,9 @@ pub enum Step {
         delayed: bool,
     },
     /// A claim of one message by a consumer: what it got and which attempt the delivery
-    /// said it was, or nothing.
+    /// said it was, or nothing. A claim that took a lease or longer and got nothing may
+    /// have leased a message all the same: the library hands out nothing from a claim whose
+    /// commit outlasted its lease, and leaves its rows to the next claim.
     Claim {
         /// The consumer.
         consumer: u8,
@@ -199,7 +201,7 @@ impl Replay {
         let before = self.pass_time(began, ended);
         let mut after = HashSet::new();
         for state in &before {
-            for next in self.apply(state, step) {
+            for next in self.apply(state, step, ended.duration_since(began) >= self.timing.lease) {
                 after.insert(next);
             }
         }
@@ -262,8 +264,9 @@ impl Replay {
         self.protocol.can_tick(s, m)
     }
 
-    /// The states `step` leads to from `s` with the outcome observed.
-    fn apply(&self, s: &State, step: Step) -> Vec<State> {
+    /// The states `step` leads to from `s` with the outcome observed; `slow` when the
+    /// step took at least a lease.
+    fn apply(&self, s: &State, step: Step, slow: bool) -> Vec<State> {
         let p = &self.protocol;
         let next = |action| p.next_state(s, action).into_iter().collect::<Vec<_>>();
         match step {
@@ -273,7 +276,23 @@ impl Replay {
                 }
                 next(if delayed { Action::PublishDelayed(msg) } else { Action::Publish(msg) })
             }
-            Step::Claim { got: None, .. } => vec![s.clone()],
+            Step::Claim { consumer, got: None } => {
+                let mut out = vec![s.clone()];
+                if slow {
+                    // A claim whose commit outlasted its lease hands out nothing and
+                    // leaves what it leased to the next claim (`claims.rs`, `claim_now`).
+                    for m in (0..s.rows.len()).filter(|&m| p.claimable(s, m)) {
+                        let claimed = p.next_state(s, Action::Claim { consumer, msg: m as u8 });
+                        let lapsed = claimed.and_then(|n| p.next_state(&n, Action::Tick(m as u8)));
+                        if let Some(mut n) = lapsed {
+                            n.consumers[usize::from(consumer)]
+                                .retain(|h| usize::from(h.msg) != m || !h.current);
+                            out.push(n);
+                        }
+                    }
+                }
+                out
+            }
             Step::Claim { consumer, got: Some((msg, attempt)) } => {
                 if !p.claimable(s, usize::from(msg)) {
                     return Vec::new();
@@ -409,6 +428,18 @@ mod tests {
             (4, claim(1, 1, 1)),
         ];
         replay(&[None, None], &full).expect_err("one running, a limit of one");
+    }
+
+    #[test]
+    fn a_claim_that_outlasted_its_lease_may_have_leased_what_it_did_not_hand_out() {
+        let mut slow = Replay::new(vec![Spec { key: None }], 2, 2, 1, TIMING);
+        let zero = Instant::now();
+        let at = |ms| zero + Duration::from_millis(ms);
+        slow.step(PUBLISH, at(0), at(1)).expect("publish");
+        slow.step(Step::Claim { consumer: 0, got: None }, at(2), at(600)).expect("a slow empty claim");
+        slow.step(claim(1, 0, 2), at(601), at(602)).expect("the slow claim counted an attempt");
+        let quick = [(0, PUBLISH), (2, Step::Claim { consumer: 0, got: None }), (601, claim(1, 0, 2))];
+        replay(&[None], &quick).expect_err("a quick empty claim leased nothing");
     }
 
     #[test]

@@ -87,8 +87,9 @@ async fn claim<DB: Db>(consumer: &Consumer<DB>) -> Option<Delivery<DB>> {
         tokio::select! {
             item = stream.next() => return Some(item.expect("the stream ended").expect("the claim failed")),
             _ = tokio::time::sleep(Duration::from_millis(1)) => {
-                let now = consumer.broker.stats();
-                if now.claims > before.claims && now.claimed == before.claimed {
+                // A claim counts its messages, then itself: once it is counted, a second
+                // look sees its messages (one look reads them before the claim).
+                if consumer.broker.stats().claims > before.claims && consumer.broker.stats().claimed == before.claimed {
                     return None;
                 }
             }

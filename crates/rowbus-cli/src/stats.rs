@@ -94,13 +94,8 @@ pub(crate) async fn stats<DB: Db>(
         outln!("{report}");
     } else {
         let shown = notify.as_ref().ok().and_then(Option::as_ref);
-        print_table(&lines, &counted, shown, url, config, !unreadable.is_empty())?;
-        for h in &healths {
-            outln!("{}", health_line(h));
-            if let Some(warning) = warning(h, args.horizon_warn) {
-                outln!("{warning}");
-            }
-        }
+        let health = (healths.as_slice(), args.horizon_warn);
+        print_table(&lines, &counted, health, shown, url, config, !unreadable.is_empty())?;
         for table in &unreadable {
             outln!("queue table `{table}`: {NOT_READABLE}");
         }
@@ -296,11 +291,13 @@ fn print_durable(durable: &[DurableListener]) -> Result<(), CliError> {
     Ok(())
 }
 
-/// The report as an aligned table, then what each queue's consumers did and the notify
-/// table's line.
+/// The report as an aligned table, then what each queue's consumers did, each queue's
+/// health (and the warning of a horizon held past `horizon_warn`) and the notify table's
+/// line.
 fn print_table(
     lines: &[Line],
     counted: &[Counts],
+    (healths, horizon_warn): (&[QueueHealth], Duration),
     notify: Option<&NotifyTableStats>,
     url: &str,
     config: &NotifyConfig,
@@ -353,6 +350,12 @@ fn print_table(
         }
     }
     print_counts(counted, lines)?;
+    for h in healths {
+        outln!("{}", health_line(h));
+        if let Some(warning) = warning(h, horizon_warn) {
+            outln!("{warning}");
+        }
+    }
     if let Some(n) = notify {
         let oldest = n.oldest.map_or_else(String::new, |d| format!(", oldest {} old", human(d)));
         let cleanup = if config.retention.is_zero() {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use clap::Args;
 use rowbus::durable::DurableListener;
 use rowbus::sqlx::Pool;
-use rowbus::stats::{Counted, NotifyTableStats, QueueHealth, Reading};
+use rowbus::stats::{Counted, Holder, HolderKind, NotifyTableStats, QueueHealth, Reading};
 use rowbus::{Broker, BrokerOptions, Db, NotifyConfig, QueueTable, redact};
 use rowbus_ui::figures::{
     self, Counts, Line, NOT_READABLE, counted_words, counts_json, durable_json, to_json,
@@ -146,17 +146,42 @@ fn health_line(h: &QueueHealth) -> String {
         Ok(None) => "horizon: nothing holds it".to_owned(),
         Err(e) => format!("horizon {e}"),
         Ok(Some(holder)) => {
-            let mut who = vec![holder.kind.as_str().to_owned()];
-            who.extend(holder.pid.map(|p| format!("pid {p}")));
-            who.extend(holder.application.as_ref().map(|a| format!("{a:?}")));
-            who.extend(holder.name.clone());
             let age = age_words(&holder.age);
             let xids =
                 holder.xid_age.map_or_else(String::new, |x| format!(", {} transactions old", thousands(x)));
-            format!("horizon held by {}{age}{xids}", who.join(" "))
+            format!("horizon held by {}{age}{xids}", holder_words(holder))
         }
     });
     format!("health of `{}`: {}", h.table, parts.join(", "))
+}
+
+/// Who holds the horizon: `session pid 4711 of role app, application "report"`,
+/// `transaction thread 12 of root@10.0.0.5`, `replication slot "standby" (pid 99)`.
+fn holder_words(holder: &Holder) -> String {
+    let mut words = holder.kind.as_str().to_owned();
+    match holder.kind {
+        HolderKind::ReplicationSlot | HolderKind::ReplicationSlotCatalog => {
+            if let Some(name) = &holder.name {
+                words.push_str(&format!(" {name:?}"));
+            }
+            if let Some(pid) = holder.pid {
+                words.push_str(&format!(" (pid {pid})"));
+            }
+        }
+        kind => {
+            let (id, of) = if kind == HolderKind::Transaction { ("thread", "") } else { ("pid", "role ") };
+            if let Some(pid) = holder.pid {
+                words.push_str(&format!(" {id} {pid}"));
+            }
+            if let Some(name) = &holder.name {
+                words.push_str(&format!(" of {of}{name}"));
+            }
+        }
+    }
+    if let Some(app) = &holder.application {
+        words.push_str(&format!(", application {app:?}"));
+    }
+    words
 }
 
 /// How long a holder's transaction has been open, in words (`, open 4m 05s`).

@@ -135,7 +135,10 @@ fn stats_name_what_holds_the_horizon(kind: Kind) {
         .unwrap_or_else(|| panic!("no health line:\n{warned}"));
     assert!(line.contains("horizon held by "), "{line}");
     if kind == Kind::Postgres && ours(&health) {
-        assert!(line.contains(&format!("{app:?}")), "the application named: {line}");
+        assert!(
+            line.contains(&format!("of role postgres, application {app:?}, open ")),
+            "the application named: {line}"
+        );
     }
     assert!(
         warned.lines().any(|l| l.starts_with("WARNING: ") && l.contains(&format!("`{queue}`"))),

@@ -161,7 +161,8 @@ impl<DB: Db> Queue<DB> {
     ///   the table's `data_length + index_length`, the oldest transaction in
     ///   `information_schema.innodb_trx`; the first and last need the PROCESS privilege.
     /// - SQLite: the database file and its WAL, and a passive checkpoint (the one the
-    ///   broker runs once a second) for the WAL's frames a reader holds.
+    ///   broker runs once a second) for the WAL's frames a reader holds; where it cannot
+    ///   run (a file opened read-only), the holder says so.
     pub async fn health(&self) -> Result<QueueHealth, Error> {
         let mut conn = self.inner().pool.acquire().await?;
         let table = self.table();
@@ -192,15 +193,22 @@ impl<DB: Db> Queue<DB> {
             None => Ok(None),
         };
         let (holder, wal) = match &self.sql.checkpoint {
-            Some(sql) => {
-                let rows = DB::fetch_rows(&mut conn, sql, &[], 0).await.map_err(|e| queue_error(self, e))?;
-                let wal_bytes = file.map_or(0, |f| file_len(&format!("{f}-wal")));
-                let wal = rows.first().and_then(|row| wal(row, wal_bytes));
-                match wal {
-                    Some(w) if w.frames_left > 0 => (Ok(Some(wal_reader())), Some(w)),
-                    _ => (holder, wal),
+            // A checkpoint writes: on a file opened read-only it cannot run, and the WAL's
+            // frames are what is missing, not the rest.
+            Some(sql) => match DB::fetch_rows(&mut conn, sql, &[], 0).await {
+                Ok(rows) => {
+                    let wal_bytes = file.map_or(0, |f| file_len(&format!("{f}-wal")));
+                    let wal = rows.first().and_then(|row| wal(row, wal_bytes));
+                    match wal {
+                        Some(w) if w.frames_left > 0 => (Ok(Some(wal_reader())), Some(w)),
+                        _ => (holder, wal),
+                    }
                 }
-            }
+                Err(e) => {
+                    let why = format!("a checkpoint of the WAL could not run: {}", queue_error(self, e).one_line());
+                    (Err(Unreadable { why }), None)
+                }
+            },
             None => (holder, None),
         };
         Ok(QueueHealth { table: table.to_string(), dead_rows, bytes, holder, wal })

@@ -205,7 +205,8 @@ impl<DB: Db> Queue<DB> {
                     }
                 }
                 Err(e) => {
-                    let why = format!("a checkpoint of the WAL could not run: {}", queue_error(self, e).one_line());
+                    let why =
+                        format!("a checkpoint of the WAL could not run: {}", queue_error(self, e).one_line());
                     (Err(Unreadable { why }), None)
                 }
             },

@@ -1055,6 +1055,8 @@ fn browser_shows_the_queue() {
             "the durable listener, up to date",
         ),
         (r#"<td class="state">held</td>"#, "its name held"),
+        (r#"<span class="health muted" data-held="#, "each queue's health"),
+        (" on disk ", "the queue's size"),
     ] {
         assert!(dom.contains(needle), "the rendered page lacks {what} ({needle}):\n{dom}");
     }

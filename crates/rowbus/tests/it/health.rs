@@ -112,6 +112,7 @@ async fn postgres_names_the_session_holding_the_horizon() {
         }
         _ => {
             // Another program's transaction is older: at least as old as ours.
+            eprintln!("an older holder than the test's session: {h:?}");
             let our_age: i32 =
                 sqlx::query_scalar("SELECT age(backend_xmin) FROM pg_stat_activity WHERE pid = $1")
                     .bind(pid as i32)
@@ -201,6 +202,7 @@ async fn mariadb_names_the_transaction_holding_the_horizon() {
             assert!(h.name.as_deref().is_some_and(|n| n.starts_with("root@")), "{h:?}");
         }
         _ => {
+            eprintln!("an older holder than the test's transaction: {h:?}");
             let our_age: i64 = sqlx::query_scalar(
                 "SELECT CAST(TIMESTAMPDIFF(MICROSECOND, trx_started, NOW(6)) AS SIGNED) \
                  FROM information_schema.innodb_trx WHERE trx_mysql_thread_id = ?",

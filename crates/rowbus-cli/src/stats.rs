@@ -1,19 +1,23 @@
 //! `rowbus stats [TABLE...]`: each queue table's groups as they stand (PAUSED where
-//! `rowbus pause` holds them), what its consumers did (its counts table), and the notify
-//! table's size and lag.
+//! `rowbus pause` holds them), what its consumers did (its counts table), its health (dead
+//! rows, size on disk, what holds the database's horizon, with a warning past
+//! `--horizon-warn`), and the notify table's size and lag.
+
+use std::time::Duration;
 
 use clap::Args;
 use rowbus::durable::DurableListener;
 use rowbus::sqlx::Pool;
-use rowbus::stats::{Counted, NotifyTableStats};
+use rowbus::stats::{Counted, Holder, HolderKind, NotifyTableStats, QueueHealth, Reading};
 use rowbus::{Broker, BrokerOptions, Db, NotifyConfig, QueueTable, redact};
 use rowbus_ui::figures::{
     self, Counts, Line, NOT_READABLE, counted_words, counts_json, durable_json, to_json,
 };
+use rowbus_ui::health;
 use serde_json::json;
 
 use crate::cli_error::CliError;
-use crate::queue_cmd::{self, human, outln, parse_tables};
+use crate::queue_cmd::{self, human, outln, parse_tables, thousands};
 
 /// Options of `rowbus stats`.
 #[derive(Debug, Args)]
@@ -24,9 +28,16 @@ pub(crate) struct StatsArgs {
     /// Print one JSON object {"queues": [...], "counts": {TABLE: {"cancelled", "snoozed",
     /// "timed_out", "lease_lost"} or null without a counts table}, "notify_table": {...} or
     /// null, "durable_listeners": [...]}; a part this role may not read has an "error"
-    /// instead of figures (durable listeners: null, and "durable_listeners_error")
+    /// instead of figures (durable listeners: null, and "durable_listeners_error"),
+    /// "health": {TABLE: {"dead_rows", "bytes", "holder", "wal", "held_past_warn"}} and
+    /// "horizon_warn_s"
     #[arg(long)]
     json: bool,
+    /// Warn of a transaction (a snapshot, a replication slot) holding the database's
+    /// horizon for longer than this, e.g. 30s, 5m, 1h: the rows the queues delete
+    /// meanwhile are not cleaned up
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = crate::queue_cmd::duration)]
+    horizon_warn: Duration,
 }
 
 /// Prints the figures.
@@ -43,6 +54,7 @@ pub(crate) async fn stats<DB: Db>(
     let mut lines = Vec::new();
     let mut unreadable = Vec::new();
     let mut counted = Vec::new();
+    let mut healths = Vec::new();
     for table in &tables {
         match figures::lines(&broker, std::slice::from_ref(table)).await {
             // Found in the catalog, dropped (`rowbus undeploy`) before it was read.
@@ -51,6 +63,7 @@ pub(crate) async fn stats<DB: Db>(
                 Ok(found) => {
                     lines.extend(found);
                     counted.push(figures::counts(&broker, table).await?);
+                    healths.extend(health::healths(&broker, std::slice::from_ref(table)).await?);
                 }
                 Err(()) => unreadable.push(table),
             },
@@ -62,6 +75,8 @@ pub(crate) async fn stats<DB: Db>(
     if args.json {
         let mut report = to_json(&lines, notify.as_ref().ok().and_then(Option::as_ref));
         report["counts"] = counts_json(&counted);
+        report["health"] = health::health_json(&healths, args.horizon_warn);
+        report["horizon_warn_s"] = json!(args.horizon_warn.as_secs_f64());
         for table in &unreadable {
             let entry = json!({"table": table.channel(), "error": NOT_READABLE});
             report["queues"].as_array_mut().expect("an array").push(entry);
@@ -79,7 +94,8 @@ pub(crate) async fn stats<DB: Db>(
         outln!("{report}");
     } else {
         let shown = notify.as_ref().ok().and_then(Option::as_ref);
-        print_table(&lines, &counted, shown, url, config, !unreadable.is_empty())?;
+        let health = (healths.as_slice(), args.horizon_warn);
+        print_table(&lines, &counted, health, shown, url, config, !unreadable.is_empty())?;
         for table in &unreadable {
             outln!("queue table `{table}`: {NOT_READABLE}");
         }
@@ -99,6 +115,115 @@ pub(crate) async fn stats<DB: Db>(
         )));
     }
     Ok(())
+}
+
+/// A queue's health on one line: its dead rows, size on disk, SQLite's WAL and what holds
+/// the horizon; a figure this role may not read says what is missing.
+fn health_line(h: &QueueHealth) -> String {
+    let mut parts = Vec::new();
+    match &h.dead_rows {
+        Ok(Some(d)) if d.server_wide => {
+            parts.push(format!("{} dead rows (the server's history list)", thousands(d.rows)))
+        }
+        Ok(Some(d)) => parts.push(format!("{} dead rows", thousands(d.rows))),
+        Ok(None) => {}
+        Err(e) => parts.push(format!("dead rows {e}")),
+    }
+    match &h.bytes {
+        Ok(Some(b)) => parts.push(format!("{} on disk", bytes(*b))),
+        Ok(None) => {}
+        Err(e) => parts.push(format!("size {e}")),
+    }
+    if let Some(w) = &h.wal {
+        parts.push(format!(
+            "WAL {}, {} of {} frames not checkpointed",
+            bytes(w.bytes),
+            w.frames_left,
+            w.frames
+        ));
+    }
+    parts.push(match &h.holder {
+        Ok(None) => "horizon: nothing holds it".to_owned(),
+        Err(e) => format!("horizon {e}"),
+        Ok(Some(holder)) => {
+            let age = age_words(&holder.age);
+            let xids =
+                holder.xid_age.map_or_else(String::new, |x| format!(", {} transactions old", thousands(x)));
+            format!("horizon held by {}{age}{xids}", holder_words(holder))
+        }
+    });
+    format!("health of `{}`: {}", h.table, parts.join(", "))
+}
+
+/// Who holds the horizon: `session pid 4711 of role app, application "report"`,
+/// `transaction thread 12 of root@10.0.0.5`, `replication slot "standby" (pid 99)`.
+fn holder_words(holder: &Holder) -> String {
+    let mut words = holder.kind.as_str().to_owned();
+    match holder.kind {
+        HolderKind::ReplicationSlot | HolderKind::ReplicationSlotCatalog => {
+            if let Some(name) = &holder.name {
+                words.push_str(&format!(" {name:?}"));
+            }
+            if let Some(pid) = holder.pid {
+                words.push_str(&format!(" (pid {pid})"));
+            }
+        }
+        kind => {
+            let (id, of) = if kind == HolderKind::Transaction { ("thread", "") } else { ("pid", "role ") };
+            if let Some(pid) = holder.pid {
+                words.push_str(&format!(" {id} {pid}"));
+            }
+            if let Some(name) = &holder.name {
+                words.push_str(&format!(" of {of}{name}"));
+            }
+        }
+    }
+    if let Some(app) = &holder.application {
+        words.push_str(&format!(", application {app:?}"));
+    }
+    words
+}
+
+/// How long a holder's transaction has been open, in words (`, open 4m 05s`).
+fn age_words(age: &Reading<Duration>) -> String {
+    match age {
+        Ok(Some(age)) => format!(", open {}", human(*age)),
+        Ok(None) => String::new(),
+        Err(e) => format!(", its age {e}"),
+    }
+}
+
+/// The warning of a horizon held past `threshold`, if it is.
+fn warning(h: &QueueHealth, threshold: Duration) -> Option<String> {
+    if !h.held_past(threshold) {
+        return None;
+    }
+    Some(match &h.wal {
+        Some(_) => format!(
+            "WARNING: a reader's transaction keeps `{}`'s WAL from being checkpointed: it grows with every write until that transaction ends",
+            h.table
+        ),
+        None => format!(
+            "WARNING: the horizon of `{}` is held past {}: rows deleted meanwhile are not cleaned up until that transaction ends",
+            h.table,
+            human(threshold)
+        ),
+    })
+}
+
+/// A size in bytes with its unit: `1.5 MiB`.
+fn bytes(n: u64) -> String {
+    const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut size = n as f64 / 1024.0;
+    let mut unit = 0;
+    while size >= 1024.0 && unit < UNITS.len() - 1 {
+        size /= 1024.0;
+        unit += 1;
+    }
+    format!("{size:.1} {}", UNITS[unit])
 }
 
 /// A part of the report: `Err(())` where the database refused this role the privilege
@@ -191,11 +316,13 @@ fn print_durable(durable: &[DurableListener]) -> Result<(), CliError> {
     Ok(())
 }
 
-/// The report as an aligned table, then what each queue's consumers did and the notify
-/// table's line.
+/// The report as an aligned table, then what each queue's consumers did, each queue's
+/// health (and the warning of a horizon held past `horizon_warn`) and the notify table's
+/// line.
 fn print_table(
     lines: &[Line],
     counted: &[Counts],
+    (healths, horizon_warn): (&[QueueHealth], Duration),
     notify: Option<&NotifyTableStats>,
     url: &str,
     config: &NotifyConfig,
@@ -248,6 +375,12 @@ fn print_table(
         }
     }
     print_counts(counted, lines)?;
+    for h in healths {
+        outln!("{}", health_line(h));
+        if let Some(warning) = warning(h, horizon_warn) {
+            outln!("{warning}");
+        }
+    }
     if let Some(n) = notify {
         let oldest = n.oldest.map_or_else(String::new, |d| format!(", oldest {} old", human(d)));
         let cleanup = if config.retention.is_zero() {
@@ -258,4 +391,29 @@ fn print_table(
         outln!("notify table `{}`: {} rows{oldest} ({cleanup})", n.table, n.rows);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--horizon-warn`'s default is the dashboard's.
+    #[test]
+    fn the_default_threshold_is_the_dashboard_s() {
+        use clap::Parser as _;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            stats: StatsArgs,
+        }
+        let cli = Cli::try_parse_from(["stats"]).unwrap();
+        assert_eq!(cli.stats.horizon_warn, rowbus_ui::health::DEFAULT_HORIZON_WARN);
+    }
+
+    #[test]
+    fn sizes_with_their_unit() {
+        assert_eq!(bytes(512), "512 B");
+        assert_eq!(bytes(1536), "1.5 KiB");
+        assert_eq!(bytes(3 * 1024 * 1024), "3.0 MiB");
+    }
 }

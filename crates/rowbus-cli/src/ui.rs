@@ -40,6 +40,10 @@ pub(crate) struct UiArgs {
     /// address listened on or reached, or one of these (repeatable)
     #[arg(long = "allow-host", value_name = "HOST[:PORT]")]
     allow_host: Vec<String>,
+    /// Mark a queue whose database's horizon a transaction (a snapshot, a replication
+    /// slot) holds for longer than this, e.g. 30s, 5m, 1h
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = crate::queue_cmd::duration)]
+    horizon_warn: std::time::Duration,
 }
 
 /// Serves the dashboard until interrupted.
@@ -68,6 +72,7 @@ pub(crate) async fn ui<DB: Db>(
         .tables(args.tables)
         .read_only(args.read_only)
         .notify_config(config.clone())
+        .horizon_warn(args.horizon_warn)
         .error_words(crate::one_line);
     if let Some(token) = &token {
         dashboard = dashboard.token(token.clone());

@@ -428,6 +428,49 @@ fn figures_and_metrics(kind: Kind) {
 }
 on_each_database!(figures_and_metrics);
 
+/// The page's JSON and the metrics show each queue's health: its size, whether the
+/// horizon is held past `--horizon-warn`; on PostgreSQL a transaction held open by psql
+/// is timed in `rowbus_horizon_age_seconds` (it, or another program's older one).
+fn health_in_the_json_and_the_metrics(kind: Kind) {
+    let db = Db::new(kind, "health", &["jobs"]);
+    let q = db.fill().to_owned();
+    let holder = (kind == Kind::Postgres).then(|| {
+        Command::new("psql")
+            .args(["-h", "127.0.0.1", "-U", "postgres", "-d", "test", "-c"])
+            .arg("BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM pg_class; SELECT pg_sleep(15)")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("psql")
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    let served = Served::start(db.rowbus(&["ui", &q, "--listen", "127.0.0.1:0", "--horizon-warn", "1s"]));
+    let data: Value = serde_json::from_str(&served.get("/api/queues").1).unwrap();
+    assert_eq!(data["horizon_warn_s"], 1.0, "{data}");
+    let health = &data["health"][q.as_str()];
+    assert!(health["bytes"].as_u64() > Some(0), "{data}");
+    let metrics = served.get("/metrics").1;
+    for family in ["rowbus_queue_bytes", "rowbus_horizon_held", "rowbus_horizon_age_seconds"] {
+        assert!(metrics.contains(&format!("# TYPE {family} gauge")), "{family}:\n{metrics}");
+    }
+    let held = format!("rowbus_horizon_held{{queue=\"{q}\"}} {}", u8::from(health["held_past_warn"] == true));
+    assert!(metrics.lines().any(|l| l == held), "{held}:\n{metrics}");
+    assert!(
+        metrics.lines().any(|l| l.starts_with(&format!("rowbus_queue_bytes{{queue=\"{q}\"}} "))),
+        "{metrics}"
+    );
+    if let Some(mut holder) = holder {
+        assert_eq!(health["held_past_warn"], true, "a snapshot held 1.5 s: {health}");
+        let timed = format!("rowbus_horizon_age_seconds{{queue=\"{q}\",kind=\"session\",pid=");
+        assert!(metrics.lines().any(|l| l.starts_with(&timed)), "{timed}:\n{metrics}");
+        let _ = holder.kill();
+        let _ = holder.wait();
+    }
+    assert!(served.get("/").1.contains("HORIZON HELD"), "the page marks a held horizon");
+    served.stop();
+}
+on_each_database!(health_in_the_json_and_the_metrics);
+
 /// An operation needs a POST carrying the token printed at start: without it, with
 /// another, or by GET it is refused before reaching any operation; with it, the request
 /// gets through (here to "no such operation"). A token given in ROWBUS_UI_TOKEN is the one
@@ -1012,6 +1055,8 @@ fn browser_shows_the_queue() {
             "the durable listener, up to date",
         ),
         (r#"<td class="state">held</td>"#, "its name held"),
+        (r#"<span class="health muted" data-held="#, "each queue's health"),
+        (" on disk ", "the queue's size"),
     ] {
         assert!(dom.contains(needle), "the rendered page lacks {what} ({needle}):\n{dom}");
     }

@@ -50,6 +50,7 @@
 mod dead;
 pub mod figures;
 mod guard;
+pub mod health;
 pub mod json;
 mod messages;
 mod metrics;
@@ -122,6 +123,7 @@ pub struct Dashboard<DB: Db> {
     token: Option<Token>,
     config: NotifyConfig,
     words: ErrorWords,
+    horizon_warn: Duration,
 }
 
 impl<DB: Db> Dashboard<DB> {
@@ -134,6 +136,7 @@ impl<DB: Db> Dashboard<DB> {
             token: None,
             config: NotifyConfig::default(),
             words: rowbus::Error::one_line,
+            horizon_warn: health::DEFAULT_HORIZON_WARN,
         }
     }
 
@@ -175,6 +178,14 @@ impl<DB: Db> Dashboard<DB> {
         self
     }
 
+    /// How long a transaction may hold the database's horizon before the page marks it
+    /// and `/metrics`' `rowbus_horizon_held` says 1 (default:
+    /// [`DEFAULT_HORIZON_WARN`](health::DEFAULT_HORIZON_WARN), 5 minutes).
+    pub fn horizon_warn(mut self, threshold: Duration) -> Self {
+        self.horizon_warn = threshold;
+        self
+    }
+
     /// Checks that the tables named with [`tables`](Dashboard::tables) can be read now,
     /// so that a wrong name fails at start rather than as a page of errors later.
     pub async fn check(&self) -> Result<(), rowbus::Error> {
@@ -199,6 +210,7 @@ impl<DB: Db> Dashboard<DB> {
             read_only: self.read_only,
             token_required: self.token.is_some(),
             words: self.words,
+            horizon_warn: self.horizon_warn,
         };
         let sampler = Sampler(tokio::spawn(sample(app.clone())).abort_handle());
         // The router's layer holds the sampler's guard: dropping the router stops it.
@@ -226,6 +238,8 @@ struct App<DB: Db> {
     read_only: bool,
     token_required: bool,
     words: ErrorWords,
+    /// Past this, a holder of the horizon is marked.
+    horizon_warn: Duration,
 }
 
 impl<DB: Db> Clone for App<DB> {
@@ -238,6 +252,7 @@ impl<DB: Db> Clone for App<DB> {
             read_only: self.read_only,
             token_required: self.token_required,
             words: self.words,
+            horizon_warn: self.horizon_warn,
         }
     }
 }
@@ -254,6 +269,9 @@ struct Figures {
     durable: Vec<rowbus::durable::DurableListener>,
     /// What each table's consumers did, from its counts table (empty unless asked for).
     counts: Vec<figures::Counts>,
+    /// Each table's health: dead rows, size, what holds the horizon (empty unless asked
+    /// for).
+    health: Vec<rowbus::stats::QueueHealth>,
 }
 
 impl<DB: Db> App<DB> {
@@ -274,7 +292,8 @@ impl<DB: Db> App<DB> {
         for table in tables.iter().filter(|_| more) {
             counts.push(figures::counts(&self.broker, table).await?);
         }
-        Ok(Figures { lines, notify, pauses, durable, counts })
+        let health = if more { health::healths(&self.broker, &tables).await? } else { Vec::new() };
+        Ok(Figures { lines, notify, pauses, durable, counts, health })
     }
 
     /// Adds a sample of `lines` and the tables' `published` totals taken at `now`, and
@@ -418,6 +437,8 @@ async fn queues<DB: Db>(State(app): State<App<DB>>) -> Response {
     body["pauses"] = pause::to_json(&figures.pauses);
     body["counts"] = figures::counts_json(&figures.counts);
     body["durable_listeners"] = figures::durable_json(&figures.durable);
+    body["health"] = health::health_json(&figures.health, app.horizon_warn);
+    body["horizon_warn_s"] = app.horizon_warn.as_secs_f64().into();
     body["sample_every_s"] = SAMPLE_EVERY.as_secs_f64().into();
     body["window_s"] = WINDOW.as_secs_f64().into();
     body["now_ms"] = now_ms().into();
@@ -440,11 +461,12 @@ async fn queues<DB: Db>(State(app): State<App<DB>>) -> Response {
 /// `GET /metrics`: the Prometheus text format.
 async fn metrics_text<DB: Db>(State(app): State<App<DB>>) -> Response {
     match app.gather(true).await {
-        Ok(f) => (
-            [(header::CONTENT_TYPE, metrics::CONTENT_TYPE)],
-            metrics::render(&f.lines, f.notify.as_ref(), &f.pauses, &f.counts, &app.broker.stats()),
-        )
-            .into_response(),
+        Ok(f) => {
+            let mut text =
+                metrics::render(&f.lines, f.notify.as_ref(), &f.pauses, &f.counts, &app.broker.stats());
+            text.push_str(&metrics::render_health(&f.health, app.horizon_warn));
+            ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response()
+        }
         Err(e) => unavailable(app.say(&e), false),
     }
 }

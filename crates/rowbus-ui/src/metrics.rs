@@ -2,9 +2,10 @@
 //! exposition format (version 0.0.4). Every series is listed in docs/operating.md.
 
 use std::fmt::Write as _;
+use std::time::Duration;
 
 use rowbus::QueueTable;
-use rowbus::stats::{Counted, NotifyTableStats, Paused, Stats};
+use rowbus::stats::{Counted, NotifyTableStats, Paused, QueueHealth, Stats};
 
 use crate::figures::{Counts, Line};
 
@@ -202,6 +203,91 @@ pub(crate) fn render(
     for (name, help, get) in COUNTERS {
         out.family(name, "counter", help);
         out.sample(name, &[], get(stats));
+    }
+    out.0
+}
+
+/// The exposition of each queue's health ([`QueueHealth`]): its dead rows, its size on
+/// disk, what holds the horizon and for how long, whether that is past `warn`, SQLite's
+/// WAL; and per figure this user may not read, a sample saying so (the series is absent
+/// rather than wrong).
+pub(crate) fn render_health(healths: &[QueueHealth], warn: Duration) -> String {
+    let mut out = Exposition(String::new());
+    out.family(
+        "rowbus_queue_dead_rows",
+        "gauge",
+        "Rows deleted from a queue table and not yet cleaned up (PostgreSQL n_dead_tup over its partitions; MySQL/MariaDB the server's InnoDB history list length, scope=\"server\"); absent on SQLite.",
+    );
+    for h in healths {
+        if let Ok(Some(d)) = &h.dead_rows {
+            let scope = if d.server_wide { "server" } else { "table" };
+            out.sample("rowbus_queue_dead_rows", &[("queue", &h.table), ("scope", scope)], d.rows);
+        }
+    }
+    out.family(
+        "rowbus_queue_bytes",
+        "gauge",
+        "A queue table's size on disk in bytes (PostgreSQL its partitions with indexes; MySQL/MariaDB data and index length; SQLite the database file and its WAL).",
+    );
+    for h in healths {
+        if let Ok(Some(bytes)) = &h.bytes {
+            out.sample("rowbus_queue_bytes", &[("queue", &h.table)], bytes);
+        }
+    }
+    out.family(
+        "rowbus_horizon_age_seconds",
+        "gauge",
+        "How long the transaction holding the database's horizon (keeping deleted rows from cleanup) has been open, by kind, pid (or thread id) and application; absent when nothing holds it or its age is not readable.",
+    );
+    for h in healths {
+        if let Ok(Some(holder)) = &h.holder
+            && let Ok(Some(age)) = &holder.age
+        {
+            let pid = holder.pid.map(|p| p.to_string()).unwrap_or_default();
+            let labels = [
+                ("queue", h.table.as_str()),
+                ("kind", holder.kind.as_str()),
+                ("pid", pid.as_str()),
+                ("application", holder.application.as_deref().unwrap_or("")),
+            ];
+            out.sample("rowbus_horizon_age_seconds", &labels, age.as_secs_f64());
+        }
+    }
+    out.family(
+        "rowbus_horizon_held",
+        "gauge",
+        "Whether the horizon is held past the dashboard's threshold (--horizon-warn): 1 held, 0 not; on SQLite 1 while a reader keeps WAL frames from their checkpoint.",
+    );
+    for h in healths {
+        out.sample("rowbus_horizon_held", &[("queue", &h.table)], u8::from(h.held_past(warn)));
+    }
+    out.family(
+        "rowbus_wal_frames_held",
+        "gauge",
+        "SQLite: frames of the WAL a checkpoint could not copy into the database because a reader holds them.",
+    );
+    for h in healths {
+        if let Some(wal) = &h.wal {
+            out.sample("rowbus_wal_frames_held", &[("queue", &h.table)], wal.frames_left);
+        }
+    }
+    out.family(
+        "rowbus_health_unreadable",
+        "gauge",
+        "A figure of a queue's health this role may not read (figure dead_rows, bytes, holder or holder_age): 1, its series absent; see docs/operating.md for the rights it needs.",
+    );
+    for h in healths {
+        let holder_age = matches!(&h.holder, Ok(Some(holder)) if holder.age.is_err());
+        for (figure, unreadable) in [
+            ("dead_rows", h.dead_rows.is_err()),
+            ("bytes", h.bytes.is_err()),
+            ("holder", h.holder.is_err()),
+            ("holder_age", holder_age),
+        ] {
+            if unreadable {
+                out.sample("rowbus_health_unreadable", &[("queue", &h.table), ("figure", figure)], 1);
+            }
+        }
     }
     out.0
 }

@@ -606,6 +606,12 @@ pub(crate) fn is_permission_denied(e: &sqlx::Error) -> bool {
     error_is(e, &[1142, 1143], &["42501"], None)
 }
 
+/// Whether a driver error says the user lacks a privilege: a table's or column's (see
+/// [`is_permission_denied`]) or, on MySQL/MariaDB, a global one such as PROCESS (1227).
+pub(crate) fn is_privilege_missing(e: &sqlx::Error) -> bool {
+    error_is(e, &[1142, 1143, 1227], &["42501"], None)
+}
+
 /// Whether `e` is a database error of one of the MySQL/MariaDB error numbers `mysql`,
 /// or elsewhere of one of the SQLSTATEs `codes` or with `message` in its text.
 fn error_is(e: &sqlx::Error, mysql: &[u16], codes: &[&str], message: Option<&str>) -> bool {

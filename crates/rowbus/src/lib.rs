@@ -131,10 +131,12 @@ pub mod dead {
 
 /// How queues stand: a broker's counters, per-group figures, a queue's event counters
 /// ([`Queue::counts`](crate::Queue::counts)), the notify table's size, whether a queue is
-/// deployed or paused.
+/// deployed or paused, and what holds the database's horizon
+/// ([`Queue::health`](crate::Queue::health)).
 pub mod stats {
     pub use crate::broker::{ClaimFailure, GroupStats, NotifyTableStats, Paused, Stats, TableState};
     pub use crate::broker::{Counted, QueueCounts};
+    pub use crate::broker::{DeadRows, Holder, HolderKind, QueueHealth, Reading, Unreadable, Wal};
 }
 
 /// A harness for testing handlers and publishers: a broker on a SQLite file or a database

@@ -52,6 +52,7 @@ pub use operate::dead::{DeadLetter, DeadLetterPage, DeadLetters};
 pub use operate::history::{
     HISTORY_CLEANUP_BATCH, HISTORY_CLEANUP_INTERVAL, HistoryEntry, HistoryOutcome, HistoryPage, Pruned,
 };
+pub use operate::horizon::{DeadRows, Holder, HolderKind, QueueHealth, Reading, Unreadable, Wal};
 pub use operate::limits::{Limit, LimitScope, LimitStatus, Rate};
 pub use operate::messages::{MAX_MESSAGE_PAGE, MessagePage, MessageState, Messages, QueuedMessage};
 pub use operate::pause::Paused;

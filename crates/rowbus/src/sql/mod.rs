@@ -10,6 +10,7 @@
 //! - [`Connecting`]: pools, and the connection a listener runs on;
 //! - [`Catalog`]: finding queue tables, and the figures of `stats`;
 //! - [`Rotating`]: partitions emptied by `TRUNCATE`, and where claims start ([`Floor`]);
+//! - [`Horizon`]: dead rows, size on disk and what holds the horizon (a queue's health);
 //! - beside their features: [`Keeping`] (kept history), [`Pausing`], [`Scheduling`],
 //!   [`Positions`] (durable listeners), [`Counting`] (a queue's event counters), [`Limiting`].
 //!
@@ -26,6 +27,7 @@ mod control;
 mod counts;
 mod dead;
 mod history;
+mod horizon;
 mod limits;
 mod messages;
 #[cfg(feature = "mysql")]
@@ -59,6 +61,8 @@ pub(crate) use counts::{COUNTS_SUFFIX, CountsSql};
 pub(crate) use history::HISTORY_INDEX_SUFFIX;
 pub use history::Keeping;
 pub(crate) use history::{HISTORY_SUFFIX, HistorySql, KEEP_SUFFIX, Moved};
+pub use horizon::Horizon;
+pub(crate) use horizon::kind;
 pub(crate) use limits::LimitSql;
 pub use limits::Limiting;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
@@ -110,6 +114,7 @@ pub trait Db:
     + Positions
     + Counting
     + Rotating
+    + Horizon
 {
     /// Which backend this is.
     const BACKEND: Backend;

@@ -19,6 +19,7 @@ mod dropped_futures;
 mod durable;
 mod features;
 mod hand_off;
+mod health;
 mod history;
 mod horizon;
 mod layout;

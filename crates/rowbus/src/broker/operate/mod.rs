@@ -2,7 +2,7 @@
 //! letters ([`dead`]), pausing ([`pause`]), limits ([`limits`]), kept history ([`history`]), schedules
 //! ([`schedule`], run by [`scheduler`], due ticks by [`ticks`]), published totals
 //! ([`published`]), the counters a user reads ([`stats`]) and those kept in the database
-//! ([`counts`]).
+//! ([`counts`]), and what holds the database's horizon ([`horizon`]).
 //!
 //! Entered through `Queue` and `Broker` methods (`deploy`, `dead_letters`, `pause`,
 //! `history`, `schedule`, `stats`...), as `rowbus stats`, `dead`, `pause`, `history`,
@@ -13,6 +13,7 @@ pub(crate) mod cancel;
 pub(crate) mod counts;
 pub(crate) mod dead;
 pub(crate) mod history;
+pub(crate) mod horizon;
 pub(crate) mod keeping;
 pub(crate) mod limits;
 pub(crate) mod messages;

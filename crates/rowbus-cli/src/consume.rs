@@ -2,7 +2,6 @@
 
 use std::collections::HashSet;
 use std::io::Write as _;
-use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -10,10 +9,11 @@ use std::time::Duration;
 use clap::Args;
 use rowbus::sqlx::Pool;
 use rowbus::{Broker, BrokerOptions, Db, Delivery, NotifyConfig, RetryPolicy};
-use tokio::io::AsyncWriteExt as _;
 use tokio::sync::watch;
 
 use crate::cli_error::CliError;
+use crate::exec::{Ran, SNOOZE_STATUS, execute};
+use crate::group::{KILL_WAIT, Reaper};
 use crate::queue_cmd::{self, duration, positive_duration};
 
 /// What `rowbus consume --help` adds about the global flags.
@@ -57,8 +57,10 @@ pub(crate) struct ConsumeArgs {
     /// publisher was traced): exit status 0 acknowledges it, 75 (EX_TEMPFAIL) snoozes it
     /// (back after --snooze, the attempt not counted), any other fails the attempt (retried
     /// with backoff, then dead-lettered; when the dead-letter table cannot take it, it is
-    /// said so and the message runs again). The command's
-    /// output is rowbus's; messages are not printed
+    /// said so and the message runs again). It runs in a process group of its own: the
+    /// attempt ends when the command exits, and what it left running in its group is then
+    /// stopped (SIGTERM, SIGKILL after --grace); should rowbus die, its commands are
+    /// stopped likewise. The command's output is rowbus's; messages are not printed
     #[arg(long, value_name = "CMD", conflicts_with = "json")]
     exec: Option<String>,
     /// Print JSON lines {"id", "group", "payload", "attempt", "priority", "key", "headers"}
@@ -98,8 +100,9 @@ pub(crate) struct ConsumeArgs {
     #[arg(long, value_name = "DURATION", value_parser = positive_duration, conflicts_with = "batch")]
     timeout: Option<Duration>,
     /// How long a handler told to stop (its message cancelled with `rowbus cancel`, or its
-    /// timeout reached) gets before it is dropped: an --exec command gets SIGTERM at once
-    /// and SIGKILL after this
+    /// timeout reached) gets before it is dropped: an --exec command's process group gets
+    /// SIGTERM at once and SIGKILL after this, and the attempt ends once none of it is left
+    /// (as for what a command that exited left running)
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration)]
     grace: Duration,
     /// Extend the leases of the messages being handled every third of --lease, in one
@@ -174,22 +177,26 @@ impl Fatal {
 }
 
 /// What every handler shares.
-struct Shared {
+pub(crate) struct Shared {
     /// `--json`.
     json: bool,
     /// `--exec CMD`.
-    exec: Option<String>,
+    pub(crate) exec: Option<String>,
     /// Where a handler reports an error that stops the consumer.
     fatal: Fatal,
     /// Set when the consumer is stopping: a command killed meanwhile gives its message back.
-    stopping: AtomicBool,
+    pub(crate) stopping: AtomicBool,
     /// The lease a running command's message is extended by (none with `--heartbeat`: the
     /// runner extends it).
-    lease: Option<Duration>,
+    pub(crate) lease: Option<Duration>,
     /// The broker's retry policy, to say what comes after a failure.
     retry: RetryPolicy,
     /// `--snooze`: how long a message the command snoozes waits.
     snooze: Duration,
+    /// `--grace`: between SIGTERM and SIGKILL to a command's process group.
+    pub(crate) grace: Duration,
+    /// Stops the commands' process groups should this process die without doing so.
+    pub(crate) reaper: Option<Reaper>,
 }
 
 /// One delivery as a line: `ID GROUP PAYLOAD` (the payload as published, but for line
@@ -278,6 +285,8 @@ async fn run<DB: Db>(
         lease: (!args.heartbeat).then_some(args.lease),
         retry,
         snooze: args.snooze,
+        grace: args.grace,
+        reaper: args.exec.as_ref().and_then(|_| Reaper::start(args.grace)),
     });
     let builder = queue
         .subscribe()
@@ -285,7 +294,7 @@ async fn run<DB: Db>(
         .poll_interval(broker.options().poll_interval)
         .lease(args.lease)
         .shutdown_timeout(args.shutdown_timeout)
-        .grace(args.grace)
+        .grace(runner_grace(&args))
         .heartbeat(args.heartbeat);
     let builder = match args.timeout {
         Some(timeout) => builder.timeout(timeout),
@@ -409,6 +418,17 @@ async fn run<DB: Db>(
     outcome
 }
 
+/// The grace the runner gives a handler asked to stop before it drops it. An --exec
+/// handler stops its command itself (SIGKILL to its process group after --grace) and
+/// returns once none of the group is left: the runner waits for that rather than drop it
+/// halfway, so that no attempt outlives the settling of its message.
+fn runner_grace(args: &ConsumeArgs) -> Duration {
+    match args.exec {
+        Some(_) => args.grace + KILL_WAIT + Duration::from_secs(1),
+        None => args.grace,
+    }
+}
+
 /// How often a consumer looks whether its queue (or group) is paused, to say so.
 const PAUSE_CHECK: Duration = Duration::from_secs(1);
 
@@ -520,196 +540,6 @@ async fn handle_batch<DB: Db>(shared: Arc<Shared>, batch: Vec<Delivery<DB>>) -> 
 async fn give_back<DB: Db>(d: Delivery<DB>) {
     if let Err(e) = d.release().await {
         eprintln!("rowbus: warning: {}", crate::one_line(&e));
-    }
-}
-
-/// What running the command on a message came to.
-enum Ran {
-    /// Exit status 0.
-    Ok,
-    /// Anything else, and why.
-    Failed(String),
-    /// Killed by a signal while the consumer was stopping: not the message's fault.
-    Stopped,
-    /// Exit status [`SNOOZE_STATUS`]: not now, later.
-    Snoozed,
-}
-
-/// The W3C trace context the message's publisher wrote into its headers, as the
-/// environment variables OpenTelemetry's SDKs read it from (`TRACEPARENT`, `TRACESTATE`):
-/// the command's spans then join the publisher's trace, as children of its publish span.
-fn trace_context<DB: Db>(d: &Delivery<DB>) -> Vec<(&'static str, String)> {
-    [("TRACEPARENT", rowbus::telemetry::TRACEPARENT), ("TRACESTATE", rowbus::telemetry::TRACESTATE)]
-        .into_iter()
-        .filter_map(|(variable, header)| Some((variable, d.header(header)?.to_owned())))
-        .collect()
-}
-
-/// The exit status by which an --exec command snoozes its message: EX_TEMPFAIL of
-/// sysexits.h, "try again later".
-pub(crate) const SNOOZE_STATUS: i32 = 75;
-
-/// Runs `sh -c CMD` with the payload on stdin, extending the message's lease while it runs.
-async fn execute<DB: Db>(shared: &Shared, d: &Delivery<DB>) -> Ran {
-    let command = shared.exec.as_deref().unwrap_or_default();
-    let mut spawned = tokio::process::Command::new("sh");
-    spawned
-        .arg("-c")
-        .arg(command)
-        .env("ROWBUS_TABLE", d.queue().table().channel())
-        .env("ROWBUS_GROUP", d.group())
-        .env("ROWBUS_ID", d.id().to_string())
-        .env("ROWBUS_ATTEMPT", d.attempt().to_string())
-        .envs(trace_context(d))
-        .stdin(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    // A group of its own: a Ctrl-C at the terminal reaches rowbus only, which lets the
-    // command finish within the shutdown timeout; past it the whole group is killed.
-    #[cfg(unix)]
-    spawned.process_group(0);
-    let mut child = match spawned.spawn() {
-        Ok(child) => child,
-        Err(e) => return Ran::Failed(format!("cannot run `sh -c {command}`: {e}")),
-    };
-    let mut group = GroupGuard { pid: child.id(), exited: false };
-    let stdin = child.stdin.take();
-    let stderr = child.stderr.take().map(|stderr| tokio::spawn(stderr_tail(stderr)));
-    let payload = d.payload().to_vec();
-    let feed = async move {
-        if let Some(mut stdin) = stdin {
-            // A command that does not read its stdin is fine: ignore the broken pipe.
-            let _ = stdin.write_all(&payload).await;
-        }
-    };
-    let wait = async {
-        let lease = shared.lease.unwrap_or(Duration::MAX);
-        let mut every = tokio::time::interval((lease / 3).max(Duration::from_millis(10)));
-        every.tick().await;
-        let mut told = false;
-        loop {
-            tokio::select! {
-                status = child.wait() => return status,
-                reason = d.cancelled(), if !told => {
-                    // Asked to stop: SIGTERM now; the runner drops this handler after its
-                    // grace period, and the guard then kills what is left.
-                    told = true;
-                    eprintln!("rowbus: message {}: {}; sending SIGTERM to `{command}`", d.id(), stopped(reason));
-                    group.signal("TERM");
-                }
-                _ = every.tick(), if shared.lease.is_some() => {
-                    if let Err(e) = d.extend_lease(lease).await {
-                        eprintln!("rowbus: warning: {}", crate::one_line(&e));
-                    }
-                }
-            }
-        }
-    };
-    let ((), status) = tokio::join!(feed, wait);
-    group.exited = status.is_ok();
-    let tail = match stderr {
-        Some(task) => task.await.unwrap_or_default(),
-        None => String::new(),
-    };
-    match status {
-        Ok(status) if status.success() => Ran::Ok,
-        Ok(status) if status.code() == Some(SNOOZE_STATUS) => Ran::Snoozed,
-        Ok(status) if signalled(&status) && shared.stopping.load(Ordering::Acquire) => Ran::Stopped,
-        Ok(status) if tail.is_empty() => Ran::Failed(format!("`{command}` {}", describe(&status))),
-        Ok(status) => Ran::Failed(format!("`{command}` {}; its stderr ended: {tail}", describe(&status))),
-        Err(e) => Ran::Failed(format!("waiting for `{command}` failed: {e}")),
-    }
-}
-
-/// How much of a failed command's stderr its message's last error keeps: enough to act on.
-const STDERR_TAIL: usize = 2048;
-
-/// Passes a command's stderr through to ours as it comes and returns its last
-/// [`STDERR_TAIL`] bytes (as text, trimmed), which a failure records.
-async fn stderr_tail(mut stderr: tokio::process::ChildStderr) -> String {
-    use tokio::io::AsyncReadExt as _;
-    let mut tail = std::collections::VecDeque::with_capacity(STDERR_TAIL);
-    let mut chunk = [0u8; 4096];
-    while let Ok(n @ 1..) = stderr.read(&mut chunk).await {
-        // Our stderr is a terminal or a pipe a line at a time: writing it in place is fine.
-        let _ = std::io::stderr().lock().write_all(&chunk[..n]);
-        tail.extend(&chunk[..n]);
-        let excess = tail.len().saturating_sub(STDERR_TAIL);
-        tail.drain(..excess);
-    }
-    let tail: Vec<u8> = tail.into();
-    String::from_utf8_lossy(&tail).trim().to_owned()
-}
-
-/// Kills a command's process group unless the command has exited: a command aborted at the
-/// shutdown deadline leaves nothing behind, not even what `sh -c` forked.
-struct GroupGuard {
-    /// The command's pid, which is also its process group's id.
-    pid: Option<u32>,
-    /// Whether the command was seen to exit.
-    exited: bool,
-}
-
-impl GroupGuard {
-    /// Sends `signal` (`TERM`, `KILL`) to the command's process group, unless it exited.
-    fn signal(&self, signal: &str) {
-        #[cfg(unix)]
-        if let (Some(pid), false) = (self.pid, self.exited) {
-            // No libc here (unsafe code is forbidden): kill(1) signals the group.
-            let _ = std::process::Command::new("kill")
-                .args([&format!("-{signal}"), "--", &format!("-{pid}")])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
-        }
-        #[cfg(not(unix))]
-        let _ = signal;
-    }
-}
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        self.signal("KILL");
-    }
-}
-
-/// Why a running message's handler was told to stop, for its stderr line.
-fn stopped(reason: rowbus::control::StopReason) -> String {
-    match reason {
-        rowbus::control::StopReason::TimedOut(after) => {
-            format!("timed out after {}", queue_cmd::human(after))
-        }
-        _ => "cancelled".to_owned(),
-    }
-}
-
-/// How a failed command ended: `exited with status 3`, `was killed by signal 9`.
-fn describe(status: &ExitStatus) -> String {
-    #[cfg(unix)]
-    {
-        use std::os::unix::process::ExitStatusExt as _;
-        if let Some(signal) = status.signal() {
-            return format!("was killed by signal {signal}");
-        }
-    }
-    match status.code() {
-        Some(code) => format!("exited with status {code}"),
-        None => format!("ended with {status}"),
-    }
-}
-
-/// Whether the process was ended by a signal.
-fn signalled(status: &ExitStatus) -> bool {
-    #[cfg(unix)]
-    {
-        use std::os::unix::process::ExitStatusExt as _;
-        status.signal().is_some()
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = status;
-        false
     }
 }
 

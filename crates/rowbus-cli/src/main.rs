@@ -6,6 +6,8 @@ mod cli_error;
 mod consume;
 mod dead_cmd;
 mod demo;
+mod exec;
+mod group;
 mod history_cmd;
 mod limit_cmd;
 mod pause_cmd;

@@ -287,3 +287,133 @@ fn heartbeat_keeps_a_long_command(kind: Kind) {
     assert!(!stderr.iter().any(|l| l.contains("warning")), "no lost lease said: {stderr:#?}");
 }
 on_each_database!(heartbeat_keeps_a_long_command);
+
+/// Whether process `pid` is still running (not a zombie: a process whose parent exited
+/// waits as one until whatever adopted it reaps it).
+fn running(pid: &str) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// Waits until process `pid` is gone, at most `within`; `what` names it in the message.
+fn await_gone(pid: &str, within: Duration, what: &str) {
+    let deadline = Instant::now() + within;
+    while running(pid) {
+        assert!(Instant::now() < deadline, "{what} (pid {pid}) still running after {within:?}");
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A command whose shell dies of SIGTERM while a process it forked ignores SIGTERM and
+/// sleeps on: `ID.pid` holds the shell's pid, `ID.bg` the sleeper's (`N.bgN` also by
+/// attempt). A process is looked up in /proc, where a zombie (dead, not yet reaped by
+/// whatever adopted it) is told from a live one.
+const FORKS_A_STUBBORN_SLEEPER: &str = r#"(trap '' TERM; exec sleep 30) & echo $! > "$MARKS/$ROWBUS_ID.bg"; echo $! > "$MARKS/attempt$ROWBUS_ATTEMPT.bg"; echo $$ > "$MARKS/$ROWBUS_ID.pid"; touch "$MARKS/$ROWBUS_ID.started"; wait"#;
+
+/// A cancelled command's whole process group is stopped: what the shell forked and that
+/// ignores SIGTERM is killed once --grace has passed, though the shell itself died of
+/// SIGTERM at once.
+fn a_cancel_stops_the_whole_process_group(kind: Kind) {
+    let db = Db::new(kind);
+    let mut consumer = db.consumer(FORKS_A_STUBBORN_SLEEPER, &["--poll-interval", "200ms", "--grace", "1s"]);
+    db.ok(&["publish", &db.queue, "job"]);
+    let id = db.await_mark(".started");
+    let shell = std::fs::read_to_string(db.mark(&format!("{id}.pid"))).unwrap().trim().to_owned();
+    let sleeper = std::fs::read_to_string(db.mark(&format!("{id}.bg"))).unwrap().trim().to_owned();
+    db.ok(&["cancel", &db.queue, "--id", &id]);
+    await_gone(&shell, Duration::from_secs(5), "the command's shell");
+    // SIGKILL after the 1 s grace; the sleeper would otherwise run its 30 s.
+    await_gone(&sleeper, Duration::from_secs(8), "the process the cancelled command forked");
+    let (status, _, stderr) = consumer.stop("INT");
+    assert!(status.success(), "the consumer exited {status}: {stderr:#?}");
+}
+on_each_database!(a_cancel_stops_the_whole_process_group);
+
+/// `--timeout` with retries: each attempt's whole process group is gone before the next
+/// attempt starts (each attempt's command checks that its predecessors' sleepers are gone),
+/// and the message is dead-lettered as timed out.
+fn a_timed_out_attempt_is_over_before_the_next_starts(kind: Kind) {
+    let db = Db::new(kind);
+    let script = format!(
+        r#"for f in "$MARKS"/attempt*.bg; do [ -f "$f" ] || continue; s=$(cut -d' ' -f3 "/proc/$(cat "$f")/stat" 2>/dev/null); [ -n "$s" ] && [ "$s" != Z ] && echo "$ROWBUS_ATTEMPT: $f" >> "$MARKS/overlap"; done; {FORKS_A_STUBBORN_SLEEPER}"#
+    );
+    let mut consumer = db.consumer(
+        &script,
+        &[
+            "--poll-interval",
+            "200ms",
+            "--grace",
+            "1s",
+            "--timeout",
+            "1s",
+            "--max-attempts",
+            "3",
+            "--retry-delay",
+            "100ms",
+        ],
+    );
+    db.ok(&["publish", &db.queue, "job"]);
+    let deadline = Instant::now() + Duration::from_secs(40);
+    let dead = loop {
+        let out = db.ok(&["dead", "list", &db.queue, "--json"]);
+        if let Some(line) = out.lines().next() {
+            break serde_json::from_str::<Value>(line).unwrap();
+        }
+        assert!(Instant::now() < deadline, "not dead-lettered in time");
+        thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(dead["last_error"], "timed out after 1s", "{dead}");
+    assert_eq!(dead["attempts"], 3, "{dead}");
+    let overlap = std::fs::read_to_string(db.mark("overlap")).unwrap_or_default();
+    assert!(overlap.is_empty(), "an attempt started while an earlier one's process ran:\n{overlap}");
+    for attempt in 1..=3 {
+        let sleeper = std::fs::read_to_string(db.mark(&format!("attempt{attempt}.bg"))).unwrap();
+        assert!(!running(sleeper.trim()), "attempt {attempt}'s sleeper outlived its message");
+    }
+    let (status, _, stderr) = consumer.stop("INT");
+    assert!(status.success(), "the consumer exited {status}: {stderr:#?}");
+}
+on_each_database!(a_timed_out_attempt_is_over_before_the_next_starts);
+
+/// A command that exits at once, leaving a process in its group that holds its stderr,
+/// ends its attempt then: the message is acknowledged and the worker takes the next one
+/// (not 30 s later), the process left is stopped, and a line says so.
+fn an_attempt_ends_when_its_command_exits(kind: Kind) {
+    let db = Db::new(kind);
+    let script = r#"sleep 30 & echo $! > "$MARKS/$ROWBUS_ID.bg"; exit 0"#;
+    let mut consumer = db.consumer(script, &["--poll-interval", "200ms", "--workers", "1"]);
+    db.ok(&["publish", &db.queue, "one"]);
+    db.ok(&["publish", &db.queue, "two"]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while db.depth("") > 0 {
+        assert!(Instant::now() < deadline, "both not acknowledged within 10s: a worker waited on a leftover");
+        thread::sleep(Duration::from_millis(100));
+    }
+    let sleeper = db.await_mark(".bg");
+    let sleeper = std::fs::read_to_string(db.mark(&format!("{sleeper}.bg"))).unwrap();
+    await_gone(sleeper.trim(), Duration::from_secs(5), "the process the command left");
+    let said = consumer.await_stderr("left 1 process", WITHIN, |l| l.contains("left 1 process running"));
+    assert!(said.ends_with("stopped with SIGTERM"), "{said}");
+    let (status, _, stderr) = consumer.stop("INT");
+    assert!(status.success(), "the consumer exited {status}: {stderr:#?}");
+}
+on_each_database!(an_attempt_ends_when_its_command_exits);
+
+/// A consumer killed with SIGKILL leaves no command running: neither the shell nor what it
+/// forked (which ignores SIGTERM: SIGKILL after --grace).
+fn commands_die_with_their_consumer(kind: Kind) {
+    let db = Db::new(kind);
+    let mut consumer = db.consumer(FORKS_A_STUBBORN_SLEEPER, &["--poll-interval", "200ms", "--grace", "1s"]);
+    db.ok(&["publish", &db.queue, "job"]);
+    let id = db.await_mark(".started");
+    let shell = std::fs::read_to_string(db.mark(&format!("{id}.pid"))).unwrap().trim().to_owned();
+    let sleeper = std::fs::read_to_string(db.mark(&format!("{id}.bg"))).unwrap().trim().to_owned();
+    let killed = Command::new("kill").args(["-KILL", &consumer.id().to_string()]).status().unwrap();
+    assert!(killed.success());
+    await_gone(&shell, Duration::from_secs(5), "the command's shell");
+    await_gone(&sleeper, Duration::from_secs(8), "the process the command forked");
+    let _ = consumer.wait(WITHIN);
+}
+on_each_database!(commands_die_with_their_consumer);

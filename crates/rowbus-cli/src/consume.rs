@@ -370,7 +370,15 @@ async fn run<DB: Db>(
         }
     };
     shared.stopping.store(true, Ordering::Release);
-    broker.shutdown(args.shutdown_timeout).await;
+    // A second Ctrl-C (or SIGTERM) stops waiting for the handlers in flight: they are
+    // aborted below (an --exec command's process group killed) and their messages given
+    // back when their leases run out.
+    let mut again = std::pin::pin!(crate::interrupted());
+    let _ = futures::poll!(again.as_mut());
+    tokio::select! {
+        () = broker.shutdown(args.shutdown_timeout) => {}
+        () = &mut again => eprintln!("rowbus: interrupted again: not waiting for the handlers in flight"),
+    }
     if !runner.is_finished() {
         runner.abort();
     }

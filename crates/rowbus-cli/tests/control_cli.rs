@@ -417,3 +417,99 @@ fn commands_die_with_their_consumer(kind: Kind) {
     let _ = consumer.wait(WITHIN);
 }
 on_each_database!(commands_die_with_their_consumer);
+
+/// Another session holding an exclusive lock on a table for 30 s, through the database's
+/// own client (killed when dropped, which ends the lock).
+struct TableLock(std::process::Child);
+
+impl TableLock {
+    /// Locks `table` of `db` and waits a moment for the lock to be taken.
+    fn take(db: &Db, table: &str) -> TableLock {
+        let mut cmd = match db.database.kind {
+            Kind::Postgres => {
+                let mut cmd = Command::new("psql");
+                cmd.args(["-h", "127.0.0.1", "-U", "postgres", "-d", "test", "-q", "-c"]);
+                cmd.arg(format!(
+                    "BEGIN; LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(30); COMMIT;"
+                ));
+                cmd
+            }
+            Kind::MariaDb => {
+                let mut cmd = Command::new("mariadb");
+                cmd.args(["-h127.0.0.1", "-P3306", "-uroot", "test", "-e"]);
+                cmd.arg(format!("LOCK TABLES `{table}` WRITE; DO SLEEP(30); UNLOCK TABLES;"));
+                cmd
+            }
+            Kind::Sqlite => {
+                let mut cmd = Command::new("sqlite3");
+                cmd.arg(db.database.sqlite_file().expect("a SQLite file"));
+                cmd.args([".timeout 5000", "BEGIN EXCLUSIVE;", ".shell sleep 30", "COMMIT;"]);
+                cmd
+            }
+        };
+        let child = cmd
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("starting the database's client");
+        thread::sleep(Duration::from_secs(1));
+        TableLock(child)
+    }
+}
+
+impl Drop for TableLock {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// One SIGINT stops a consumer within its shutdown timeout even while its claim waits
+/// behind another session's lock on the queue table (which can last as long as that
+/// session wants: a year by MariaDB's default lock wait for a table lock): the claim is
+/// left to finish by itself. `mode` is the runner's: workers or batches.
+fn one_signal_stops_a_consumer_whose_claim_waits(kind: Kind, mode: &[&str]) {
+    let db = Db::new(kind);
+    let mut args = vec!["consume", &db.queue, "--poll-interval", "200ms", "--shutdown-timeout", "1s"];
+    args.extend(mode);
+    // Exit within 1 s of shutdown timeout and a little more, never when the lock goes.
+    let mut consumer = Running::spawn(db.rowbus(&args), Duration::from_secs(5));
+    consumer.await_stderr("consuming", LINE_TIMEOUT, |line| line.starts_with("rowbus: consuming "));
+    let lock = TableLock::take(&db, &db.queue);
+    // A claim or two now waits behind the lock.
+    thread::sleep(Duration::from_secs(1));
+    let (status, _, stderr) = consumer.stop("INT");
+    assert!(status.success(), "the consumer exited {status}: {stderr:#?}");
+    drop(lock);
+}
+
+fn one_signal_stops_a_worker_consumer_whose_claim_waits(kind: Kind) {
+    one_signal_stops_a_consumer_whose_claim_waits(kind, &["--workers", "2"]);
+}
+on_each_database!(one_signal_stops_a_worker_consumer_whose_claim_waits);
+
+fn one_signal_stops_a_batch_consumer_whose_claim_waits(kind: Kind) {
+    one_signal_stops_a_consumer_whose_claim_waits(kind, &["--batch", "10"]);
+}
+on_each_database!(one_signal_stops_a_batch_consumer_whose_claim_waits);
+
+/// A second SIGINT stops waiting for the handlers in flight: the consumer exits at once,
+/// its command's process group killed, rather than after --shutdown-timeout.
+fn a_second_signal_stops_at_once(kind: Kind) {
+    let db = Db::new(kind);
+    let args = ["consume", &db.queue, "--exec", FORKS_A_STUBBORN_SLEEPER, "--shutdown-timeout", "1m"];
+    // Within 5 s of the second signal, not a minute after the first.
+    let mut consumer = Running::spawn(db.rowbus(&args), Duration::from_secs(5));
+    consumer.await_stderr("consuming", LINE_TIMEOUT, |line| line.starts_with("rowbus: consuming "));
+    db.ok(&["publish", &db.queue, "job"]);
+    let id = db.await_mark(".started");
+    let sleeper = std::fs::read_to_string(db.mark(&format!("{id}.bg"))).unwrap().trim().to_owned();
+    let pid = consumer.id().to_string();
+    assert!(Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
+    thread::sleep(Duration::from_millis(500));
+    let (status, _, stderr) = consumer.stop("INT");
+    assert!(status.success(), "the consumer exited {status}: {stderr:#?}");
+    assert!(stderr.iter().any(|l| l.starts_with("rowbus: interrupted again")), "{stderr:#?}");
+    await_gone(&sleeper, Duration::from_secs(5), "the command's process");
+}
+on_each_database!(a_second_signal_stops_at_once);

@@ -410,12 +410,33 @@ impl<DB: Db> Claimer<DB> {
     }
 
     /// Claims up to `limit` messages and sets the pace for the next claim.
+    ///
+    /// A claim that carries no acknowledgements is not waited for past the broker's
+    /// shutdown: one blocked behind another session's lock (a `LOCK TABLE`, a long DDL)
+    /// would otherwise hold the runner, and the process, until that lock went, however
+    /// short the shutdown deadline. It runs on to its end by itself and gives back what it
+    /// took ([`claim`]); this returns no message, the pace unchanged, and the runner then
+    /// sees the shutdown. A claim carrying acknowledgements (SQLite's, bounded by its busy
+    /// timeout) is waited for: dropped, its acknowledgements could be neither committed by
+    /// it nor safely sent again.
     pub async fn claim(&mut self, limit: usize) -> Result<Vec<Delivery<DB>>, Error> {
         let span = debug_span!("rowbus.claim", table = %self.queue.table(), group = self.group, limit);
         let acks = self.acks.as_ref().map(|acks| acks.take()).unwrap_or_default();
-        let claimed = claim(&self.queue, &self.group, limit, self.lease, &acks, &mut self.limited)
-            .instrument(span)
-            .await;
+        let claiming =
+            claim(&self.queue, &self.group, limit, self.lease, &acks, &mut self.limited).instrument(span);
+        let claimed = if acks.is_empty() {
+            let mut shutdown = self.shutdown.clone();
+            tokio::select! {
+                biased;
+                claimed = claiming => claimed,
+                _ = shutdown.wait_for(|stop| *stop) => {
+                    debug!(table = %self.queue.table(), "shutdown during a claim: it finishes by itself");
+                    return Ok(Vec::new());
+                }
+            }
+        } else {
+            claiming.await
+        };
         if claimed.is_err() {
             // Not acknowledged: the next claim, or the flusher, tries again.
             if let Some(pending) = &self.acks {

@@ -27,6 +27,12 @@ An --exec command that exits with status 75 (EX_TEMPFAIL, \"try again later\") s
 it runs again after --snooze [default: 60s] as the same attempt (not counted against \
 --max-attempts, its last error unchanged), and `rowbus stats` counts it as snoozed.
 
+An --exec command the shell cannot run (exit status 127, command not found; 126, not \
+executable) is a mistake in --exec rather than in the message: the consumer gives the message \
+back (its attempt not counted) and stops with one line saying so, instead of retrying and \
+dead-lettering every message. A script that may itself exit 127 or 126 should exit with \
+another status (1) for a failure of its own.
+
 A paused queue or group (`rowbus pause`) is said once on stderr, and again when it is resumed. \
 A closed stdout (`rowbus consume Q | head -1`) ends the consumer quietly with status 0, as it \
 does `rowbus listen`: the message that could not be written is given back.";
@@ -55,9 +61,10 @@ pub(crate) struct ConsumeArgs {
     /// Run `sh -c CMD` per message with the payload on stdin (and ROWBUS_TABLE,
     /// ROWBUS_GROUP, ROWBUS_ID, ROWBUS_ATTEMPT set, and TRACEPARENT and TRACESTATE when its
     /// publisher was traced): exit status 0 acknowledges it, 75 (EX_TEMPFAIL) snoozes it
-    /// (back after --snooze, the attempt not counted), any other fails the attempt (retried
-    /// with backoff, then dead-lettered; when the dead-letter table cannot take it, it is
-    /// said so and the message runs again). It runs in a process group of its own: the
+    /// (back after --snooze, the attempt not counted), 127 or 126 (no such command, not
+    /// executable) stops the consumer with the message given back, any other fails the
+    /// attempt (retried with backoff, then dead-lettered; when the dead-letter table cannot
+    /// take it, it is said so and the message runs again). It runs in a process group of its own: the
     /// attempt ends when the command exits, and what it left running in its group is then
     /// stopped (SIGTERM, SIGKILL after --grace); should rowbus die, its commands are
     /// stopped likewise. The command's output is rowbus's; messages are not printed
@@ -164,6 +171,11 @@ impl Fatal {
                 false
             }
         });
+    }
+
+    /// Whether a reason is recorded.
+    fn is_set(&self) -> bool {
+        self.0.borrow().is_some()
     }
 
     /// Resolves with the first reason.
@@ -495,6 +507,10 @@ async fn handle_one<DB: Db>(shared: Arc<Shared>, d: Delivery<DB>) -> Result<(), 
                 snooze(&shared, d).await;
                 Ok(())
             }
+            Ran::CannotRun(reason) => {
+                cannot_run(&shared, d, reason).await;
+                Ok(())
+            }
         };
     }
     let line = render(&d, shared.json) + "\n";
@@ -510,7 +526,7 @@ async fn handle_one<DB: Db>(shared: Arc<Shared>, d: Delivery<DB>) -> Result<(), 
 async fn handle_batch<DB: Db>(shared: Arc<Shared>, batch: Vec<Delivery<DB>>) -> Result<(), String> {
     if shared.exec.is_some() {
         for d in batch {
-            if shared.stopping.load(Ordering::Acquire) {
+            if shared.stopping.load(Ordering::Acquire) || shared.fatal.is_set() {
                 give_back(d).await;
                 continue;
             }
@@ -525,6 +541,10 @@ async fn handle_batch<DB: Db>(shared: Arc<Shared>, batch: Vec<Delivery<DB>>) -> 
                 Ran::Stopped => d.release().await,
                 Ran::Snoozed => {
                     snooze(&shared, d).await;
+                    Ok(())
+                }
+                Ran::CannotRun(reason) => {
+                    cannot_run(&shared, d, reason).await;
                     Ok(())
                 }
             };
@@ -551,6 +571,15 @@ async fn give_back<DB: Db>(d: Delivery<DB>) {
     }
 }
 
+/// A command the shell cannot run (exit status 127 or 126) is a mistake in --exec, not in
+/// the message: the message is given back (its attempt not counted) and the consumer stops
+/// saying why, rather than burn every message's attempts into the dead-letter table.
+async fn cannot_run<DB: Db>(shared: &Shared, d: Delivery<DB>, reason: String) {
+    let id = d.id();
+    give_back(d).await;
+    shared.fatal.stop(Stop::Error(format!("{reason}; message {id} was given back, its attempt not counted")));
+}
+
 /// Snoozes a message for `--snooze` (its attempt not counted) and says so on stderr.
 async fn snooze<DB: Db>(shared: &Shared, d: Delivery<DB>) {
     let (id, attempt, after) = (d.id(), d.attempt(), shared.snooze);
@@ -568,7 +597,13 @@ async fn snooze<DB: Db>(shared: &Shared, d: Delivery<DB>) {
 /// says so in one stderr line: what happened and what came of it.
 async fn fail<DB: Db>(shared: &Shared, d: Delivery<DB>, reason: &str) {
     let (id, attempt, max) = (d.id(), d.attempt(), shared.retry.max_attempts);
-    let what = format!("rowbus: message {id} (attempt {attempt} of {max}): {reason}");
+    // A message that ran more often than this consumer allows (under a larger
+    // --max-attempts elsewhere) is past it, not "attempt 4 of 1".
+    let which = match attempt <= max {
+        true => format!("attempt {attempt} of {max}"),
+        false => format!("attempt {attempt}, past --max-attempts {max}"),
+    };
+    let what = format!("rowbus: message {id} ({which}): {reason}");
     if !shared.retry.exhausted(attempt) {
         eprintln!("{what}; retrying in {}", queue_cmd::human(shared.retry.delay(attempt)));
         if let Err(e) = d.fail(reason).await {

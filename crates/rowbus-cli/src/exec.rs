@@ -31,7 +31,15 @@ pub(crate) enum Ran {
     Stopped,
     /// Exit status [`SNOOZE_STATUS`]: not now, later.
     Snoozed,
+    /// Exit status 127 or 126: the shell found no command to run, or could not run it.
+    /// Not the message's fault: why, in a sentence.
+    CannotRun(String),
 }
+
+/// The shell's exit status for a command it did not find (127) and one it found but
+/// could not run (126, not executable), as POSIX sets them.
+const NOT_FOUND: i32 = 127;
+const NOT_EXECUTABLE: i32 = 126;
 
 /// The exit status by which an --exec command snoozes its message: EX_TEMPFAIL of
 /// sysexits.h, "try again later".
@@ -146,6 +154,15 @@ pub(crate) async fn execute<DB: Db>(shared: &Shared, d: &Delivery<DB>) -> Ran {
         status if status.success() => Ran::Ok,
         status if status.code() == Some(SNOOZE_STATUS) => Ran::Snoozed,
         status if signalled(&status) && shared.stopping.load(Ordering::Acquire) => Ran::Stopped,
+        status if matches!(status.code(), Some(NOT_FOUND | NOT_EXECUTABLE)) => {
+            let what = match status.code() {
+                Some(NOT_FOUND) => "command not found",
+                _ => "command not executable",
+            };
+            let said = if tail.is_empty() { String::new() } else { format!(": {tail}") };
+            let code = status.code().unwrap_or_default();
+            Ran::CannotRun(format!("--exec `{command}` cannot run ({what}, exit status {code}{said})"))
+        }
         status if tail.is_empty() => Ran::Failed(format!("`{command}` {}", describe(&status))),
         status => Ran::Failed(format!("`{command}` {}; its stderr ended: {tail}", describe(&status))),
     }

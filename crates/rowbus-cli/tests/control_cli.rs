@@ -513,3 +513,55 @@ fn a_second_signal_stops_at_once(kind: Kind) {
     await_gone(&sleeper, Duration::from_secs(5), "the command's process");
 }
 on_each_database!(a_second_signal_stops_at_once);
+
+/// An --exec command the shell cannot run (127: not found; 126: not executable) stops the
+/// consumer with one error line, the message given back unattempted rather than retried
+/// and dead-lettered.
+fn a_command_that_cannot_run_stops_the_consumer(kind: Kind) {
+    let db = Db::new(kind);
+    let not_executable = db.mark("not-executable.sh");
+    std::fs::write(&not_executable, "#!/bin/sh\nexit 0\n").unwrap();
+    let not_executable = not_executable.display().to_string();
+    for (command, status, what) in [
+        ("rowbus-no-such-command --flag", 127, "command not found"),
+        (not_executable.as_str(), 126, "command not executable"),
+    ] {
+        db.ok(&["publish", &db.queue, "job"]);
+        let args =
+            ["consume", &db.queue, "--exec", command, "--poll-interval", "200ms", "--retry-delay", "100ms"];
+        let mut consumer = Running::spawn(db.rowbus(&args), Duration::from_secs(20));
+        let (exit, stderr) = consumer.wait_exit(WITHIN);
+        assert_eq!(exit.code(), Some(1), "{command}: {stderr:#?}");
+        let last = stderr.last().expect("an error line");
+        assert!(
+            last.starts_with(&format!(
+                "rowbus: error: --exec `{command}` cannot run ({what}, exit status {status}"
+            )),
+            "{last}"
+        );
+        assert!(last.ends_with("was given back, its attempt not counted"), "{last}");
+        assert!(!stderr.iter().any(|l| l.starts_with("rowbus: message ")), "{stderr:#?}");
+        let stats = db.stats("");
+        assert_eq!((stats["ready"].as_i64(), stats["dead"].as_i64()), (Some(1), Some(0)), "{stats}");
+        db.ok(&["cancel", &db.queue, "--all"]);
+    }
+}
+on_each_database!(a_command_that_cannot_run_stops_the_consumer);
+
+/// A message that ran more attempts than this consumer's --max-attempts (a larger one
+/// elsewhere) is said to be past it, not "attempt 4 of 2", and is dead-lettered.
+fn attempts_past_max_attempts_are_said_so(kind: Kind) {
+    let db = Db::new(kind);
+    db.ok(&["publish", &db.queue, "job"]);
+    let args = ["--poll-interval", "100ms", "--retry-delay", "50ms"];
+    let mut first = db.consumer("exit 1", &[&args[..], &["--max-attempts", "5"]].concat());
+    first.await_stderr("attempt 3 of 5", WITHIN, |l| l.contains("(attempt 3 of 5)"));
+    let (status, _, stderr) = first.stop("INT");
+    assert!(status.success(), "{stderr:#?}");
+    let mut second = db.consumer("exit 1", &[&args[..], &["--max-attempts", "2"]].concat());
+    let said = second.await_stderr("dead-lettered", WITHIN, |l| l.ends_with("dead-lettered"));
+    assert!(said.contains("(attempt 4, past --max-attempts 2)"), "{said}");
+    let (status, _, stderr) = second.stop("INT");
+    assert!(status.success(), "{stderr:#?}");
+}
+on_each_database!(attempts_past_max_attempts_are_said_so);

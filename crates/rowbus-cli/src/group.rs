@@ -136,9 +136,14 @@ impl<'r> Group<'r> {
         }
     }
 
-    /// Once the command has exited: how many of its group's processes are left.
-    pub(crate) fn left(&self) -> usize {
-        if self.gone { 0 } else { members(self.pgid) }
+    /// Once the command has exited: how many of its group's processes are left (none:
+    /// the group is never signalled again, as its id may be reused).
+    pub(crate) fn left(&mut self) -> usize {
+        let left = if self.gone { 0 } else { members(self.pgid) };
+        if left == 0 {
+            self.empty();
+        }
+        left
     }
 
     /// Once the command has exited: stops what it left in its group (SIGTERM unless sent
@@ -146,7 +151,6 @@ impl<'r> Group<'r> {
     /// [`KILL_WAIT`] after SIGKILL.
     pub(crate) async fn stop_rest(&mut self, grace: Duration) -> Rest {
         if self.left() == 0 {
-            self.empty();
             return Rest::None;
         }
         self.signal(Signal::Term);
@@ -168,6 +172,9 @@ impl<'r> Group<'r> {
 
     /// The group was seen empty.
     fn empty(&mut self) {
+        if self.gone {
+            return;
+        }
         self.gone = true;
         if let Some(reaper) = self.reaper {
             reaper.tell('-', self.pgid);

@@ -97,7 +97,9 @@ pub(crate) struct ConsumeArgs {
     /// --exec command's lease is extended as it goes)
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = positive_duration)]
     lease: Duration,
-    /// How long handlers in flight get to finish after Ctrl-C, e.g. 250ms, 2s, 1m
+    /// How long handlers in flight get to finish after Ctrl-C (or SIGTERM), e.g. 250ms, 2s,
+    /// 1m; past it they are stopped (an --exec command's process group killed) and their
+    /// messages given back. A second Ctrl-C stops them at once
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration)]
     shutdown_timeout: Duration,
     /// How long a handler may run on a message without a timeout of its own (`publish

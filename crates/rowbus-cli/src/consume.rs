@@ -2,7 +2,6 @@
 
 use std::collections::HashSet;
 use std::io::Write as _;
-use std::process::{ExitStatus, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -10,10 +9,11 @@ use std::time::Duration;
 use clap::Args;
 use rowbus::sqlx::Pool;
 use rowbus::{Broker, BrokerOptions, Db, Delivery, NotifyConfig, RetryPolicy};
-use tokio::io::AsyncWriteExt as _;
 use tokio::sync::watch;
 
 use crate::cli_error::CliError;
+use crate::exec::{Ran, SNOOZE_STATUS, execute};
+use crate::group::{KILL_WAIT, Reaper};
 use crate::queue_cmd::{self, duration, positive_duration};
 
 /// What `rowbus consume --help` adds about the global flags.
@@ -26,6 +26,12 @@ are 250ms, 2s, 1m, 1h, 7d or plain seconds.
 An --exec command that exits with status 75 (EX_TEMPFAIL, \"try again later\") snoozes its message: \
 it runs again after --snooze [default: 60s] as the same attempt (not counted against \
 --max-attempts, its last error unchanged), and `rowbus stats` counts it as snoozed.
+
+An --exec command the shell cannot run (exit status 127, command not found; 126, not \
+executable) is a mistake in --exec rather than in the message: the consumer gives the message \
+back (its attempt not counted) and stops with one line saying so, instead of retrying and \
+dead-lettering every message. A script that may itself exit 127 or 126 should exit with \
+another status (1) for a failure of its own.
 
 A paused queue or group (`rowbus pause`) is said once on stderr, and again when it is resumed. \
 A closed stdout (`rowbus consume Q | head -1`) ends the consumer quietly with status 0, as it \
@@ -55,10 +61,13 @@ pub(crate) struct ConsumeArgs {
     /// Run `sh -c CMD` per message with the payload on stdin (and ROWBUS_TABLE,
     /// ROWBUS_GROUP, ROWBUS_ID, ROWBUS_ATTEMPT set, and TRACEPARENT and TRACESTATE when its
     /// publisher was traced): exit status 0 acknowledges it, 75 (EX_TEMPFAIL) snoozes it
-    /// (back after --snooze, the attempt not counted), any other fails the attempt (retried
-    /// with backoff, then dead-lettered; when the dead-letter table cannot take it, it is
-    /// said so and the message runs again). The command's
-    /// output is rowbus's; messages are not printed
+    /// (back after --snooze, the attempt not counted), 127 or 126 (no such command, not
+    /// executable) stops the consumer with the message given back, any other fails the
+    /// attempt (retried with backoff, then dead-lettered; when the dead-letter table cannot
+    /// take it, it is said so and the message runs again). It runs in a process group of its own: the
+    /// attempt ends when the command exits, and what it left running in its group is then
+    /// stopped (SIGTERM, SIGKILL after --grace); should rowbus die, its commands are
+    /// stopped likewise. The command's output is rowbus's; messages are not printed
     #[arg(long, value_name = "CMD", conflicts_with = "json")]
     exec: Option<String>,
     /// Print JSON lines {"id", "group", "payload", "attempt", "priority", "key", "headers"}
@@ -88,7 +97,9 @@ pub(crate) struct ConsumeArgs {
     /// --exec command's lease is extended as it goes)
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = positive_duration)]
     lease: Duration,
-    /// How long handlers in flight get to finish after Ctrl-C, e.g. 250ms, 2s, 1m
+    /// How long handlers in flight get to finish after Ctrl-C (or SIGTERM), e.g. 250ms, 2s,
+    /// 1m; past it they are stopped (an --exec command's process group killed) and their
+    /// messages given back. A second Ctrl-C stops them at once
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration)]
     shutdown_timeout: Duration,
     /// How long a handler may run on a message without a timeout of its own (`publish
@@ -98,8 +109,9 @@ pub(crate) struct ConsumeArgs {
     #[arg(long, value_name = "DURATION", value_parser = positive_duration, conflicts_with = "batch")]
     timeout: Option<Duration>,
     /// How long a handler told to stop (its message cancelled with `rowbus cancel`, or its
-    /// timeout reached) gets before it is dropped: an --exec command gets SIGTERM at once
-    /// and SIGKILL after this
+    /// timeout reached) gets before it is dropped: an --exec command's process group gets
+    /// SIGTERM at once and SIGKILL after this, and the attempt ends once none of it is left
+    /// (as for what a command that exited left running)
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration)]
     grace: Duration,
     /// Extend the leases of the messages being handled every third of --lease, in one
@@ -163,6 +175,11 @@ impl Fatal {
         });
     }
 
+    /// Whether a reason is recorded.
+    fn is_set(&self) -> bool {
+        self.0.borrow().is_some()
+    }
+
     /// Resolves with the first reason.
     async fn wait(&self) -> Stop {
         let mut rx = self.0.subscribe();
@@ -174,22 +191,26 @@ impl Fatal {
 }
 
 /// What every handler shares.
-struct Shared {
+pub(crate) struct Shared {
     /// `--json`.
     json: bool,
     /// `--exec CMD`.
-    exec: Option<String>,
+    pub(crate) exec: Option<String>,
     /// Where a handler reports an error that stops the consumer.
     fatal: Fatal,
     /// Set when the consumer is stopping: a command killed meanwhile gives its message back.
-    stopping: AtomicBool,
+    pub(crate) stopping: AtomicBool,
     /// The lease a running command's message is extended by (none with `--heartbeat`: the
     /// runner extends it).
-    lease: Option<Duration>,
+    pub(crate) lease: Option<Duration>,
     /// The broker's retry policy, to say what comes after a failure.
     retry: RetryPolicy,
     /// `--snooze`: how long a message the command snoozes waits.
     snooze: Duration,
+    /// `--grace`: between SIGTERM and SIGKILL to a command's process group.
+    pub(crate) grace: Duration,
+    /// Stops the commands' process groups should this process die without doing so.
+    pub(crate) reaper: Option<Reaper>,
 }
 
 /// One delivery as a line: `ID GROUP PAYLOAD` (the payload as published, but for line
@@ -278,6 +299,8 @@ async fn run<DB: Db>(
         lease: (!args.heartbeat).then_some(args.lease),
         retry,
         snooze: args.snooze,
+        grace: args.grace,
+        reaper: args.exec.as_ref().and_then(|_| Reaper::start(args.grace)),
     });
     let builder = queue
         .subscribe()
@@ -285,7 +308,7 @@ async fn run<DB: Db>(
         .poll_interval(broker.options().poll_interval)
         .lease(args.lease)
         .shutdown_timeout(args.shutdown_timeout)
-        .grace(args.grace)
+        .grace(runner_grace(&args))
         .heartbeat(args.heartbeat);
     let builder = match args.timeout {
         Some(timeout) => builder.timeout(timeout),
@@ -361,7 +384,15 @@ async fn run<DB: Db>(
         }
     };
     shared.stopping.store(true, Ordering::Release);
-    broker.shutdown(args.shutdown_timeout).await;
+    // A second Ctrl-C (or SIGTERM) stops waiting for the handlers in flight: they are
+    // aborted below (an --exec command's process group killed) and their messages given
+    // back when their leases run out.
+    let mut again = std::pin::pin!(crate::interrupted());
+    let _ = futures::poll!(again.as_mut());
+    tokio::select! {
+        () = broker.shutdown(args.shutdown_timeout) => {}
+        () = &mut again => eprintln!("rowbus: interrupted again: not waiting for the handlers in flight"),
+    }
     if !runner.is_finished() {
         runner.abort();
     }
@@ -407,6 +438,17 @@ async fn run<DB: Db>(
         );
     }
     outcome
+}
+
+/// The grace the runner gives a handler asked to stop before it drops it. An --exec
+/// handler stops its command itself (SIGKILL to its process group after --grace) and
+/// returns once none of the group is left: the runner waits for that rather than drop it
+/// halfway, so that no attempt outlives the settling of its message.
+fn runner_grace(args: &ConsumeArgs) -> Duration {
+    match args.exec {
+        Some(_) => args.grace + KILL_WAIT + Duration::from_secs(1),
+        None => args.grace,
+    }
 }
 
 /// How often a consumer looks whether its queue (or group) is paused, to say so.
@@ -467,6 +509,10 @@ async fn handle_one<DB: Db>(shared: Arc<Shared>, d: Delivery<DB>) -> Result<(), 
                 snooze(&shared, d).await;
                 Ok(())
             }
+            Ran::CannotRun(reason) => {
+                cannot_run(&shared, d, reason).await;
+                Ok(())
+            }
         };
     }
     let line = render(&d, shared.json) + "\n";
@@ -482,7 +528,7 @@ async fn handle_one<DB: Db>(shared: Arc<Shared>, d: Delivery<DB>) -> Result<(), 
 async fn handle_batch<DB: Db>(shared: Arc<Shared>, batch: Vec<Delivery<DB>>) -> Result<(), String> {
     if shared.exec.is_some() {
         for d in batch {
-            if shared.stopping.load(Ordering::Acquire) {
+            if shared.stopping.load(Ordering::Acquire) || shared.fatal.is_set() {
                 give_back(d).await;
                 continue;
             }
@@ -497,6 +543,10 @@ async fn handle_batch<DB: Db>(shared: Arc<Shared>, batch: Vec<Delivery<DB>>) -> 
                 Ran::Stopped => d.release().await,
                 Ran::Snoozed => {
                     snooze(&shared, d).await;
+                    Ok(())
+                }
+                Ran::CannotRun(reason) => {
+                    cannot_run(&shared, d, reason).await;
                     Ok(())
                 }
             };
@@ -523,194 +573,13 @@ async fn give_back<DB: Db>(d: Delivery<DB>) {
     }
 }
 
-/// What running the command on a message came to.
-enum Ran {
-    /// Exit status 0.
-    Ok,
-    /// Anything else, and why.
-    Failed(String),
-    /// Killed by a signal while the consumer was stopping: not the message's fault.
-    Stopped,
-    /// Exit status [`SNOOZE_STATUS`]: not now, later.
-    Snoozed,
-}
-
-/// The W3C trace context the message's publisher wrote into its headers, as the
-/// environment variables OpenTelemetry's SDKs read it from (`TRACEPARENT`, `TRACESTATE`):
-/// the command's spans then join the publisher's trace, as children of its publish span.
-fn trace_context<DB: Db>(d: &Delivery<DB>) -> Vec<(&'static str, String)> {
-    [("TRACEPARENT", rowbus::telemetry::TRACEPARENT), ("TRACESTATE", rowbus::telemetry::TRACESTATE)]
-        .into_iter()
-        .filter_map(|(variable, header)| Some((variable, d.header(header)?.to_owned())))
-        .collect()
-}
-
-/// The exit status by which an --exec command snoozes its message: EX_TEMPFAIL of
-/// sysexits.h, "try again later".
-pub(crate) const SNOOZE_STATUS: i32 = 75;
-
-/// Runs `sh -c CMD` with the payload on stdin, extending the message's lease while it runs.
-async fn execute<DB: Db>(shared: &Shared, d: &Delivery<DB>) -> Ran {
-    let command = shared.exec.as_deref().unwrap_or_default();
-    let mut spawned = tokio::process::Command::new("sh");
-    spawned
-        .arg("-c")
-        .arg(command)
-        .env("ROWBUS_TABLE", d.queue().table().channel())
-        .env("ROWBUS_GROUP", d.group())
-        .env("ROWBUS_ID", d.id().to_string())
-        .env("ROWBUS_ATTEMPT", d.attempt().to_string())
-        .envs(trace_context(d))
-        .stdin(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    // A group of its own: a Ctrl-C at the terminal reaches rowbus only, which lets the
-    // command finish within the shutdown timeout; past it the whole group is killed.
-    #[cfg(unix)]
-    spawned.process_group(0);
-    let mut child = match spawned.spawn() {
-        Ok(child) => child,
-        Err(e) => return Ran::Failed(format!("cannot run `sh -c {command}`: {e}")),
-    };
-    let mut group = GroupGuard { pid: child.id(), exited: false };
-    let stdin = child.stdin.take();
-    let stderr = child.stderr.take().map(|stderr| tokio::spawn(stderr_tail(stderr)));
-    let payload = d.payload().to_vec();
-    let feed = async move {
-        if let Some(mut stdin) = stdin {
-            // A command that does not read its stdin is fine: ignore the broken pipe.
-            let _ = stdin.write_all(&payload).await;
-        }
-    };
-    let wait = async {
-        let lease = shared.lease.unwrap_or(Duration::MAX);
-        let mut every = tokio::time::interval((lease / 3).max(Duration::from_millis(10)));
-        every.tick().await;
-        let mut told = false;
-        loop {
-            tokio::select! {
-                status = child.wait() => return status,
-                reason = d.cancelled(), if !told => {
-                    // Asked to stop: SIGTERM now; the runner drops this handler after its
-                    // grace period, and the guard then kills what is left.
-                    told = true;
-                    eprintln!("rowbus: message {}: {}; sending SIGTERM to `{command}`", d.id(), stopped(reason));
-                    group.signal("TERM");
-                }
-                _ = every.tick(), if shared.lease.is_some() => {
-                    if let Err(e) = d.extend_lease(lease).await {
-                        eprintln!("rowbus: warning: {}", crate::one_line(&e));
-                    }
-                }
-            }
-        }
-    };
-    let ((), status) = tokio::join!(feed, wait);
-    group.exited = status.is_ok();
-    let tail = match stderr {
-        Some(task) => task.await.unwrap_or_default(),
-        None => String::new(),
-    };
-    match status {
-        Ok(status) if status.success() => Ran::Ok,
-        Ok(status) if status.code() == Some(SNOOZE_STATUS) => Ran::Snoozed,
-        Ok(status) if signalled(&status) && shared.stopping.load(Ordering::Acquire) => Ran::Stopped,
-        Ok(status) if tail.is_empty() => Ran::Failed(format!("`{command}` {}", describe(&status))),
-        Ok(status) => Ran::Failed(format!("`{command}` {}; its stderr ended: {tail}", describe(&status))),
-        Err(e) => Ran::Failed(format!("waiting for `{command}` failed: {e}")),
-    }
-}
-
-/// How much of a failed command's stderr its message's last error keeps: enough to act on.
-const STDERR_TAIL: usize = 2048;
-
-/// Passes a command's stderr through to ours as it comes and returns its last
-/// [`STDERR_TAIL`] bytes (as text, trimmed), which a failure records.
-async fn stderr_tail(mut stderr: tokio::process::ChildStderr) -> String {
-    use tokio::io::AsyncReadExt as _;
-    let mut tail = std::collections::VecDeque::with_capacity(STDERR_TAIL);
-    let mut chunk = [0u8; 4096];
-    while let Ok(n @ 1..) = stderr.read(&mut chunk).await {
-        // Our stderr is a terminal or a pipe a line at a time: writing it in place is fine.
-        let _ = std::io::stderr().lock().write_all(&chunk[..n]);
-        tail.extend(&chunk[..n]);
-        let excess = tail.len().saturating_sub(STDERR_TAIL);
-        tail.drain(..excess);
-    }
-    let tail: Vec<u8> = tail.into();
-    String::from_utf8_lossy(&tail).trim().to_owned()
-}
-
-/// Kills a command's process group unless the command has exited: a command aborted at the
-/// shutdown deadline leaves nothing behind, not even what `sh -c` forked.
-struct GroupGuard {
-    /// The command's pid, which is also its process group's id.
-    pid: Option<u32>,
-    /// Whether the command was seen to exit.
-    exited: bool,
-}
-
-impl GroupGuard {
-    /// Sends `signal` (`TERM`, `KILL`) to the command's process group, unless it exited.
-    fn signal(&self, signal: &str) {
-        #[cfg(unix)]
-        if let (Some(pid), false) = (self.pid, self.exited) {
-            // No libc here (unsafe code is forbidden): kill(1) signals the group.
-            let _ = std::process::Command::new("kill")
-                .args([&format!("-{signal}"), "--", &format!("-{pid}")])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
-        }
-        #[cfg(not(unix))]
-        let _ = signal;
-    }
-}
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        self.signal("KILL");
-    }
-}
-
-/// Why a running message's handler was told to stop, for its stderr line.
-fn stopped(reason: rowbus::control::StopReason) -> String {
-    match reason {
-        rowbus::control::StopReason::TimedOut(after) => {
-            format!("timed out after {}", queue_cmd::human(after))
-        }
-        _ => "cancelled".to_owned(),
-    }
-}
-
-/// How a failed command ended: `exited with status 3`, `was killed by signal 9`.
-fn describe(status: &ExitStatus) -> String {
-    #[cfg(unix)]
-    {
-        use std::os::unix::process::ExitStatusExt as _;
-        if let Some(signal) = status.signal() {
-            return format!("was killed by signal {signal}");
-        }
-    }
-    match status.code() {
-        Some(code) => format!("exited with status {code}"),
-        None => format!("ended with {status}"),
-    }
-}
-
-/// Whether the process was ended by a signal.
-fn signalled(status: &ExitStatus) -> bool {
-    #[cfg(unix)]
-    {
-        use std::os::unix::process::ExitStatusExt as _;
-        status.signal().is_some()
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = status;
-        false
-    }
+/// A command the shell cannot run (exit status 127 or 126) is a mistake in --exec, not in
+/// the message: the message is given back (its attempt not counted) and the consumer stops
+/// saying why, rather than burn every message's attempts into the dead-letter table.
+async fn cannot_run<DB: Db>(shared: &Shared, d: Delivery<DB>, reason: String) {
+    let id = d.id();
+    give_back(d).await;
+    shared.fatal.stop(Stop::Error(format!("{reason}; message {id} was given back, its attempt not counted")));
 }
 
 /// Snoozes a message for `--snooze` (its attempt not counted) and says so on stderr.
@@ -730,7 +599,13 @@ async fn snooze<DB: Db>(shared: &Shared, d: Delivery<DB>) {
 /// says so in one stderr line: what happened and what came of it.
 async fn fail<DB: Db>(shared: &Shared, d: Delivery<DB>, reason: &str) {
     let (id, attempt, max) = (d.id(), d.attempt(), shared.retry.max_attempts);
-    let what = format!("rowbus: message {id} (attempt {attempt} of {max}): {reason}");
+    // A message that ran more often than this consumer allows (under a larger
+    // --max-attempts elsewhere) is past it, not "attempt 4 of 1".
+    let which = match attempt <= max {
+        true => format!("attempt {attempt} of {max}"),
+        false => format!("attempt {attempt}, past --max-attempts {max}"),
+    };
+    let what = format!("rowbus: message {id} ({which}): {reason}");
     if !shared.retry.exhausted(attempt) {
         eprintln!("{what}; retrying in {}", queue_cmd::human(shared.retry.delay(attempt)));
         if let Err(e) = d.fail(reason).await {

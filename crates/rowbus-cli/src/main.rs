@@ -6,6 +6,8 @@ mod cli_error;
 mod consume;
 mod dead_cmd;
 mod demo;
+mod exec;
+mod group;
 mod history_cmd;
 mod limit_cmd;
 mod pause_cmd;
@@ -477,9 +479,16 @@ async fn on_database(
         QueueCommand::Limit(_) => DbPool::connect_with_size(url, max).await?,
     };
     let done = db.run(OnDatabase { db: &db, url, config, command }).await;
-    db.close().await;
+    // Closing waits for every connection to come back. One may be held by a statement
+    // that finishes by itself after its caller went (a claim blocked behind another
+    // session's lock when a consumer was stopped): not waited for long, as the process
+    // ends anyway and the server then drops the connection.
+    let _ = tokio::time::timeout(POOL_CLOSE_WAIT, db.close()).await;
     done
 }
+
+/// The longest a command waits, as it ends, for its pool's connections to come back.
+const POOL_CLOSE_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// `listen --durable NAME`: the name, the lease, whether to wait for a name another holds.
 #[derive(Clone, Copy)]

@@ -287,3 +287,281 @@ fn heartbeat_keeps_a_long_command(kind: Kind) {
     assert!(!stderr.iter().any(|l| l.contains("warning")), "no lost lease said: {stderr:#?}");
 }
 on_each_database!(heartbeat_keeps_a_long_command);
+
+/// Whether process `pid` is still running (not a zombie: a process whose parent exited
+/// waits as one until whatever adopted it reaps it).
+fn running(pid: &str) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// Waits until process `pid` is gone, at most `within`; `what` names it in the message.
+fn await_gone(pid: &str, within: Duration, what: &str) {
+    let deadline = Instant::now() + within;
+    while running(pid) {
+        assert!(Instant::now() < deadline, "{what} (pid {pid}) still running after {within:?}");
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A command whose shell dies of SIGTERM while a process it forked ignores SIGTERM and
+/// sleeps on: `ID.pid` holds the shell's pid, `ID.bg` the sleeper's (`N.bgN` also by
+/// attempt). A process is looked up in /proc, where a zombie (dead, not yet reaped by
+/// whatever adopted it) is told from a live one.
+const FORKS_A_STUBBORN_SLEEPER: &str = r#"(trap '' TERM; exec sleep 30) & echo $! > "$MARKS/$ROWBUS_ID.bg"; echo $! > "$MARKS/attempt$ROWBUS_ATTEMPT.bg"; echo $$ > "$MARKS/$ROWBUS_ID.pid"; touch "$MARKS/$ROWBUS_ID.started"; wait"#;
+
+/// A cancelled command's whole process group is stopped: what the shell forked and that
+/// ignores SIGTERM is killed once --grace has passed, though the shell itself died of
+/// SIGTERM at once.
+fn a_cancel_stops_the_whole_process_group(kind: Kind) {
+    let db = Db::new(kind);
+    let mut consumer = db.consumer(FORKS_A_STUBBORN_SLEEPER, &["--poll-interval", "200ms", "--grace", "1s"]);
+    db.ok(&["publish", &db.queue, "job"]);
+    let id = db.await_mark(".started");
+    let shell = std::fs::read_to_string(db.mark(&format!("{id}.pid"))).unwrap().trim().to_owned();
+    let sleeper = std::fs::read_to_string(db.mark(&format!("{id}.bg"))).unwrap().trim().to_owned();
+    db.ok(&["cancel", &db.queue, "--id", &id]);
+    await_gone(&shell, Duration::from_secs(5), "the command's shell");
+    // SIGKILL after the 1 s grace; the sleeper would otherwise run its 30 s.
+    await_gone(&sleeper, Duration::from_secs(8), "the process the cancelled command forked");
+    let (status, _, stderr) = consumer.stop("INT");
+    assert!(status.success(), "the consumer exited {status}: {stderr:#?}");
+}
+on_each_database!(a_cancel_stops_the_whole_process_group);
+
+/// `--timeout` with retries: each attempt's whole process group is gone before the next
+/// attempt starts (each attempt's command checks that its predecessors' sleepers are gone),
+/// and the message is dead-lettered as timed out.
+fn a_timed_out_attempt_is_over_before_the_next_starts(kind: Kind) {
+    let db = Db::new(kind);
+    let script = format!(
+        r#"for f in "$MARKS"/attempt*.bg; do [ -f "$f" ] || continue; s=$(cut -d' ' -f3 "/proc/$(cat "$f")/stat" 2>/dev/null); [ -n "$s" ] && [ "$s" != Z ] && echo "$ROWBUS_ATTEMPT: $f" >> "$MARKS/overlap"; done; {FORKS_A_STUBBORN_SLEEPER}"#
+    );
+    let mut consumer = db.consumer(
+        &script,
+        &[
+            "--poll-interval",
+            "200ms",
+            "--grace",
+            "1s",
+            "--timeout",
+            "1s",
+            "--max-attempts",
+            "3",
+            "--retry-delay",
+            "100ms",
+        ],
+    );
+    db.ok(&["publish", &db.queue, "job"]);
+    let deadline = Instant::now() + Duration::from_secs(40);
+    let dead = loop {
+        let out = db.ok(&["dead", "list", &db.queue, "--json"]);
+        if let Some(line) = out.lines().next() {
+            break serde_json::from_str::<Value>(line).unwrap();
+        }
+        assert!(Instant::now() < deadline, "not dead-lettered in time");
+        thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(dead["last_error"], "timed out after 1s", "{dead}");
+    assert_eq!(dead["attempts"], 3, "{dead}");
+    let overlap = std::fs::read_to_string(db.mark("overlap")).unwrap_or_default();
+    assert!(overlap.is_empty(), "an attempt started while an earlier one's process ran:\n{overlap}");
+    for attempt in 1..=3 {
+        let sleeper = std::fs::read_to_string(db.mark(&format!("attempt{attempt}.bg"))).unwrap();
+        assert!(!running(sleeper.trim()), "attempt {attempt}'s sleeper outlived its message");
+    }
+    let (status, _, stderr) = consumer.stop("INT");
+    assert!(status.success(), "the consumer exited {status}: {stderr:#?}");
+}
+on_each_database!(a_timed_out_attempt_is_over_before_the_next_starts);
+
+/// A command that exits at once, leaving a process in its group that holds its stderr,
+/// ends its attempt then: the message is acknowledged and the worker takes the next one
+/// (not 30 s later), the process left is stopped, and a line says so.
+fn an_attempt_ends_when_its_command_exits(kind: Kind) {
+    let db = Db::new(kind);
+    let script = r#"sleep 30 & echo $! > "$MARKS/$ROWBUS_ID.bg"; exit 0"#;
+    let mut consumer = db.consumer(script, &["--poll-interval", "200ms", "--workers", "1"]);
+    db.ok(&["publish", &db.queue, "one"]);
+    db.ok(&["publish", &db.queue, "two"]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while db.depth("") > 0 {
+        assert!(Instant::now() < deadline, "both not acknowledged within 10s: a worker waited on a leftover");
+        thread::sleep(Duration::from_millis(100));
+    }
+    let sleeper = db.await_mark(".bg");
+    let sleeper = std::fs::read_to_string(db.mark(&format!("{sleeper}.bg"))).unwrap();
+    await_gone(sleeper.trim(), Duration::from_secs(5), "the process the command left");
+    let said = consumer.await_stderr("left 1 process", WITHIN, |l| l.contains("left 1 process running"));
+    assert!(said.ends_with("stopped with SIGTERM"), "{said}");
+    let (status, _, stderr) = consumer.stop("INT");
+    assert!(status.success(), "the consumer exited {status}: {stderr:#?}");
+}
+on_each_database!(an_attempt_ends_when_its_command_exits);
+
+/// A consumer killed with SIGKILL leaves no command running: neither the shell nor what it
+/// forked (which ignores SIGTERM: SIGKILL after --grace).
+fn commands_die_with_their_consumer(kind: Kind) {
+    let db = Db::new(kind);
+    let mut consumer = db.consumer(FORKS_A_STUBBORN_SLEEPER, &["--poll-interval", "200ms", "--grace", "1s"]);
+    db.ok(&["publish", &db.queue, "job"]);
+    let id = db.await_mark(".started");
+    let shell = std::fs::read_to_string(db.mark(&format!("{id}.pid"))).unwrap().trim().to_owned();
+    let sleeper = std::fs::read_to_string(db.mark(&format!("{id}.bg"))).unwrap().trim().to_owned();
+    let killed = Command::new("kill").args(["-KILL", &consumer.id().to_string()]).status().unwrap();
+    assert!(killed.success());
+    await_gone(&shell, Duration::from_secs(5), "the command's shell");
+    await_gone(&sleeper, Duration::from_secs(8), "the process the command forked");
+    let _ = consumer.wait(WITHIN);
+}
+on_each_database!(commands_die_with_their_consumer);
+
+/// Another session holding an exclusive lock on a table for 30 s, through the database's
+/// own client (killed when dropped, which ends the lock).
+struct TableLock(std::process::Child);
+
+impl TableLock {
+    /// Locks `table` of `db` and waits a moment for the lock to be taken.
+    fn take(db: &Db, table: &str) -> TableLock {
+        let mut cmd = match db.database.kind {
+            Kind::Postgres => {
+                let mut cmd = Command::new("psql");
+                cmd.args(["-h", "127.0.0.1", "-U", "postgres", "-d", "test", "-q", "-c"]);
+                cmd.arg(format!(
+                    "BEGIN; LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(30); COMMIT;"
+                ));
+                cmd
+            }
+            Kind::MariaDb => {
+                let mut cmd = Command::new("mariadb");
+                cmd.args(["-h127.0.0.1", "-P3306", "-uroot", "test", "-e"]);
+                cmd.arg(format!("LOCK TABLES `{table}` WRITE; DO SLEEP(30); UNLOCK TABLES;"));
+                cmd
+            }
+            Kind::Sqlite => {
+                let mut cmd = Command::new("sqlite3");
+                cmd.arg(db.database.sqlite_file().expect("a SQLite file"));
+                cmd.args([".timeout 5000", "BEGIN EXCLUSIVE;", ".shell sleep 30", "COMMIT;"]);
+                cmd
+            }
+        };
+        let child = cmd
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("starting the database's client");
+        thread::sleep(Duration::from_secs(1));
+        TableLock(child)
+    }
+}
+
+impl Drop for TableLock {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// One SIGINT stops a consumer within its shutdown timeout even while its claim waits
+/// behind another session's lock on the queue table (which can last as long as that
+/// session wants: a year by MariaDB's default lock wait for a table lock): the claim is
+/// left to finish by itself. `mode` is the runner's: workers or batches.
+fn one_signal_stops_a_consumer_whose_claim_waits(kind: Kind, mode: &[&str]) {
+    let db = Db::new(kind);
+    let mut args = vec!["consume", &db.queue, "--poll-interval", "200ms", "--shutdown-timeout", "1s"];
+    args.extend(mode);
+    // Exit within 1 s of shutdown timeout and a little more, never when the lock goes.
+    let mut consumer = Running::spawn(db.rowbus(&args), Duration::from_secs(5));
+    consumer.await_stderr("consuming", LINE_TIMEOUT, |line| line.starts_with("rowbus: consuming "));
+    let lock = TableLock::take(&db, &db.queue);
+    // A claim or two now waits behind the lock.
+    thread::sleep(Duration::from_secs(1));
+    let (status, _, stderr) = consumer.stop("INT");
+    assert!(status.success(), "the consumer exited {status}: {stderr:#?}");
+    drop(lock);
+}
+
+fn one_signal_stops_a_worker_consumer_whose_claim_waits(kind: Kind) {
+    one_signal_stops_a_consumer_whose_claim_waits(kind, &["--workers", "2"]);
+}
+on_each_database!(one_signal_stops_a_worker_consumer_whose_claim_waits);
+
+fn one_signal_stops_a_batch_consumer_whose_claim_waits(kind: Kind) {
+    one_signal_stops_a_consumer_whose_claim_waits(kind, &["--batch", "10"]);
+}
+on_each_database!(one_signal_stops_a_batch_consumer_whose_claim_waits);
+
+/// A second SIGINT stops waiting for the handlers in flight: the consumer exits at once,
+/// its command's process group killed, rather than after --shutdown-timeout.
+fn a_second_signal_stops_at_once(kind: Kind) {
+    let db = Db::new(kind);
+    let args = ["consume", &db.queue, "--exec", FORKS_A_STUBBORN_SLEEPER, "--shutdown-timeout", "1m"];
+    // Within 5 s of the second signal, not a minute after the first.
+    let mut consumer = Running::spawn(db.rowbus(&args), Duration::from_secs(5));
+    consumer.await_stderr("consuming", LINE_TIMEOUT, |line| line.starts_with("rowbus: consuming "));
+    db.ok(&["publish", &db.queue, "job"]);
+    let id = db.await_mark(".started");
+    let sleeper = std::fs::read_to_string(db.mark(&format!("{id}.bg"))).unwrap().trim().to_owned();
+    let pid = consumer.id().to_string();
+    assert!(Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
+    thread::sleep(Duration::from_millis(500));
+    let (status, _, stderr) = consumer.stop("INT");
+    assert!(status.success(), "the consumer exited {status}: {stderr:#?}");
+    assert!(stderr.iter().any(|l| l.starts_with("rowbus: interrupted again")), "{stderr:#?}");
+    await_gone(&sleeper, Duration::from_secs(5), "the command's process");
+}
+on_each_database!(a_second_signal_stops_at_once);
+
+/// An --exec command the shell cannot run (127: not found; 126: not executable) stops the
+/// consumer with one error line, the message given back unattempted rather than retried
+/// and dead-lettered.
+fn a_command_that_cannot_run_stops_the_consumer(kind: Kind) {
+    let db = Db::new(kind);
+    let not_executable = db.mark("not-executable.sh");
+    std::fs::write(&not_executable, "#!/bin/sh\nexit 0\n").unwrap();
+    let not_executable = not_executable.display().to_string();
+    for (command, status, what) in [
+        ("rowbus-no-such-command --flag", 127, "command not found"),
+        (not_executable.as_str(), 126, "command not executable"),
+    ] {
+        db.ok(&["publish", &db.queue, "job"]);
+        let args =
+            ["consume", &db.queue, "--exec", command, "--poll-interval", "200ms", "--retry-delay", "100ms"];
+        let mut consumer = Running::spawn(db.rowbus(&args), Duration::from_secs(20));
+        let (exit, stderr) = consumer.wait_exit(WITHIN);
+        assert_eq!(exit.code(), Some(1), "{command}: {stderr:#?}");
+        let last = stderr.last().expect("an error line");
+        assert!(
+            last.starts_with(&format!(
+                "rowbus: error: --exec `{command}` cannot run ({what}, exit status {status}"
+            )),
+            "{last}"
+        );
+        assert!(last.ends_with("was given back, its attempt not counted"), "{last}");
+        assert!(!stderr.iter().any(|l| l.starts_with("rowbus: message ")), "{stderr:#?}");
+        let stats = db.stats("");
+        assert_eq!((stats["ready"].as_i64(), stats["dead"].as_i64()), (Some(1), Some(0)), "{stats}");
+        db.ok(&["cancel", &db.queue, "--all"]);
+    }
+}
+on_each_database!(a_command_that_cannot_run_stops_the_consumer);
+
+/// A message that ran more attempts than this consumer's --max-attempts (a larger one
+/// elsewhere) is said to be past it, not "attempt 4 of 2", and is dead-lettered.
+fn attempts_past_max_attempts_are_said_so(kind: Kind) {
+    let db = Db::new(kind);
+    db.ok(&["publish", &db.queue, "job"]);
+    let args = ["--poll-interval", "100ms", "--retry-delay", "50ms"];
+    let mut first = db.consumer("exit 1", &[&args[..], &["--max-attempts", "5"]].concat());
+    first.await_stderr("attempt 3 of 5", WITHIN, |l| l.contains("(attempt 3 of 5)"));
+    let (status, _, stderr) = first.stop("INT");
+    assert!(status.success(), "{stderr:#?}");
+    let mut second = db.consumer("exit 1", &[&args[..], &["--max-attempts", "2"]].concat());
+    let said = second.await_stderr("dead-lettered", WITHIN, |l| l.ends_with("dead-lettered"));
+    assert!(said.contains("(attempt 4, past --max-attempts 2)"), "{said}");
+    let (status, _, stderr) = second.stop("INT");
+    assert!(status.success(), "{stderr:#?}");
+}
+on_each_database!(attempts_past_max_attempts_are_said_so);

@@ -281,6 +281,11 @@ pub(crate) enum Pace {
 /// looks again soon, and less often the longer the limit stays full.
 const HELD_FIRST_WAIT: Duration = Duration::from_millis(10);
 
+/// How long a claim on its way when the broker shuts down is still waited for, before it
+/// is left to finish by itself (see [`Claimer::claim`]): far longer than a claim that is
+/// not blocked takes.
+const CLAIM_AT_SHUTDOWN: Duration = Duration::from_millis(500);
+
 /// The claim loop of one subscription, per the waking diagram.
 pub(crate) struct Claimer<DB: Db> {
     pub queue: Queue<DB>,
@@ -410,12 +415,40 @@ impl<DB: Db> Claimer<DB> {
     }
 
     /// Claims up to `limit` messages and sets the pace for the next claim.
+    ///
+    /// A claim that carries no acknowledgements is waited for at most [`CLAIM_AT_SHUTDOWN`]
+    /// past the broker's shutdown: one blocked behind another session's lock (a `LOCK
+    /// TABLE`, a long DDL) would otherwise hold the runner, and the process, until that
+    /// lock went, however short the shutdown deadline. It runs on to its end by itself and
+    /// gives back what it took ([`claim`]); this returns no message, the pace unchanged,
+    /// and the runner then sees the shutdown. (A claim that is merely on its way is
+    /// waited for: what it brings is given back by the runner at once, whereas the
+    /// give-back of a claim left to finish may find the pool already closed by a process
+    /// on its way out, and its messages would wait for their lease.) A claim carrying acknowledgements (SQLite's, bounded by its busy
+    /// timeout) is waited for: dropped, its acknowledgements could be neither committed by
+    /// it nor safely sent again.
     pub async fn claim(&mut self, limit: usize) -> Result<Vec<Delivery<DB>>, Error> {
         let span = debug_span!("rowbus.claim", table = %self.queue.table(), group = self.group, limit);
         let acks = self.acks.as_ref().map(|acks| acks.take()).unwrap_or_default();
-        let claimed = claim(&self.queue, &self.group, limit, self.lease, &acks, &mut self.limited)
-            .instrument(span)
-            .await;
+        let claiming =
+            claim(&self.queue, &self.group, limit, self.lease, &acks, &mut self.limited).instrument(span);
+        let claimed = if acks.is_empty() {
+            let mut shutdown = self.shutdown.clone();
+            let blocked = async move {
+                let _ = shutdown.wait_for(|stop| *stop).await;
+                tokio::time::sleep(CLAIM_AT_SHUTDOWN).await;
+            };
+            tokio::select! {
+                biased;
+                claimed = claiming => claimed,
+                () = blocked => {
+                    debug!(table = %self.queue.table(), "a claim still out after shutdown: it finishes by itself");
+                    return Ok(Vec::new());
+                }
+            }
+        } else {
+            claiming.await
+        };
         if claimed.is_err() {
             // Not acknowledged: the next claim, or the flusher, tries again.
             if let Some(pending) = &self.acks {

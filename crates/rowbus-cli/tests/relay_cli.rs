@@ -215,6 +215,27 @@ fn bad_flags_are_refused_in_one_line() {
     assert!(!file.exists(), "no SQLite file is made");
 }
 
+/// A broker's warning on stderr is plain text when stderr is no terminal (a pipe here, a
+/// log file in production): no colour codes.
+#[test]
+fn warnings_off_a_terminal_have_no_colour_codes() {
+    let q = unique("relay_plain");
+    let database = Database::new(Kind::Sqlite, &q);
+    database.cleanup.queue(&q);
+    ok(&database, &["deploy", "--queue", &q], None);
+    // A key with a space makes a subject NATS refuses: the message is dead-lettered, and
+    // the relay warns.
+    ok(&database, &["publish", &q, "--key", "a b", "refused"], None);
+    let stream = Stream::new();
+    let subject = format!("{}.{{key}}", stream.name);
+    let mut running = relay(&database, &q, &["--to", NATS, "--subject", &subject]);
+    eventually("the message is dead-lettered", || depth(&database, &q) == 0);
+    let (status, _, stderr) = running.stop("TERM");
+    assert!(status.success(), "{stderr:?}");
+    assert!(stderr.iter().any(|l| l.contains("refused a message")), "no warning: {stderr:#?}");
+    assert!(!stderr.iter().any(|l| l.contains('\u{1b}')), "colour codes off a terminal: {stderr:#?}");
+}
+
 /// A broker that cannot be reached when the relay starts is one error line.
 fn an_unreachable_broker_is_one_line(kind: Kind) {
     let (database, q) = filled(kind, "relay_unreach", 1);

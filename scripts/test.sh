@@ -38,8 +38,20 @@ before=$(test_tables)
 status=0
 # The cluster tests (rowbus-cli's galera and failover) start a three-node Galera cluster
 # (scripts/galera.sh) and a PostgreSQL primary and standby (scripts/pg-standby.sh) when
-# they are down; they are throwaway and CPU-heavy: stopped after the run, however it went.
-trap 'scripts/galera.sh down >/dev/null 2>&1 || true; scripts/pg-standby.sh down >/dev/null 2>&1 || true' EXIT
+# they are down; they are throwaway and CPU-heavy: stopped after the run, however it went,
+# unless they were already running before it (another program's, in the same directory:
+# left as they were).
+was_running() { "$@" status 2>/dev/null | grep ': running' >/dev/null; }
+stop_after=()
+was_running scripts/galera.sh || stop_after+=(scripts/galera.sh)
+was_running scripts/pg-standby.sh || stop_after+=(scripts/pg-standby.sh)
+stop_clusters() {
+  local script
+  for script in ${stop_after[@]+"${stop_after[@]}"}; do
+    "$script" down >/dev/null 2>&1 || true
+  done
+}
+trap stop_clusters EXIT
 cargo test --workspace --all-features --no-fail-fast "$@" || status=$?
 # The examples (examples/, built by `cargo test`), each run to its end on a SQLite file of
 # its own; the web one serves on a free port, places its own orders and exits.

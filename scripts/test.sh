@@ -38,16 +38,39 @@ before=$(test_tables)
 status=0
 # The cluster tests (rowbus-cli's galera and failover) start a three-node Galera cluster
 # (scripts/galera.sh) and a PostgreSQL primary and standby (scripts/pg-standby.sh) when
-# they are down; they are throwaway and CPU-heavy: stopped after the run, however it went.
-trap 'scripts/galera.sh down >/dev/null 2>&1 || true; scripts/pg-standby.sh down >/dev/null 2>&1 || true' EXIT
+# they are down; they are throwaway and CPU-heavy: stopped after the run, however it went,
+# unless they were already running before it (another program's, in the same directory:
+# left as they were).
+was_running() { "$@" status 2>/dev/null | grep ': running' >/dev/null; }
+stop_after=()
+was_running scripts/galera.sh || stop_after+=(scripts/galera.sh)
+was_running scripts/pg-standby.sh || stop_after+=(scripts/pg-standby.sh)
+stop_clusters() {
+  local script
+  for script in ${stop_after[@]+"${stop_after[@]}"}; do
+    "$script" down >/dev/null 2>&1 || true
+  done
+}
+trap stop_clusters EXIT
 cargo test --workspace --all-features --no-fail-fast "$@" || status=$?
 # The examples (examples/, built by `cargo test`), each run to its end on a SQLite file of
-# its own; the web one serves on a free port, places its own orders and exits.
+# its own; the web one serves on a free port, places its own orders and exits. Each removes
+# its file (and the file's -wal and -shm) when it ends: what is left in the temporary
+# directory fails the run.
+tmp=${TMPDIR:-/tmp}
+example_files() { find "$tmp" -maxdepth 1 -name 'rowbus-example-*' -printf '%f\n' 2>/dev/null | LC_ALL=C sort; }
+examples_before=$(example_files)
 for example in typed_jobs cron_schedule durable_listener "web_outbox --demo" "dashboard --demo"; do
   echo "test.sh: running example $example" >&2
   # shellcheck disable=SC2086 # the example's flags
   timeout 120 target/debug/examples/$example >/dev/null || { echo "test.sh: example $example failed" >&2; status=1; }
 done
+left=$(LC_ALL=C comm -13 <(printf '%s\n' "$examples_before") <(example_files) | grep . || true)
+if [ -n "$left" ]; then
+  echo "test.sh: the examples left $(wc -l <<<"$left") files in $tmp:" >&2
+  sed 's/^/  /' <<<"$left" >&2
+  status=1
+fi
 after=$(test_tables)
 
 new=$(LC_ALL=C comm -13 <(printf '%s\n' "$before") <(printf '%s\n' "$after") | grep -vxF "$shared" || true)

@@ -25,13 +25,44 @@ fn chromium() -> PathBuf {
         .expect("chromium is not installed: run scripts/services.sh, which installs Debian's `chromium`")
 }
 
-/// Kills the example when the test ends, however it ends.
+/// Stops the example when the test ends, however it ends: with Ctrl-C's signal (SIGINT)
+/// first, so that it shuts down and removes its database file as it does at a terminal;
+/// killed after 10 s, and its files then removed here.
 struct Running(Child);
+
+impl Running {
+    /// SIGINT, then SIGKILL after 10 s; waits for the process to end.
+    fn stop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = Command::new("kill").args(["-INT", &self.0.id().to_string()]).status();
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+
+    /// The example's SQLite file in the temporary directory, and the files beside it.
+    fn files(&self) -> Vec<PathBuf> {
+        let name = format!("rowbus-example-dashboard-{}.sqlite", self.0.id());
+        ["", "-wal", "-shm", "-journal"]
+            .iter()
+            .map(|s| std::env::temp_dir().join(format!("{name}{s}")))
+            .collect()
+    }
+}
 
 impl Drop for Running {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        self.stop();
+        for file in self.files() {
+            let _ = std::fs::remove_file(file);
+        }
     }
 }
 
@@ -44,7 +75,7 @@ fn a_signed_in_browser_sees_the_dashboard_inside_the_service() {
         .spawn()
         .expect("the dashboard example starts");
     let stdout = child.stdout.take().unwrap();
-    let _running = Running(child);
+    let mut running = Running(child);
     let mut first = String::new();
     BufReader::new(stdout).read_line(&mut first).expect("the example prints where it serves");
     let login = first
@@ -85,4 +116,9 @@ fn a_signed_in_browser_sees_the_dashboard_inside_the_service() {
     let pause = dom.find(">Pause queue<").unwrap_or_else(|| panic!("no Pause button:\n{dom}"));
     let tag = &dom[dom[..pause].rfind("<button").expect("a button")..pause];
     assert!(!tag.contains("disabled"), "the Pause button is disabled: {tag}");
+
+    // Stopped as a person stops it, it leaves nothing in the temporary directory.
+    running.stop();
+    let left: Vec<PathBuf> = running.files().into_iter().filter(|f| f.exists()).collect();
+    assert!(left.is_empty(), "the example left {left:?}");
 }

@@ -9,7 +9,7 @@ use rowbus::sqlx::Pool;
 use rowbus::{Db, NotifyConfig};
 
 use crate::cli_error::CliError;
-use crate::dead_cmd::waking_broker;
+use crate::dead_cmd::broker_waking_where_it_can;
 use crate::queue_cmd::{self, outln};
 
 /// Options of `rowbus cancel`.
@@ -19,13 +19,14 @@ pub(crate) struct CancelArgs {
     /// The queue table
     pub(crate) table: String,
     /// This message (repeatable): ready, delayed, waiting for a retry or running
-    #[arg(long = "id", value_name = "ID", value_parser = message_id)]
+    #[arg(long = "id", value_name = "ID", value_parser = message_id, allow_negative_numbers = true)]
     ids: Vec<i64>,
     /// Every message of the group (--group; the default group without it), whatever its state
     #[arg(long)]
     all: bool,
-    /// With --all: this group's messages [default: the default group]
-    #[arg(long, value_name = "G", requires = "all")]
+    /// With --all: this group's messages [default: the default group] (an --id names its
+    /// message whatever its group)
+    #[arg(long, value_name = "G", requires = "all", conflicts_with = "ids")]
     group: Option<String>,
 }
 
@@ -46,7 +47,7 @@ pub(crate) async fn cancel<DB: Db>(
     config: &NotifyConfig,
     args: CancelArgs,
 ) -> Result<(), CliError> {
-    let broker = waking_broker(pool, url, config, true).await?;
+    let (broker, wake_ups_off) = broker_waking_where_it_can(pool, url, config, true).await?;
     let result: Result<(), CliError> = async {
         let queue = queue_cmd::existing_queue(&broker, &args.table, url).await?;
         let which = match args.all {
@@ -55,6 +56,14 @@ pub(crate) async fn cancel<DB: Db>(
         };
         let done = queue.cancel_which(&which).await?;
         outln!("{}", said(&done, &queue.table().to_string()));
+        // Only a running message's consumer had to be told.
+        if wake_ups_off && !done.running.is_empty() {
+            eprintln!(
+                "rowbus: warning: through PgBouncer (pgbouncer=true) without --listen-url, consumers in \
+                 other processes are not told at once: they stop the running messages at their next poll \
+                 (give a direct URL with --listen-url or ROWBUS_LISTEN_URL)"
+            );
+        }
         Ok(())
     }
     .await;

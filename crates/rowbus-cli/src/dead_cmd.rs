@@ -158,19 +158,33 @@ pub(crate) async fn waking_broker<DB: Db>(
     config: &NotifyConfig,
     requeues: bool,
 ) -> Result<Broker<DB>, CliError> {
-    let notify_table = queue_cmd::broker_notify_config(config);
-    let listen_url = crate::listen_url(url);
-    let ready = requeues
-        && Broker::new(pool.clone(), BrokerOptions::default()).await?.notify_ready(&notify_table).await?;
-    let listen_notify = ready && listen_url.is_some();
-    if ready && !listen_notify {
+    let (broker, wake_ups_off) = broker_waking_where_it_can(pool, url, config, requeues).await?;
+    if wake_ups_off {
         crate::warn_no_wake_ups();
     }
-    Ok(Broker::new(
+    Ok(broker)
+}
+
+/// [`waking_broker`] without the warning, and whether wake-ups would have been sent but
+/// are off (PgBouncer without `--listen-url`): for a command that says so only when what
+/// it did needed them.
+pub(crate) async fn broker_waking_where_it_can<DB: Db>(
+    pool: Pool<DB>,
+    url: &str,
+    config: &NotifyConfig,
+    wakes: bool,
+) -> Result<(Broker<DB>, bool), CliError> {
+    let notify_table = queue_cmd::broker_notify_config(config);
+    let listen_url = crate::listen_url(url);
+    let ready = wakes
+        && Broker::new(pool.clone(), BrokerOptions::default()).await?.notify_ready(&notify_table).await?;
+    let listen_notify = ready && listen_url.is_some();
+    let broker = Broker::new(
         pool,
         BrokerOptions { listen_notify, notify_table, listen_url, ..BrokerOptions::default() },
     )
-    .await?)
+    .await?;
+    Ok((broker, ready && !listen_notify))
 }
 
 async fn run<DB: Db>(broker: &Broker<DB>, url: &str, command: DeadCommand) -> Result<(), CliError> {

@@ -28,13 +28,13 @@ pub(crate) struct LimitArgs {
     #[arg(long, conflicts_with = "list")]
     group: Option<String>,
     /// At most N messages in flight at once, across every consumer and process
-    #[arg(long, value_name = "N", value_parser = count)]
+    #[arg(long, value_name = "N", value_parser = count, allow_negative_numbers = true)]
     max_running: Option<u64>,
     /// At most N messages of one ordering key in flight at once (without it: one)
-    #[arg(long, value_name = "N", value_parser = count)]
+    #[arg(long, value_name = "N", value_parser = count, allow_negative_numbers = true)]
     per_key: Option<u64>,
     /// At most N messages started per second, minute or hour: N/s, N/m, N/h
-    #[arg(long, value_name = "N/UNIT", value_parser = rate)]
+    #[arg(long, value_name = "N/UNIT", value_parser = rate, allow_hyphen_values = true)]
     rate: Option<Rate>,
     /// Remove the limits of the queue (or of the group)
     #[arg(long, conflicts_with_all = ["max_running", "per_key", "rate", "list"])]
@@ -77,8 +77,8 @@ pub(crate) async fn limit<DB: Db>(
     config: &NotifyConfig,
     args: LimitArgs,
 ) -> Result<(), CliError> {
-    // Wakes consumers elsewhere where it can, as `pause` does.
-    let broker = crate::dead_cmd::waking_broker(pool, url, config, true).await?;
+    // Wakes consumers elsewhere where it can, as `pause` does; a list changes nothing.
+    let broker = crate::dead_cmd::waking_broker(pool, url, config, !args.list).await?;
     let result = run(&broker, url, &args).await;
     broker.shutdown(Duration::ZERO).await;
     result

@@ -257,8 +257,17 @@ async fn main() -> ExitCode {
     use tracing_subscriber::prelude::*;
     let log_filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error,rowbus_relay=warn,lapin=off"));
+    // Colour only for a person at a terminal who did not ask for none (NO_COLOR): a log
+    // file or a pipe gets the plain words.
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none_or(|value| value.is_empty());
     tracing_subscriber::registry()
-        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_filter(log_filter))
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(colour)
+                .with_filter(log_filter),
+        )
         .with(bench::claim_times::layer())
         .init();
     match run(cli).await {
@@ -734,6 +743,34 @@ mod tests {
             let message = parse(args).err().unwrap_or_else(|| panic!("{args:?} accepted")).to_string();
             assert!(message.contains(&format!("for '{flag}'")), "{message}");
         }
+    }
+
+    /// A negative number is a value out of its flag's range, said as such, not an
+    /// unexpected argument.
+    #[test]
+    fn negative_numbers_are_out_of_range() {
+        for (args, flag) in [
+            (&["cancel", "q", "--id", "-1"][..], "--id <ID>"),
+            (&["limit", "q", "--rate", "-5/s"], "--rate <N/UNIT>"),
+            (&["limit", "q", "--max-running", "-3"], "--max-running <N>"),
+            (&["limit", "q", "--per-key", "-1"], "--per-key <N>"),
+        ] {
+            let error = parse(args).err().unwrap_or_else(|| panic!("{args:?} accepted"));
+            assert_eq!(error.kind(), clap::error::ErrorKind::ValueValidation, "{args:?}: {error}");
+            let message = error.to_string();
+            assert!(message.contains(&format!("for '{flag}'")), "{message}");
+            assert!(!message.contains("unexpected argument"), "{message}");
+        }
+    }
+
+    /// `cancel --group G` names the group of `--all`; with `--id`, which names a message
+    /// whatever its group, it is refused rather than passed over.
+    #[test]
+    fn cancel_refuses_a_group_with_ids() {
+        let error = parse(&["cancel", "q", "--group", "g", "--id", "5"]).expect_err("accepted");
+        assert_eq!(error.kind(), clap::error::ErrorKind::ArgumentConflict, "{error}");
+        parse(&["cancel", "q", "--group", "g", "--all"]).unwrap();
+        parse(&["cancel", "q", "--id", "5", "--id", "6"]).unwrap();
     }
 
     /// A duration out of its flag's range is a clap error naming the flag.

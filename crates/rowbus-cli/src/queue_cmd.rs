@@ -175,7 +175,18 @@ pub(crate) async fn deploy<DB: Db>(
     } else {
         db.deploy_notify_table(config).await?
     };
-    outln!("{}", notify);
+    match notify {
+        // On PostgreSQL: true words for what is there and what this run does.
+        rowbus::NotifyDeploy::Native => {
+            let durable_table = match broker.notify_table_stats(config).await {
+                Ok(stats) => stats.is_some(),
+                Err(e) if e.is_permission_denied() => true,
+                Err(e) => return Err(e.into()),
+            };
+            outln!("{}", native_line(&config.table, durable_table, !tables.is_empty()))
+        }
+        ready => outln!("{ready}"),
+    }
     for queue in queues {
         let table = queue.table();
         let mut options = DeployOptions::default().create_schema(create_schema);
@@ -197,6 +208,24 @@ pub(crate) async fn deploy<DB: Db>(
         }
     }
     Ok(())
+}
+
+/// What `deploy` says of the notify table on PostgreSQL: none is needed there, unless for
+/// durable listeners (`durable_table`: one `deploy --durable` made is there); and nothing
+/// else to do only when no queue is deployed (`queues`).
+fn native_line(table: &str, durable_table: bool, queues: bool) -> String {
+    let builtin = "PostgreSQL has LISTEN/NOTIFY built in";
+    match (durable_table, queues) {
+        (true, _) => format!(
+            "{builtin}; the notify table `{table}` of durable listeners is there (made by `rowbus deploy --durable`)"
+        ),
+        (false, true) => format!(
+            "{builtin}: no notify table needed (durable listeners need one: `rowbus deploy --durable`)"
+        ),
+        (false, false) => format!(
+            "{builtin}: no notify table needed, nothing to do (durable listeners need one: `rowbus deploy --durable`)"
+        ),
+    }
 }
 
 #[cfg(test)]

@@ -145,6 +145,7 @@ impl RelayArgs {
             Some("nats") | Some("tls") => {
                 others(&["--subject", "--id-prefix"])?;
                 let subject = self.subject.clone().ok_or_else(|| missing("--subject", "NATS"))?;
+                rowbus_relay::sink::nats::check_subject_template(&subject)?;
                 Ok(Target::Nats(subject))
             }
             Some("redis") | Some("rediss") => {
@@ -162,6 +163,7 @@ impl RelayArgs {
             Some("mqtt") | Some("mqtts") => {
                 others(&["--topic", "--id-prefix"])?;
                 let topic = self.topic.clone().ok_or_else(|| missing("--topic", "MQTT"))?;
+                rowbus_relay::sink::mqtt::check_topic_template(&topic)?;
                 Ok(Target::Mqtt(topic))
             }
             _ => Err(CliError::Message(format!(
@@ -239,7 +241,8 @@ async fn connect_and_run<DB: Db>(
             use rowbus_relay::sink::nats::{NatsOptions, NatsSink};
             let prefix = args.id_prefix.clone().unwrap_or_else(|| queue.table().to_string());
             let options = NatsOptions { ack_timeout: args.ack_timeout, ..NatsOptions::new(subject, prefix) };
-            let sink = NatsSink::connect(&args.to, options).await?;
+            let sink = NatsSink::connect(&args.to, options.clone()).await?;
+            stream_covers(&sink, &options.subject, &args.group).await?;
             run(queue, sink, args).await
         }
         Target::Redis(stream) => {
@@ -266,6 +269,27 @@ async fn connect_and_run<DB: Db>(
             let sink = MqttSink::connect(&args.to, options).await?;
             run(queue, sink, args).await
         }
+    }
+}
+
+/// Refuses a relay whose messages no JetStream stream would take (each would be
+/// dead-lettered), saying how to make one: the subject is known at start unless it names
+/// the key.
+async fn stream_covers(
+    sink: &rowbus_relay::sink::nats::NatsSink,
+    subject: &Template,
+    group: &str,
+) -> Result<(), CliError> {
+    if subject.names_key() {
+        return Ok(());
+    }
+    let subject = subject.render(group, None);
+    match sink.stream_for(&subject).await? {
+        Some(_) => Ok(()),
+        None => Err(CliError::Message(format!(
+            "nats: no JetStream stream covers subject {subject:?}, so every message would be dead-lettered: \
+             make one first, e.g. `nats stream add OUTBOX --subjects '{subject}' --defaults`"
+        ))),
     }
 }
 

@@ -169,3 +169,46 @@ fn listening_takes_the_direct_url() {
     assert!(line.ends_with("wake"), "{line}");
     consumer.stop("INT");
 }
+
+/// Without `?pgbouncer=true`, the driver's prepared statements of one client meet another's
+/// on the shared server connections, and PostgreSQL refuses them (`prepared statement
+/// "sqlx_s_1" already exists`): the error line says which parameter fixes the URL.
+#[test]
+fn a_url_without_the_parameter_is_told_how_to_fix_it() {
+    let p = Pooled::new();
+    p.ok(p.rowbus(&["deploy", "--queue", &p.queue]));
+    let bare = p.bouncer.url();
+    let mut failures = Vec::new();
+    // Two server connections: by the third process, every one of them holds the first
+    // prepared statement of an earlier client.
+    for i in 0..6 {
+        let mut cmd = rowbus();
+        cmd.args(["--database-url", &bare, "publish", &p.queue, &format!("m{i}")]);
+        let out = run(cmd);
+        if !out.status.success() {
+            failures.push(assert_error(&out, "publish through PgBouncer without pgbouncer=true"));
+        }
+    }
+    assert!(!failures.is_empty(), "every publish through the pool without the parameter succeeded");
+    for line in &failures {
+        assert_mentions(line, &["sqlx_s_", "?pgbouncer=true"], "publish without pgbouncer=true");
+    }
+}
+
+/// The warning that consumers elsewhere are not woken comes from the commands whose work
+/// needed a wake-up, not from those that never send one: `limit --list`, a `cancel` of
+/// messages nobody runs.
+#[test]
+fn commands_that_wake_no_one_do_not_warn() {
+    let p = Pooled::new();
+    p.ok(p.rowbus(&["deploy", "--queue", &p.queue]));
+    p.ok(p.listening(&["publish", &p.queue, "waiting"]));
+    for args in [&["limit", "--list"][..], &["limit", &p.queue, "--list"], &["cancel", &p.queue, "--all"]] {
+        let out = run(p.rowbus(args));
+        assert!(out.status.success() && out.stderr.is_empty(), "`rowbus {}`\n{}", args.join(" "), show(&out));
+    }
+    // One that changes what consumers may take still says so.
+    let out = run(p.rowbus(&["limit", &p.queue, "--max-running", "2"]));
+    assert!(out.status.success(), "{}", show(&out));
+    assert_mentions(&text(&out.stderr), &["not woken", "--listen-url"], "limit --max-running");
+}

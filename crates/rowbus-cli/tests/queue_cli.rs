@@ -71,8 +71,11 @@ impl Db {
         }
         let stdout = self.ok(&args);
         let mut expected = match self.database.kind {
-            Kind::Postgres => "PostgreSQL has LISTEN/NOTIFY built in: no notify table needed, nothing to do \
-                 (durable listeners need one: `rowbus deploy --durable`)\n"
+            Kind::Postgres if queues.is_empty() => "PostgreSQL has LISTEN/NOTIFY built in: no notify table \
+                 needed, nothing to do (durable listeners need one: `rowbus deploy --durable`)\n"
+                .to_owned(),
+            Kind::Postgres => "PostgreSQL has LISTEN/NOTIFY built in: no notify table needed (durable \
+                 listeners need one: `rowbus deploy --durable`)\n"
                 .to_owned(),
             _ => format!("notify table `{}` is ready\n", self.notify_table),
         };
@@ -121,6 +124,35 @@ impl Db {
             assert!(Instant::now() < deadline, "{what}: stats of `{table}` group {group:?} now: {line}");
             thread::sleep(Duration::from_millis(100));
         }
+    }
+}
+
+/// On PostgreSQL, `deploy --queue` says what is true of the notify table: none needed (and
+/// something to do: the queue), or, once `deploy --durable` made one, that it is there.
+#[test]
+fn deploy_on_postgres_says_what_is_true_of_the_notify_table() {
+    let db = Db::new(Kind::Postgres, "pgnative");
+    let q = db.queue("pgnative");
+    let first_line = |out: String| out.lines().next().unwrap_or_default().to_owned();
+    assert_eq!(
+        first_line(db.ok(&["deploy", "--queue", &q])),
+        "PostgreSQL has LISTEN/NOTIFY built in: no notify table needed (durable listeners need one: \
+         `rowbus deploy --durable`)"
+    );
+    assert_eq!(
+        first_line(db.ok(&["deploy", "--durable"])),
+        format!("notify table `{}` is ready", db.notify_table)
+    );
+    for args in [&["deploy", "--queue", &q][..], &["deploy"]] {
+        assert_eq!(
+            first_line(db.ok(args)),
+            format!(
+                "PostgreSQL has LISTEN/NOTIFY built in; the notify table `{}` of durable listeners is there \
+                 (made by `rowbus deploy --durable`)",
+                db.notify_table
+            ),
+            "{args:?}"
+        );
     }
 }
 

@@ -199,6 +199,13 @@ fn bad_flags_are_refused_in_one_line() {
         (vec!["--to", NATS, "--subject", "a", "--maxlen", "5"], "--maxlen is not for nats://"),
         (vec!["--to", "kafka://127.0.0.1:9092"], "names no broker rowbus relays to"),
         (vec!["--to", "nats://u:secret@127.0.0.1:4222"], "relaying to NATS needs --subject"),
+        (vec!["--to", NATS, "--subject", "orders.*"], "subject \"orders.*\" has a wildcard"),
+        (vec!["--to", NATS, "--subject", "orders.>"], "subject \"orders.>\" has a wildcard"),
+        (vec!["--to", NATS, "--subject", "{group}.>"], "subject \"{group}.>\" has a wildcard"),
+        (vec!["--to", NATS, "--subject", "new orders"], "has white space"),
+        (vec!["--to", NATS, "--subject", "orders..{key}"], "has an empty token"),
+        (vec!["--to", "mqtt://127.0.0.1:1883", "--topic", "orders/#"], "topic \"orders/#\" has a wildcard"),
+        (vec!["--to", "mqtt://127.0.0.1:1883", "--topic", "orders/+/{group}"], "has a wildcard"),
     ] {
         let mut cmd = rowbus();
         cmd.args(["--database-url", &url, "relay", "jobs"]).args(&args);
@@ -213,6 +220,57 @@ fn bad_flags_are_refused_in_one_line() {
     assert_eq!(output.status.code(), Some(2), "{}", show(&output));
     assert_mentions(&text(&output.stderr), &["--subject", "unknown placeholder {id}"], "a bad template");
     assert!(!file.exists(), "no SQLite file is made");
+}
+
+/// A subject no JetStream stream covers is refused at start, saying how to make one,
+/// rather than every message dead-lettered; once a stream covers it, the relay runs.
+#[test]
+fn a_subject_without_a_stream_is_refused_at_start() {
+    let (database, q) = filled(Kind::Sqlite, "relay_nostream", 2);
+    let uncovered = format!("{}.jobs", unique("nostream"));
+    let mut cmd = rowbus();
+    cmd.args(["--database-url", &database.url, "relay", &q, "--to", NATS, "--subject", &uncovered]);
+    let line = assert_error(&run(cmd), "relay to a subject without a stream");
+    assert_mentions(
+        &line,
+        &[&format!("no JetStream stream covers subject \"{uncovered}\""), "nats stream add", "--subjects"],
+        "relay to a subject without a stream",
+    );
+    assert_eq!(depth(&database, &q), 2, "nothing was taken");
+    // With the group in it: the group relayed is known, so is its subject.
+    let mut cmd = rowbus();
+    cmd.args(["--database-url", &database.url, "relay", &q, "--to", NATS, "--subject", "nostream_x.{group}"]);
+    let line = assert_error(&run(cmd), "relay to a subject template without a stream");
+    assert_mentions(&line, &["\"nostream_x._\""], "relay to a subject template without a stream");
+
+    let stream = Stream::new();
+    let subject = format!("{}.{{group}}", stream.name);
+    let mut running = relay(&database, &q, &["--to", NATS, "--subject", &subject]);
+    eventually("the queue is drained", || depth(&database, &q) == 0);
+    let (status, _, stderr) = running.stop("TERM");
+    assert!(status.success(), "{stderr:?}");
+    assert_eq!(stream.count(), 2);
+}
+
+/// A broker's warning on stderr is plain text when stderr is no terminal (a pipe here, a
+/// log file in production): no colour codes.
+#[test]
+fn warnings_off_a_terminal_have_no_colour_codes() {
+    let q = unique("relay_plain");
+    let database = Database::new(Kind::Sqlite, &q);
+    database.cleanup.queue(&q);
+    ok(&database, &["deploy", "--queue", &q], None);
+    // A key with a space makes a subject NATS refuses: the message is dead-lettered, and
+    // the relay warns.
+    ok(&database, &["publish", &q, "--key", "a b", "refused"], None);
+    let stream = Stream::new();
+    let subject = format!("{}.{{key}}", stream.name);
+    let mut running = relay(&database, &q, &["--to", NATS, "--subject", &subject]);
+    eventually("the message is dead-lettered", || depth(&database, &q) == 0);
+    let (status, _, stderr) = running.stop("TERM");
+    assert!(status.success(), "{stderr:?}");
+    assert!(stderr.iter().any(|l| l.contains("refused a message")), "no warning: {stderr:#?}");
+    assert!(!stderr.iter().any(|l| l.contains('\u{1b}')), "colour codes off a terminal: {stderr:#?}");
 }
 
 /// A broker that cannot be reached when the relay starts is one error line.

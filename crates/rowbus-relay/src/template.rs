@@ -105,6 +105,19 @@ impl Template {
         out
     }
 
+    /// Whether it names the message's ordering key: messages of one group may render
+    /// differently.
+    pub fn names_key(&self) -> bool {
+        self.parts.iter().any(|p| matches!(p, Part::Key))
+    }
+
+    /// What it renders for a group and a key that are plain words (`x`): its own text, as
+    /// every message has it, for the checks a broker's names must pass before any message
+    /// is sent.
+    pub fn sample(&self) -> String {
+        self.render("x", Some("x"))
+    }
+
     /// Whether it names neither the group nor the key: every message renders the same.
     pub fn is_fixed(&self) -> bool {
         self.parts.iter().all(|p| matches!(p, Part::Text(_)))

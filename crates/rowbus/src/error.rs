@@ -413,8 +413,10 @@ pub enum Error {
     /// The listener's connection task has stopped; the listener cannot be used any more.
     #[error("the listener has stopped")]
     ListenerClosed,
-    /// A statement failed.
-    #[error("database error: {}", without_server_line(&.0.to_string()))]
+    /// A statement failed. A prepared statement of the driver's that already exists
+    /// (SQLSTATE 42P05) or is missing (26000), the sign of a transaction-pooling PgBouncer
+    /// in front of a URL without `?pgbouncer=true`, says how to fix the URL.
+    #[error("database error: {}", database_line(.0))]
     Database(#[from] sqlx::Error),
     /// The statement that carried this publish together with others made at the same
     /// moment ([`Queue::publish`](crate::Queue::publish)) failed: its error, which each
@@ -528,6 +530,29 @@ fn without_server_line(text: &str) -> &str {
         Some((before, line)) if !line.is_empty() && line.bytes().all(|b| b.is_ascii_digit()) => before,
         _ => text,
     }
+}
+
+/// A driver error's text for [`Error::Database`]: without the server's source line, and
+/// with the fix when the error is a prepared statement of the driver's that already exists
+/// on the server connection (PgBouncer in transaction pooling mode hands one client's
+/// prepared statements to another, unless the URL says `pgbouncer=true`).
+fn database_line(e: &sqlx::Error) -> String {
+    let text = without_server_line(&e.to_string()).to_owned();
+    match is_pooled_statement_clash(e) {
+        true => format!(
+            "{text} (a transaction-pooling PgBouncer? add `?pgbouncer=true` to the database URL, \
+             `&pgbouncer=true` after other parameters)"
+        ),
+        false => text,
+    }
+}
+
+/// Whether `e` is PostgreSQL's `duplicate_prepared_statement` (42P05), or its
+/// `invalid_sql_statement_name` (26000, the same clash seen from the other client), on one
+/// of the driver's own statements (`sqlx_s_N`).
+fn is_pooled_statement_clash(e: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(db) = e else { return false };
+    matches!(db.code().as_deref(), Some("42P05" | "26000")) && db.message().contains("\"sqlx_s_")
 }
 
 /// Refuses `value` of `setting` with [`Error::InvalidDuration`] unless it is in `range`.

@@ -127,6 +127,16 @@ impl AmqpSink {
                 reason: format!("{} is not an amqp:// URL", redact(url)),
             });
         }
+        let key_len = options.routing_key.sample().len();
+        if key_len > MAX_SHORT_STRING_LENGTH {
+            return Err(RelayError::Config {
+                system: "amqp",
+                reason: format!(
+                    "the routing key {:?} is {key_len} bytes long without its group and key; AMQP allows 255",
+                    options.routing_key.as_str()
+                ),
+            });
+        }
         if options.exchange.len() > MAX_SHORT_STRING_LENGTH {
             return Err(RelayError::Config {
                 system: "amqp",

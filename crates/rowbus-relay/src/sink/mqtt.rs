@@ -173,8 +173,10 @@ impl MqttSink {
     /// Connects to the broker at `url`: `mqtt://[user[:password]@]host[:port]` (port 1883
     /// by default), `?client_id=ID` to name the client (a unique name is made otherwise).
     /// An unreachable broker, or one that refuses the connection, is
-    /// [`RelayError::Connect`]; a URL that cannot be read is [`RelayError::Config`].
+    /// [`RelayError::Connect`]; a URL that cannot be read, or a topic template whose own
+    /// text no broker takes ([`check_topic_template`]), is [`RelayError::Config`].
     pub async fn connect(url: &str, options: MqttOptions) -> Result<MqttSink, RelayError> {
+        check_topic_template(&options.topic)?;
         let client_options = client_options(url)?;
         let sink =
             MqttSink { url: url.to_owned(), options, client_options, link: tokio::sync::Mutex::new(None) };
@@ -293,6 +295,31 @@ impl MqttSink {
         }
         Ok((topic, PublishProperties { user_properties, ..PublishProperties::default() }))
     }
+}
+
+/// Refuses a topic template that no message can be published to, whatever its group and
+/// key: a wildcard (`+`, `#`) or U+0000 in its own text, or its text alone over 65,535
+/// bytes.
+///
+/// ```
+/// use rowbus_relay::Template;
+/// use rowbus_relay::sink::mqtt::check_topic_template;
+/// assert!(check_topic_template(&Template::parse("orders/{group}")?).is_ok());
+/// assert!(check_topic_template(&Template::parse("orders/#")?).is_err());
+/// # Ok::<(), rowbus_relay::RelayError>(())
+/// ```
+pub fn check_topic_template(topic: &Template) -> Result<(), RelayError> {
+    let sample = topic.sample();
+    let why = if sample.contains(['+', '#']) {
+        "has a wildcard (+ or #): a relay publishes each message to one topic, never a filter"
+    } else if sample.contains('\0') {
+        "has U+0000, which no MQTT topic may hold"
+    } else if sample.len() > 65_535 {
+        "is over 65535 bytes, the most an MQTT topic holds"
+    } else {
+        return Ok(());
+    };
+    Err(RelayError::Config { system: "mqtt", reason: format!("topic {:?} {why}", topic.as_str()) })
 }
 
 /// The bytes of an MQTT variable byte integer for `n`.
@@ -506,6 +533,22 @@ fn unique_client_id() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A template's own text is checked; what its placeholders stand for is not known yet.
+    #[test]
+    fn topics_no_broker_takes_are_refused() {
+        for good in ["orders/{group}", "{group}/{key}", "orders"] {
+            assert!(check_topic_template(&Template::parse(good).unwrap()).is_ok(), "{good:?}");
+        }
+        for bad in ["orders/#", "orders/+/{group}", "{key}#", "a\0b"] {
+            match check_topic_template(&Template::parse(bad).unwrap()) {
+                Err(RelayError::Config { system: "mqtt", reason }) => {
+                    assert!(reason.contains(&format!("{bad:?}")), "{reason}")
+                }
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
+    }
 
     #[test]
     fn urls_are_read() {

@@ -62,7 +62,11 @@ pub struct NatsSink {
 impl NatsSink {
     /// Connects to the NATS server at `url` (`nats://host:port`, with `user:password@`
     /// where the server wants them). Fails when the server cannot be reached now.
+    ///
+    /// A subject template whose own text NATS refuses ([`check_subject_template`]) is
+    /// [`RelayError::Config`], before any connection.
     pub async fn connect(url: &str, options: NatsOptions) -> Result<NatsSink, RelayError> {
+        check_subject_template(&options.subject)?;
         let client = async_nats::ConnectOptions::new()
             .connection_timeout(Duration::from_secs(5))
             .connect(url)
@@ -111,6 +115,43 @@ impl NatsSink {
             _ => SinkError::Unavailable(format!("nats: {e}")),
         })
     }
+
+    /// The JetStream stream that takes messages published to `subject`, if any: without
+    /// one, every message sent there is refused ("no stream") and dead-lettered.
+    pub async fn stream_for(&self, subject: &str) -> Result<Option<String>, RelayError> {
+        use async_nats::jetstream::context::GetStreamByNameErrorKind;
+        match self.jetstream.stream_by_subject(subject).await {
+            Ok(name) => Ok(Some(name)),
+            Err(e) if e.kind() == GetStreamByNameErrorKind::NotFound => Ok(None),
+            Err(e) => Err(RelayError::Config {
+                system: "nats",
+                reason: format!("cannot look up the JetStream stream of subject {subject:?}: {e}"),
+            }),
+        }
+    }
+}
+
+/// Refuses a subject template that no message can be published to, whatever its group
+/// and key: white space, an empty token or a wildcard (`*`, `>`) in its own text.
+///
+/// ```
+/// use rowbus_relay::Template;
+/// use rowbus_relay::sink::nats::check_subject_template;
+/// assert!(check_subject_template(&Template::parse("orders.{group}")?).is_ok());
+/// assert!(check_subject_template(&Template::parse("orders.>")?).is_err());
+/// # Ok::<(), rowbus_relay::RelayError>(())
+/// ```
+pub fn check_subject_template(subject: &Template) -> Result<(), RelayError> {
+    match subject_fault(&subject.sample()) {
+        Some(why) => Err(RelayError::Config {
+            system: "nats",
+            reason: format!(
+                "subject {:?} {why}: a relay publishes each message to one subject, never a pattern",
+                subject.as_str()
+            ),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Why the PubAck of a message published to `subject` is not a confirmation.
@@ -136,18 +177,22 @@ fn ack_error(subject: &str, error: &async_nats::jetstream::context::PublishError
 /// Refuses a subject NATS would refuse: empty, with white space, an empty token or a
 /// wildcard.
 fn check_subject(subject: &str) -> Result<(), SinkError> {
-    let bad = |why: &str| Err(SinkError::Refused(format!("nats: subject {subject:?} {why}")));
+    match subject_fault(subject) {
+        Some(why) => Err(SinkError::Refused(format!("nats: subject {subject:?} {why}"))),
+        None => Ok(()),
+    }
+}
+
+/// What NATS refuses in `subject` as one to publish to, if anything.
+fn subject_fault(subject: &str) -> Option<&'static str> {
     if subject.chars().any(char::is_whitespace) {
-        return bad("has white space");
+        return Some("has white space");
     }
-    for token in subject.split('.') {
-        match token {
-            "" => return bad("has an empty token"),
-            "*" | ">" => return bad("has a wildcard"),
-            _ => {}
-        }
-    }
-    Ok(())
+    subject.split('.').find_map(|token| match token {
+        "" => Some("has an empty token"),
+        "*" | ">" => Some("has a wildcard (* or >)"),
+        _ => None,
+    })
 }
 
 impl Sink for NatsSink {
@@ -214,6 +259,29 @@ mod tests {
         assert!(check_subject("orders").is_ok());
         for bad in ["", "orders.", ".orders", "a..b", "a b", "a.*", "a.>", "tab\there"] {
             assert!(matches!(check_subject(bad), Err(SinkError::Refused(_))), "{bad:?}");
+        }
+    }
+
+    /// A template's own text is checked; what its placeholders stand for is not known yet.
+    #[test]
+    fn templates_nats_would_refuse_are_refused() {
+        for good in ["orders.{group}", "{group}.{key}", "a*.{key}", "orders"] {
+            assert!(check_subject_template(&Template::parse(good).unwrap()).is_ok(), "{good:?}");
+        }
+        for (bad, says) in [
+            ("orders.*", "has a wildcard"),
+            ("orders.>", "has a wildcard"),
+            ("{group}.>", "has a wildcard"),
+            ("orders new.{group}", "white space"),
+            ("orders..{key}", "empty token"),
+            ("orders.", "empty token"),
+        ] {
+            match check_subject_template(&Template::parse(bad).unwrap()) {
+                Err(RelayError::Config { system: "nats", reason }) => {
+                    assert!(reason.contains(says) && reason.contains(&format!("{bad:?}")), "{reason}")
+                }
+                other => panic!("{bad:?}: {other:?}"),
+            }
         }
     }
 }

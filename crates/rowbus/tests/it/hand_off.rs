@@ -3,7 +3,7 @@
 //! leased to it and hands it over without a claim; what holds a claim back (a pause, a
 //! limit) holds a hand-off back too; with another broker claiming the same queue, every
 //! message is still handled once; a message handed to a runner that stopped meanwhile is
-//! given back at once.
+//! given back at once. `publish_with_id` hands over as `publish` does.
 
 use crate::common;
 
@@ -168,6 +168,31 @@ async fn hands_over_when_idle<DB: Brokers>(place: Place) {
 }
 
 on_each_database!(hands_over_when_idle);
+
+/// `publish_with_id` hands over as `publish` does, and the id it returns is the one the
+/// runner started.
+async fn publish_with_id_hands_over<DB: Brokers>(place: Place) {
+    let broker = DB::broker(&place, BrokerOptions::default()).await;
+    let cleanup = Cleanup::new(DB::BACKEND);
+    let q = queue(&broker, &cleanup.queue(&unique("handoff_id"))).await;
+    let (mut seen, task) = start(&q, "g", 2, FOREVER, Arc::new(Notify::new()));
+    until_idle(&broker).await;
+    let claims = broker.stats().claims;
+
+    for i in 0..3 {
+        let id = q.publish_with_id(Message::text(format!("m{i}")).group("g")).await.unwrap();
+        let got = next(&mut seen, "a message published with its id while the runner waits").await;
+        assert_eq!((Some(got.id), got.text.as_str(), got.attempt), (id, format!("m{i}").as_str(), 1));
+    }
+    until_empty(&q, "g").await;
+    let stats = broker.stats();
+    assert_eq!(stats.handed_off, 3, "{stats:?}");
+    assert_eq!(stats.claims, claims, "no claim ran for them: {stats:?}");
+    broker.shutdown(Duration::from_secs(5)).await;
+    task.await.unwrap();
+}
+
+on_each_database!(publish_with_id_hands_over);
 
 /// A batch runner waiting for work is handed a message as a batch of one.
 async fn hands_a_batch_runner_a_batch_of_one<DB: Brokers>(place: Place) {

@@ -119,8 +119,8 @@ pub(crate) async fn autocommitted<DB: Db>(
 
 /// What became of a publish offered to a runner of this process.
 enum HandOff {
-    /// Stored leased to an idle runner and handed to it.
-    Done(Published),
+    /// Stored leased to an idle runner and handed to it, under this id.
+    Done(Published, i64),
     /// No runner took it: the messages, to publish as usual.
     Not(Vec<Message>),
 }
@@ -174,7 +174,7 @@ async fn hand_off<DB: Db>(queue: &Queue<DB>, mut messages: Vec<Message>) -> Resu
     };
     let give_back = give_back(queue, &row, token);
     reserved.send(row, token, give_back);
-    Ok(HandOff::Done(Published { stored: 1, duplicates: Vec::new() }))
+    Ok(HandOff::Done(Published { stored: 1, duplicates: Vec::new() }, id))
 }
 
 /// What gives a message handed over back, should its runner stop before starting it:
@@ -460,7 +460,9 @@ impl<DB: Db> Queue<DB> {
     /// [`dedup_id`](Message::dedup_id) being in the queue. The id is the one the database
     /// generated on the same connection, read right after the insert (PostgreSQL
     /// `lastval()`, MySQL/MariaDB `LAST_INSERT_ID()`, SQLite `last_insert_rowid()`): one
-    /// more round trip than [`publish`](Self::publish). Wakes subscriptions as it does.
+    /// more round trip than [`publish`](Self::publish). Wakes subscriptions as it does,
+    /// and hands the message to a runner of this broker waiting for work as it does (then
+    /// without the second round trip: the id comes back with the insert).
     pub async fn publish_with_id(&self, message: Message) -> Result<Option<i64>, Error> {
         let queue = self.clone();
         to_the_end(async move { queue.publish_with_id_now(message).await }).await
@@ -468,8 +470,11 @@ impl<DB: Db> Queue<DB> {
 
     /// [`publish_with_id`](Self::publish_with_id) itself.
     async fn publish_with_id_now(&self, message: Message) -> Result<Option<i64>, Error> {
-        let messages = [message];
-        let limit = checked(self, &messages).await?;
+        let limit = checked(self, std::slice::from_ref(&message)).await?;
+        let messages = match hand_off(self, vec![message]).await? {
+            HandOff::Done(_, id) => return Ok(Some(id)),
+            HandOff::Not(messages) => messages,
+        };
         let mut conn = self.inner().pool.acquire().await?;
         let published = insert(self, &mut conn, &messages, limit, true).await?;
         let id = match published.stored {
@@ -507,7 +512,7 @@ impl<DB: Db> Queue<DB> {
             async move {
                 let limit = checked(&queue, &messages).await?;
                 match hand_off(&queue, messages).await? {
-                    HandOff::Done(published) => Ok(published),
+                    HandOff::Done(published, _) => Ok(published),
                     HandOff::Not(messages) => autocommitted(&queue, messages, limit).await,
                 }
             }

@@ -169,16 +169,21 @@ fn check_key(field: &'static str, value: Option<&str>) -> Result<(), Error> {
 }
 
 /// Refuses a timeout header that is not a whole number of milliseconds, greater than
-/// zero and at most [`MAX_DURATION`](crate::limits::MAX_DURATION).
+/// zero and at most [`MAX_DURATION`](crate::limits::MAX_DURATION), saying so in the
+/// header's own unit.
 fn check_timeout(headers: &Headers) -> Result<(), Error> {
     let Some(value) = headers.get(TIMEOUT_HEADER) else { return Ok(()) };
     let ms: Option<u64> = value.parse().ok();
-    match ms.map(Duration::from_millis) {
-        Some(d) => crate::error::check_duration("timeout", d, notify_table::DurationRange::Positive),
-        None => Err(Error::InvalidMessage {
+    let in_range = |ms: u64| notify_table::DurationRange::Positive.contains(Duration::from_millis(ms));
+    match ms {
+        Some(ms) if in_range(ms) => Ok(()),
+        _ => Err(Error::InvalidMessage {
             field: "timeout",
             value: value.clone(),
-            reason: format!("the {TIMEOUT_HEADER} header is a whole number of milliseconds"),
+            reason: format!(
+                "must be a whole number of milliseconds from 1 to {} (100 years) in the {TIMEOUT_HEADER} header",
+                notify_table::MAX_DURATION.as_millis()
+            ),
         }),
     }
 }
@@ -236,6 +241,25 @@ mod tests {
         assert!(matches!(err, Error::InvalidMessage { field: "dedup_id", .. }), "{err}");
         assert!(Message::text("x").key("é".repeat(255)).check().is_ok());
         assert!(Message::text("x").key("é".repeat(256)).check().is_err());
+    }
+
+    /// A timeout header out of range is refused in its own words and unit: milliseconds as
+    /// written, not a duration of nanoseconds.
+    #[test]
+    fn timeout_header_is_refused_in_milliseconds() {
+        for value in ["0", "soon", "-5", "3153600000001"] {
+            let err = Message::text("x").header(TIMEOUT_HEADER, value).check().unwrap_err();
+            assert!(matches!(err, Error::InvalidMessage { field: "timeout", .. }), "{err}");
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "invalid message timeout {value:?}: it must be a whole number of milliseconds from 1 to \
+                     3153600000000 (100 years) in the rowbus-timeout-ms header"
+                )
+            );
+        }
+        assert!(Message::text("x").header(TIMEOUT_HEADER, "1").check().is_ok());
+        assert!(Message::text("x").timeout(Duration::from_micros(1)).check().is_ok());
     }
 
     #[test]

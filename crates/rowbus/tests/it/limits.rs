@@ -304,6 +304,47 @@ async fn rate_limit_spreads_starts<DB: Brokers>(place: Place) {
 }
 on_each_database!(rate_limit_spreads_starts);
 
+/// A transactional handler of a limited group is refused at its start, typed; so is one
+/// of any group under a whole-queue limit; without limits it runs.
+async fn transactional_handlers_refuse_limited_groups<DB: Brokers>(place: Place) {
+    let cleanup = Cleanup::new(DB::BACKEND);
+    let name = cleanup.queue(&unique("lim_tx"));
+    let (brokers, queues) = brokers::<DB>(&place, &name, 1).await;
+    let q = &queues[0];
+    q.set_limit(&LimitScope::Group("g".into()), Limit::MaxRunning(2)).await.unwrap();
+    let run = q.subscribe().group("g").run_tx(|_, _| Box::pin(async { Ok::<_, Error>(()) }));
+    match run.await {
+        Err(Error::LimitedTransactional { table, group }) => {
+            assert_eq!((table, group), (name.clone(), "g".into()))
+        }
+        other => panic!("expected LimitedTransactional, got {other:?}"),
+    }
+    q.set_limit(&LimitScope::Queue, Limit::Rate("5/s".parse().unwrap())).await.unwrap();
+    let run = q.subscribe().group("other").run_batch_tx(|_, _| Box::pin(async { Ok::<_, Error>(()) }));
+    assert!(matches!(run.await, Err(Error::LimitedTransactional { .. })));
+    q.clear_limit(&LimitScope::Queue).await.unwrap();
+    q.clear_limit(&LimitScope::Group("g".into())).await.unwrap();
+    q.publish(Message::text("tx").group("g")).await.unwrap();
+    let (done, handled) = tokio::sync::oneshot::channel::<()>();
+    let done = Arc::new(Mutex::new(Some(done)));
+    let sub = q.subscribe().group("g").until(async move { drop(handled.await) });
+    sub.run_tx(move |_, _| {
+        let done = done.clone();
+        Box::pin(async move {
+            if let Some(done) = done.lock().unwrap().take() {
+                let _ = done.send(());
+            }
+            Ok::<_, Error>(())
+        })
+    })
+    .await
+    .unwrap();
+    shutdown(brokers, vec![]).await;
+    q.undeploy().await.unwrap();
+    cleanup.forget(&name);
+}
+on_each_database!(transactional_handlers_refuse_limited_groups);
+
 /// The most of `sorted` times in any window `window` long (half open).
 fn most_in_window(sorted: &[Instant], window: Duration) -> usize {
     let mut most = 0;

@@ -80,6 +80,20 @@ fn set_list_clear(kind: Kind) {
              group \"g\" of queue `{q}`: per key 2; ready 0, limited 0\n"
         )
     );
+    assert_eq!(
+        ok(&database, &["limit", &q, "--group", "b", "--rate", "20/s", "--burst", "1"]),
+        format!("limited group \"b\" of queue `{q}`: at most 20/s started, 1 at once\n")
+    );
+    assert!(
+        ok(&database, &["limit", &q, "--list"])
+            .contains(&format!("group \"b\" of queue `{q}`: rate 20/s, burst 1;"))
+    );
+    assert!(
+        refused(&database, &["limit", &q, "--rate", "20/s", "--burst", "21"])
+            .contains("from 1 to the rate's count (20)")
+    );
+    assert!(refused(&database, &["limit", &q, "--burst", "2"]).contains("--rate"));
+    ok(&database, &["limit", &q, "--group", "b", "--clear"]);
     // Without a queue: every queue found, this one among them.
     let all = ok(&database, &["limit", "--list"]);
     assert!(all.contains(&listed), "{all}");

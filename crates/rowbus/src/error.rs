@@ -201,10 +201,10 @@ pub enum Error {
         /// The queue table's name.
         table: String,
     },
-    /// The queue's limits tables are missing: the queue was deployed by a rowbus without
-    /// limits, and claims and limits need them.
+    /// The queue's limits tables are missing, or lack their newest columns (a rate's
+    /// burst): the queue was deployed by an older rowbus, and claims and limits need them.
     #[error(
-        "the queue `{table}` has no limits tables `{table}_limits` and `{table}_starts` (deployed by an older rowbus): add them with `rowbus deploy --queue {table}` (or Queue::deploy), which leaves the messages alone"
+        "the queue `{table}` lacks its limits tables `{table}_limits` and `{table}_starts`, or their newest columns (deployed by an older rowbus): add them with `rowbus deploy --queue {table}` (or Queue::deploy), which leaves the messages alone"
     )]
     MissingLimitsTable {
         /// The queue table's name.

@@ -958,6 +958,8 @@ impl Limiting for MySql {
                  \x20 `per_key` BIGINT NULL,\n\
                  \x20 `rate_count` BIGINT NULL,\n\
                  \x20 `rate_period_us` BIGINT NULL,\n\
+                 \x20 `rate_burst` BIGINT NULL,\n\
+                 \x20 `rate_next_us` BIGINT NULL,\n\
                  \x20 PRIMARY KEY (`whole_queue`, `group_name`)\n\
                  ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
                 super::quoted::<Self>(table, super::LIMITS_SUFFIX)

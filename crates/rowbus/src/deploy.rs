@@ -301,6 +301,7 @@ async fn migration<DB: Db>(conn: &mut DB::Connection, queue: &QueueTable) -> Res
 
 /// What the database holds under a queue's table name.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum TableState {
     /// No such table.
     Missing,

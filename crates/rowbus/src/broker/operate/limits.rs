@@ -150,6 +150,7 @@ impl Rate {
 
 /// One limit of a scope, as [`Queue::set_limit`] sets it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Limit {
     /// At most this many messages in flight at once (claimed, their lease unexpired),
     /// whatever the number of consumers and processes.
@@ -168,6 +169,7 @@ pub enum Limit {
 
 /// A scope's limits and how it stands, as [`Queue::limits`] reads them.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LimitStatus {
     /// What the limits count.
     pub scope: LimitScope,

@@ -19,6 +19,7 @@ use crate::sql::Db;
 
 /// What a handler decided about its message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Outcome {
     /// Done: delete it.
     Ack,

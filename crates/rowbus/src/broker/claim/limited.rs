@@ -230,10 +230,13 @@ pub(crate) async fn claim_in<DB: Db>(
     // Under a rate, the starts the buckets allow from a little ahead on, as far as a
     // quarter of the lease (and a period) ahead: the rest wait for a later claim.
     let mut starts = Vec::new();
+    // Where the plan was made, and the buckets before it (see below).
+    let mut planned = None;
     if let (Some((now, _)), true) = (clock, room > 0) {
         let shortest = rows.iter().filter(|r| r.rated()).map(|r| r.rate_us).min().unwrap_or(0);
         let first = now.saturating_add(lead(shortest));
         let last = first.saturating_add(shortest.min(lease / 4));
+        planned = Some((first, last, rows.iter().map(|r| r.next_us).collect::<Vec<_>>()));
         let mut rated: Vec<&mut Row> = rows.iter_mut().filter(|r| r.rated()).collect();
         starts = plan(&mut rated, room, first, last, together);
         if starts.is_empty() {
@@ -250,7 +253,16 @@ pub(crate) async fn claim_in<DB: Db>(
     } else {
         Vec::new()
     };
-    starts.truncate(claimed.len());
+    if let Some((first, last, before)) = planned
+        && claimed.len() < starts.len()
+    {
+        // Fewer ready than planned for: the buckets move on by what was taken only (an
+        // idle consumer's claims would otherwise push them ahead of time, poll by poll).
+        rows.iter_mut().zip(before).for_each(|(r, next)| r.next_us = next);
+        let mut rated: Vec<&mut Row> = rows.iter_mut().filter(|r| r.rated()).collect();
+        let taken = i64::try_from(claimed.len()).unwrap_or(i64::MAX);
+        starts = if taken > 0 { plan(&mut rated, taken, first, last, together) } else { Vec::new() };
+    }
     for row in rows.iter().filter(|row| row.counts()) {
         let (whole, scope) = (row.whole_queue, scope(row));
         for (c, chunk) in claimed.chunks(ACK_BATCH).enumerate() {
@@ -305,4 +317,59 @@ pub(crate) async fn applies<DB: Db>(queue: &Queue<DB>, group: &str) -> Result<bo
     let mut conn = queue.inner().pool.acquire().await?;
     let rows = DB::fetch_rows(&mut conn, &queue.sql.limits.any, &[Arg::Text(group)], 0).await?;
     Ok(rows.first().is_some_and(|r| r.int(0) > 0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A limits row of a rate of `count` per second, burst `burst` (0: unset).
+    fn rated(count: i64, burst: i64, next_us: i64) -> Row {
+        Row {
+            whole_queue: 1,
+            max_running: 0,
+            per_key: 0,
+            rate_count: count,
+            rate_us: 1_000_000,
+            burst,
+            next_us,
+        }
+    }
+
+    #[test]
+    fn a_burst_of_one_spreads_starts_one_interval_apart() {
+        let mut row = rated(10, 1, 0);
+        let starts = plan(&mut [&mut row], 3, 5_000, 1_005_000, false);
+        assert_eq!(starts, [5_000, 105_000, 205_000]);
+        assert_eq!(row.next_us, 305_000);
+        // The next claim goes on from there, not from its own first.
+        let starts = plan(&mut [&mut row], 2, 6_000, 1_006_000, false);
+        assert_eq!(starts, [305_000, 405_000]);
+    }
+
+    #[test]
+    fn the_default_burst_starts_the_count_at_once_and_stops_at_the_last() {
+        let mut row = rated(4, 0, 0);
+        assert_eq!(
+            plan(&mut [&mut row], 6, 1_000, 1_001_000, false),
+            [1_000; 4].to_vec().into_iter().chain([251_000, 501_000]).collect::<Vec<_>>()
+        );
+        let mut row = rated(10, 1, 0);
+        assert_eq!(plan(&mut [&mut row], 5, 0, 250_000, false), [0, 100_000, 200_000]);
+    }
+
+    #[test]
+    fn a_batch_shares_one_start_and_takes_at_most_the_burst() {
+        let mut row = rated(10, 3, 0);
+        let starts = plan(&mut [&mut row], 8, 0, 1_000_000, true);
+        assert_eq!(starts, [0, 0, 0]);
+        assert_eq!(row.next_us, 300_000);
+    }
+
+    #[test]
+    fn the_strictest_of_two_buckets_holds() {
+        let (mut queue, mut group) = (rated(10, 1, 0), rated(5, 1, 0));
+        let starts = plan(&mut [&mut queue, &mut group], 3, 0, 1_000_000, false);
+        assert_eq!(starts, [0, 200_000, 400_000]);
+    }
 }

@@ -288,9 +288,14 @@ mod tests {
         events.snoozed = 3;
         events.lease_lost = 1;
         let counts = [
-            Counts { table: "jobs".parse().unwrap(), counts: Ok(Some(events)), limited: Some(2) },
-            Counts { table: "old".parse().unwrap(), counts: Ok(None), limited: None },
-            Counts { table: "secret".parse().unwrap(), counts: Err(()), limited: None },
+            Counts {
+                table: "jobs".parse().unwrap(),
+                counts: Ok(Some(events)),
+                limited: Some(2),
+                limits: Vec::new(),
+            },
+            Counts { table: "old".parse().unwrap(), counts: Ok(None), limited: None, limits: Vec::new() },
+            Counts { table: "secret".parse().unwrap(), counts: Err(()), limited: None, limits: Vec::new() },
         ];
         let text = render(&[line("jobs", GroupStats::default())], Some(&notify), &pauses, &counts, &stats);
         let mut current: Option<(String, String)> = None;

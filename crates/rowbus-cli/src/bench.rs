@@ -307,6 +307,7 @@ async fn measure(
         rowbus::WakePath::Pushed { via } => format!("pushed by {via}"),
         rowbus::WakePath::Polling { reason } => format!("polling: {reason}"),
         rowbus::WakePath::Connecting => "connecting".to_owned(),
+        other => format!("{other:?}"),
     };
     if args.durable {
         for channel in [&latency_channel, &load_channel] {

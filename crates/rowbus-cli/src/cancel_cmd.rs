@@ -94,7 +94,8 @@ mod tests {
 
     #[test]
     fn says_what_it_cancelled() {
-        let done = Cancelled { ids: vec![7, 9], running: vec![9] };
+        let mut done = Cancelled::default();
+        (done.ids, done.running) = (vec![7, 9], vec![9]);
         assert_eq!(
             said(&done, "jobs"),
             "cancelled 2 messages from `jobs`: 7, 9 (running: 9; its consumer stops it)"

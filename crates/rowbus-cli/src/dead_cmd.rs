@@ -245,18 +245,17 @@ mod tests {
 
     #[test]
     fn lines_stay_one_line() {
-        let letter = DeadLetter {
-            id: 7,
-            group: "g".into(),
-            payload: vec![0xff, 0x00],
-            attempts: 3,
-            last_error: Some("exit status 1\nstderr: no".into()),
-            published_at: SystemTime::UNIX_EPOCH,
-            died_at: SystemTime::UNIX_EPOCH,
-            priority: -2,
-            key: Some("k".into()),
-            headers: [("h".to_owned(), "v".to_owned())].into(),
-        };
+        let mut letter = DeadLetter::default();
+        letter.id = 7;
+        letter.group = "g".into();
+        letter.payload = vec![0xff, 0x00];
+        letter.attempts = 3;
+        letter.last_error = Some("exit status 1\nstderr: no".into());
+        letter.published_at = SystemTime::UNIX_EPOCH;
+        letter.died_at = SystemTime::UNIX_EPOCH;
+        letter.priority = -2;
+        letter.key = Some("k".into());
+        letter.headers = [("h".to_owned(), "v".to_owned())].into();
         let text = text_line(&letter);
         assert!(!text.contains('\n') && text.contains("<2 bytes, not UTF-8>"), "{text}");
         let line = json_line(&letter);

@@ -100,16 +100,15 @@ mod tests {
 
     #[test]
     fn lines_say_the_outcome_and_stay_one_line() {
-        let entry = HistoryEntry {
-            id: 7,
-            group: "g".into(),
-            payload: vec![0xff],
-            attempts: 2,
-            outcome: HistoryOutcome::DeadLettered,
-            last_error: Some("boom\nagain".into()),
-            published_at: SystemTime::UNIX_EPOCH,
-            handled_at: SystemTime::UNIX_EPOCH,
-        };
+        let mut entry = HistoryEntry::default();
+        entry.id = 7;
+        entry.group = "g".into();
+        entry.payload = vec![0xff];
+        entry.attempts = 2;
+        entry.outcome = HistoryOutcome::DeadLettered;
+        entry.last_error = Some("boom\nagain".into());
+        entry.published_at = SystemTime::UNIX_EPOCH;
+        entry.handled_at = SystemTime::UNIX_EPOCH;
         let text = text_line(&entry);
         assert!(!text.contains('\n') && text.contains("  dead  ") && text.contains("<1 bytes"), "{text}");
         let line = json_line(&entry);

@@ -3,7 +3,8 @@
 //!
 //! - `rowbus limit QUEUE [--group G] --max-running N`: at most N messages in flight at once;
 //! - `rowbus limit QUEUE [--group G] --per-key N`: at most N of one ordering key at once;
-//! - `rowbus limit QUEUE [--group G] --rate N/s|N/m|N/h`: at most N started per period;
+//! - `rowbus limit QUEUE [--group G] --rate N/s|N/m|N/h [--burst B]`: at most N started
+//!   per period, at most B of them at once (B = 1 spreads them evenly; by default N);
 //! - `rowbus limit QUEUE [--group G] --clear`: removes the scope's limits;
 //! - `rowbus limit QUEUE --list`, or `rowbus limit --list` for every queue found: the
 //!   limits and how each scope stands (running, started, ready, held back).
@@ -36,11 +37,15 @@ pub(crate) struct LimitArgs {
     /// At most N messages started per second, minute or hour: N/s, N/m, N/h
     #[arg(long, value_name = "N/UNIT", value_parser = rate, allow_hyphen_values = true)]
     rate: Option<Rate>,
+    /// With --rate: at most N of them started at once, the rest spread over the period
+    /// (1: evenly, one every period/count) [default: the rate's count]
+    #[arg(long, value_name = "N", value_parser = count, requires = "rate")]
+    burst: Option<u64>,
     /// Remove the limits of the queue (or of the group)
-    #[arg(long, conflicts_with_all = ["max_running", "per_key", "rate", "list"])]
+    #[arg(long, conflicts_with_all = ["max_running", "per_key", "rate", "burst", "list"])]
     clear: bool,
     /// Show the limits and how each limited scope stands
-    #[arg(long, conflicts_with_all = ["max_running", "per_key", "rate"])]
+    #[arg(long, conflicts_with_all = ["max_running", "per_key", "rate", "burst"])]
     list: bool,
 }
 
@@ -132,8 +137,16 @@ async fn run<DB: Db>(broker: &Broker<DB>, url: &str, args: &LimitArgs) -> Result
         set.push(format!("at most {n} of a key in flight"));
     }
     if let Some(rate) = args.rate {
-        queue.set_limit(&scope, Limit::Rate(rate)).await?;
-        set.push(format!("at most {rate} started"));
+        match args.burst {
+            Some(burst) => {
+                queue.set_limit(&scope, Limit::Rate(rate.with_burst(burst))).await?;
+                set.push(format!("at most {rate} started, {burst} at once"));
+            }
+            None => {
+                queue.set_limit(&scope, Limit::Rate(rate)).await?;
+                set.push(format!("at most {rate} started"));
+            }
+        }
     }
     outln!("limited {what}: {}", set.join(", "));
     Ok(())

@@ -648,6 +648,7 @@ fn print_event(
             eprintln!("rowbus: stopped listening on {channel}");
             return Err(error.into());
         }
+        other => eprintln!("rowbus: {other:?}"),
     }
     Ok(())
 }

@@ -138,6 +138,7 @@ async fn store<DB: Db>(queue: &Queue<DB>, name: &str, schedule: Schedule) -> Res
         ScheduleChange::Added => outln!("added {what}: {when}, next tick {next}"),
         ScheduleChange::Replaced => outln!("replaced {what}: {when}, counted from now; next tick {next}"),
         ScheduleChange::Unchanged => outln!("{what} is already {when}: unchanged; next tick {next}"),
+        other => outln!("{what}: {other:?}; next tick {next}"),
     }
     Ok(())
 }

@@ -41,6 +41,12 @@ fn stats_show_what_a_limit_holds(kind: Kind) {
     assert_eq!(json(&database)["counts"][&q]["limited"], 2);
     let text = ok(&database, &["stats", &q]);
     assert!(text.contains(&format!("events of `{q}`: ")) && text.contains("held by a limit now 2"), "{text}");
+    // The limits themselves, in words, for the dashboard's queue line.
+    ok(&database, &["limit", &q, "--rate", "20/s", "--burst", "2"]);
+    assert_eq!(
+        json(&database)["counts"][&q]["limits"],
+        serde_json::json!(["whole queue: max running 1, rate 20/s, burst 2"])
+    );
 }
 on_each_database!(stats_show_what_a_limit_holds);
 
@@ -80,6 +86,21 @@ fn set_list_clear(kind: Kind) {
              group \"g\" of queue `{q}`: per key 2; ready 0, limited 0\n"
         )
     );
+    assert_eq!(
+        ok(&database, &["limit", &q, "--group", "b", "--rate", "20/s", "--burst", "1"]),
+        format!("limited group \"b\" of queue `{q}`: at most 20/s started, 1 at once\n")
+    );
+    assert!(
+        ok(&database, &["limit", &q, "--list"])
+            .contains(&format!("group \"b\" of queue `{q}`: rate 20/s, burst 1;"))
+    );
+    assert!(
+        refused(&database, &["limit", &q, "--rate", "20/s", "--burst", "21"])
+            .contains("from 1 to the rate's count (20)")
+    );
+    // clap: "the following required arguments were not provided:", then `--rate`.
+    assert!(refused(&database, &["limit", &q, "--burst", "2"]).contains("required arguments"));
+    ok(&database, &["limit", &q, "--group", "b", "--clear"]);
     // Without a queue: every queue found, this one among them.
     let all = ok(&database, &["limit", "--list"]);
     assert!(all.contains(&listed), "{all}");

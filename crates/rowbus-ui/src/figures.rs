@@ -3,6 +3,7 @@
 //! table), and their JSON shapes.
 
 use rowbus::durable::DurableListener;
+use rowbus::limit::{LimitScope, LimitStatus};
 use rowbus::stats::{Counted, GroupStats, NotifyTableStats, QueueCounts};
 use rowbus::{Broker, Db, QueueTable};
 use serde_json::json;
@@ -68,6 +69,9 @@ pub struct Counts {
     /// Its messages ready but held back by a limit now; `None` without a limits table (a
     /// queue deployed by an older rowbus) or where this role may not read it.
     pub limited: Option<u64>,
+    /// Each limited scope's limits in words (`whole queue: max running 5, rate 20/s,
+    /// burst 1`), the whole queue's first; empty where `limited` is `None`.
+    pub limits: Vec<String>,
 }
 
 /// The counts of `table`'s consumers; a counts table this role may not read is one part
@@ -79,13 +83,33 @@ pub async fn counts<DB: Db>(broker: &Broker<DB>, table: &QueueTable) -> Result<C
         Err(e) if e.is_permission_denied() => Err(()),
         Err(e) => return Err(e),
     };
-    let limited = match queue.limited().await {
-        Ok(held) => Some(held),
-        Err(rowbus::Error::MissingLimitsTable { .. }) => None,
-        Err(e) if e.is_permission_denied() => None,
+    // One read gives both the limits and what they hold (as `Queue::limited` adds it up).
+    let (limited, limits) = match queue.limits().await {
+        Ok(all) => {
+            let held = |queue: bool| {
+                all.iter().filter(move |l| (l.scope == LimitScope::Queue) == queue).map(|l| l.held)
+            };
+            let limited = held(true).sum::<u64>().max(held(false).sum::<u64>());
+            (Some(limited), all.iter().map(limit_words).collect())
+        }
+        Err(rowbus::Error::MissingLimitsTable { .. }) => (None, Vec::new()),
+        Err(e) if e.is_permission_denied() => (None, Vec::new()),
         Err(e) => return Err(e),
     };
-    Ok(Counts { table: table.clone(), counts, limited })
+    Ok(Counts { table: table.clone(), counts, limited, limits })
+}
+
+/// A scope's limits in words: `group "g": max running 5, per key 2, rate 20/s, burst 1`.
+pub fn limit_words(status: &LimitStatus) -> String {
+    let limits: Vec<String> = [
+        status.max_running.map(|n| format!("max running {n}")),
+        status.per_key.map(|n| format!("per key {n}")),
+        status.rate.map(|rate| format!("rate {rate}")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    format!("{}: {}", status.scope, limits.join(", "))
 }
 
 /// The words of a counted event: `timed out` for `timed_out`.
@@ -94,8 +118,9 @@ pub fn counted_words(kind: Counted) -> String {
 }
 
 /// Each queue's counts as JSON: `{TABLE: {"cancelled": N, "snoozed": N, "timed_out": N,
-/// "lease_lost": N, "limited": N}}` ("limited": ready messages held by a limit now, absent
-/// without a limits table), null without a counts table, `{"error": ...}` where not
+/// "lease_lost": N, "limited": N, "limits": [TEXT]}}` ("limited": ready messages held by a
+/// limit now, absent without a limits table; "limits": each limited scope's limits in
+/// words, absent without any), null without a counts table, `{"error": ...}` where not
 /// readable.
 pub fn counts_json(counted: &[Counts]) -> serde_json::Value {
     let entries = counted.iter().map(|c| {
@@ -105,6 +130,7 @@ pub fn counts_json(counted: &[Counts]) -> serde_json::Value {
                     .iter()
                     .map(|k| (k.as_str().to_owned(), json!(counts.get(*k))))
                     .chain(c.limited.map(|held| ("limited".to_owned(), json!(held))))
+                    .chain((!c.limits.is_empty()).then(|| ("limits".to_owned(), json!(c.limits))))
                     .collect(),
             ),
             Ok(None) => serde_json::Value::Null,

@@ -318,20 +318,19 @@ mod tests {
     #[test]
     fn messages_by_state() {
         let lines = [
-            line(
-                "jobs",
-                GroupStats {
-                    group: "we\"ird\\\n".into(),
-                    depth: 10,
-                    ready: 4,
-                    in_flight: 3,
-                    oldest: Some(Duration::from_millis(1500)),
-                    oldest_ready: Some(Duration::from_millis(500)),
-                    dead: Some(2),
-                    paused: false,
-                },
-            ),
-            line("other", GroupStats { depth: 1, ready: 1, ..GroupStats::default() }),
+            line("jobs", {
+                let mut g = GroupStats::default();
+                (g.group, g.depth, g.ready, g.in_flight) = ("we\"ird\\\n".into(), 10, 4, 3);
+                g.oldest = Some(Duration::from_millis(1500));
+                g.oldest_ready = Some(Duration::from_millis(500));
+                g.dead = Some(2);
+                g
+            }),
+            line("other", {
+                let mut g = GroupStats::default();
+                (g.depth, g.ready) = (1, 1);
+                g
+            }),
         ];
         let text = render(&lines, None, &[], &[], &Stats::default());
         let samples: Vec<&str> = text.lines().filter(|l| l.starts_with("rowbus_messages{")).collect();
@@ -363,29 +362,26 @@ mod tests {
     /// sample belongs to the family announced last.
     #[test]
     fn every_family_has_help_and_type() {
-        let notify =
-            NotifyTableStats { table: "rowbus_notify".into(), rows: 7, oldest: Some(Duration::from_secs(3)) };
-        let stats = Stats {
-            published: 5,
-            publishes: 2,
-            acked: 4,
-            retried: 3,
-            dead_lettered: 2,
-            dead_letter_failures: 6,
-            claims: 9,
-            handed_off: 11,
-            claim_errors: 1,
-            snoozed: 8,
-            ..Stats::default()
-        };
+        let mut notify = NotifyTableStats::default();
+        (notify.table, notify.rows, notify.oldest) =
+            ("rowbus_notify".into(), 7, Some(Duration::from_secs(3)));
+        let mut stats = Stats::default();
+        (stats.published, stats.publishes, stats.acked, stats.retried) = (5, 2, 4, 3);
+        (stats.dead_lettered, stats.dead_letter_failures, stats.claims) = (2, 6, 9);
+        (stats.handed_off, stats.claim_errors, stats.snoozed) = (11, 1, 8);
         let pauses = [("jobs".parse().unwrap(), Paused::default())];
         let mut events = QueueCounts::default();
         events.snoozed = 3;
         events.lease_lost = 1;
         let counts = [
-            Counts { table: "jobs".parse().unwrap(), counts: Ok(Some(events)), limited: Some(2) },
-            Counts { table: "old".parse().unwrap(), counts: Ok(None), limited: None },
-            Counts { table: "secret".parse().unwrap(), counts: Err(()), limited: None },
+            Counts {
+                table: "jobs".parse().unwrap(),
+                counts: Ok(Some(events)),
+                limited: Some(2),
+                limits: Vec::new(),
+            },
+            Counts { table: "old".parse().unwrap(), counts: Ok(None), limited: None, limits: Vec::new() },
+            Counts { table: "secret".parse().unwrap(), counts: Err(()), limited: None, limits: Vec::new() },
         ];
         let text = render(&[line("jobs", GroupStats::default())], Some(&notify), &pauses, &counts, &stats);
         let mut current: Option<(String, String)> = None;
@@ -461,12 +457,24 @@ mod tests {
         assert!(!text.contains("queue=\"old\"") && !text.contains("queue=\"secret\""), "{text}");
     }
 
+    /// A pause as `Queue::paused` reads it.
+    fn paused(queue: bool, groups: &[&str]) -> Paused {
+        let mut paused = Paused::default();
+        paused.queue = queue;
+        paused.groups = groups.iter().map(|g| (*g).to_owned()).collect();
+        paused
+    }
+
     /// Each group has a `rowbus_paused` sample, 1 when a pause holds it (its own or the
     /// whole queue's, as `GroupStats::paused` says), its name escaped; each queue table a
     /// `rowbus_queue_paused` sample, 1 when paused as a whole, those without a group too.
     #[test]
     fn paused_groups_and_queues() {
-        let held = |group: &str, paused| GroupStats { group: group.into(), paused, ..GroupStats::default() };
+        let held = |group: &str, paused| {
+            let mut g = GroupStats::default();
+            (g.group, g.paused) = (group.into(), paused);
+            g
+        };
         let lines = [
             line("jobs", held("", false)),
             line("jobs", held("a\"b", true)),
@@ -474,9 +482,9 @@ mod tests {
             line("mail", held("x", true)),
         ];
         let pauses = [
-            ("jobs".parse().unwrap(), Paused { queue: false, groups: vec!["a\"b".into()] }),
-            ("mail".parse().unwrap(), Paused { queue: true, groups: Vec::new() }),
-            ("empty".parse().unwrap(), Paused { queue: true, groups: Vec::new() }),
+            ("jobs".parse().unwrap(), paused(false, &["a\"b"])),
+            ("mail".parse().unwrap(), paused(true, &[])),
+            ("empty".parse().unwrap(), paused(true, &[])),
         ];
         let text = render(&lines, None, &pauses, &[], &Stats::default());
         let samples: Vec<&str> = text.lines().filter(|l| l.contains("paused")).collect();

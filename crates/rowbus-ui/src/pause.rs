@@ -134,7 +134,11 @@ mod tests {
     fn states_as_json() {
         let table = |name: &str| name.parse::<QueueTable>().unwrap();
         let states = [
-            (table("jobs"), Paused { queue: true, groups: vec!["a".into()] }),
+            (table("jobs"), {
+                let mut paused = Paused::default();
+                (paused.queue, paused.groups) = (true, vec!["a".into()]);
+                paused
+            }),
             (table("mail"), Paused::default()),
         ];
         assert_eq!(

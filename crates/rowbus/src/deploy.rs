@@ -12,7 +12,10 @@ use crate::error::{Error, is_missing_column};
 use crate::names::QueueTable;
 use crate::sql::Db;
 use crate::sql::Notifier;
-use crate::sql::{DEAD_FEATURE_COLUMNS, FEATURE_COLUMNS, PositionsSql, QUEUE_COLUMNS};
+use crate::sql::{
+    DEAD_FEATURE_COLUMNS, FEATURE_COLUMNS, LIMITS_FEATURE_COLUMNS, LIMITS_SUFFIX, PositionsSql,
+    QUEUE_COLUMNS, quoted,
+};
 use crate::sql::{DbPool, OnPool};
 use std::sync::Arc;
 
@@ -278,6 +281,14 @@ async fn migration<DB: Db>(conn: &mut DB::Connection, queue: &QueueTable) -> Res
         None => Vec::new(),
     };
     let mut statements = DB::migrate_queue(queue, &lacking(&present, &FEATURE_COLUMNS), &dead_missing);
+    // A limits table made before rates had a burst: its new columns (NULL, unset).
+    let limits = format!("{}{LIMITS_SUFFIX}", queue.name());
+    if let Some(present) = columns_on::<DB>(conn, queue.schema(), &limits).await? {
+        for column in lacking(&present, &LIMITS_FEATURE_COLUMNS) {
+            let table = quoted::<DB>(queue, LIMITS_SUFFIX);
+            statements.push(format!("ALTER TABLE {table} ADD COLUMN {} BIGINT", DB::quote(column)));
+        }
+    }
     for (check, binds, upgrade) in DB::index_upgrades(queue) {
         let args: Vec<Arg<'_>> = binds.iter().map(|b| Arg::Text(b)).collect();
         let rows = DB::fetch_rows(conn, &check.into(), &args, 0).await?;
@@ -290,6 +301,7 @@ async fn migration<DB: Db>(conn: &mut DB::Connection, queue: &QueueTable) -> Res
 
 /// What the database holds under a queue's table name.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum TableState {
     /// No such table.
     Missing,

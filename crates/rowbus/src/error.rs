@@ -201,14 +201,28 @@ pub enum Error {
         /// The queue table's name.
         table: String,
     },
-    /// The queue's limits tables are missing: the queue was deployed by a rowbus without
-    /// limits, and claims and limits need them.
+    /// The queue's limits tables are missing, or lack their newest columns (a rate's
+    /// burst): the queue was deployed by an older rowbus, and claims and limits need them.
     #[error(
-        "the queue `{table}` has no limits tables `{table}_limits` and `{table}_starts` (deployed by an older rowbus): add them with `rowbus deploy --queue {table}` (or Queue::deploy), which leaves the messages alone"
+        "the queue `{table}` lacks its limits tables `{table}_limits` and `{table}_starts`, or their newest columns (deployed by an older rowbus): add them with `rowbus deploy --queue {table}` (or Queue::deploy), which leaves the messages alone"
     )]
     MissingLimitsTable {
         /// The queue table's name.
         table: String,
+    },
+    /// A transactional subscription ([`run_tx`](crate::SubscriptionBuilder::run_tx),
+    /// [`run_batch_tx`](crate::SubscriptionBuilder::run_batch_tx)) of a group some limit
+    /// applies to (the group's own or the whole queue's): refused at its start, since its
+    /// messages are taken in an open transaction that the limits of other claims cannot
+    /// count. Run a leased handler (`run`, `run_batch`) there, or clear the limits.
+    #[error(
+        "the group {group:?} of the queue `{table}` is limited, and a transactional handler (run_tx, run_batch_tx) cannot obey limits: handle it with run or run_batch, or clear its limits (and the whole queue's)"
+    )]
+    LimitedTransactional {
+        /// The queue table's name.
+        table: String,
+        /// The group subscribed to (`""` is the default group).
+        group: String,
     },
     /// A limit out of its range: a count of 0, or a rate's period of zero or past
     /// [`MAX_DURATION`](crate::limits::MAX_DURATION).

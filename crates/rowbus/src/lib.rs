@@ -53,6 +53,7 @@
 //!     Event::Disconnected(error) => eprintln!("lost the connection ({error}); resync"),
 //!     Event::Reconnected { missed } => eprintln!("listening again; resync {missed:?}"),
 //!     Event::Stopped { channel, error } => eprintln!("stopped listening on {channel}: {error}"),
+//!     _ => {} // events a later rowbus adds
 //! }
 //! # Ok(()) }
 //! ```

@@ -5,10 +5,10 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::broker::Queue;
-use crate::error::{Error, is_missing_table, is_retryable};
+use crate::error::{Error, is_missing_column, is_missing_table, is_retryable};
 use crate::sql::{Db, Finishing};
 use crate::sql::{HISTORY_SUFFIX, KEEP_SUFFIX, PAUSE_SUFFIX};
-use crate::sql::{LIMITS_SUFFIX, STARTS_SUFFIX};
+use crate::sql::{LIMITS_FEATURE_COLUMNS, LIMITS_SUFFIX, STARTS_SUFFIX};
 
 /// Tries of a statement that deadlocked (MySQL/MariaDB take row locks in index order) or
 /// lost a Galera certification. InnoDB detects a deadlock at once, so a try costs a round
@@ -101,8 +101,13 @@ fn is_missing_pause_table<DB: Db>(queue: &Queue<DB>, e: &sqlx::Error) -> bool {
 fn is_missing_limits_table<DB: Db>(queue: &Queue<DB>, e: &sqlx::Error) -> bool {
     let name = queue.table().name();
     let (limits, starts) = (format!("{name}{LIMITS_SUFFIX}"), format!("{name}{STARTS_SUFFIX}"));
-    is_missing_table(e)
-        && matches!(e, sqlx::Error::Database(db) if db.message().contains(&limits) || db.message().contains(&starts))
+    let names_them = |text: &str| text.contains(&limits) || text.contains(&starts);
+    // A limits table made before bursts lacks the burst's columns, which no other table has.
+    let names_new_column = |text: &str| LIMITS_FEATURE_COLUMNS.iter().any(|column| text.contains(column));
+    // (SQLite's insert says "has no column named".)
+    let lacks_column = |text: &str| is_missing_column(e) || text.contains("has no column named");
+    matches!(e, sqlx::Error::Database(db) if (is_missing_table(e) && names_them(db.message()))
+        || (lacks_column(db.message()) && names_new_column(db.message())))
 }
 
 /// Whether `e` says the queue's history or keep table is missing.

@@ -209,6 +209,8 @@ pub(crate) struct Inner<DB: Db> {
     pub schedulers: operate::schedulers::Schedulers,
     /// The upkeep of the queues this broker claims from: floors, partitions.
     pub upkeep: upkeep::registry::Upkeeps,
+    /// The database's clock as this process sees it, for the starts rates plan.
+    pub db_clock: claim::limited::DbClock,
     tables: Mutex<HashMap<QueueTable, Arc<TableSql<DB>>>>,
     /// Each queue's keep setting as this broker last read it.
     keeping: Mutex<HashMap<QueueTable, Arc<operate::keeping::Keeping>>>,
@@ -293,6 +295,7 @@ impl<DB: Db> Broker<DB> {
             counters: Counters::default(),
             schedulers: operate::schedulers::Schedulers::default(),
             upkeep: upkeep::registry::Upkeeps::default(),
+            db_clock: claim::limited::DbClock::default(),
             tables: Mutex::default(),
             keeping: Mutex::default(),
             publishing: Mutex::default(),

@@ -81,6 +81,7 @@ pub enum Handled {
 
 /// One message [`TestBroker::drain`] ran, in the order it ran them.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Drained {
     /// The message's id.
     pub id: i64,

@@ -6,6 +6,7 @@ use crate::error::Error;
 
 /// What a [`Listener`](super::Listener) yields.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum Event {
     /// A notification on a channel this listener listens on.
     Notification(Notification),

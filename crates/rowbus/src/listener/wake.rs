@@ -8,6 +8,7 @@ use tracing::warn;
 
 /// How a listener learns of new notifications.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum WakePath {
     /// Connecting: not known yet.
     Connecting,
@@ -31,6 +32,7 @@ pub enum WakePath {
 
 /// What a listener's wake-ups have cost so far: [`Listener::wake_stats`](super::Listener::wake_stats).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct WakeStats {
     /// How it learns of new notifications now.
     pub path: WakePath,

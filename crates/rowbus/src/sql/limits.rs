@@ -5,7 +5,8 @@
 //! `(whole_queue = 0, group_name = G)` group `G` (the flag as in the pause table). Its
 //! columns, each NULL when unset: `max_running` (messages in flight at once), `per_key`
 //! (messages of one ordering key in flight at once), `rate_count` and `rate_period_us`
-//! (messages started per period).
+//! (messages started per period), `rate_burst` (how many of them may start at once) and
+//! `rate_next_us` (the rate's bucket: see `broker::claim::limited`).
 //!
 //! Every claim carries [`Limiting::not_limited`]: on a group without limits it is one
 //! probe of the (small) limits table, as the pause check is; on a limited group it finds
@@ -21,6 +22,10 @@ use std::sync::{Arc, Mutex};
 use super::{LIMITS_SUFFIX, Naming, STARTS_SUFFIX, quoted};
 use crate::names::QueueTable;
 
+/// The most a start counts beyond its rate's period (a tenth of the period, at most
+/// this): see `broker::claim::limited::window`.
+pub(crate) const RATE_GUARD: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// The limits tables' statements for one queue.
 #[derive(Debug)]
 pub struct LimitSql<DB> {
@@ -32,17 +37,22 @@ pub struct LimitSql<DB> {
     pub set_running: Arc<str>,
     /// Binds: whole_queue, group, per_key.
     pub set_per_key: Arc<str>,
-    /// Binds: whole_queue, group, rate_count, rate_period_us.
+    /// Binds: whole_queue, group, rate_count, rate_period_us, rate_burst (0: unset, the
+    /// count). Starts the rate's bucket afresh.
     pub set_rate: Arc<str>,
+    /// Binds: rate_next_us, whole_queue, group. Moves the rate's bucket on.
+    pub set_next: Arc<str>,
     /// Binds: whole_queue, group. Removes the scope's limits.
     pub clear: Arc<str>,
     /// Binds: whole_queue, group. Removes the scope's starts.
     pub clear_starts: Arc<str>,
     /// No binds: each limit as (group; whole_queue, max_running, per_key, rate_count,
-    /// rate_period_us), the whole queue's first.
+    /// rate_period_us, rate_burst) and how its scope stands (running, started in the
+    /// rate's window, ready), the whole queue's first: one statement, as stats read it.
     pub list: Arc<str>,
     /// Binds: group. The limits that apply to a claim of the group, locked until the
-    /// transaction ends (whole_queue, max_running, per_key, rate_count, rate_period_us),
+    /// transaction ends (whole_queue, max_running, per_key, rate_count, rate_period_us,
+    /// rate_burst, rate_next_us),
     /// the whole queue's first (the order every claim locks them in).
     pub lock: Arc<str>,
     /// Binds: whole_queue, group. The scope's messages in flight: its starts whose
@@ -62,9 +72,6 @@ pub struct LimitSql<DB> {
     pub any: Arc<str>,
     /// The limited claims built so far, by messages of a key at once.
     claims: Mutex<HashMap<i64, Arc<str>>>,
-    /// Binds: whole_queue, group. The scope's ready messages (the whole queue's for
-    /// `whole_queue = 1`).
-    pub ready: Arc<str>,
     db: PhantomData<fn() -> DB>,
 }
 
@@ -100,20 +107,35 @@ impl<DB: Limiting> LimitSql<DB> {
             set_running: set("max_running", &format!("{}, {}, {}", p(1), p(2), p(3)), &["max_running"]),
             set_per_key: set("per_key", &format!("{}, {}, {}", p(1), p(2), p(3)), &["per_key"]),
             set_rate: set(
-                "rate_count, rate_period_us",
-                &format!("{}, {}, {}, {}", p(1), p(2), p(3), p(4)),
-                &["rate_count", "rate_period_us"],
+                "rate_count, rate_period_us, rate_burst, rate_next_us",
+                &format!("{}, {}, {}, {}, NULLIF({}, 0), NULL", p(1), p(2), p(3), p(4), p(5)),
+                &["rate_count", "rate_period_us", "rate_burst", "rate_next_us"],
             ),
+            set_next: format!("UPDATE {l} SET rate_next_us = {} WHERE whole_queue = {} AND group_name = {}", p(1), p(2), p(3))
+                .into(),
             clear: format!("DELETE FROM {l} WHERE {scope}").into(),
             clear_starts: format!("DELETE FROM {s} WHERE {scope}").into(),
             list: format!(
-                "SELECT group_name, whole_queue, max_running, per_key, rate_count, rate_period_us FROM {l} \
-                 ORDER BY whole_queue DESC, group_name"
+                "SELECT l.group_name, l.whole_queue, l.max_running, l.per_key, l.rate_count, l.rate_period_us, \
+                 l.rate_burst, \
+                 (SELECT {count} FROM {s} AS s WHERE s.whole_queue = l.whole_queue AND s.group_name = l.group_name \
+                 AND {live}), \
+                 CASE WHEN l.rate_count > 0 AND l.rate_period_us > 0 THEN (SELECT {count} FROM {s} AS s \
+                 WHERE s.whole_queue = l.whole_queue AND s.group_name = l.group_name AND s.started_us > {now_us} - \
+                 (l.rate_period_us + CASE WHEN l.rate_period_us / 10 < {guard} THEN l.rate_period_us / 10 \
+                 ELSE {guard} END)) ELSE 0 END, \
+                 (SELECT {count} FROM {t} WHERE (l.whole_queue = 1 OR group_name = l.group_name) \
+                 AND visible_at <= {now} AND (lease_until IS NULL OR lease_until <= {now})) \
+                 FROM {l} AS l ORDER BY l.whole_queue DESC, l.group_name",
+                count = DB::COUNT,
+                live = live("s"),
+                guard = RATE_GUARD.as_micros(),
+                now = DB::NOW,
             )
             .into(),
             lock: format!(
-                "SELECT whole_queue, max_running, per_key, rate_count, rate_period_us FROM {l} \
-                 WHERE whole_queue = 1 OR group_name = {} ORDER BY whole_queue DESC{}",
+                "SELECT whole_queue, max_running, per_key, rate_count, rate_period_us, rate_burst, rate_next_us \
+                 FROM {l} WHERE whole_queue = 1 OR group_name = {} ORDER BY whole_queue DESC{}",
                 p(1),
                 DB::FOR_UPDATE
             )
@@ -147,13 +169,6 @@ impl<DB: Limiting> LimitSql<DB> {
             )
             .into(),
             any: format!("SELECT {} FROM {l} WHERE whole_queue = 1 OR group_name = {}", DB::COUNT, p(1)).into(),
-            ready: format!(
-                "SELECT {} FROM {t} WHERE {} AND visible_at <= {now} AND (lease_until IS NULL OR lease_until <= {now})",
-                DB::COUNT,
-                scope_of(1),
-                now = DB::NOW
-            )
-            .into(),
             claims: Mutex::default(),
             limits: l,
             starts: s,
@@ -208,6 +223,24 @@ impl<DB: Limiting> LimitSql<DB> {
         let per_key = per_key.max(1);
         let mut claims = self.claims.lock().unwrap_or_else(|e| e.into_inner());
         claims.entry(per_key).or_insert_with(|| build(per_key).into()).clone()
+    }
+
+    /// A start per message claimed, each at its own time. Binds per message: whole_queue,
+    /// group, started_us, id, lease.
+    pub fn record_at(&self, ids: usize) -> Arc<str> {
+        let p = DB::param;
+        let rows: Vec<String> = (0..ids)
+            .map(|i| {
+                let n = 5 * i;
+                format!("({}, {}, {}, {}, {})", p(n + 1), p(n + 2), p(n + 3), p(n + 4), p(n + 5))
+            })
+            .collect();
+        format!(
+            "INSERT INTO {} (whole_queue, group_name, started_us, id, lease) VALUES {}",
+            self.starts,
+            rows.join(", ")
+        )
+        .into()
     }
 
     /// A start per message claimed, now. Binds per message: whole_queue, group, id, lease.

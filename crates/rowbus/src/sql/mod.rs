@@ -63,8 +63,8 @@ pub use history::Keeping;
 pub(crate) use history::{HISTORY_SUFFIX, HistorySql, KEEP_SUFFIX, Moved};
 pub use horizon::Horizon;
 pub(crate) use horizon::kind;
-pub(crate) use limits::LimitSql;
 pub use limits::Limiting;
+pub(crate) use limits::{LimitSql, RATE_GUARD};
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) use naming::DEPLOY_LOCK_WAIT;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
@@ -86,7 +86,7 @@ pub(crate) use schedule::{SCHED_SUFFIX, ScheduleSql, TICKS_SUFFIX};
 pub(crate) use schema::QUEUE_NAMES;
 pub use schema::Schema;
 pub(crate) use statements::{InsertForm, TableSql};
-pub(crate) use table::{DEAD_FEATURE_COLUMNS, FEATURE_COLUMNS, QUEUE_COLUMNS};
+pub(crate) use table::{DEAD_FEATURE_COLUMNS, FEATURE_COLUMNS, LIMITS_FEATURE_COLUMNS, QUEUE_COLUMNS};
 pub use wake::{
     Notifier, PG_MAX_CHANNEL_BYTES, PG_PAYLOAD_LIMIT_BYTES, Waking, check_pg_channel, check_pg_payload,
 };

@@ -320,10 +320,17 @@ fn claim_mark(t: &str, ids: usize) -> String {
     )
 }
 
-/// The `GET_LOCK` name of a deploy of `table`: MySQL refuses names over 64 characters,
-/// and two long names cut to the same one only make their deploys take turns.
-fn lock_name(table: &str) -> String {
-    format!("rowbus deploy {table}").chars().take(64).collect()
+/// The `GET_LOCK` name of a deploy of `table`, as an expression and its bind: one name
+/// per database (the qualifier of `app.jobs`, else the connection's), so that deploys of
+/// queues whose names meet (`jobs` and `jobs_dead`, see `deploy::refuse_shared`) take turns
+/// and the second sees the first's tables. MySQL refuses names over 64 characters; two
+/// long names cut to the same one only make their deploys take turns.
+fn lock_name(table: &str) -> (&'static str, Arg<'_>) {
+    let database = match table.split_once('.') {
+        Some((database, _)) => Arg::Text(database),
+        None => Arg::Null,
+    };
+    ("LEFT(CONCAT('rowbus deploy ', COALESCE(?, DATABASE(), '')), 64)", database)
 }
 
 /// A lease claim with `claim` (binds: group, group, limit), keyed rows checked again with
@@ -539,14 +546,14 @@ impl Schema for MySql {
     }
 
     /// `GET_LOCK`, a session's named lock (DDL commits at once here, so no transaction
-    /// could hold one): one name per table, server-wide. [`unlock_deploy`](Self::unlock_deploy)
-    /// releases it.
+    /// could hold one): one name per database, server-wide (see `lock_name`).
+    /// [`unlock_deploy`](Self::unlock_deploy) releases it.
     fn lock_deploy<'c>(conn: &'c mut Self::Connection, table: &'c str) -> BoxFuture<'c, Result<(), Error>> {
         Box::pin(async move {
             let wait = i64::try_from(DEPLOY_LOCK_WAIT.as_secs()).unwrap_or(i64::MAX);
-            let sql = Arc::<str>::from("SELECT CAST(GET_LOCK(?, ?) AS SIGNED)");
-            let rows =
-                Self::fetch_rows(conn, &sql, &[Arg::Text(&lock_name(table)), Arg::Int(wait)], 0).await?;
+            let (name, database) = lock_name(table);
+            let sql = Arc::<str>::from(format!("SELECT CAST(GET_LOCK({name}, ?) AS SIGNED)"));
+            let rows = Self::fetch_rows(conn, &sql, &[database, Arg::Int(wait)], 0).await?;
             // 1 taken; 0 the wait ran out (NULL, an error, is not expected here).
             match rows.first().map(|row| row.int(0)) {
                 Some(1) => Ok(()),
@@ -560,8 +567,9 @@ impl Schema for MySql {
         table: &'c str,
     ) -> BoxFuture<'c, Result<(), sqlx::Error>> {
         Box::pin(async move {
-            let sql = Arc::<str>::from("SELECT RELEASE_LOCK(?)");
-            Self::execute(conn, &sql, &[Arg::Text(&lock_name(table))]).await.map(drop)
+            let (name, database) = lock_name(table);
+            let sql = Arc::<str>::from(format!("SELECT RELEASE_LOCK({name})"));
+            Self::execute(conn, &sql, &[database]).await.map(drop)
         })
     }
 }
@@ -1013,6 +1021,8 @@ impl Limiting for MySql {
                  \x20 `per_key` BIGINT NULL,\n\
                  \x20 `rate_count` BIGINT NULL,\n\
                  \x20 `rate_period_us` BIGINT NULL,\n\
+                 \x20 `rate_burst` BIGINT NULL,\n\
+                 \x20 `rate_next_us` BIGINT NULL,\n\
                  \x20 PRIMARY KEY (`whole_queue`, `group_name`)\n\
                  ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
                 super::quoted::<Self>(table, super::LIMITS_SUFFIX)

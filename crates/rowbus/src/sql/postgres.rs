@@ -588,6 +588,8 @@ impl Limiting for Postgres {
                  \x20 per_key BIGINT,\n\
                  \x20 rate_count BIGINT,\n\
                  \x20 rate_period_us BIGINT,\n\
+                 \x20 rate_burst BIGINT,\n\
+                 \x20 rate_next_us BIGINT,\n\
                  \x20 PRIMARY KEY (whole_queue, group_name)\n\
                  )",
                 super::quoted::<Self>(table, super::LIMITS_SUFFIX)

@@ -479,6 +479,8 @@ impl Limiting for Sqlite {
                  \x20 `per_key` INTEGER,\n\
                  \x20 `rate_count` INTEGER,\n\
                  \x20 `rate_period_us` INTEGER,\n\
+                 \x20 `rate_burst` INTEGER,\n\
+                 \x20 `rate_next_us` INTEGER,\n\
                  \x20 PRIMARY KEY (`whole_queue`, `group_name`)\n\
                  )",
                 super::quoted::<Self>(table, super::LIMITS_SUFFIX)

@@ -25,6 +25,9 @@ pub(crate) const FEATURE_COLUMNS: [&str; 4] = ["priority", "msg_key", "dedup_id"
 /// message is dead-lettered its id publishes again).
 pub(crate) const DEAD_FEATURE_COLUMNS: [&str; 3] = ["priority", "msg_key", "headers"];
 
+/// The columns of a queue's limits table that a deploy adds to one made before them.
+pub(crate) const LIMITS_FEATURE_COLUMNS: [&str; 2] = ["rate_burst", "rate_next_us"];
+
 impl<DB: Schema + Publishing + Claiming + Pausing + Scheduling + Keeping + Counting + Limiting + Rotating>
     TableSql<DB>
 {
@@ -315,5 +318,5 @@ pub(crate) fn column_list(columns: &[&str]) -> String {
 /// Every column the catalog is asked about: the queue table's, and those a deploy adds
 /// to older tables.
 pub(crate) fn known_columns() -> String {
-    column_list(&[&QUEUE_COLUMNS[..], &FEATURE_COLUMNS[..]].concat())
+    column_list(&[&QUEUE_COLUMNS[..], &FEATURE_COLUMNS[..], &LIMITS_FEATURE_COLUMNS[..]].concat())
 }

@@ -237,16 +237,55 @@ async fn deploy_waits_for_the_lock_on_postgres() {
     .await;
 }
 
-/// MariaDB: a named lock per table.
+/// MariaDB: a named lock per database.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deploy_waits_for_the_lock_on_mariadb() {
     deploy_waits_for_the_lock::<sqlx::MySql>(
         MARIADB,
-        |name| format!("SELECT GET_LOCK('rowbus deploy {name}', 0)"),
-        |name| format!("SELECT RELEASE_LOCK('rowbus deploy {name}')"),
+        |_| "SELECT GET_LOCK(CONCAT('rowbus deploy ', DATABASE()), 0)".into(),
+        |_| "SELECT RELEASE_LOCK(CONCAT('rowbus deploy ', DATABASE()))".into(),
     )
     .await;
 }
+
+/// Deploys of `q` and `q_dead` race, from two brokers (two pools) released together:
+/// every round, one of them is refused as colliding with the other, whichever came
+/// second, and the other's tables stand. The name check and the creation are one step
+/// under the deploy lock, which is one per database.
+async fn racing_deploys_of_colliding_queues_refuse_one<DB: Db>(url: &str) {
+    let cleanup = Cleanup::new(DB::BACKEND);
+    let (a, b) = (
+        broker::<DB>(url, BrokerOptions::default()).await,
+        broker::<DB>(url, BrokerOptions::default()).await,
+    );
+    for _ in 0..4 {
+        let base = cleanup.queue(&unique("race"));
+        let dead = cleanup.queue(&format!("{base}_dead"));
+        let barrier = Arc::new(Barrier::new(2));
+        let deploy = |broker: &Broker<DB>, name: &str| {
+            let (queue, barrier) = (broker.queue(name).unwrap(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                queue.deploy().await
+            })
+        };
+        let (first, second) = (deploy(&a, &base), deploy(&b, &dead));
+        let (first, second) = (first.await.unwrap(), second.await.unwrap());
+        let (won, err) = match (first, second) {
+            (Ok(()), Err(err)) => (base.clone(), err),
+            (Err(err), Ok(())) => (dead.clone(), err),
+            (first, second) => panic!("one of `{base}` and `{dead}` must be refused: {first:?}, {second:?}"),
+        };
+        assert!(matches!(err, Error::QueueNameCollides { .. }), "{err:?}");
+        assert_eq!(a.queue(&won).unwrap().state().await.unwrap(), TableState::Deployed);
+        a.queue(&won).unwrap().undeploy().await.unwrap();
+        cleanup.forget(&base);
+        cleanup.forget(&dead);
+    }
+    a.shutdown(Duration::from_secs(1)).await;
+    b.shutdown(Duration::from_secs(1)).await;
+}
+on_each_database!(racing_deploys_of_colliding_queues_refuse_one);
 
 /// SQLite: the database's write lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -304,6 +304,120 @@ async fn rate_limit_spreads_starts<DB: Brokers>(place: Place) {
 }
 on_each_database!(rate_limit_spreads_starts);
 
+/// Three brokers of eight workers race under 20/s while, every other period's worth of
+/// starts, their handlers hold a runtime thread a moment as they begin (a busy process):
+/// the gap between a claim and its handlers' beginnings is widened on purpose, past the
+/// rate's guard, in one period and not in the next. Measured where the handlers begin,
+/// no second holds more than 20 starts, and every message is handled.
+async fn rate_holds_at_handler_start<DB: Brokers>(place: Place) {
+    let cleanup = Cleanup::new(DB::BACKEND);
+    let name = cleanup.queue(&unique("lim_late"));
+    let (brokers, queues) = brokers::<DB>(&place, &name, 3).await;
+    queues[0].set_limit(&LimitScope::Queue, Limit::Rate("20/s".parse().unwrap())).await.unwrap();
+    publish(&queues[0], texts(60, "")).await;
+    let meter = Arc::new(Meter::default());
+    let begun = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let tasks: Vec<_> = queues
+        .iter()
+        .map(|q| {
+            let (meter, begun) = (meter.clone(), begun.clone());
+            let sub = q.subscribe().workers(8);
+            tokio::spawn(async move {
+                sub.run(move |_delivery| {
+                    let (meter, begun) = (meter.clone(), begun.clone());
+                    async move {
+                        meter.start(None);
+                        let n = begun.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        if (n / 20) % 2 == 0 {
+                            // Blocks the runtime's thread: the other handlers' beginnings wait.
+                            std::thread::sleep(Duration::from_millis(40));
+                        }
+                        meter.end(None);
+                        Ok::<_, Error>(())
+                    }
+                })
+                .await
+                .unwrap()
+            })
+        })
+        .collect();
+    meter.wait_done(60).await;
+    let mut starts = meter.state.lock().unwrap().starts.clone();
+    starts.sort();
+    let most = most_in_window(&starts, Duration::from_secs(1));
+    assert!(most <= 20, "{most} handlers began in one second under 20/s");
+    shutdown(brokers, tasks).await;
+    queues[0].undeploy().await.unwrap();
+    cleanup.forget(&name);
+}
+on_each_database!(rate_holds_at_handler_start);
+
+/// A burst of 1 spreads the starts of 10/s evenly over two brokers: one every 100 ms (a
+/// start may be late by the guard, 100 ms), where without it ten begin at once.
+async fn burst_of_one_spreads_starts<DB: Brokers>(place: Place) {
+    let cleanup = Cleanup::new(DB::BACKEND);
+    let name = cleanup.queue(&unique("lim_burst"));
+    let (brokers, queues) = brokers::<DB>(&place, &name, 2).await;
+    let rate: Rate = "10/s".parse().unwrap();
+    queues[0].set_limit(&LimitScope::Queue, Limit::Rate(rate.with_burst(1))).await.unwrap();
+    assert_eq!(queues[1].limits().await.unwrap()[0].rate, Some(rate.with_burst(1)));
+    publish(&queues[0], texts(20, "")).await;
+    let meter = Arc::new(Meter::default());
+    let tasks: Vec<_> = queues.iter().map(|q| consume(q, "", 4, Duration::from_millis(5), &meter)).collect();
+    meter.wait_done(20).await;
+    let mut starts = meter.state.lock().unwrap().starts.clone();
+    starts.sort();
+    let most = most_in_window(&starts, Duration::from_millis(400));
+    assert!(most <= 5, "{most} starts in 400 ms at 10/s, burst 1");
+    let span = starts[19] - starts[0];
+    assert!(span >= Duration::from_millis(1_800), "20 at 10/s, burst 1, took {span:?}");
+    shutdown(brokers, tasks).await;
+    queues[0].undeploy().await.unwrap();
+    cleanup.forget(&name);
+}
+on_each_database!(burst_of_one_spreads_starts);
+
+/// A transactional handler of a limited group is refused at its start, typed; so is one
+/// of any group under a whole-queue limit; without limits it runs.
+async fn transactional_handlers_refuse_limited_groups<DB: Brokers>(place: Place) {
+    let cleanup = Cleanup::new(DB::BACKEND);
+    let name = cleanup.queue(&unique("lim_tx"));
+    let (brokers, queues) = brokers::<DB>(&place, &name, 1).await;
+    let q = &queues[0];
+    q.set_limit(&LimitScope::Group("g".into()), Limit::MaxRunning(2)).await.unwrap();
+    let run = q.subscribe().group("g").run_tx(|_, _| Box::pin(async { Ok::<_, Error>(()) }));
+    match run.await {
+        Err(Error::LimitedTransactional { table, group }) => {
+            assert_eq!((table, group), (name.clone(), "g".into()))
+        }
+        other => panic!("expected LimitedTransactional, got {other:?}"),
+    }
+    q.set_limit(&LimitScope::Queue, Limit::Rate("5/s".parse().unwrap())).await.unwrap();
+    let run = q.subscribe().group("other").run_batch_tx(|_, _| Box::pin(async { Ok::<_, Error>(()) }));
+    assert!(matches!(run.await, Err(Error::LimitedTransactional { .. })));
+    q.clear_limit(&LimitScope::Queue).await.unwrap();
+    q.clear_limit(&LimitScope::Group("g".into())).await.unwrap();
+    q.publish(Message::text("tx").group("g")).await.unwrap();
+    let (done, handled) = tokio::sync::oneshot::channel::<()>();
+    let done = Arc::new(Mutex::new(Some(done)));
+    let sub = q.subscribe().group("g").until(async move { drop(handled.await) });
+    sub.run_tx(move |_, _| {
+        let done = done.clone();
+        Box::pin(async move {
+            if let Some(done) = done.lock().unwrap().take() {
+                let _ = done.send(());
+            }
+            Ok::<_, Error>(())
+        })
+    })
+    .await
+    .unwrap();
+    shutdown(brokers, vec![]).await;
+    q.undeploy().await.unwrap();
+    cleanup.forget(&name);
+}
+on_each_database!(transactional_handlers_refuse_limited_groups);
+
 /// The most of `sorted` times in any window `window` long (half open).
 fn most_in_window(sorted: &[Instant], window: Duration) -> usize {
     let mut most = 0;
@@ -377,6 +491,48 @@ async fn deploy_adds_the_limits_tables<DB: Brokers>(place: Place) {
     cleanup.forget(&name);
 }
 on_each_database!(deploy_adds_the_limits_tables);
+
+/// A limits table made before bursts (its two newest columns dropped here): a rate
+/// cannot be set; a deploy adds the columns, and keeps the limits it had.
+async fn deploy_adds_the_burst_columns<DB: Brokers>(place: Place) {
+    let cleanup = Cleanup::new(DB::BACKEND);
+    let name = cleanup.queue(&unique("lim_burstcol"));
+    let (brokers, queues) = brokers::<DB>(&place, &name, 1).await;
+    let q = &queues[0];
+    q.set_limit(&LimitScope::Queue, Limit::MaxRunning(3)).await.unwrap();
+    for column in ["rate_burst", "rate_next_us"] {
+        let sql = format!("ALTER TABLE {name}_limits DROP COLUMN {column}");
+        execute(&place, &sql).await;
+    }
+    let rate = Rate::new(4, Duration::from_secs(60)).with_burst(2);
+    let err = q.set_limit(&LimitScope::Queue, Limit::Rate(rate)).await.unwrap_err();
+    assert!(matches!(err, Error::MissingLimitsTable { .. }), "{err}");
+    assert!(matches!(q.limits().await, Err(Error::MissingLimitsTable { .. })));
+    q.deploy().await.unwrap();
+    q.set_limit(&LimitScope::Queue, Limit::Rate(rate)).await.unwrap();
+    let all = q.limits().await.unwrap();
+    assert_eq!((all[0].max_running, all[0].rate), (Some(3), Some(rate)));
+    assert_eq!(all[0].rate.unwrap().to_string(), "4/m, burst 2");
+    let bad = Rate::new(4, Duration::from_secs(60)).with_burst(5);
+    assert!(matches!(
+        q.set_limit(&LimitScope::Queue, Limit::Rate(bad)).await,
+        Err(Error::InvalidLimit { .. })
+    ));
+    shutdown(brokers, vec![]).await;
+    q.undeploy().await.unwrap();
+    cleanup.forget(&name);
+}
+on_each_database!(deploy_adds_the_burst_columns);
+
+/// Runs `sql` on the place's database.
+async fn execute(place: &Place, sql: &str) {
+    let sql = sqlx::AssertSqlSafe(sql.to_owned());
+    match place.pool().await {
+        DbPool::Postgres(pool) => drop(sqlx::query(sql).execute(&pool).await.unwrap()),
+        DbPool::MySql(pool) => drop(sqlx::query(sql).execute(&pool).await.unwrap()),
+        DbPool::Sqlite(pool) => drop(sqlx::query(sql).execute(&pool).await.unwrap()),
+    }
+}
 
 /// Drops `<name>_limits` and `<name>_starts`, as a queue deployed by an older rowbus
 /// lacks them.

@@ -9,7 +9,7 @@ use tracing::warn;
 use sqlx::Transaction;
 
 use crate::broker::Queue;
-use crate::broker::claim::limited::{self, Held, Limited};
+use crate::broker::claim::limited::{self, Held, Limited, Slot};
 use crate::broker::exec::{micros, queue_error, retrying};
 use crate::broker::settle::lease::{self, ack_in};
 use crate::driver::ClaimedRow;
@@ -22,6 +22,8 @@ pub(crate) struct Claim {
     pub token: i64,
     /// What limit took fewer than the claim asked for, if one did.
     pub held: Option<Held>,
+    /// Under a rate, when the messages may start, earliest first (see [`limited::claim_in`]).
+    pub slots: Vec<Slot>,
 }
 
 /// Claims up to `limit` ready messages of `group` under a new lease, first acknowledging
@@ -43,11 +45,12 @@ pub(crate) async fn claim<DB: Db>(
     lease: Duration,
     acks: &[(i64, i64)],
     limited: &mut bool,
+    together: bool,
 ) -> Result<Claim, Error> {
     let (queue, group, acks, was_limited) = (queue.clone(), group.to_owned(), acks.to_vec(), *limited);
     let (claimed, still_limited) = Finishing::new(|abandoned| async move {
         let mut limited = was_limited;
-        let claimed = claim_now(&queue, &group, limit, lease, &acks, &mut limited).await;
+        let claimed = claim_now(&queue, &group, limit, lease, &acks, &mut limited, together).await;
         if let (true, Ok(claim)) = (abandoned.is_set(), &claimed) {
             let ids: Vec<i64> = claim.rows.iter().map(|r| r.id).collect();
             if let Err(error) = lease::release_many(&queue, claim.token, &ids).await {
@@ -69,22 +72,24 @@ async fn claim_now<DB: Db>(
     lease: Duration,
     acks: &[(i64, i64)],
     limited: &mut bool,
+    together: bool,
 ) -> Result<Claim, Error> {
     let inner = queue.inner();
     let token = inner.token();
     let started = Instant::now();
     let lease_for = lease;
     let (lease, limit) = (micros(lease), i64::try_from(limit).unwrap_or(i64::MAX));
-    let (mut rows, acked, held) = if *limited {
-        claim_limited(queue, group, limit, lease, token, acks, limited).await?
+    let (mut rows, acked, held, slots) = if *limited {
+        claim_limited(queue, group, limit, lease, token, acks, limited, together).await?
     } else {
         let (rows, acked) = claim_plain(queue, group, limit, lease, token, acks).await?;
         if rows.is_empty() && retrying(queue, || limited::applies(queue, group)).await? {
             *limited = true;
-            let (rows, more, held) = claim_limited(queue, group, limit, lease, token, &[], limited).await?;
-            (rows, acked + more, held)
+            let (rows, more, held, slots) =
+                claim_limited(queue, group, limit, lease, token, &[], limited, together).await?;
+            (rows, acked + more, held, slots)
         } else {
-            (rows, acked, None)
+            (rows, acked, None, Vec::new())
         }
     };
     inner.counters.acknowledged(acks.len(), acked);
@@ -104,11 +109,12 @@ async fn claim_now<DB: Db>(
     inner.counters.claimed(rows.len());
     // In claim order (a statement's RETURNING has none): by priority, then publish order.
     rows.sort_unstable_by_key(|r| (r.priority, r.id));
-    Ok(Claim { rows, token, held })
+    Ok(Claim { rows, token, held, slots })
 }
 
 /// A limited claim ([`limited::claim_in`]) in a transaction of its own; sets `limited`
 /// to whether a limit still applies.
+#[allow(clippy::too_many_arguments)]
 async fn claim_limited<DB: Db>(
     queue: &Queue<DB>,
     group: &str,
@@ -117,20 +123,21 @@ async fn claim_limited<DB: Db>(
     token: i64,
     acks: &[(i64, i64)],
     limited: &mut bool,
-) -> Result<(Vec<ClaimedRow>, u64, Option<Held>), Error> {
+    together: bool,
+) -> Result<(Vec<ClaimedRow>, u64, Option<Held>, Vec<Slot>), Error> {
     let pool = &queue.inner().pool;
     let done = retrying(queue, || async move {
         let mut tx = begin(pool, DB::LEASE_CLAIM_BEGIN).await?;
-        let done = limited::claim_in(queue, &mut tx, group, limit, lease, token, acks)
+        let done = limited::claim_in(queue, &mut tx, group, limit, lease, token, acks, together)
             .await
             .inspect_err(conflicted::<DB>)?;
         tx.commit().await.inspect_err(conflicted::<DB>)?;
         Ok(done)
     })
     .await?;
-    let Limited { rows, acked, held, limited: still } = done;
+    let Limited { rows, acked, held, limited: still, slots } = done;
     *limited = still;
-    Ok((rows, acked, held))
+    Ok((rows, acked, held, slots))
 }
 
 /// The plain claim: the one statement (or transaction) of the database's shape.

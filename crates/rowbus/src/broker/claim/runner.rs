@@ -19,6 +19,7 @@ use tracing::{Instrument as _, debug, info_span, warn};
 
 use crate::broker::claim::ahead::{self, Ahead};
 use crate::broker::claim::handoff::{HandedOff, Taker};
+use crate::broker::claim::slot;
 use crate::broker::claim::subscription::{Claimer, Pace, SubscriptionBuilder};
 use crate::broker::claim::until::Until;
 use crate::broker::claim::watch::{self, Held, Watch};
@@ -315,6 +316,12 @@ where
         delivery.headers(),
     );
     async move {
+        if let Some(at) = delivery.slot()
+            && !slot::begin_at(at).await
+        {
+            release_all(vec![delivery]).await;
+            return;
+        }
         let lease = delivery.lease();
         shared.in_flight.track([lease.clone()]);
         let started = Instant::now();
@@ -751,6 +758,13 @@ where
                 // Held until the batch is settled: the claim for this worker then
                 // carries its acknowledgement.
                 let _worker = worker;
+                // One start for a rated batch (see `limited::claim_in`).
+                if let Some(at) = batch.iter().filter_map(Delivery::slot).max_by_key(|s| s.at)
+                    && !slot::begin_at(at).await
+                {
+                    release_all(batch).await;
+                    return;
+                }
                 let leases: Vec<Lease<DB>> = batch.iter().map(Delivery::lease).collect();
                 in_flight.track(leases.iter().cloned());
                 let result = outcome(handler(batch)).await;
@@ -823,7 +837,7 @@ impl<DB: Db> SubscriptionBuilder<DB> {
         let stop = Stop { shutdown: self.queue.inner().shutdown.subscribe(), until: self.until.clone() };
         let supervision = Supervision { timeout: self.timeout, grace: self.grace };
         let in_flight = InFlight::default();
-        self.leased(|flusher| Workers {
+        self.leased(false, |flusher| Workers {
             handler,
             workers,
             max,
@@ -847,7 +861,7 @@ impl<DB: Db> SubscriptionBuilder<DB> {
         let workers = Arc::new(Semaphore::new(self.workers));
         let (handler, queue, batch) = (Arc::new(handler), self.queue.clone(), self.batch);
         let in_flight = InFlight::default();
-        self.leased(|flusher| Batches {
+        self.leased(true, |flusher| Batches {
             handler,
             workers,
             queue,
@@ -864,9 +878,15 @@ impl<DB: Db> SubscriptionBuilder<DB> {
         watch::start(&self.queue, self.poll_interval, self.heartbeat.then_some(self.lease), in_flight.held())
     }
 
-    /// Drives a lease runner, whose acknowledgements its claims may carry.
-    async fn leased<T: Turn<DB>>(&self, turn: impl FnOnce(Flusher) -> T) -> Result<(), Error> {
+    /// Drives a lease runner, whose acknowledgements its claims may carry; `together`
+    /// when a claim's messages begin at once (a batch).
+    async fn leased<T: Turn<DB>>(
+        &self,
+        together: bool,
+        turn: impl FnOnce(Flusher) -> T,
+    ) -> Result<(), Error> {
         let mut claimer = Claimer::start(self).await?;
+        claimer.together = together;
         let flusher = pending_acks(&mut claimer);
         let acks = flusher.acks.clone();
         drive(claimer, turn(flusher), Some(acks), self.shutdown_timeout).await;

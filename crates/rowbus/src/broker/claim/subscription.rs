@@ -17,6 +17,7 @@ use tracing::{Instrument as _, debug, debug_span, warn};
 
 use crate::broker::claim::claims::{Claim, claim};
 use crate::broker::claim::limited::Held;
+use crate::broker::claim::slot;
 use crate::broker::claim::until::Until;
 use crate::broker::claim::wake::Registration;
 use crate::broker::operate::scheduler::{self, SchedulerGuard};
@@ -210,7 +211,16 @@ impl<DB: Db> SubscriptionBuilder<DB> {
                     return None;
                 }
                 if let Some(delivery) = state.buffer.pop_front() {
-                    return Some((Ok(delivery), state));
+                    match delivery.slot() {
+                        Some(at) if !slot::begin_at(at).await => {
+                            // Too late for the start its rate gave it: back, unstarted.
+                            if let Err(error) = delivery.release().await {
+                                warn!(%error, "giving a late message back failed; it returns when its lease runs out");
+                            }
+                            continue;
+                        }
+                        _ => return Some((Ok(delivery), state)),
+                    }
                 }
                 match state.claimer.next(state.limit).await? {
                     Ok(deliveries) => state.buffer.extend(deliveries),
@@ -301,6 +311,9 @@ pub(crate) struct Claimer<DB: Db> {
     pub until: Option<Until>,
     /// Whether a limit applied to the group at the last claim (see `claims::claim`).
     pub limited: bool,
+    /// Whether a claim's messages begin together (a batch): under a rate they then get
+    /// one start (see `limited::claim_in`).
+    pub together: bool,
     /// Messages the last claim brought back.
     pub taken: usize,
     /// The last wait of a claim held by a concurrency limit (zero after any other claim).
@@ -349,6 +362,7 @@ impl<DB: Db> Claimer<DB> {
             acks: None,
             until: builder.until.clone(),
             limited: false,
+            together: false,
             taken: 0,
             held_wait: Duration::ZERO,
             _schedules: builder.schedules.then(|| scheduler::attach(&builder.queue)),
@@ -431,7 +445,8 @@ impl<DB: Db> Claimer<DB> {
         let span = debug_span!("rowbus.claim", table = %self.queue.table(), group = self.group, limit);
         let acks = self.acks.as_ref().map(|acks| acks.take()).unwrap_or_default();
         let claiming =
-            claim(&self.queue, &self.group, limit, self.lease, &acks, &mut self.limited).instrument(span);
+            claim(&self.queue, &self.group, limit, self.lease, &acks, &mut self.limited, self.together)
+                .instrument(span);
         let claimed = if acks.is_empty() {
             let mut shutdown = self.shutdown.clone();
             let blocked = async move {
@@ -456,11 +471,15 @@ impl<DB: Db> Claimer<DB> {
             }
         }
         match claimed {
-            Ok(Claim { rows, token, held }) => {
+            Ok(Claim { rows, token, held, slots }) => {
                 self.pace = self.pace_after(rows.len(), limit, held);
                 self.taken = rows.len();
                 debug!(table = %self.queue.table(), group = self.group, claimed = rows.len(), limit, "claim");
-                Ok(rows.into_iter().map(|row| Delivery::new(self.queue.clone(), row, token)).collect())
+                let mut slots = slots.into_iter();
+                Ok(rows
+                    .into_iter()
+                    .map(|row| Delivery::new(self.queue.clone(), row, token).starting_at(slots.next()))
+                    .collect())
             }
             Err(error) => {
                 self.pace = Pace::Failed;

@@ -21,6 +21,7 @@ use crate::sql::quoted;
 
 /// One group of one queue table, as it stands.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct GroupStats {
     /// The group (`""` is the default group).
     pub group: String,
@@ -51,7 +52,8 @@ impl GroupStats {
 }
 
 /// The notify table's size and lag.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct NotifyTableStats {
     /// Its name.
     pub table: String,

@@ -21,6 +21,7 @@ const CHUNK: usize = 500;
 
 /// Which messages [`Queue::cancel_which`] cancels.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Cancel {
     /// These ids (those not in the queue are passed over).
     Ids(Vec<i64>),
@@ -30,6 +31,7 @@ pub enum Cancel {
 
 /// What a cancel did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Cancelled {
     /// The ids removed from the queue, lowest first.
     pub ids: Vec<i64>,

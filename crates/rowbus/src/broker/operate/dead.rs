@@ -20,6 +20,7 @@ const CHUNK: usize = 500;
 /// A message its queue gave up on (it used its attempts, or its handler dead-lettered it),
 /// as the queue's dead-letter table (`<table>_dead`) keeps it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DeadLetter {
     /// Its id, the one it had in the queue (and has again once requeued).
     pub id: i64,
@@ -42,6 +43,26 @@ pub struct DeadLetter {
     pub key: Option<String>,
     /// Its headers.
     pub headers: crate::broker::Headers,
+}
+
+/// An empty letter (id 0, no payload, published and died at the Unix epoch): with its
+/// fields set one by one, what a test of code that shows letters starts from (the struct
+/// may grow, so it is not built field by field outside rowbus).
+impl Default for DeadLetter {
+    fn default() -> Self {
+        DeadLetter {
+            id: 0,
+            group: String::new(),
+            payload: Vec::new(),
+            attempts: 0,
+            last_error: None,
+            published_at: SystemTime::UNIX_EPOCH,
+            died_at: SystemTime::UNIX_EPOCH,
+            priority: 0,
+            key: None,
+            headers: Default::default(),
+        }
+    }
 }
 
 impl DeadLetter {
@@ -86,6 +107,7 @@ impl Default for DeadLetterPage {
 
 /// Which dead letters a requeue or a purge takes.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum DeadLetters {
     /// These (ids that are not dead letters are passed over).
     Ids(Vec<i64>),

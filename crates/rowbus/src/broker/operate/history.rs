@@ -74,6 +74,7 @@ impl HistoryOutcome {
 /// A handled message as the queue's history table (`<table>_hist`) keeps it: its payload,
 /// outcome and times (not its priority, ordering key or headers).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct HistoryEntry {
     /// Its id in the queue.
     pub id: i64,
@@ -92,6 +93,24 @@ pub struct HistoryEntry {
     pub published_at: SystemTime,
     /// When it was settled.
     pub handled_at: SystemTime,
+}
+
+/// An empty entry (id 0, acknowledged, published and handled at the Unix epoch): with
+/// its fields set one by one, what a test of code that shows history starts from (the
+/// struct may grow, so it is not built field by field outside rowbus).
+impl Default for HistoryEntry {
+    fn default() -> Self {
+        HistoryEntry {
+            id: 0,
+            group: String::new(),
+            payload: Vec::new(),
+            attempts: 0,
+            outcome: HistoryOutcome::Acknowledged,
+            last_error: None,
+            published_at: SystemTime::UNIX_EPOCH,
+            handled_at: SystemTime::UNIX_EPOCH,
+        }
+    }
 }
 
 impl HistoryEntry {
@@ -130,6 +149,7 @@ impl Default for HistoryPage {
 
 /// What a cleanup of a queue's history did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Pruned {
     /// Rows deleted.
     pub rows: u64,

@@ -50,13 +50,40 @@ impl fmt::Display for LimitScope {
     }
 }
 
-/// A rate: at most `count` messages started per `per`.
+/// A rate: at most `count` messages started per `per`, at most `burst` of them at once.
+///
+/// `burst` (by default `count`) is a token bucket's size: the bucket holds up to `burst`
+/// starts and fills with one every `per / count`. With the default, `count` may start at
+/// once; with a burst of 1 the starts are spread evenly, one every `per / count`. Either
+/// way no window of `per` holds more than `count` starts.
+///
+/// ```
+/// use std::time::Duration;
+/// let rate = rowbus::limit::Rate::new(20, Duration::from_secs(1)).with_burst(1);
+/// assert_eq!(rate.to_string(), "20/s, burst 1");
+/// assert_eq!("20/s".parse::<rowbus::limit::Rate>().unwrap().burst, None);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Rate {
     /// Messages started in any window of `per`, at most.
     pub count: u64,
     /// The window.
     pub per: Duration,
+    /// How many may start at once, from 1 to `count` (`None`: `count`).
+    pub burst: Option<u64>,
+}
+
+impl Rate {
+    /// `count` per `per`, with the default burst (`count`).
+    pub fn new(count: u64, per: Duration) -> Rate {
+        Rate { count, per, burst: None }
+    }
+
+    /// The same rate with at most `burst` started at once.
+    pub fn with_burst(self, burst: u64) -> Rate {
+        Rate { burst: Some(burst), ..self }
+    }
 }
 
 impl FromStr for Rate {
@@ -82,19 +109,24 @@ impl FromStr for Rate {
             "h" => Duration::from_secs(3600),
             _ => return Err(bad()),
         };
-        let rate = Rate { count, per };
+        let rate = Rate::new(count, per);
         rate.check()?;
         Ok(rate)
     }
 }
 
 impl fmt::Display for Rate {
+    /// `20/s`, and `, burst N` where a burst is set.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.per.as_secs() {
-            1 if self.per.subsec_nanos() == 0 => write!(f, "{}/s", self.count),
-            60 if self.per.subsec_nanos() == 0 => write!(f, "{}/m", self.count),
-            3600 if self.per.subsec_nanos() == 0 => write!(f, "{}/h", self.count),
-            _ => write!(f, "{} per {:?}", self.count, self.per),
+            1 if self.per.subsec_nanos() == 0 => write!(f, "{}/s", self.count)?,
+            60 if self.per.subsec_nanos() == 0 => write!(f, "{}/m", self.count)?,
+            3600 if self.per.subsec_nanos() == 0 => write!(f, "{}/h", self.count)?,
+            _ => write!(f, "{} per {:?}", self.count, self.per)?,
+        }
+        match self.burst {
+            Some(burst) => write!(f, ", burst {burst}"),
+            None => Ok(()),
         }
     }
 }
@@ -107,12 +139,18 @@ impl Rate {
                 what: format!("a rate's period must be from 1 ms to {MAX_DURATION:?}, not {:?}", self.per),
             });
         }
-        Ok(())
+        match self.burst {
+            Some(burst) if burst < 1 || burst > self.count => Err(Error::InvalidLimit {
+                what: format!("a burst must be from 1 to the rate's count ({}), not {burst}", self.count),
+            }),
+            _ => Ok(()),
+        }
     }
 }
 
 /// One limit of a scope, as [`Queue::set_limit`] sets it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Limit {
     /// At most this many messages in flight at once (claimed, their lease unexpired),
     /// whatever the number of consumers and processes.
@@ -121,15 +159,17 @@ pub enum Limit {
     /// earliest ones (the default, without this limit, is one: a key's messages in
     /// order).
     PerKey(u64),
-    /// At most this many messages started (claimed) per period: a claim counts the
-    /// starts of the last period and a guard of a tenth of it (at most 100 ms), so that
-    /// handlers, which begin a little after their claim, still never begin more than this
-    /// many in any window of one period.
+    /// At most this many messages started per period, as many at once as its burst:
+    /// a claim gives each message it takes a start a little ahead, its handler begins
+    /// then (and is given back unstarted if it could not begin within a guard of a tenth
+    /// of the period, at most 100 ms, after it), and a start counts for the period and
+    /// that guard: no window of one period holds more handler starts than the count.
     Rate(Rate),
 }
 
 /// A scope's limits and how it stands, as [`Queue::limits`] reads them.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LimitStatus {
     /// What the limits count.
     pub scope: LimitScope,
@@ -142,8 +182,8 @@ pub struct LimitStatus {
     /// Messages of the scope in flight that limited claims took (those taken before a
     /// concurrency limit was first set are counted too).
     pub running: u64,
-    /// Messages of the scope started in the rate's last period, and its guard (0 without
-    /// a rate; see [`Limit::Rate`]).
+    /// Messages of the scope started in the rate's last period and its guard, or given a
+    /// start ahead (0 without a rate; see [`Limit::Rate`]).
     pub started: u64,
     /// Messages of the scope ready to claim (keyed ones held behind their key's earlier
     /// messages included).
@@ -173,8 +213,9 @@ impl<DB: Db> Queue<DB> {
     /// flight at that moment.
     ///
     /// Limits apply to lease claims (`run`, `run_batch`, streams); a transactional
-    /// handler's claims ([`run_tx`](crate::SubscriptionBuilder::run_tx)) take nothing from
-    /// a limited group. Needs the limits tables: a queue deployed by an older rowbus gets
+    /// subscription ([`run_tx`](crate::SubscriptionBuilder::run_tx)) of a limited group is
+    /// refused at its start ([`Error::LimitedTransactional`]), and one already running
+    /// takes nothing from it. Needs the limits tables: a queue deployed by an older rowbus gets
     /// them from a new [`deploy`](Self::deploy) ([`Error::MissingLimitsTable`] until then).
     pub async fn set_limit(&self, scope: &LimitScope, limit: Limit) -> Result<(), Error> {
         let (whole, group) = scope.key();
@@ -185,11 +226,16 @@ impl<DB: Db> Queue<DB> {
             Limit::PerKey(n) => (&sql.set_per_key, check_count("--per-key", n)?, None),
             Limit::Rate(rate) => {
                 rate.check()?;
-                (&sql.set_rate, i64::try_from(rate.count).unwrap_or(i64::MAX), Some(micros(rate.per)))
+                let burst = rate.burst.map_or(0, |b| i64::try_from(b).unwrap_or(i64::MAX));
+                (
+                    &sql.set_rate,
+                    i64::try_from(rate.count).unwrap_or(i64::MAX),
+                    Some([micros(rate.per), burst]),
+                )
             }
         };
         let mut args = vec![Arg::Int(whole), Arg::Text(group), Arg::Int(value)];
-        args.extend(period.map(Arg::Int));
+        args.extend(period.into_iter().flatten().map(Arg::Int));
         let mut tx = begin(&self.inner().pool, DB::WRITE_BEGIN).await?;
         let written = async {
             DB::execute(&mut tx, set, &args).await?;
@@ -228,50 +274,44 @@ impl<DB: Db> Queue<DB> {
     }
 
     /// The queue's limits, the whole queue's first, then each limited group's by name,
-    /// with how each scope stands now.
+    /// with how each scope stands now: one statement.
     pub async fn limits(&self) -> Result<Vec<LimitStatus>, Error> {
         let sql = &self.sql.limits;
         let mut conn = self.inner().pool.acquire().await?;
-        let fail = |e| queue_error(self, e);
-        let rows = DB::fetch_rows(&mut conn, &sql.list, &[], 1).await.map_err(fail)?;
-        let mut all = Vec::with_capacity(rows.len());
-        for row in rows {
-            let (whole, group) = (row.int(0), row.text(0));
-            let scope = if whole == 1 { LimitScope::Queue } else { LimitScope::Group(group.to_owned()) };
-            let (max_running, per_key) = (positive(row.int(1)), positive(row.int(2)));
-            let rate = match (positive(row.int(3)), positive(row.int(4))) {
-                (Some(count), Some(us)) => Some(Rate { count, per: Duration::from_micros(us) }),
-                _ => None,
-            };
-            let binds = [Arg::Int(whole), Arg::Text(group)];
-            let first = |rows: Vec<crate::driver::TextsAndInts>, i: usize| {
-                rows.first().map_or(0, |r| u64::try_from(r.int(i)).unwrap_or(0))
-            };
-            let running = first(DB::fetch_rows(&mut conn, &sql.running, &binds, 0).await.map_err(fail)?, 0);
-            let started = match rate {
-                Some(rate) => {
-                    let window = crate::broker::claim::limited::window(micros(rate.per));
-                    let args = [binds[0], binds[1], Arg::Int(window)];
-                    first(DB::fetch_rows(&mut conn, &sql.started, &args, 0).await.map_err(fail)?, 0)
-                }
-                None => 0,
-            };
-            let ready = first(DB::fetch_rows(&mut conn, &sql.ready, &binds, 0).await.map_err(fail)?, 0);
-            let room = [
-                max_running.map(|max| max.saturating_sub(running)),
-                rate.map(|rate| rate.count.saturating_sub(started)),
-            ]
+        let rows = DB::fetch_rows(&mut conn, &sql.list, &[], 1).await.map_err(|e| queue_error(self, e))?;
+        drop(conn);
+        let count = |n: i64| u64::try_from(n).unwrap_or(0);
+        let all = rows
             .into_iter()
-            .flatten()
-            .min();
-            let held = room.map_or(0, |room| ready.saturating_sub(room));
-            all.push(LimitStatus { scope, max_running, per_key, rate, running, started, ready, held });
-        }
+            .map(|row| {
+                let (whole, group) = (row.int(0), row.text(0));
+                let scope = if whole == 1 { LimitScope::Queue } else { LimitScope::Group(group.to_owned()) };
+                let (max_running, per_key) = (positive(row.int(1)), positive(row.int(2)));
+                let rate = match (positive(row.int(3)), positive(row.int(4))) {
+                    (Some(count), Some(us)) => {
+                        Some(Rate { count, per: Duration::from_micros(us), burst: positive(row.int(5)) })
+                    }
+                    _ => None,
+                };
+                let (running, started, ready) = (count(row.int(6)), count(row.int(7)), count(row.int(8)));
+                let room = [
+                    max_running.map(|max| max.saturating_sub(running)),
+                    rate.map(|rate| rate.count.saturating_sub(started)),
+                ]
+                .into_iter()
+                .flatten()
+                .min();
+                let held = room.map_or(0, |room| ready.saturating_sub(room));
+                LimitStatus { scope, max_running, per_key, rate, running, started, ready, held }
+            })
+            .collect();
         Ok(all)
     }
 
     /// Messages ready but held back by a limit now, in the whole queue: at least the
     /// whole queue's limits' [`held`](LimitStatus::held), and at least its groups' together.
+    /// One statement, as [`limits`](Self::limits); one probe of an empty limits table
+    /// where the queue has none.
     pub async fn limited(&self) -> Result<u64, Error> {
         let limits = self.limits().await?;
         let queue = limits.iter().filter(|l| l.scope == LimitScope::Queue).map(|l| l.held).sum::<u64>();

@@ -14,6 +14,7 @@ use crate::sql::Db;
 
 /// What is paused in a queue, as [`Queue::paused`] reads it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Paused {
     /// The whole queue: every group, whatever `groups` says.
     pub queue: bool,

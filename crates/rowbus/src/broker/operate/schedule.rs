@@ -142,6 +142,7 @@ fn check_name(name: &str) -> Result<(), Error> {
 
 /// A stored schedule, as [`Queue::schedules`] reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ScheduleInfo {
     /// Its name, unique within the queue.
     pub name: String,
@@ -157,6 +158,7 @@ pub struct ScheduleInfo {
 
 /// What [`Queue::schedule`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ScheduleChange {
     /// There was no schedule of that name.
     Added,

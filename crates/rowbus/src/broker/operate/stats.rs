@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// What a broker has done since it was created.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Stats {
     /// Messages published through the broker.
     pub published: u64,
@@ -75,6 +76,7 @@ pub struct Stats {
 /// A claim that failed, as [`Broker::claim_failures`](crate::broker::Broker::claim_failures)
 /// reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ClaimFailure {
     /// The queue table.
     pub table: String,

@@ -214,6 +214,7 @@ pub(crate) fn decode_headers(stored: Option<&str>) -> Headers {
 /// What a publish did: how many messages it stored, and the deduplication ids of those it
 /// did not store because a message with that id is in the queue.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Published {
     /// Messages stored.
     pub stored: u64,

@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tracing::{debug, warn};
 
+use crate::broker::claim::slot::Slot;
 use crate::broker::exec::to_the_end;
 use crate::broker::operate::counts::{self, Counted};
 use crate::broker::publish::message::{decode_headers, message_timeout};
@@ -18,6 +19,7 @@ use crate::sql::Db;
 
 /// What a handler decided about its message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Outcome {
     /// Done: delete it.
     Ack,
@@ -295,6 +297,8 @@ impl<DB: Db> Lease<DB> {
 pub struct Delivery<DB: Db> {
     lease: Lease<DB>,
     message: Received,
+    /// The start a rate gave it, if one did: its handler begins then.
+    slot: Option<Slot>,
 }
 
 impl<DB: Db> std::ops::Deref for Delivery<DB> {
@@ -315,7 +319,18 @@ impl<DB: Db> Delivery<DB> {
         let timeout = message_timeout(&message.headers);
         let (id, settled, control) = (message.row.id, Arc::default(), Control::default());
         let lease = Lease { queue, id, token, attempt, keyed, settled, control, timeout };
-        Delivery { lease, message }
+        Delivery { lease, message, slot: None }
+    }
+
+    /// With the start a rate gave it (see `claim::limited::claim_in`).
+    pub(crate) fn starting_at(mut self, slot: Option<Slot>) -> Self {
+        self.slot = slot;
+        self
+    }
+
+    /// The start a rate gave it, if one did.
+    pub(crate) fn slot(&self) -> Option<Slot> {
+        self.slot
     }
 
     /// What the runner signals to the handler.

@@ -12,8 +12,10 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot, watch};
 use tokio::task::JoinSet;
 use tracing::{Instrument as _, debug, info_span, warn};
 
+use crate::broker::claim::limited;
 use crate::broker::claim::runner::{Turn, drain, drive, free_workers, outcome};
 use crate::broker::claim::subscription::{Claimer, Pace, SubscriptionBuilder};
+use crate::broker::exec::queue_error;
 use crate::broker::operate::counts::{self, Counted};
 use crate::broker::operate::history::record;
 use crate::broker::publish::message::decode_headers;
@@ -110,6 +112,7 @@ impl<DB: Db> SubscriptionBuilder<DB> {
             + 'static,
     {
         let claimer = Claimer::start(&self).await?;
+        refuse_limited(&self.queue, &self.group).await?;
         let turn = Locked {
             handler: Arc::new(handler),
             workers: Arc::new(Semaphore::new(self.workers)),
@@ -120,6 +123,24 @@ impl<DB: Db> SubscriptionBuilder<DB> {
         };
         drive(claimer, turn, None, self.shutdown_timeout).await;
         Ok(())
+    }
+}
+
+/// Refuses a transactional subscription of a group some limit applies to
+/// ([`Error::LimitedTransactional`]): its claims take nothing there (they carry the
+/// limits check), and it would wait for ever. After the registration for wake-ups, so
+/// that a limit cleared meanwhile is not missed either way.
+async fn refuse_limited<DB: Db>(queue: &Queue<DB>, group: &str) -> Result<(), Error> {
+    let q = queue.clone();
+    let g = group.to_owned();
+    let applies = crate::sql::Finishing::new(|_| async move { limited::applies(&q, &g).await })
+        .await
+        .map_err(|e| queue_error(queue, e))?;
+    match applies {
+        true => {
+            Err(Error::LimitedTransactional { table: queue.table().to_string(), group: group.to_owned() })
+        }
+        false => Ok(()),
     }
 }
 

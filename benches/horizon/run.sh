@@ -39,11 +39,14 @@ pids=()
 stop() {
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
-  "$root/scripts/pg-throwaway.sh" down "$PG_PORT" >/dev/null 2>&1 || true
-  BINLOG_PORT=$MY_PORT BINLOG_DIR=/tmp/rowbus-horizon-mariadb "$root/scripts/binlog.sh" down >/dev/null 2>&1 || true
+  # Only the server this run started: another run may use the other.
+  case "${1:-}" in
+    postgres | soak) "$root/scripts/pg-throwaway.sh" down "$PG_PORT" >/dev/null 2>&1 || true ;;
+    mariadb) BINLOG_PORT=$MY_PORT BINLOG_DIR=/tmp/rowbus-horizon-mariadb "$root/scripts/binlog.sh" down >/dev/null 2>&1 || true ;;
+  esac
   rm -rf "$work"
 }
-trap stop EXIT
+trap 'stop "${1:-}"' EXIT
 
 # Seconds in a duration such as 10m, 90s, 1h.
 seconds() {

@@ -82,6 +82,10 @@ pub struct Rules {
     pub ack_ignores_token: bool,
     /// The clock never passes a lease: a crashed holder's message is never claimable again.
     pub leases_never_run_out: bool,
+    /// The extension's `UPDATE` matches `id AND lease` alone, not `lease_until > now`: it
+    /// renews a lease that ran out if nobody claimed the row since (rowbus before it
+    /// refused those).
+    pub extend_ignores_lease_end: bool,
 }
 
 /// The claim protocol of one queue group: the model the checker explores.
@@ -171,6 +175,14 @@ impl Protocol {
 
     fn room(&self, s: &State, c: usize) -> bool {
         s.consumers[c].len() < usize::from(self.bounds.holds)
+    }
+
+    /// Whether an extension by delivery `h` renews its lease (`TableSql::extend`'s `WHERE
+    /// id = ? AND lease = ? AND lease_until > now`): its token is the row's and the lease
+    /// still runs (or, with [`Rules::extend_ignores_lease_end`], whether or not it runs).
+    pub fn extends(&self, s: &State, h: Held) -> bool {
+        let lease = s.queued(usize::from(h.msg)).and_then(|q| q.lease);
+        h.current && lease.is_some_and(|l| l.live || self.rules.extend_ignores_lease_end)
     }
 
     /// Whether the clock may pass message `m`'s deadline now.
@@ -267,8 +279,9 @@ pub enum Action {
         slot: u8,
     },
     /// `TableSql::extend` (and the heartbeat's `extend_pairs`): `UPDATE ... SET
-    /// lease_until = now + lease WHERE id = ? AND lease = ?`; no condition on
-    /// `lease_until`, so it also renews a lease that ran out if nobody claimed the row since.
+    /// lease_until = now + lease WHERE id = ? AND lease = ? AND lease_until > now`: only a
+    /// lease that still runs is renewed; one that ran out is refused (`Error::LeaseLost`)
+    /// even where nobody claimed the row since ([`Protocol::extends`]).
     Extend {
         /// The consumer.
         consumer: u8,
@@ -464,7 +477,7 @@ impl Model for Protocol {
                 s.budget.extends -= 1;
                 let (c, slot) = (usize::from(consumer), usize::from(slot));
                 let h = s.consumers[c][slot];
-                if h.current
+                if self.extends(&s, h)
                     && let Row::Queued(Queued { lease: Some(l), .. }) = &mut s.rows[usize::from(h.msg)]
                 {
                     l.revived |= !l.live;

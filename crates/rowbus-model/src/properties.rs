@@ -20,8 +20,10 @@ pub const ONE_PER_KEY: &str = "at most one message per key in flight";
 /// live leases, not counting leases their holders renewed after they had run out.
 pub const LIMIT_HELD: &str = "a limited group never runs more than its limit";
 /// The same, counting every live lease: a lease that ran out, was passed over by the
-/// limit's prune, and was then renewed by its holder's `extend` is counted here. The
-/// checker finds a path that breaks it (see docs/reliability.md).
+/// limit's prune or seed, and was then renewed by its holder's `extend` would be counted
+/// here. It holds because `extend` refuses a lease that ran out; with
+/// [`Rules::extend_ignores_lease_end`](crate::Rules) the checker finds the path that breaks
+/// it (see docs/reliability.md).
 pub const LIMIT_HELD_COUNTING_RENEWED: &str =
     "a limited group never runs more than its limit, renewed leases counted";
 /// A cancelled message is never claimed or handed off again.

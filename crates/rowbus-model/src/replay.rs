@@ -308,7 +308,13 @@ impl Replay {
             | Step::Extend { consumer, msg, ok } => {
                 let mut out = Vec::new();
                 for (slot, held) in s.consumers[usize::from(consumer)].iter().enumerate() {
-                    if held.msg != msg || held.current != ok {
+                    // A settle succeeds under its token; an extension also needs its lease
+                    // to run still.
+                    let succeeds = match step {
+                        Step::Extend { .. } => p.extends(s, *held),
+                        _ => held.current,
+                    };
+                    if held.msg != msg || succeeds != ok {
                         continue;
                     }
                     let slot = slot as u8;

@@ -49,8 +49,8 @@ pub struct Lease {
     /// limited claim wrote it, or a limit's seed did.
     pub start: bool,
     /// An observation, not a column: the lease had run out and its holder extended it
-    /// (`extend` has no condition on `lease_until`) after the limit's prune or seed could
-    /// have passed it over.
+    /// after the limit's prune or seed could have passed it over. `extend` refuses a lease
+    /// that ran out, so only [`Rules::extend_ignores_lease_end`](crate::Rules) sets it.
     pub revived: bool,
 }
 

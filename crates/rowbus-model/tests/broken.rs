@@ -2,7 +2,9 @@
 //! the rules as they are, tests/exhaustive.rs finds none on the same bounds). The paths
 //! are printed (`cargo test -p rowbus-model --test broken -- --nocapture`).
 
-use rowbus_model::properties::{EVENTUALLY_CLAIMED, NO_MESSAGE_LOST, STALE_SETTLE_CHANGES_NOTHING};
+use rowbus_model::properties::{
+    EVENTUALLY_CLAIMED, LIMIT_HELD_COUNTING_RENEWED, NO_MESSAGE_LOST, STALE_SETTLE_CHANGES_NOTHING,
+};
 use rowbus_model::{Bounds, Protocol, Rules, find};
 
 /// Finds a counterexample to `property` under `rules`, prints it and returns it.
@@ -42,4 +44,24 @@ fn leases_that_never_run_out_lose_a_crashed_consumers_message() {
     assert!(path.contains("Crash"), "a consumer crashed holding it:\n{path}");
     let path = counterexample(Bounds::liveness(), rules, EVENTUALLY_CLAIMED);
     assert!(path.contains("Crash"), "a consumer crashed holding the key's first message:\n{path}");
+}
+
+/// An extension that renews a lease that ran out (its `WHERE` without `lease_until > now`)
+/// lets a holder that stalled past its lease run beside the message a limited claim took
+/// meanwhile: the limit counts only unexpired leases, its prune and its seed pass over a
+/// run-out one, and the renewal comes after. The gap rowbus had before its extension
+/// refused run-out leases.
+#[test]
+fn an_extension_that_ignores_the_lease_end_runs_past_a_limit() {
+    let rules = Rules { extend_ignores_lease_end: true, ..Rules::default() };
+    let path = counterexample(Bounds::keys(), rules, LIMIT_HELD_COUNTING_RENEWED);
+    let steps: Vec<&str> =
+        path.lines().filter(|l| l.trim_start().chars().next().is_some_and(|c| c.is_ascii_digit())).collect();
+    assert!(steps.last().is_some_and(|s| s.contains("Claim")), "the last step is the limited claim:\n{path}");
+    let (tick, extend) = (path.find("Tick"), path.find("Extend"));
+    assert!(
+        tick.is_some_and(|t| extend.is_some_and(|e| t < e)),
+        "the lease ran out, then was renewed:\n{path}"
+    );
+    assert!(path.contains("SetLimit"), "a limit is set on the way:\n{path}");
 }

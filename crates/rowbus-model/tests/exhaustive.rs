@@ -7,14 +7,15 @@ use rowbus_model::properties::{
     CANCELLED_STAYS_CANCELLED, EVENTUALLY_CLAIMED, LIMIT_HELD, LIMIT_HELD_COUNTING_RENEWED,
     NEVER_TWICE_AT_ONCE, NO_MESSAGE_LOST, ONE_PER_KEY, PAUSED_NOT_CLAIMED, STALE_SETTLE_CHANGES_NOTHING,
 };
-use rowbus_model::{Bounds, Checked, Protocol, check, find};
+use rowbus_model::{Bounds, Checked, Protocol, check};
 
 /// The safety properties every bound set must keep.
-const SAFETY: [&str; 7] = [
+const SAFETY: [&str; 8] = [
     NO_MESSAGE_LOST,
     STALE_SETTLE_CHANGES_NOTHING,
     ONE_PER_KEY,
     LIMIT_HELD,
+    LIMIT_HELD_COUNTING_RENEWED,
     CANCELLED_STAYS_CANCELLED,
     PAUSED_NOT_CLAIMED,
     NEVER_TWICE_AT_ONCE,
@@ -61,7 +62,7 @@ fn claims_settles_hand_offs_cancels_pauses_and_limits_keep_every_safety_property
 #[test]
 fn two_ordering_keys_keep_every_safety_property() {
     let checked = explore("keys", Bounds::keys());
-    assert!(checked.unique > 500_000, "the bounds explore less than they used to: {}", checked.unique);
+    assert!(checked.unique > 450_000, "the bounds explore less than they used to: {}", checked.unique);
     assert_reached(
         "keys",
         &checked,
@@ -76,21 +77,4 @@ fn every_message_is_eventually_claimed_when_handlers_finish_within_their_lease()
         panic!("a message is never claimed:\n{path}");
     }
     assert_reached("liveness", &checked, &["a message is dead-lettered", "a limited group is full"]);
-}
-
-/// A gap the checker found in rowbus as it is, kept visible: `extend` renews a lease that
-/// ran out (its `WHERE` is `id = ? AND lease = ?`, nothing on `lease_until`), while the
-/// limit counts only starts whose lease is unexpired and its prune forgets the others (a
-/// limit set meanwhile seeds only live leases). A holder that stalled past its lease and
-/// then extends it runs beside a message the limited claim took in its place. When this
-/// test fails, the gap is closed: make [`LIMIT_HELD_COUNTING_RENEWED`] one of `SAFETY`.
-#[test]
-fn a_lease_renewed_after_it_ran_out_is_not_counted_by_the_limit() {
-    let found = find(Protocol::new(Bounds::keys()), LIMIT_HELD_COUNTING_RENEWED);
-    let path = found.discovery(LIMIT_HELD_COUNTING_RENEWED).expect("the renewed lease goes uncounted");
-    println!(
-        "\"{LIMIT_HELD_COUNTING_RENEWED}\" is broken by ({} states, {:.1?}):\n{path}",
-        found.unique, found.took
-    );
-    assert!(path.contains("Extend"), "the path renews a lease:\n{path}");
 }

@@ -355,8 +355,9 @@ pub enum Error {
         /// The rule it breaks.
         reason: String,
     },
-    /// An ack, retry or lease extension came after the message's lease ran out: someone
-    /// else may hold the message now, so nothing was changed.
+    /// An ack, retry or release came after the message was claimed again (or cancelled),
+    /// or a lease extension came after the lease ran out: someone else may hold the
+    /// message now, so nothing was changed.
     #[error(
         "the lease on message {id} of `{table}` was lost (it ran out and the message may be held by another worker); nothing was changed"
     )]

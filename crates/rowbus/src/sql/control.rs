@@ -59,14 +59,17 @@ impl<DB: Schema + Publishing + Claiming + Pausing + Scheduling + Keeping> TableS
         )
     }
 
-    /// Extends the leases of `pairs` messages, each under its own token: a heartbeat.
-    /// Binds: lease µs, the ids, then (id, token) pairs.
+    /// Extends the leases of `pairs` messages, each under its own token and only while it
+    /// still runs (as [`extend`](TableSql::extend)): a heartbeat. A lease that ran out
+    /// stays run out, and the look that follows finds it lost. Binds: lease µs, the ids,
+    /// then (id, token) pairs.
     pub fn extend_pairs(&self, pairs: usize) -> String {
         format!(
-            "UPDATE {} SET lease_until = {} WHERE {}",
+            "UPDATE {} SET lease_until = {} WHERE {} AND lease_until > {}",
             self.quoted,
             DB::later(&DB::param(1)),
-            pairs_filter_from::<DB>(2, pairs)
+            pairs_filter_from::<DB>(2, pairs),
+            DB::NOW
         )
     }
 }
@@ -81,10 +84,10 @@ mod tests {
         assert_eq!(
             t.extend_pairs(2),
             "UPDATE \"jobs\" SET lease_until = now() + $1 * interval '1 microsecond' \
-             WHERE id IN ($2, $3) AND (id, lease) IN (($4, $5), ($6, $7))"
+             WHERE id IN ($2, $3) AND (id, lease) IN (($4, $5), ($6, $7)) AND lease_until > now()"
         );
         let t = TableSql::<sqlx::Sqlite>::new(&"jobs".parse().unwrap()).unwrap();
-        assert!(t.extend_pairs(1).ends_with("WHERE id IN (?) AND (id, lease) IN ((?, ?))"));
+        assert!(t.extend_pairs(1).contains("WHERE id IN (?) AND (id, lease) IN ((?, ?)) AND lease_until > "));
         assert!(t.lease_check(2).ends_with("FROM `jobs` WHERE id IN (?, ?)"));
     }
 }

@@ -27,7 +27,9 @@ pub struct TableSql<DB: Schema> {
     pub retry: Arc<str>,
     /// Binds: id, token. Gives a claimed, unstarted message back without counting it.
     pub release: Arc<str>,
-    /// Binds: lease µs, id, token.
+    /// Binds: lease µs, id, token. Renews a lease that still runs, by the database's
+    /// clock: one that ran out is not renewed, even where nobody claimed the message since
+    /// (a limit counts only unexpired leases, so a renewed one would run uncounted).
     pub extend: Arc<str>,
     /// Binds: delay µs, id, token. Gives a leased message back to run after the delay,
     /// its attempt not counted, its last error as it was: a snooze.

@@ -86,10 +86,11 @@ impl<DB: Schema + Publishing + Claiming + Pausing + Scheduling + Keeping + Count
             )
             .into(),
             extend: format!(
-                "UPDATE {t} SET lease_until = {} WHERE id = {} AND lease = {}",
+                "UPDATE {t} SET lease_until = {} WHERE id = {} AND lease = {} AND lease_until > {}",
                 DB::later(&p(1)),
                 p(2),
-                p(3)
+                p(3),
+                DB::NOW
             )
             .into(),
             dead_insert: format!(

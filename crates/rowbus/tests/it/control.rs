@@ -1,6 +1,6 @@
 //! Job control against the real PostgreSQL and MariaDB and a temporary SQLite file:
 //! cancelling waiting and running messages, timeouts (per message and per subscription),
-//! heartbeats, and a lost lease reported to its handler.
+//! heartbeats, a lease that ran out not renewed, and a lost lease reported to its handler.
 
 use crate::common;
 
@@ -326,6 +326,86 @@ async fn heartbeats<DB: Db>(env: Env<DB>) {
     }
 }
 on_each_database!(heartbeats);
+
+/// Moves message `id`'s `lease_until` an hour back, its token kept: its lease has run out
+/// while nobody claimed it since, as for a holder that stalled past its lease.
+async fn run_out(db: &DbPool, q: &Queue<impl Db>, id: i64) {
+    let back = match db {
+        DbPool::Postgres(_) => "lease_until - interval '1 hour'",
+        DbPool::MySql(_) => "lease_until - INTERVAL 1 HOUR",
+        DbPool::Sqlite(_) => "lease_until - 3600000000",
+    };
+    let sql = format!("UPDATE {} SET lease_until = {back} WHERE id = {}", quoted(db, q), bind(db));
+    assert_eq!(exec_with_id(db, sql, id).await, 1);
+}
+
+/// A lease that ran out is not renewed, even where nobody claimed the message since: an
+/// extension is refused as a lost lease, and a heartbeat leaves it run out (its handler is
+/// told), so the message is claimable again at once. Before, both renewed it, and a
+/// concurrency limit (which counts only unexpired leases) ran it uncounted.
+async fn run_out_leases_are_not_renewed<DB: Db>(env: Env<DB>) {
+    let t = Table::new(&env.broker).await;
+    let q = t.0.clone();
+    q.publish(Message::text("extended")).await.unwrap();
+    let mut sub = q.subscribe().lease(Duration::from_secs(30)).stream().await.unwrap();
+    let held = next(&mut sub).await;
+    held.extend_lease(Duration::from_secs(30)).await.expect("a lease that runs is extended");
+    run_out(&env.db, &q, held.id()).await;
+    let refused = held.extend_lease(Duration::from_secs(30)).await;
+    assert!(matches!(refused, Err(Error::LeaseLost { id, .. }) if id == held.id()), "{refused:?}");
+    let again = next(&mut sub).await;
+    assert_eq!((again.id(), again.attempt()), (held.id(), 2), "claimable again at once");
+    assert!(matches!(held.ack().await, Err(Error::LeaseLost { .. })));
+    again.ack().await.unwrap();
+    drop(sub);
+
+    // The heartbeat: every third of the 3 s lease, with a look every 100 ms.
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let release = Arc::new(tokio::sync::Notify::new());
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let hold = release.clone();
+    let runner = tokio::spawn(
+        q.subscribe()
+            .heartbeat(true)
+            .lease(Duration::from_secs(3))
+            .until(async move {
+                let _ = stop_rx.await;
+            })
+            .run(move |d: Delivery<DB>| {
+                let (tx, hold) = (tx.clone(), hold.clone());
+                async move {
+                    tx.send((d.id(), None)).unwrap();
+                    tokio::time::timeout(WITHIN, d.lease_lost())
+                        .await
+                        .expect("the run-out lease is reported");
+                    hold.notified().await;
+                    let id = d.id();
+                    let refused = matches!(d.ack().await, Err(Error::LeaseLost { .. }));
+                    tx.send((id, Some(refused))).unwrap();
+                    Ok::<_, Error>(())
+                }
+            }),
+    );
+    q.publish(Message::text("beating")).await.unwrap();
+    let (id, _) = tokio::time::timeout(WITHIN, rx.recv()).await.unwrap().unwrap();
+    run_out(&env.db, &q, id).await;
+    // Past the next heartbeat: one that renewed the lease would keep the message from the
+    // claim below for as long as the handler runs.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut sub = q.subscribe().stream().await.unwrap();
+    let taken = tokio::time::timeout(Duration::from_secs(2), next(&mut sub)).await;
+    let taken = taken.expect("the heartbeat left the run-out lease as it was: claimable");
+    assert_eq!((taken.id(), taken.attempt()), (id, 2));
+    release.notify_one();
+    let (_, refused) = tokio::time::timeout(WITHIN, rx.recv()).await.unwrap().unwrap();
+    assert_eq!(refused, Some(true), "the first holder's acknowledgement is refused");
+    taken.ack().await.unwrap();
+    drop(sub);
+    let _ = stop_tx.send(());
+    runner.await.unwrap().unwrap();
+    t.drop_tables().await;
+}
+on_each_database!(run_out_leases_are_not_renewed);
 
 /// A lease taken from under a running handler (the test changes its token, as a claim
 /// elsewhere would) is reported: `lease_lost()` resolves within a poll interval, and the

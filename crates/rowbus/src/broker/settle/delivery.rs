@@ -397,8 +397,12 @@ impl<DB: Db> Delivery<DB> {
         to_the_end(async move { lease::release(&lease.queue, lease.id, lease.token).await }).await
     }
 
-    /// Keeps it for `lease` more from now, for work that takes longer than the lease. A
-    /// lease of zero or over [`MAX_DURATION`](crate::limits::MAX_DURATION) is refused with
+    /// Keeps it for `lease` more from now, for work that takes longer than the lease:
+    /// extend before the lease runs out. A lease that already ran out (by the database's
+    /// clock) is not renewed, even where nobody claimed the message since: the extension
+    /// is refused with [`Error::LeaseLost`], as a settle by a stale holder is, and the
+    /// message is claimable by anyone (a concurrency limit no longer counts it). A lease
+    /// of zero or over [`MAX_DURATION`](crate::limits::MAX_DURATION) is refused with
     /// [`Error::InvalidDuration`].
     pub async fn extend_lease(&self, lease: Duration) -> Result<(), Error> {
         let held = self.lease.clone();

@@ -280,8 +280,9 @@ pub(crate) async fn abandon<DB: Db>(queue: &Queue<DB>, id: i64, token: i64) -> R
     Ok(())
 }
 
-/// Keeps a leased message `lease` more from now; refuses a lease of zero or over
-/// [`MAX_DURATION`](crate::limits::MAX_DURATION) before any statement.
+/// Keeps a leased message `lease` more from now, while its lease still runs: one that ran
+/// out is refused with [`Error::LeaseLost`] as a settle by a stale holder is. Refuses a
+/// lease of zero or over [`MAX_DURATION`](crate::limits::MAX_DURATION) before any statement.
 pub(crate) async fn extend<DB: Db>(
     queue: &Queue<DB>,
     id: i64,

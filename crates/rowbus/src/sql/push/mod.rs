@@ -8,6 +8,9 @@
 //!
 //! Where the server refuses it (no binary log, no privilege, no file), the listener polls
 //! as it did without it, and says why once.
+// Built without a database that pushes (PostgreSQL alone, MySQL without `binlog`), the
+// task has no source to run.
+#![cfg_attr(not(any(feature = "binlog", feature = "sqlite")), allow(dead_code, unused_imports))]
 
 #[cfg(feature = "binlog")]
 pub(crate) mod binlog;

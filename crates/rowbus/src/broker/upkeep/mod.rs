@@ -61,7 +61,14 @@ pub(crate) fn attach<DB: Db>(queue: &Queue<DB>, group: &str) -> Option<UpkeepGua
     });
     entry.users += 1;
     let mut groups = entry.groups.lock().unwrap_or_else(|e| e.into_inner());
-    groups.entry(group.to_owned()).or_insert_with(|| Group { users: 0, floor: Arc::default() }).users += 1;
+    let upkeep = &queue.inner().upkeep;
+    groups
+        .entry(group.to_owned())
+        .or_insert_with(|| Group {
+            users: 0,
+            floor: upkeep.take_kept(queue.table(), group).unwrap_or_default(),
+        })
+        .users += 1;
     Some(UpkeepGuard { queue: queue.clone(), group: group.to_owned() })
 }
 
@@ -73,8 +80,10 @@ impl<DB: Db> Drop for UpkeepGuard<DB> {
             let mut groups = entry.groups.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(group) = groups.get_mut(&self.group) {
                 group.users -= 1;
-                if group.users == 0 {
-                    groups.remove(&self.group);
+                if group.users == 0
+                    && let Some(group) = groups.remove(&self.group)
+                {
+                    self.queue.inner().upkeep.keep(self.queue.table(), &self.group, group.floor);
                 }
             }
         }

@@ -210,6 +210,11 @@ fn roles_script(db: &str) {
         format!("CREATE TABLE IF NOT EXISTS {notify} (id BIGINT, v TEXT)"),
         format!("CREATE TABLE IF NOT EXISTS {notify}_positions (id BIGINT, v TEXT)"),
     ];
+    if db == "postgres" {
+        // PostgreSQL's queue table is a ring of partitions, which consumers empty.
+        statements
+            .extend((0..4).map(|p| format!("CREATE TABLE IF NOT EXISTS {queue}_p{p} (id BIGINT, v TEXT)")));
+    }
     if db == "mariadb" {
         // MySQL/MariaDB keeps deduplication ids and ordering keys in tables of their own.
         statements

@@ -220,11 +220,14 @@ pub fn queue_tables(q: &str) -> Vec<String> {
 
 /// [`queue_tables`] and those of `backend` alone: MySQL/MariaDB keeps deduplication ids
 /// in `<q>_dedup` (elsewhere that name is the queue table's index, which a `DROP TABLE`
-/// refuses) and ordering keys in `<q>_keys`.
+/// refuses) and ordering keys in `<q>_keys`; PostgreSQL's queue table has partitions
+/// `<q>_p0` to `<q>_p3` (dropped with it; listed for tables that stand in for one).
 pub fn queue_tables_on(backend: Backend, q: &str) -> Vec<String> {
     let mut tables = queue_tables(q);
-    if backend == Backend::MySql {
-        tables.extend([format!("{q}_dedup"), format!("{q}_keys")]);
+    match backend {
+        Backend::MySql => tables.extend([format!("{q}_dedup"), format!("{q}_keys")]),
+        Backend::Postgres => tables.extend((0..4).map(|p| format!("{q}_p{p}"))),
+        _ => {}
     }
     tables
 }

@@ -52,7 +52,8 @@ impl Upkeeps {
 
     /// The floor `group` of `table` had when its last subscription ended, if kept.
     pub(super) fn take_kept(&self, table: &QueueTable, group: &str) -> Option<Arc<FloorCell>> {
-        let cell = self.kept.lock().unwrap_or_else(|e| e.into_inner()).remove(&(table.clone(), group.to_owned()))?;
+        let cell =
+            self.kept.lock().unwrap_or_else(|e| e.into_inner()).remove(&(table.clone(), group.to_owned()))?;
         // Computed again at the next pass (a step, or whole if the last whole one is old).
         cell.claimed.store(true, Ordering::Relaxed);
         Some(cell)

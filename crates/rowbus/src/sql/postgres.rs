@@ -204,6 +204,19 @@ impl Publishing for Postgres {
     }
 }
 
+/// A lease claim's binds, plain or limited: the group, the limit, the lease, its token, and
+/// the floor (its priority; its time for every priority, the earliest of the two).
+fn lease_claim_args(group: &str, limit: i64, lease: i64, token: i64, floor: Floor) -> [Arg<'_>; 6] {
+    [
+        Arg::Text(group),
+        Arg::Int(limit),
+        Arg::Int(lease),
+        Arg::Int(token),
+        Arg::Int(floor.priority.into()),
+        Arg::Int(floor.others_us),
+    ]
+}
+
 impl Claiming for Postgres {
     /// Sorts off: a queue table not analyzed since it filled (a new table with a backlog,
     /// or one last analyzed while empty) has no statistics, and the planner, guessing a
@@ -253,14 +266,7 @@ impl Claiming for Postgres {
         token: i64,
         floor: Floor,
     ) -> BoxFuture<'c, Result<Vec<ClaimedRow>, sqlx::Error>> {
-        let args = [
-            Arg::Text(group),
-            Arg::Int(limit),
-            Arg::Int(lease),
-            Arg::Int(token),
-            Arg::Int(floor.priority.into()),
-            Arg::Int(floor.others_us),
-        ];
+        let args = lease_claim_args(group, limit, lease, token, floor);
         Self::fetch_claimed(conn, &sql.claim, &args)
     }
 
@@ -275,14 +281,7 @@ impl Claiming for Postgres {
         token: i64,
         floor: Floor,
     ) -> BoxFuture<'c, Result<Vec<ClaimedRow>, sqlx::Error>> {
-        let args = [
-            Arg::Text(group),
-            Arg::Int(limit),
-            Arg::Int(lease),
-            Arg::Int(token),
-            Arg::Int(floor.priority.into()),
-            Arg::Int(floor.others_us),
-        ];
+        let args = lease_claim_args(group, limit, lease, token, floor);
         Self::fetch_claimed(conn, claim, &args)
     }
 

@@ -32,6 +32,46 @@ const HELD: Duration = Duration::from_secs(50);
 const EARLY: std::ops::Range<Duration> = Duration::from_secs(15)..Duration::from_secs(25);
 const LATE: std::ops::Range<Duration> = Duration::from_secs(40)..HELD;
 
+/// A runner of 8 workers on a queue, counting the messages it handles and the distinct
+/// payloads among them.
+struct Handled {
+    seen: Arc<Mutex<(usize, HashSet<String>)>>,
+    runner: tokio::task::JoinHandle<Result<(), rowbus::Error>>,
+}
+
+impl Handled {
+    fn run<DB: rowbus::Db>(q: &rowbus::Queue<DB>) -> Self {
+        let seen = Arc::new(Mutex::new((0usize, HashSet::new())));
+        let counted = seen.clone();
+        let runner = tokio::spawn(q.subscribe().workers(8).run(move |d| {
+            let counted = counted.clone();
+            async move {
+                let text = d.text()?.to_owned();
+                let mut counted = counted.lock().unwrap();
+                counted.0 += 1;
+                counted.1.insert(text);
+                Ok::<_, rowbus::Error>(())
+            }
+        }));
+        Handled { seen, runner }
+    }
+
+    /// Waits until `n` were handled, or `within` passed.
+    async fn wait_for(&self, n: usize, within: Duration) {
+        let deadline = tokio::time::Instant::now() + within;
+        while self.seen.lock().unwrap().0 < n && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Once the broker shut down: how many were handled, and how many distinct.
+    async fn end(self) -> (usize, usize) {
+        let _ = self.runner.await;
+        let seen = self.seen.lock().unwrap();
+        (seen.0, seen.1.len())
+    }
+}
+
 /// The queue's relations (table, partitions, indexes, TOAST) in bytes, and their dead
 /// tuples, as PostgreSQL's statistics say.
 async fn size_and_dead(pool: &sqlx::PgPool, table: &str) -> (i64, i64) {
@@ -66,18 +106,7 @@ async fn postgres_queue_keeps_its_size_while_the_horizon_is_held() {
         .await
         .unwrap();
 
-    let handled = Arc::new(Mutex::new((0usize, HashSet::new())));
-    let seen = handled.clone();
-    let runner = tokio::spawn(q.subscribe().workers(8).run(move |d| {
-        let seen = seen.clone();
-        async move {
-            let text = d.text()?.to_owned();
-            let mut seen = seen.lock().unwrap();
-            seen.0 += 1;
-            seen.1.insert(text);
-            Ok::<_, rowbus::Error>(())
-        }
-    }));
+    let handled = Handled::run(&q);
 
     let mut published = 0usize;
     let (mut early, mut late) = ((0i64, 0i64), (0i64, 0i64));
@@ -107,17 +136,10 @@ async fn postgres_queue_keeps_its_size_while_the_horizon_is_held() {
         sqlx::query_scalar("SELECT count(*) FROM pg_class").fetch_one(&mut holder).await.unwrap();
     assert!(count > 0);
 
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while handled.lock().unwrap().0 < published && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    handled.wait_for(published, Duration::from_secs(60)).await;
     let stats = broker.stats();
     broker.shutdown(Duration::from_secs(5)).await;
-    let _ = runner.await;
-    let (done, distinct) = {
-        let handled = handled.lock().unwrap();
-        (handled.0, handled.1.len())
-    };
+    let (done, distinct) = handled.end().await;
     eprintln!(
         "horizon held {HELD:?}: {published} messages; largest (bytes, dead tuples) {early:?} early, {late:?} late; \
          {} partitions emptied, {} messages moved",
@@ -248,18 +270,7 @@ async fn sqlite_checkpoints_its_wal_and_counts_a_reader_that_holds_it() {
     let broker = Broker::new(pool.clone(), BrokerOptions::default()).await.unwrap();
     let q = broker.queue("wal").unwrap();
     q.deploy().await.unwrap();
-    let handled = Arc::new(Mutex::new((0usize, HashSet::new())));
-    let seen = handled.clone();
-    let runner = tokio::spawn(q.subscribe().workers(8).run(move |d| {
-        let seen = seen.clone();
-        async move {
-            let text = d.text()?.to_owned();
-            let mut seen = seen.lock().unwrap();
-            seen.0 += 1;
-            seen.1.insert(text);
-            Ok::<_, rowbus::Error>(())
-        }
-    }));
+    let handled = Handled::run(&q);
 
     // Publishes at RATE for `secs`, each message `pad` bytes more; the largest WAL seen.
     let mut published = 0usize;
@@ -295,16 +306,9 @@ async fn sqlite_checkpoints_its_wal_and_counts_a_reader_that_holds_it() {
 
     let after = churn(3, 0).await;
     let end = wal_bytes(&file);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while handled.lock().unwrap().0 < published && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    handled.wait_for(published, Duration::from_secs(30)).await;
     broker.shutdown(Duration::from_secs(5)).await;
-    let _ = runner.await;
-    let (done, distinct) = {
-        let handled = handled.lock().unwrap();
-        (handled.0, handled.1.len())
-    };
+    let (done, distinct) = handled.end().await;
     eprintln!(
         "WAL bytes: {alone} at most alone; {at_hold} when the reader began, {held} at most while it held, \
          {after} at most after, {end} at the end; checkpoints {} ({} held, {held_before} before the reader)",

@@ -278,7 +278,10 @@ pub(crate) async fn insert<DB: Db>(
     let mut published = Published::default();
     let mut sent = 0;
     let mut told: Option<(&str, i16)> = None;
-    for m in messages {
+    // Only claims that skip the other priorities while their floor sees none waiting there
+    // (those whose floors step: MySQL/MariaDB) need to hear of a publish.
+    let stepped = queue.sql.floor_step.is_some();
+    for m in messages.iter().filter(|_| stepped) {
         let group = (m.group.as_str(), m.priority);
         if told != Some(group) {
             queue.inner().upkeep.published(queue.table(), group.0, group.1);

@@ -228,28 +228,25 @@ impl<DB: Limiting> LimitSql<DB> {
     /// A start per message claimed, each at its own time. Binds per message: whole_queue,
     /// group, started_us, id, lease.
     pub fn record_at(&self, ids: usize) -> Arc<str> {
-        let p = DB::param;
-        let rows: Vec<String> = (0..ids)
-            .map(|i| {
-                let n = 5 * i;
-                format!("({}, {}, {}, {}, {})", p(n + 1), p(n + 2), p(n + 3), p(n + 4), p(n + 5))
-            })
-            .collect();
-        format!(
-            "INSERT INTO {} (whole_queue, group_name, started_us, id, lease) VALUES {}",
-            self.starts,
-            rows.join(", ")
-        )
-        .into()
+        self.starts_insert(ids, None)
     }
 
     /// A start per message claimed, now. Binds per message: whole_queue, group, id, lease.
     pub fn record(&self, ids: usize) -> Arc<str> {
-        let p = DB::param;
-        let now_us = DB::micros_of(DB::CLOCK);
+        self.starts_insert(ids, Some(DB::micros_of(DB::CLOCK)))
+    }
+
+    /// The INSERT of `ids` starts, each row's `started_us` the expression `now_us`, or a
+    /// bind of its own between the group and the id.
+    fn starts_insert(&self, ids: usize, now_us: Option<String>) -> Arc<str> {
+        let per_row = if now_us.is_some() { 4 } else { 5 };
         let rows: Vec<String> = (0..ids)
             .map(|i| {
-                format!("({}, {}, {now_us}, {}, {})", p(4 * i + 1), p(4 * i + 2), p(4 * i + 3), p(4 * i + 4))
+                let b: Vec<String> = (1..=per_row).map(|k| DB::param(per_row * i + k)).collect();
+                match &now_us {
+                    Some(now) => format!("({}, {}, {now}, {}, {})", b[0], b[1], b[2], b[3]),
+                    None => format!("({})", b.join(", ")),
+                }
             })
             .collect();
         format!(

@@ -109,14 +109,20 @@ fn settled(result: Result<(), Error>) -> bool {
     }
 }
 
-/// Runs `STEPS` random steps against `url` with `seed`, replaying each through the model.
-async fn agree<DB: Db>(url: &str, seed: u64) {
+/// A queue of a new name deployed on `url`, with the broker that deployed it.
+async fn deployed<DB: Db>(url: &str) -> (String, Broker<DB>, rowbus::Queue<DB>) {
     let name = unique();
     let admin = Broker::<DB>::new(rowbus::connect_creating::<DB>(url, 4).await.expect("connect"), options())
         .await
         .expect("broker");
     let queue = admin.queue(&name).expect("queue");
     queue.deploy().await.expect("deploy");
+    (name, admin, queue)
+}
+
+/// Runs `STEPS` random steps against `url` with `seed`, replaying each through the model.
+async fn agree<DB: Db>(url: &str, seed: u64) {
+    let (name, admin, queue) = deployed::<DB>(url).await;
     let mut consumers = Vec::new();
     for _ in 0..CONSUMERS {
         let pool = rowbus::connect::<DB>(url, 4).await.expect("connect");
@@ -261,12 +267,7 @@ async fn agree<DB: Db>(url: &str, seed: u64) {
 /// run-out leases, the extension succeeded and the database ran two messages under live
 /// leases with a limit of one, the limit counting one.
 async fn limit_holds_after_a_stall<DB: Db>(url: &str) {
-    let name = unique();
-    let admin = Broker::<DB>::new(rowbus::connect_creating::<DB>(url, 4).await.expect("connect"), options())
-        .await
-        .expect("broker");
-    let queue = admin.queue(&name).expect("queue");
-    queue.deploy().await.expect("deploy");
+    let (name, admin, queue) = deployed::<DB>(url).await;
     let mut consumers = Vec::new();
     for _ in 0..2 {
         let broker = Broker::<DB>::new(rowbus::connect::<DB>(url, 4).await.expect("connect"), options())

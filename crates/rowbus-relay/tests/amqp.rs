@@ -1,25 +1,22 @@
 //! The RabbitMQ sink against the local broker (127.0.0.1:5672, guest/guest): what arrives
 //! (each message once, its id, headers and payload byte for byte, in order), what is
-//! refused (no route, too large), and a broker that goes away and comes back; then relays
-//! of a queue on each database to it: ten thousand messages each once, each key's order
-//! with four relays at once.
+//! refused (no route, too large), and a broker that goes away and comes back; then the
+//! shared scenarios of relays of a queue on each database to it (ten thousand messages each
+//! once, each key's order with four relays at once, a relay killed mid-stream).
 //!
 //! Each test declares its own exchange (auto-delete) and queues (exclusive to the test's
 //! connection) under unique names, so that nothing outlives it even when it fails, and
 //! deletes them when it passes.
 
-mod brokers;
-#[path = "../../rowbus/tests/common/mod.rs"]
 mod common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use brokers::{
-    Arrival, Proxy, StallsAfter, batch, check_arrivals, check_at_least_once, message, publish_numbered,
-    unique,
-};
-use common::{Brokers, Cleanup, Place, on_each_database, place_test as database_test};
+use common::proxy::Proxy;
+use common::sinks::{all_ok, batch, message};
+use common::target::{Arrival, Target, scenarios};
+use common::{RABBITMQ, place_test as database_test, unique};
 use futures::StreamExt as _;
 use lapin::options::{
     BasicConsumeOptions, BasicGetOptions, ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions,
@@ -27,12 +24,10 @@ use lapin::options::{
 };
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
-use rowbus::{BrokerOptions, Queue};
 use rowbus_relay::sink::amqp::{AmqpOptions, AmqpSink};
 use rowbus_relay::sink::{Outgoing, Sink, SinkError};
-use rowbus_relay::{Relay, RelayError, RelayReport, Template};
+use rowbus_relay::{RelayError, Template};
 
-const BROKER: &str = "127.0.0.1:5672";
 const URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 
 /// The test's side of the broker: its own connection, exchange and queues.
@@ -49,7 +44,7 @@ impl Rabbit {
     async fn new() -> Rabbit {
         let connection = Connection::connect(URL, ConnectionProperties::default())
             .await
-            .unwrap_or_else(|e| panic!("RabbitMQ must be running on {BROKER} (guest/guest): {e}"));
+            .unwrap_or_else(|e| panic!("RabbitMQ must be running on {RABBITMQ} (guest/guest): {e}"));
         let channel = connection.create_channel().await.unwrap();
         let exchange = unique("rowbus_relay_x");
         let options = ExchangeDeclareOptions { auto_delete: true, ..ExchangeDeclareOptions::default() };
@@ -124,12 +119,6 @@ fn header(delivery: &lapin::message::Delivery, name: &str) -> Option<String> {
 
 fn message_id(delivery: &lapin::message::Delivery) -> String {
     delivery.properties.message_id().as_ref().expect("a message id").to_string()
-}
-
-fn all_ok(results: &[Result<(), SinkError>]) {
-    for (i, r) in results.iter().enumerate() {
-        assert!(r.is_ok(), "message {i}: {r:?}");
-    }
 }
 
 #[tokio::test]
@@ -266,7 +255,7 @@ async fn a_missing_exchange_and_a_broker_that_is_not_there_are_refused_at_connec
         Ok(_) => panic!("expected a config error, got a sink"),
     }
     // A port nothing listens on: a proxy started and stopped.
-    let proxy = Proxy::start(BROKER).await;
+    let proxy = Proxy::start(RABBITMQ).await;
     proxy.stop().await;
     let url = format!("amqp://guest:secret@127.0.0.1:{}/%2f", proxy.port);
     match AmqpSink::connect(&url, options("", "k")).await {
@@ -278,36 +267,18 @@ async fn a_missing_exchange_and_a_broker_that_is_not_there_are_refused_at_connec
     }
 }
 
+/// While the broker is gone every message is unavailable, and sends succeed once it is
+/// back.
 #[tokio::test]
-async fn while_the_broker_is_gone_every_message_is_unavailable_and_sends_succeed_once_it_is_back() {
-    let mut rabbit = Rabbit::new().await;
-    let queue = rabbit.queue(Some("#")).await;
-    let proxy = Proxy::start(BROKER).await;
-    let url = format!("amqp://guest:guest@127.0.0.1:{}/%2f", proxy.port);
-    let sink = AmqpSink::connect(&url, options(&rabbit.exchange, "k")).await.unwrap();
-    all_ok(&sink.send(&batch(1, 10, 2)).await);
-
-    proxy.stop().await;
-    for attempt in 0..2 {
-        let results = sink.send(&batch(11, 10, 2)).await;
-        for r in &results {
-            assert!(matches!(r, Err(SinkError::Unavailable(_))), "attempt {attempt}: {r:?}");
-        }
-    }
-
-    proxy.resume().await;
-    all_ok(&sink.send(&batch(11, 10, 2)).await);
-    let ids: Vec<_> = rabbit.drain(&queue).await.iter().map(message_id).collect();
-    let expected: Vec<_> = (1..=20).map(|id| format!("orders:{id}")).collect();
-    assert_eq!(ids, expected);
-    rabbit.delete().await;
+async fn while_the_broker_is_gone_every_message_is_unavailable() {
+    common::target::while_the_broker_is_gone_every_message_is_unavailable::<Amqp>().await;
 }
 
 #[tokio::test]
 async fn a_broker_that_stops_answering_is_given_up_after_the_confirm_timeout_and_sent_to_again() {
     let mut rabbit = Rabbit::new().await;
     let queue = rabbit.queue(Some("#")).await;
-    let proxy = Proxy::start(BROKER).await;
+    let proxy = Proxy::start(RABBITMQ).await;
     let url = format!("amqp://guest:guest@127.0.0.1:{}/%2f", proxy.port);
     let mut options = options(&rabbit.exchange, "k");
     options.confirm_timeout = Duration::from_millis(500);
@@ -335,201 +306,65 @@ async fn a_broker_that_stops_answering_is_given_up_after_the_confirm_timeout_and
     rabbit.delete().await;
 }
 
-/// A consumer of `queue` (no acknowledgements).
-async fn consume(rabbit: &Rabbit, queue: &str) -> lapin::Consumer {
-    let options = BasicConsumeOptions { no_ack: true, ..BasicConsumeOptions::default() };
-    rabbit
-        .channel
-        .basic_consume(queue.into(), unique("rowbus_relay_c").as_str().into(), options, FieldTable::default())
-        .await
-        .unwrap()
+/// The test's exchange and a queue bound to `orders.#` on it, consumed as messages come.
+struct Amqp {
+    rabbit: Rabbit,
+    consumer: lapin::Consumer,
 }
 
-/// The next message `consumer` gets, within 30 s (`so_far` arrived before it).
-async fn next_arrival(consumer: &mut lapin::Consumer, so_far: usize) -> Arrival {
-    let delivery = tokio::time::timeout(Duration::from_secs(30), consumer.next())
-        .await
-        .unwrap_or_else(|_| panic!("{so_far} arrived, then nothing for 30 s"))
-        .expect("the consumer goes on")
-        .expect("a delivery");
-    Arrival {
-        id: message_id(&delivery),
-        n: header(&delivery, "n").expect("the header n").parse().unwrap(),
-        key: header(&delivery, "rowbus-key"),
-        payload: delivery.data,
+impl Target for Amqp {
+    const NAME: &'static str = "amqp";
+    const ADDR: &'static str = RABBITMQ;
+    const DEDUPLICATES: bool = false;
+    type Sink = AmqpSink;
+
+    async fn new() -> Amqp {
+        let mut rabbit = Rabbit::new().await;
+        let bound = rabbit.queue(Some("orders.#")).await;
+        let options = BasicConsumeOptions { no_ack: true, ..BasicConsumeOptions::default() };
+        let consumer = rabbit
+            .channel
+            .basic_consume(
+                bound.as_str().into(),
+                unique("rowbus_relay_c").as_str().into(),
+                options,
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+        Amqp { rabbit, consumer }
+    }
+
+    fn place(&self, group: &str, key: &str) -> String {
+        format!("orders.{group}.{key}")
+    }
+
+    async fn sink(&self, addr: &str, prefix: &str) -> AmqpSink {
+        let options = AmqpOptions::new(&self.rabbit.exchange, self.template(), prefix);
+        AmqpSink::connect(&format!("amqp://guest:guest@{addr}/%2f"), options).await.expect("connect the sink")
+    }
+
+    async fn next(&mut self, within: Duration) -> Option<Arrival> {
+        let delivery = tokio::time::timeout(within, self.consumer.next()).await.ok()?;
+        let delivery = delivery.expect("the consumer goes on").expect("a delivery");
+        Some(Arrival {
+            id: message_id(&delivery),
+            n: header(&delivery, "n").expect("the header n").parse().unwrap(),
+            group: header(&delivery, "rowbus-group"),
+            key: header(&delivery, "rowbus-key"),
+            place: delivery.routing_key.to_string(),
+            payload: delivery.data,
+        })
+    }
+
+    async fn close(self) {
+        self.rabbit.delete().await;
     }
 }
 
-/// `n` messages from `queue` as they arrive, within 30 s each.
-async fn arrivals(rabbit: &Rabbit, queue: &str, n: usize) -> Vec<Arrival> {
-    let mut consumer = consume(rabbit, queue).await;
-    let mut out = Vec::with_capacity(n);
-    while out.len() < n {
-        out.push(next_arrival(&mut consumer, out.len()).await);
-    }
-    out
-}
-
-/// Runs `relays` relays of `queue`, each with a sink of its own (a connection of its own)
-/// to the test's exchange, until `n` messages arrived; returns what arrived and what the
-/// relays reported, added up.
-async fn relay_all<DB: Brokers>(
-    queue: &Queue<DB>,
-    rabbit: &Rabbit,
-    bound: &str,
-    relays: usize,
-    n: usize,
-) -> (Vec<Arrival>, RelayReport) {
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let mut running = Vec::new();
-    for _ in 0..relays {
-        let options = AmqpOptions::new(
-            &rabbit.exchange,
-            Template::parse("orders.{key}").unwrap(),
-            queue.table().to_string(),
-        );
-        let sink = AmqpSink::connect(URL, options).await.unwrap();
-        let mut stopped = stopped.clone();
-        let until = async move {
-            let _ = stopped.wait_for(|s| *s).await;
-        };
-        running.push(tokio::spawn(Relay::new(queue.clone(), sink).until(until).run()));
-    }
-    let arrived = arrivals(rabbit, bound, n).await;
-    stop.send_replace(true);
-    let mut total = RelayReport::default();
-    for relay in running {
-        let report = relay.await.unwrap().expect("the relay ran");
-        total.relayed += report.relayed;
-        total.confirmed += report.confirmed;
-        total.resent += report.resent;
-        total.refused += report.refused;
-    }
-    (arrived, total)
-}
-
-/// Ten thousand messages relayed by one relay: each arrives once, with its id and payload,
-/// and leaves the queue.
-async fn ten_thousand_messages_arrive_once_and_leave_the_queue<DB: Brokers>(place: Place) {
-    const N: usize = 10_000;
-    let cleanup = Cleanup::new(DB::BACKEND);
-    let broker = DB::broker(&place, BrokerOptions::default()).await;
-    let queue = broker.queue(&cleanup.queue(&unique("relay_amqp"))).unwrap();
-    queue.deploy().await.unwrap();
-    publish_numbered(&queue, N, None).await;
-    let mut rabbit = Rabbit::new().await;
-    let bound = rabbit.queue(Some("orders.#")).await;
-
-    let (arrived, report) = relay_all(&queue, &rabbit, &bound, 1, N).await;
-    check_arrivals(&arrived, N, &queue.table().to_string());
-    assert_eq!(report.confirmed, N as u64, "{report:?}");
-    assert_eq!(report.refused, 0, "{report:?}");
-    assert_eq!(queue.depth("").await.unwrap(), (0, 0), "confirmed messages leave the queue");
-    rabbit.delete().await;
-}
-on_each_database!(ten_thousand_messages_arrive_once_and_leave_the_queue);
-
-/// Four relays on one queue share the work, and each key's messages arrive in the order
-/// they were published.
-async fn four_relays_keep_each_keys_order<DB: Brokers>(place: Place) {
-    const N: usize = 4_000;
-    let cleanup = Cleanup::new(DB::BACKEND);
-    let broker = DB::broker(&place, BrokerOptions::default()).await;
-    let queue = broker.queue(&cleanup.queue(&unique("relay_amqp"))).unwrap();
-    queue.deploy().await.unwrap();
-    publish_numbered(&queue, N, Some(40)).await;
-    let mut rabbit = Rabbit::new().await;
-    let bound = rabbit.queue(Some("orders.#")).await;
-
-    let (arrived, report) = relay_all(&queue, &rabbit, &bound, 4, N).await;
-    check_arrivals(&arrived, N, &queue.table().to_string());
-    assert_eq!(report.confirmed, N as u64, "{report:?}");
-    assert_eq!(queue.depth("").await.unwrap(), (0, 0));
-    rabbit.delete().await;
-}
-on_each_database!(four_relays_keep_each_keys_order);
-
-/// A relay killed mid-stream (its task aborted: its connection gone, its claims left under
-/// their lease), then another started: every message arrives, those the first had sent but
-/// not settled again with the same id.
-async fn a_leased_relay_killed_mid_stream_loses_nothing<DB: Brokers>(place: Place) {
-    killed_mid_stream::<DB>(place, false).await
-}
-on_each_database!(a_leased_relay_killed_mid_stream_loses_nothing);
-
-/// The same claiming in transactions: the killed relay's transaction is rolled back, and
-/// what it had sent goes again at once.
-async fn a_transactional_relay_killed_mid_stream_loses_nothing<DB: Brokers>(place: Place) {
-    killed_mid_stream::<DB>(place, true).await
-}
-on_each_database!(a_transactional_relay_killed_mid_stream_loses_nothing);
-
-async fn killed_mid_stream<DB: Brokers>(place: Place, transactional: bool) {
-    const N: usize = 3_000;
-    let cleanup = Cleanup::new(DB::BACKEND);
-    let broker = DB::broker(&place, BrokerOptions::default()).await;
-    let queue = broker.queue(&cleanup.queue(&unique("relay_amqp"))).unwrap();
-    queue.deploy().await.unwrap();
-    publish_numbered(&queue, N, None).await;
-    let mut rabbit = Rabbit::new().await;
-    let bound = rabbit.queue(Some("orders.#")).await;
-    let mut consumer = consume(&rabbit, &bound).await;
-    let prefix = queue.table().to_string();
-    let sink = || async {
-        let options =
-            AmqpOptions::new(&rabbit.exchange, Template::parse("orders.{key}").unwrap(), prefix.clone());
-        AmqpSink::connect(URL, options).await.unwrap()
-    };
-
-    // Killed with a batch sent and not settled (its sink stalls after 300 messages).
-    let (stalling, stalled) = StallsAfter::new(sink().await, 300);
-    let first = tokio::spawn(
-        Relay::new(queue.clone(), stalling)
-            .transactional(transactional)
-            .batch(20)
-            .lease(Duration::from_secs(2))
-            .run(),
-    );
-    stalled.await.expect("the first relay sends 300 messages");
-    first.abort();
-    assert!(first.await.unwrap_err().is_cancelled());
-
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let second = tokio::spawn(
-        Relay::new(queue.clone(), sink().await)
-            .transactional(transactional)
-            .batch(20)
-            .lease(Duration::from_secs(2))
-            .until(async move {
-                let _ = stopped.await;
-            })
-            .run(),
-    );
-    // Until every message arrived, the stalled batch again, and the queue is empty: the
-    // stalled batch arrived once already and comes again when its lease ran out (or its
-    // transaction was rolled back).
-    let (mut arrived, mut seen) = (Vec::new(), std::collections::HashSet::new());
-    let start = tokio::time::Instant::now();
-    while seen.len() < N || arrived.len() <= N || queue.depth("").await.unwrap().0 > 0 {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "{} of {N} arrived, {} in all; or the queue is not empty",
-            seen.len(),
-            arrived.len()
-        );
-        let next = next_arrival(&mut consumer, arrived.len());
-        if let Ok(arrival) = tokio::time::timeout(Duration::from_millis(200), next).await {
-            seen.insert(arrival.n);
-            arrived.push(arrival);
-        }
-    }
-    let _ = stop.send(());
-    let report = second.await.unwrap().unwrap();
-    check_at_least_once(&arrived, N, &prefix);
-    assert_eq!(queue.depth("").await.unwrap(), (0, 0));
-    assert!(arrived.len() > N, "the stalled batch arrived again");
-    if !transactional {
-        assert!(report.resent > 0, "the first relay's claims were sent again: {report:?}");
-    }
-    rabbit.delete().await;
-}
+scenarios!(Amqp:
+    ten_thousand_arrive_once_each,
+    four_relays_keep_each_keys_order,
+    a_leased_relay_killed_mid_stream_loses_nothing,
+    a_transactional_relay_killed_mid_stream_loses_nothing,
+);

@@ -1,33 +1,28 @@
 //! The MQTT sink against the local Mosquitto (127.0.0.1:1883): what a subscriber receives
 //! (each message once, its id, group, key and headers as user properties, the payload byte
 //! for byte, in order), what is refused, and a broker that goes away and comes back; then
-//! relays of a queue on each database to it: ten thousand messages each once, each key's
-//! order with four relays at once.
+//! the shared scenarios of relays of a queue on each database to it (ten thousand messages
+//! each once, each key's order with four relays at once, a relay killed mid-stream).
 //!
 //! Each test publishes under a topic prefix of its own; nothing is retained and every
 //! session is clean, so nothing outlives a test.
 
-mod brokers;
-#[path = "../../rowbus/tests/common/mod.rs"]
 mod common;
 
 use std::time::Duration;
 
-use brokers::{
-    Arrival, Proxy, StallsAfter, batch, check_arrivals, check_at_least_once, message, publish_numbered,
-    unique,
-};
-use common::{Brokers, Cleanup, Place, on_each_database, place_test as database_test};
-use rowbus::{BrokerOptions, Queue};
+use common::proxy::Proxy;
+use common::sinks::{all_ok, batch, message};
+use common::target::{Arrival, Target, scenarios};
+use common::{MOSQUITTO, place_test as database_test, unique};
 use rowbus_relay::sink::mqtt::{MqttOptions as SinkOptions, MqttSink};
 use rowbus_relay::sink::{Outgoing, Sink, SinkError};
-use rowbus_relay::{Relay, RelayError, RelayReport, Template};
+use rowbus_relay::{RelayError, Template};
 use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::{Packet, Publish};
 use rumqttc::v5::{AsyncClient, Event, MqttOptions};
 use tokio::sync::mpsc;
 
-const BROKER: &str = "127.0.0.1:1883";
 const URL: &str = "mqtt://127.0.0.1:1883";
 
 /// A subscriber of the test's own on `filter`, QoS 0: Mosquitto holds at most 1,000 QoS 1
@@ -62,7 +57,7 @@ impl Subscriber {
                         let _ = tx.send(publish);
                     }
                     Ok(_) => {}
-                    Err(e) => panic!("Mosquitto must be running on {BROKER}: {e}"),
+                    Err(e) => panic!("Mosquitto must be running on {MOSQUITTO}: {e}"),
                 }
             }
         });
@@ -110,12 +105,6 @@ fn property(publish: &Publish, name: &str) -> Option<String> {
 
 fn options(topic: &str) -> SinkOptions {
     SinkOptions::new(Template::parse(topic).unwrap(), "orders")
-}
-
-fn all_ok(results: &[Result<(), SinkError>]) {
-    for (i, r) in results.iter().enumerate() {
-        assert!(r.is_ok(), "message {i}: {r:?}");
-    }
 }
 
 /// A last message whose arrival says everything before it arrived.
@@ -236,7 +225,7 @@ async fn a_topic_no_broker_accepts_is_refused_and_the_others_arrive() {
 
 #[tokio::test]
 async fn a_broker_that_is_not_there_is_refused_at_connect() {
-    let proxy = Proxy::start(BROKER).await;
+    let proxy = Proxy::start(MOSQUITTO).await;
     proxy.stop().await;
     let url = format!("mqtt://user:secret@127.0.0.1:{}", proxy.port);
     match MqttSink::connect(&url, options("t")).await {
@@ -252,31 +241,11 @@ async fn a_broker_that_is_not_there_is_refused_at_connect() {
     ));
 }
 
+/// While the broker is gone every message is unavailable, and sends succeed once it is
+/// back.
 #[tokio::test]
-async fn while_the_broker_is_gone_every_message_is_unavailable_and_sends_succeed_once_it_is_back() {
-    let prefix = unique("rowbus_relay");
-    let mut subscriber = Subscriber::new(&format!("{prefix}/#")).await;
-    let proxy = Proxy::start(BROKER).await;
-    let url = format!("mqtt://127.0.0.1:{}", proxy.port);
-    let sink = MqttSink::connect(&url, options(&format!("{prefix}/{{key}}"))).await.unwrap();
-    all_ok(&sink.send(&batch(1, 10, 2)).await);
-
-    proxy.stop().await;
-    for attempt in 0..2 {
-        let results = sink.send(&batch(11, 10, 2)).await;
-        for r in &results {
-            assert!(matches!(r, Err(SinkError::Unavailable(_))), "attempt {attempt}: {r:?}");
-        }
-    }
-
-    proxy.resume().await;
-    all_ok(&sink.send(&batch(11, 10, 2)).await);
-    all_ok(&sink.send(&[marker(999)]).await);
-    let ids: Vec<_> =
-        subscriber.until("orders:999").await.iter().map(|p| property(p, "rowbus-id").unwrap()).collect();
-    let expected: Vec<_> = (1..=20).map(|id| format!("orders:{id}")).collect();
-    assert_eq!(ids, expected);
-    subscriber.close().await;
+async fn while_the_broker_is_gone_every_message_is_unavailable() {
+    common::target::while_the_broker_is_gone_every_message_is_unavailable::<Mqtt>().await;
 }
 
 #[tokio::test]
@@ -319,7 +288,7 @@ async fn a_batch_larger_than_the_clients_queue_is_given_up_when_the_broker_stops
 /// with a 500 ms acknowledgement timeout, once a first batch of ten (ids 1 to 10) went
 /// through.
 async fn through_proxy(prefix: &str) -> (Proxy, MqttSink) {
-    let proxy = Proxy::start(BROKER).await;
+    let proxy = Proxy::start(MOSQUITTO).await;
     let url = format!("mqtt://127.0.0.1:{}", proxy.port);
     let mut options = options(&format!("{prefix}/{{key}}"));
     options.ack_timeout = Duration::from_millis(500);
@@ -366,181 +335,53 @@ async fn stops_answering(at_once: i64) {
     subscriber.close().await;
 }
 
-/// The next message `subscriber` receives, within 30 s (`so_far` arrived before it).
-async fn next_arrival(subscriber: &mut Subscriber, so_far: usize) -> Arrival {
-    let publish = tokio::time::timeout(Duration::from_secs(30), subscriber.received.recv())
-        .await
-        .unwrap_or_else(|_| panic!("{so_far} arrived, then nothing for 30 s"))
-        .expect("the subscriber runs");
-    Arrival {
-        id: property(&publish, "rowbus-id").expect("an id"),
-        n: property(&publish, "n").expect("the property n").parse().unwrap(),
-        key: property(&publish, "rowbus-key"),
-        payload: publish.payload.to_vec(),
+/// A topic prefix of the test's own and a subscriber of everything under it.
+struct Mqtt {
+    prefix: String,
+    subscriber: Subscriber,
+}
+
+impl Target for Mqtt {
+    const NAME: &'static str = "mqtt";
+    const ADDR: &'static str = MOSQUITTO;
+    const DEDUPLICATES: bool = false;
+    type Sink = MqttSink;
+
+    async fn new() -> Mqtt {
+        let prefix = unique("rowbus_relay");
+        let subscriber = Subscriber::new(&format!("{prefix}/#")).await;
+        Mqtt { prefix, subscriber }
+    }
+
+    fn place(&self, group: &str, key: &str) -> String {
+        format!("{}/{group}/{key}", self.prefix)
+    }
+
+    async fn sink(&self, addr: &str, prefix: &str) -> MqttSink {
+        MqttSink::connect(&format!("mqtt://{addr}"), SinkOptions::new(self.template(), prefix)).await.unwrap()
+    }
+
+    async fn next(&mut self, within: Duration) -> Option<Arrival> {
+        let publish = tokio::time::timeout(within, self.subscriber.received.recv()).await.ok()?;
+        let publish = publish.expect("the subscriber runs");
+        Some(Arrival {
+            id: property(&publish, "rowbus-id").expect("an id"),
+            n: property(&publish, "n").expect("the property n").parse().unwrap(),
+            group: property(&publish, "rowbus-group"),
+            key: property(&publish, "rowbus-key"),
+            payload: publish.payload.to_vec(),
+            place: String::from_utf8(publish.topic.to_vec()).unwrap(),
+        })
+    }
+
+    async fn close(self) {
+        self.subscriber.close().await;
     }
 }
 
-/// `n` messages as `subscriber` receives them.
-async fn arrivals(subscriber: &mut Subscriber, n: usize) -> Vec<Arrival> {
-    let mut out = Vec::with_capacity(n);
-    while out.len() < n {
-        out.push(next_arrival(subscriber, out.len()).await);
-    }
-    out
-}
-
-/// Runs `relays` relays of `queue`, each with a sink of its own (a connection of its own)
-/// publishing under `prefix`, until `n` messages arrived; returns what arrived and what the
-/// relays reported, added up.
-async fn relay_all<DB: Brokers>(
-    queue: &Queue<DB>,
-    prefix: &str,
-    relays: usize,
-    n: usize,
-) -> (Vec<Arrival>, RelayReport) {
-    let mut subscriber = Subscriber::new(&format!("{prefix}/#")).await;
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let mut running = Vec::new();
-    for _ in 0..relays {
-        let options = SinkOptions::new(
-            Template::parse(&format!("{prefix}/{{key}}")).unwrap(),
-            queue.table().to_string(),
-        );
-        let sink = MqttSink::connect(URL, options).await.unwrap();
-        let mut stopped = stopped.clone();
-        let until = async move {
-            let _ = stopped.wait_for(|s| *s).await;
-        };
-        running.push(tokio::spawn(Relay::new(queue.clone(), sink).until(until).run()));
-    }
-    let arrived = arrivals(&mut subscriber, n).await;
-    stop.send_replace(true);
-    let mut total = RelayReport::default();
-    for relay in running {
-        let report = relay.await.unwrap().expect("the relay ran");
-        total.relayed += report.relayed;
-        total.confirmed += report.confirmed;
-        total.resent += report.resent;
-        total.refused += report.refused;
-    }
-    subscriber.close().await;
-    (arrived, total)
-}
-
-/// Ten thousand messages relayed by one relay: each arrives once, with its id and payload,
-/// and leaves the queue.
-async fn ten_thousand_messages_arrive_once_and_leave_the_queue<DB: Brokers>(place: Place) {
-    const N: usize = 10_000;
-    let cleanup = Cleanup::new(DB::BACKEND);
-    let broker = DB::broker(&place, BrokerOptions::default()).await;
-    let queue = broker.queue(&cleanup.queue(&unique("relay_mqtt"))).unwrap();
-    queue.deploy().await.unwrap();
-    publish_numbered(&queue, N, None).await;
-
-    let (arrived, report) = relay_all(&queue, &unique("rowbus_relay"), 1, N).await;
-    check_arrivals(&arrived, N, &queue.table().to_string());
-    assert_eq!(report.confirmed, N as u64, "{report:?}");
-    assert_eq!(report.refused, 0, "{report:?}");
-    assert_eq!(queue.depth("").await.unwrap(), (0, 0), "confirmed messages leave the queue");
-}
-on_each_database!(ten_thousand_messages_arrive_once_and_leave_the_queue);
-
-/// Four relays on one queue share the work, and each key's messages arrive in the order
-/// they were published.
-async fn four_relays_keep_each_keys_order<DB: Brokers>(place: Place) {
-    const N: usize = 4_000;
-    let cleanup = Cleanup::new(DB::BACKEND);
-    let broker = DB::broker(&place, BrokerOptions::default()).await;
-    let queue = broker.queue(&cleanup.queue(&unique("relay_mqtt"))).unwrap();
-    queue.deploy().await.unwrap();
-    publish_numbered(&queue, N, Some(40)).await;
-
-    let (arrived, report) = relay_all(&queue, &unique("rowbus_relay"), 4, N).await;
-    check_arrivals(&arrived, N, &queue.table().to_string());
-    assert_eq!(report.confirmed, N as u64, "{report:?}");
-    assert_eq!(queue.depth("").await.unwrap(), (0, 0));
-}
-on_each_database!(four_relays_keep_each_keys_order);
-
-/// A relay killed mid-stream (its task aborted: its connection gone, its claims left under
-/// their lease), then another started: every message arrives, those the first had sent but
-/// not settled again with the same id.
-async fn a_leased_relay_killed_mid_stream_loses_nothing<DB: Brokers>(place: Place) {
-    killed_mid_stream::<DB>(place, false).await
-}
-on_each_database!(a_leased_relay_killed_mid_stream_loses_nothing);
-
-/// The same claiming in transactions: the killed relay's transaction is rolled back, and
-/// what it had sent goes again at once.
-async fn a_transactional_relay_killed_mid_stream_loses_nothing<DB: Brokers>(place: Place) {
-    killed_mid_stream::<DB>(place, true).await
-}
-on_each_database!(a_transactional_relay_killed_mid_stream_loses_nothing);
-
-async fn killed_mid_stream<DB: Brokers>(place: Place, transactional: bool) {
-    const N: usize = 3_000;
-    let cleanup = Cleanup::new(DB::BACKEND);
-    let broker = DB::broker(&place, BrokerOptions::default()).await;
-    let queue = broker.queue(&cleanup.queue(&unique("relay_mqtt"))).unwrap();
-    queue.deploy().await.unwrap();
-    publish_numbered(&queue, N, None).await;
-    let topic = format!("{}/{{key}}", unique("rowbus_relay"));
-    let mut subscriber = Subscriber::new(&topic.replace("{key}", "#")).await;
-    let prefix = queue.table().to_string();
-    let sink = || async {
-        let options = SinkOptions::new(Template::parse(&topic).unwrap(), prefix.clone());
-        MqttSink::connect(URL, options).await.unwrap()
-    };
-
-    // Killed with a batch sent and not settled (its sink stalls after 300 messages).
-    let (stalling, stalled) = StallsAfter::new(sink().await, 300);
-    let first = tokio::spawn(
-        Relay::new(queue.clone(), stalling)
-            .transactional(transactional)
-            .batch(20)
-            .lease(Duration::from_secs(2))
-            .run(),
-    );
-    stalled.await.expect("the first relay sends 300 messages");
-    first.abort();
-    assert!(first.await.unwrap_err().is_cancelled());
-
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let second = tokio::spawn(
-        Relay::new(queue.clone(), sink().await)
-            .transactional(transactional)
-            .batch(20)
-            .lease(Duration::from_secs(2))
-            .until(async move {
-                let _ = stopped.await;
-            })
-            .run(),
-    );
-    // Until every message arrived, the stalled batch again, and the queue is empty: the
-    // stalled batch arrived once already and comes again when its lease ran out (or its
-    // transaction was rolled back).
-    let (mut arrived, mut seen) = (Vec::new(), std::collections::HashSet::new());
-    let start = tokio::time::Instant::now();
-    while seen.len() < N || arrived.len() <= N || queue.depth("").await.unwrap().0 > 0 {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "{} of {N} arrived, {} in all; or the queue is not empty",
-            seen.len(),
-            arrived.len()
-        );
-        let next = next_arrival(&mut subscriber, arrived.len());
-        if let Ok(arrival) = tokio::time::timeout(Duration::from_millis(200), next).await {
-            seen.insert(arrival.n);
-            arrived.push(arrival);
-        }
-    }
-    let _ = stop.send(());
-    let report = second.await.unwrap().unwrap();
-    check_at_least_once(&arrived, N, &prefix);
-    assert_eq!(queue.depth("").await.unwrap(), (0, 0));
-    assert!(arrived.len() > N, "the stalled batch arrived again");
-    if !transactional {
-        assert!(report.resent > 0, "the first relay's claims were sent again: {report:?}");
-    }
-    subscriber.close().await;
-}
+scenarios!(Mqtt:
+    ten_thousand_arrive_once_each,
+    four_relays_keep_each_keys_order,
+    a_leased_relay_killed_mid_stream_loses_nothing,
+    a_transactional_relay_killed_mid_stream_loses_nothing,
+);

@@ -6,7 +6,10 @@ mod common;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::{Brokers, Cleanup, MARIADB, Place, drained, fill, on_each_database, options, queue, trickle};
+use common::{
+    Brokers, Cleanup, MARIADB, Place, drained, fill, on_each_database, options, place_test as database_test,
+    queue, trickle,
+};
 use rowbus::{Broker, Message};
 use rowbus_relay::Relay;
 use rowbus_relay::sink::{Outgoing, Sink, SinkError};
@@ -37,7 +40,7 @@ impl Sink for Confirms {
 async fn an_aborted_relay_claims_nothing_more<DB: Brokers>(place: Place) {
     let cleanup = Cleanup::new(place.backend());
     let (_broker, queue) = queue::<DB>(&place, &cleanup, "relay_abort").await;
-    fill(&queue, 10, 0).await;
+    fill(&queue, 0..10, 0).await;
     let relay = tokio::spawn(Relay::new(queue.clone(), Confirms::default()).batch(5).run());
     drained(&queue).await;
     relay.abort();
@@ -87,7 +90,7 @@ async fn batches_in_flight_are_at_the_sink_together<DB: Brokers>(place: Place) {
     for (transactional, ordered, expected) in
         [(true, false, side_by_side), (false, false, 3), (false, true, 1)]
     {
-        fill(&queue, 90, 0).await;
+        fill(&queue, 0..90, 0).await;
         let sink = std::sync::Arc::new(Together { together: expected, at_once: 0.into(), most: 0.into() });
         let relay = Relay::new(queue.clone(), sink.clone())
             .batch(10)
@@ -123,7 +126,7 @@ async fn aborted_relays_give_every_connection_back() {
     let sink = std::sync::Arc::new(Confirms::default());
     let rounds = async {
         for round in 0..300u64 {
-            fill(&queue, 24, 0).await;
+            fill(&queue, 0..24, 0).await;
             let before = sink.batches.load(Ordering::SeqCst);
             let relay =
                 Relay::new(queue.clone(), sink.clone()).batch(4).in_flight(2).transactional(round % 2 == 0);

@@ -103,37 +103,113 @@ pub(crate) mod sealed {
             conn: &'c mut Self::Connection,
             sql: &'static str,
         ) -> BoxFuture<'c, Result<(), sqlx::Error>>;
+        /// Runs a query; its rows, each decoded as a `T` (`with` says how, where a row
+        /// type needs telling).
+        fn fetch<'c, T: Decoded>(
+            conn: &'c mut Self::Connection,
+            sql: &Arc<str>,
+            args: &[Arg<'_>],
+            with: T::With,
+        ) -> BoxFuture<'c, Result<Vec<T>, sqlx::Error>>;
         /// Runs a claim; its rows.
         fn fetch_claimed<'c>(
-            conn: &'c mut Self::Connection,
+            c: &'c mut Self::Connection,
             sql: &Arc<str>,
             args: &[Arg<'_>],
-        ) -> BoxFuture<'c, Result<Vec<ClaimedRow>, sqlx::Error>>;
+        ) -> Fetched<'c, ClaimedRow> {
+            Self::fetch(c, sql, args, ())
+        }
         /// Runs a dead-letter query; its rows.
         fn fetch_dead<'c>(
-            conn: &'c mut Self::Connection,
+            c: &'c mut Self::Connection,
             sql: &Arc<str>,
             args: &[Arg<'_>],
-        ) -> BoxFuture<'c, Result<Vec<DeadRow>, sqlx::Error>>;
+        ) -> Fetched<'c, DeadRow> {
+            Self::fetch(c, sql, args, ())
+        }
         /// Runs a history query; its rows.
         fn fetch_history<'c>(
-            conn: &'c mut Self::Connection,
+            c: &'c mut Self::Connection,
             sql: &Arc<str>,
             args: &[Arg<'_>],
-        ) -> BoxFuture<'c, Result<Vec<HistoryRow>, sqlx::Error>>;
+        ) -> Fetched<'c, HistoryRow> {
+            Self::fetch(c, sql, args, ())
+        }
         /// Runs a query of a queue table's messages; its rows.
         fn fetch_queued<'c>(
-            conn: &'c mut Self::Connection,
+            c: &'c mut Self::Connection,
             sql: &Arc<str>,
             args: &[Arg<'_>],
-        ) -> BoxFuture<'c, Result<Vec<QueuedRow>, sqlx::Error>>;
+        ) -> Fetched<'c, QueuedRow> {
+            Self::fetch(c, sql, args, ())
+        }
         /// Runs a query; each row's columns as nullable integers after `texts` text columns.
         fn fetch_rows<'c>(
-            conn: &'c mut Self::Connection,
+            c: &'c mut Self::Connection,
             sql: &Arc<str>,
             args: &[Arg<'_>],
             texts: usize,
-        ) -> BoxFuture<'c, Result<Vec<TextsAndInts>, sqlx::Error>>;
+        ) -> Fetched<'c, TextsAndInts> {
+            Self::fetch(c, sql, args, texts)
+        }
+    }
+
+    /// What a fetch of `T` rows returns.
+    pub type Fetched<'c, T> = BoxFuture<'c, Result<Vec<T>, sqlx::Error>>;
+
+    /// A row type rowbus reads, decoded from any of its databases' rows.
+    pub trait Decoded: Sized + Send + 'static {
+        /// What the decoding needs to be told besides the row (`()` for most).
+        type With: Copy + Send + 'static;
+
+        /// `row` as a `Self`.
+        fn decode(row: &impl Columns, with: Self::With) -> Result<Self, sqlx::Error>;
+    }
+
+    /// A row's columns by the types rowbus reads: every sqlx row that decodes them.
+    pub trait Columns {
+        /// How many columns the row has.
+        fn width(&self) -> usize;
+        /// Column `i` as an integer.
+        fn int(&self, i: usize) -> Result<i64, sqlx::Error>;
+        /// Column `i` as an integer or NULL.
+        fn opt_int(&self, i: usize) -> Result<Option<i64>, sqlx::Error>;
+        /// Column `i` as text.
+        fn text(&self, i: usize) -> Result<String, sqlx::Error>;
+        /// Column `i` as text or NULL.
+        fn opt_text(&self, i: usize) -> Result<Option<String>, sqlx::Error>;
+        /// Column `i` as bytes.
+        fn bytes(&self, i: usize) -> Result<Vec<u8>, sqlx::Error>;
+    }
+
+    impl<R> Columns for R
+    where
+        R: sqlx::Row,
+        usize: sqlx::ColumnIndex<R>,
+        for<'r> i64: sqlx::Decode<'r, R::Database> + Type<R::Database>,
+        for<'r> Option<i64>: sqlx::Decode<'r, R::Database> + Type<R::Database>,
+        for<'r> String: sqlx::Decode<'r, R::Database> + Type<R::Database>,
+        for<'r> Option<String>: sqlx::Decode<'r, R::Database> + Type<R::Database>,
+        for<'r> Vec<u8>: sqlx::Decode<'r, R::Database> + Type<R::Database>,
+    {
+        fn width(&self) -> usize {
+            self.len()
+        }
+        fn int(&self, i: usize) -> Result<i64, sqlx::Error> {
+            self.try_get(i)
+        }
+        fn opt_int(&self, i: usize) -> Result<Option<i64>, sqlx::Error> {
+            self.try_get(i)
+        }
+        fn text(&self, i: usize) -> Result<String, sqlx::Error> {
+            self.try_get(i)
+        }
+        fn opt_text(&self, i: usize) -> Result<Option<String>, sqlx::Error> {
+            self.try_get(i)
+        }
+        fn bytes(&self, i: usize) -> Result<Vec<u8>, sqlx::Error> {
+            self.try_get(i)
+        }
     }
 }
 
@@ -146,16 +222,10 @@ pub struct TextsAndInts {
 
 impl TextsAndInts {
     /// `row`'s first `texts` columns as text, the rest as nullable integers.
-    pub(crate) fn of<R>(row: &R, texts: usize) -> Result<Self, sqlx::Error>
-    where
-        R: sqlx::Row,
-        usize: sqlx::ColumnIndex<R>,
-        for<'r> String: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-        for<'r> Option<i64>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    {
+    pub(crate) fn of(row: &impl sealed::Columns, texts: usize) -> Result<Self, sqlx::Error> {
         Ok(TextsAndInts {
-            texts: (0..texts).map(|i| row.try_get::<String, _>(i)).collect::<Result<_, _>>()?,
-            ints: (texts..row.len()).map(|i| row.try_get::<Option<i64>, _>(i)).collect::<Result<_, _>>()?,
+            texts: (0..texts).map(|i| row.text(i)).collect::<Result<_, _>>()?,
+            ints: (texts..row.width()).map(|i| row.opt_int(i)).collect::<Result<_, _>>()?,
         })
     }
 
@@ -167,6 +237,96 @@ impl TextsAndInts {
     /// Text column `i`, empty when missing.
     pub fn text(&self, i: usize) -> &str {
         self.texts.get(i).map_or("", String::as_str)
+    }
+}
+
+impl sealed::Decoded for TextsAndInts {
+    /// How many text columns come first.
+    type With = usize;
+
+    fn decode(row: &impl sealed::Columns, texts: usize) -> Result<Self, sqlx::Error> {
+        TextsAndInts::of(row, texts)
+    }
+}
+
+impl sealed::Decoded for ClaimedRow {
+    type With = ();
+
+    fn decode(row: &impl sealed::Columns, (): ()) -> Result<Self, sqlx::Error> {
+        Ok(ClaimedRow {
+            id: row.int(0)?,
+            group: row.text(1)?,
+            payload: row.bytes(2)?,
+            attempts: row.int(3)?,
+            created_at: row.int(4)?,
+            priority: row.int(5)?,
+            key: row.opt_text(6)?,
+            dedup_id: row.opt_text(7)?,
+            headers: row.opt_text(8)?,
+        })
+    }
+}
+
+impl sealed::Decoded for DeadRow {
+    type With = ();
+
+    fn decode(row: &impl sealed::Columns, (): ()) -> Result<Self, sqlx::Error> {
+        Ok(DeadRow {
+            id: row.int(0)?,
+            group: row.text(1)?,
+            payload: row.bytes(2)?,
+            attempts: row.int(3)?,
+            created_at: row.int(4)?,
+            failed_at: row.int(5)?,
+            last_error: row.opt_text(6)?,
+            priority: row.int(7)?,
+            key: row.opt_text(8)?,
+            headers: row.opt_text(9)?,
+        })
+    }
+}
+
+impl sealed::Decoded for HistoryRow {
+    type With = ();
+
+    /// The dead letter's first seven columns, then the outcome: the history keeps no
+    /// priority, key or headers (see `HistoryEntry`).
+    fn decode(row: &impl sealed::Columns, (): ()) -> Result<Self, sqlx::Error> {
+        Ok(HistoryRow {
+            row: DeadRow {
+                id: row.int(0)?,
+                group: row.text(1)?,
+                payload: row.bytes(2)?,
+                attempts: row.int(3)?,
+                created_at: row.int(4)?,
+                failed_at: row.int(5)?,
+                last_error: row.opt_text(6)?,
+                priority: 0,
+                key: None,
+                headers: None,
+            },
+            outcome: row.text(7)?,
+        })
+    }
+}
+
+impl sealed::Decoded for QueuedRow {
+    type With = ();
+
+    fn decode(row: &impl sealed::Columns, (): ()) -> Result<Self, sqlx::Error> {
+        Ok(QueuedRow {
+            id: row.int(0)?,
+            group: row.text(1)?,
+            payload: row.bytes(2)?,
+            attempts: row.int(3)?,
+            created_at: row.int(4)?,
+            visible_age: row.int(5)?,
+            lease_age: row.opt_int(6)?,
+            priority: row.int(7)?,
+            key: row.opt_text(8)?,
+            last_error: row.opt_text(9)?,
+            headers: row.opt_text(10)?,
+        })
     }
 }
 
@@ -267,137 +427,17 @@ macro_rules! driver {
                 Box::pin(async move { sqlx::raw_sql(sql).execute(conn).await.map(drop) })
             }
 
-            fn fetch_claimed<'c>(
+            fn fetch<'c, T: $crate::driver::sealed::Decoded>(
                 conn: &'c mut Self::Connection,
                 sql: &std::sync::Arc<str>,
                 args: &[$crate::driver::Arg<'_>],
-            ) -> futures::future::BoxFuture<'c, Result<Vec<$crate::driver::ClaimedRow>, sqlx::Error>> {
-                use sqlx::Row as _;
+                with: T::With,
+            ) -> futures::future::BoxFuture<'c, Result<Vec<T>, sqlx::Error>> {
                 let unnamed = $unnamed;
                 let query = $crate::driver::query::<$db>(sql, args, !unnamed);
                 Box::pin(async move {
                     let rows = run_alone!(conn, unnamed, |c| query.fetch_all(c).await);
-                    rows.iter()
-                        .map(|row| {
-                            Ok($crate::driver::ClaimedRow {
-                                id: row.try_get(0)?,
-                                group: row.try_get(1)?,
-                                payload: row.try_get(2)?,
-                                attempts: row.try_get(3)?,
-                                created_at: row.try_get(4)?,
-                                priority: row.try_get(5)?,
-                                key: row.try_get(6)?,
-                                dedup_id: row.try_get(7)?,
-                                headers: row.try_get(8)?,
-                            })
-                        })
-                        .collect()
-                })
-            }
-
-            fn fetch_dead<'c>(
-                conn: &'c mut Self::Connection,
-                sql: &std::sync::Arc<str>,
-                args: &[$crate::driver::Arg<'_>],
-            ) -> futures::future::BoxFuture<'c, Result<Vec<$crate::driver::DeadRow>, sqlx::Error>> {
-                use sqlx::Row as _;
-                let unnamed = $unnamed;
-                let query = $crate::driver::query::<$db>(sql, args, !unnamed);
-                Box::pin(async move {
-                    let rows = run_alone!(conn, unnamed, |c| query.fetch_all(c).await);
-                    rows.iter()
-                        .map(|row| {
-                            Ok($crate::driver::DeadRow {
-                                id: row.try_get(0)?,
-                                group: row.try_get(1)?,
-                                payload: row.try_get(2)?,
-                                attempts: row.try_get(3)?,
-                                created_at: row.try_get(4)?,
-                                failed_at: row.try_get(5)?,
-                                last_error: row.try_get(6)?,
-                                priority: row.try_get(7)?,
-                                key: row.try_get(8)?,
-                                headers: row.try_get(9)?,
-                            })
-                        })
-                        .collect()
-                })
-            }
-
-            fn fetch_history<'c>(
-                conn: &'c mut Self::Connection,
-                sql: &std::sync::Arc<str>,
-                args: &[$crate::driver::Arg<'_>],
-            ) -> futures::future::BoxFuture<'c, Result<Vec<$crate::driver::HistoryRow>, sqlx::Error>> {
-                use sqlx::Row as _;
-                let unnamed = $unnamed;
-                let query = $crate::driver::query::<$db>(sql, args, !unnamed);
-                Box::pin(async move {
-                    let rows = run_alone!(conn, unnamed, |c| query.fetch_all(c).await);
-                    rows.iter()
-                        .map(|row| {
-                            Ok($crate::driver::HistoryRow {
-                                row: $crate::driver::DeadRow {
-                                    id: row.try_get(0)?,
-                                    group: row.try_get(1)?,
-                                    payload: row.try_get(2)?,
-                                    attempts: row.try_get(3)?,
-                                    created_at: row.try_get(4)?,
-                                    failed_at: row.try_get(5)?,
-                                    last_error: row.try_get(6)?,
-                                    // The history keeps none of them (see HistoryEntry).
-                                    priority: 0,
-                                    key: None,
-                                    headers: None,
-                                },
-                                outcome: row.try_get(7)?,
-                            })
-                        })
-                        .collect()
-                })
-            }
-
-            fn fetch_queued<'c>(
-                conn: &'c mut Self::Connection,
-                sql: &std::sync::Arc<str>,
-                args: &[$crate::driver::Arg<'_>],
-            ) -> futures::future::BoxFuture<'c, Result<Vec<$crate::driver::QueuedRow>, sqlx::Error>> {
-                use sqlx::Row as _;
-                let unnamed = $unnamed;
-                let query = $crate::driver::query::<$db>(sql, args, !unnamed);
-                Box::pin(async move {
-                    let rows = run_alone!(conn, unnamed, |c| query.fetch_all(c).await);
-                    rows.iter()
-                        .map(|row| {
-                            Ok($crate::driver::QueuedRow {
-                                id: row.try_get(0)?,
-                                group: row.try_get(1)?,
-                                payload: row.try_get(2)?,
-                                attempts: row.try_get(3)?,
-                                created_at: row.try_get(4)?,
-                                visible_age: row.try_get(5)?,
-                                lease_age: row.try_get(6)?,
-                                priority: row.try_get(7)?,
-                                key: row.try_get(8)?,
-                                last_error: row.try_get(9)?,
-                                headers: row.try_get(10)?,
-                            })
-                        })
-                        .collect()
-                })
-            }
-
-            fn fetch_rows<'c>(
-                conn: &'c mut Self::Connection,
-                sql: &std::sync::Arc<str>,
-                args: &[$crate::driver::Arg<'_>],
-                texts: usize,
-            ) -> futures::future::BoxFuture<'c, Result<Vec<$crate::driver::TextsAndInts>, sqlx::Error>> {
-                let unnamed = $unnamed;
-                let query = $crate::driver::query::<$db>(sql, args, !unnamed);
-                Box::pin(async move {
-                    let rows = run_alone!(conn, unnamed, |c| query.fetch_all(c).await);
-                    rows.iter().map(|row| $crate::driver::TextsAndInts::of(row, texts)).collect()
+                    rows.iter().map(|row| T::decode(row, with)).collect()
                 })
             }
         }

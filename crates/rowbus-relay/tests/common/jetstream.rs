@@ -1,24 +1,9 @@
 //! A JetStream stream of the test's own (a unique name and subjects), deleted when
-//! dropped, and what was published to it, read back in the stream's order.
-
-use std::time::Duration;
+//! dropped, and a reader of what was published to it, in the stream's order.
 
 use async_nats::jetstream::{self, consumer, stream};
-use futures::StreamExt as _;
 
 use super::{NATS, unique};
-
-/// One message read back from the stream.
-#[derive(Debug, Clone)]
-pub struct Got {
-    pub subject: String,
-    pub payload: Vec<u8>,
-    pub msg_id: String,
-    pub group: Option<String>,
-    pub key: Option<String>,
-    /// The header `n` the tests' messages carry.
-    pub n: Option<String>,
-}
 
 pub struct Stream {
     pub context: jetstream::Context,
@@ -58,9 +43,8 @@ impl Stream {
         stream.info().await.unwrap().state.messages
     }
 
-    /// Every message in the stream, in its order.
-    pub async fn read_all(&self) -> Vec<Got> {
-        let total = self.count().await as usize;
+    /// Every message in the stream, from its first on, as it comes.
+    pub async fn reader(&self) -> consumer::pull::Stream {
         let stream = self.context.get_stream(&self.name).await.unwrap();
         let reader = stream
             .create_consumer(consumer::pull::Config {
@@ -70,27 +54,7 @@ impl Stream {
             })
             .await
             .unwrap();
-        let mut messages = reader.messages().await.unwrap();
-        let mut got = Vec::with_capacity(total);
-        while got.len() < total {
-            let message = tokio::time::timeout(Duration::from_secs(10), messages.next())
-                .await
-                .unwrap_or_else(|_| panic!("read {} of {total} messages of {}", got.len(), self.name))
-                .expect("the consumer goes on")
-                .expect("a message");
-            let header = |name: &str| {
-                message.headers.as_ref().and_then(|h| h.get(name)).map(|v| v.as_str().to_owned())
-            };
-            got.push(Got {
-                subject: message.subject.to_string(),
-                payload: message.payload.to_vec(),
-                msg_id: header("Nats-Msg-Id").unwrap_or_default(),
-                group: header("Rowbus-Group"),
-                key: header("Rowbus-Key"),
-                n: header("n"),
-            });
-        }
-        got
+        reader.messages().await.unwrap()
     }
 }
 

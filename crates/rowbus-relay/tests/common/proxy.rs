@@ -1,69 +1,126 @@
-//! A TCP proxy on a port of its own in front of a broker: [`Proxy::stop`] closes its
-//! connections and its port (the broker is gone, as far as a client can tell), and
-//! [`Proxy::start`] opens the same port again.
+//! A TCP proxy on a port of its own in front of a broker: a test stops it (the broker
+//! looks gone: connections are cut, new ones refused) and starts it again, or freezes it
+//! (the broker looks hung: connections stay open, nothing passes) and thaws it.
 
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 
-use tokio::net::{TcpSocket, TcpStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+/// Forwards 127.0.0.1:`port` to a broker while running.
 pub struct Proxy {
-    /// Where clients connect.
-    pub addr: SocketAddr,
+    pub port: u16,
     target: SocketAddr,
-    task: Option<JoinHandle<()>>,
+    tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
+    frozen: watch::Sender<bool>,
 }
 
 impl Proxy {
-    /// A proxy to `target` (host:port), started.
-    pub async fn to(target: &str) -> Proxy {
-        let target: SocketAddr = target.parse().expect("an address");
-        let listener = bind("127.0.0.1:0".parse().unwrap());
-        let addr = listener.local_addr().unwrap();
-        let mut proxy = Proxy { addr, target, task: None };
-        proxy.task = Some(tokio::spawn(serve(listener, target)));
+    /// A running proxy to `target` on a free port.
+    pub async fn start(target: &str) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind the proxy");
+        let port = listener.local_addr().unwrap().port();
+        let proxy = Proxy {
+            port,
+            target: target.parse().unwrap(),
+            tasks: Arc::default(),
+            frozen: watch::Sender::new(false),
+        };
+        proxy.serve(listener);
         proxy
     }
 
-    /// Closes the port and every connection through it.
-    pub async fn stop(&mut self) {
-        if let Some(task) = self.task.take() {
-            task.abort();
-            let _ = task.await;
+    /// Where clients connect: 127.0.0.1 and the proxy's port.
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Cuts every connection and refuses new ones (once this returns, the port is closed).
+    pub async fn stop(&self) {
+        // The accept loop may hand on one more connection while it is being stopped.
+        loop {
+            let tasks: Vec<_> = self.tasks.lock().unwrap().drain(..).collect();
+            if tasks.is_empty() {
+                return;
+            }
+            for task in &tasks {
+                task.abort();
+            }
+            for task in tasks {
+                let _ = task.await;
+            }
         }
     }
 
-    /// Opens the port again.
-    pub fn start(&mut self) {
-        assert!(self.task.is_none(), "the proxy is running");
-        self.task = Some(tokio::spawn(serve(bind(self.addr), self.target)));
+    /// Accepts again, on the same port.
+    pub async fn resume(&self) {
+        let listener = TcpListener::bind(("127.0.0.1", self.port)).await.expect("bind the proxy again");
+        self.serve(listener);
     }
+
+    /// Stops passing bytes either way, connections left open.
+    pub fn freeze(&self) {
+        self.frozen.send_replace(true);
+    }
+
+    /// Passes bytes again (what was held back goes on).
+    pub fn thaw(&self) {
+        self.frozen.send_replace(false);
+    }
+
+    fn serve(&self, listener: TcpListener) {
+        let target = self.target;
+        let tasks = Arc::clone(&self.tasks);
+        let frozen = self.frozen.subscribe();
+        let accept = tokio::spawn(async move {
+            loop {
+                let Ok((client, _)) = listener.accept().await else { continue };
+                let frozen = frozen.clone();
+                let pipe = tokio::spawn(async move {
+                    let Ok(server) = TcpStream::connect(target).await else { return };
+                    let (client_read, client_write) = client.into_split();
+                    let (server_read, server_write) = server.into_split();
+                    tokio::join!(
+                        pass(client_read, server_write, frozen.clone()),
+                        pass(server_read, client_write, frozen)
+                    );
+                });
+                tasks.lock().unwrap().push(pipe);
+            }
+        });
+        self.tasks.lock().unwrap().push(accept);
+    }
+}
+
+/// Copies `from` to `to` while not frozen, until either side closes.
+async fn pass(
+    mut from: impl AsyncRead + Unpin,
+    mut to: impl AsyncWrite + Unpin,
+    mut frozen: watch::Receiver<bool>,
+) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        if frozen.wait_for(|f| !f).await.is_err() {
+            return;
+        }
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if frozen.wait_for(|f| !f).await.is_err() || to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+    let _ = to.shutdown().await;
 }
 
 impl Drop for Proxy {
     fn drop(&mut self) {
-        if let Some(task) = self.task.take() {
+        for task in self.tasks.lock().unwrap().drain(..) {
             task.abort();
         }
-    }
-}
-
-fn bind(addr: SocketAddr) -> tokio::net::TcpListener {
-    let socket = TcpSocket::new_v4().unwrap();
-    socket.set_reuseaddr(true).unwrap();
-    socket.bind(addr).unwrap_or_else(|e| panic!("bind the proxy to {addr}: {e}"));
-    socket.listen(64).unwrap()
-}
-
-/// Accepts and forwards until aborted; aborting it aborts every connection's task too.
-async fn serve(listener: tokio::net::TcpListener, target: SocketAddr) {
-    let mut connections = tokio::task::JoinSet::new();
-    loop {
-        let Ok((mut client, _)) = listener.accept().await else { continue };
-        connections.spawn(async move {
-            let Ok(mut server) = TcpStream::connect(target).await else { return };
-            let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
-        });
-        while connections.try_join_next().is_some() {}
     }
 }

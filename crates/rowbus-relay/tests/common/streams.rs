@@ -50,29 +50,47 @@ impl Streams {
 
     /// Every entry of stream `stream` (a full name), in order, read 1,000 at a time.
     pub async fn read_all(&self, stream: &str) -> Vec<Entry> {
-        let mut connection = self.connection().await;
         let (mut entries, mut from) = (Vec::new(), "-".to_owned());
         loop {
-            let page: Vec<(String, Vec<Vec<u8>>)> = redis::cmd("XRANGE")
-                .arg(stream)
-                .arg(&from)
-                .arg("+")
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(&mut connection)
-                .await
-                .unwrap();
+            let page = self.page(stream, &from).await;
             let Some((last, _)) = page.last() else { return entries };
             from = format!("({last}");
-            entries.extend(page.into_iter().map(|(_, flat)| {
-                Entry {
-                    fields: flat
-                        .chunks(2)
-                        .map(|pair| (String::from_utf8_lossy(&pair[0]).into_owned(), pair[1].clone()))
-                        .collect(),
-                }
-            }));
+            entries.extend(page.into_iter().map(|(_, entry)| entry));
         }
+    }
+
+    /// Up to 1,000 entries of stream `stream` (a full name) from `from` (an XRANGE start:
+    /// `-`, or `(<id>` for those after an entry), each with its id, in order.
+    pub async fn page(&self, stream: &str, from: &str) -> Vec<(String, Entry)> {
+        let page: Vec<(String, Vec<Vec<u8>>)> = redis::cmd("XRANGE")
+            .arg(stream)
+            .arg(from)
+            .arg("+")
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut self.connection().await)
+            .await
+            .unwrap();
+        page.into_iter()
+            .map(|(id, flat)| {
+                let fields = flat
+                    .chunks(2)
+                    .map(|pair| (String::from_utf8_lossy(&pair[0]).into_owned(), pair[1].clone()))
+                    .collect();
+                (id, Entry { fields })
+            })
+            .collect()
+    }
+
+    /// The full names of the test's streams (every key under its prefix), sorted.
+    pub async fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{}:*", self.prefix))
+            .query_async(&mut self.connection().await)
+            .await
+            .unwrap();
+        names.sort();
+        names
     }
 }
 

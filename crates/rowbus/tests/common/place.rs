@@ -37,10 +37,17 @@ impl Place {
         }
     }
 
-    /// A new pool on the place's database; panics, loudly, when the server is down.
+    /// A new pool of 8 connections on the place's database; panics, loudly, when the
+    /// server is down.
     pub async fn pool(&self) -> DbPool {
+        self.pool_of(8).await
+    }
+
+    /// A new pool of `connections` on the place's database; panics, loudly, when the
+    /// server is down.
+    pub async fn pool_of(&self, connections: u32) -> DbPool {
         let url = self.url();
-        DbPool::connect_creating(&url, 8)
+        DbPool::connect_creating(&url, connections)
             .await
             .unwrap_or_else(|e| panic!("{url} must be reachable (run scripts/services.sh): {e}"))
     }
@@ -76,14 +83,24 @@ impl Place {
 
 /// A broker on `place` with `options`.
 pub trait Brokers: Db {
-    fn broker(place: &Place, options: BrokerOptions) -> impl Future<Output = Broker<Self>> + Send;
+    /// On a pool of 8 connections.
+    fn broker(place: &Place, options: BrokerOptions) -> impl Future<Output = Broker<Self>> + Send {
+        Self::broker_of(place, 8, options)
+    }
+
+    /// On a pool of `connections`.
+    fn broker_of(
+        place: &Place,
+        connections: u32,
+        options: BrokerOptions,
+    ) -> impl Future<Output = Broker<Self>> + Send;
 }
 
 macro_rules! brokers {
     ($db:ty, $variant:ident) => {
         impl Brokers for $db {
-            async fn broker(place: &Place, options: BrokerOptions) -> Broker<Self> {
-                let DbPool::$variant(pool) = place.pool().await else { unreachable!() };
+            async fn broker_of(place: &Place, connections: u32, options: BrokerOptions) -> Broker<Self> {
+                let DbPool::$variant(pool) = place.pool_of(connections).await else { unreachable!() };
                 Broker::new(pool, options).await.unwrap()
             }
         }

@@ -22,9 +22,9 @@ mod common;
 use std::time::Instant;
 
 use async_nats::jetstream;
-use common::{Args, Bench, in_turn, payload, relay};
+use common::{Args, Bench, Round, in_turn, payload, relay};
 use futures::StreamExt as _;
-use rowbus::{Db, Queue};
+use rowbus::Db;
 use rowbus_relay::Template;
 use rowbus_relay::sink::nats::{NatsOptions, NatsSink};
 use rowbus_relay::sink::redis::{RedisOptions, RedisSink};
@@ -87,14 +87,8 @@ struct Clients {
 impl Bench for Clients {
     const SYSTEMS: [&'static str; 2] = ["nats", "redis"];
 
-    async fn round<DB: Db>(
-        &self,
-        args: &Args,
-        system: &str,
-        queue: &Queue<DB>,
-        name: &str,
-        relay_first: bool,
-    ) -> (f64, f64) {
+    async fn round<DB: Db>(&self, round: Round<'_, DB>) -> (f64, f64) {
+        let Round { args, system, queue, name, relay_first } = round;
         if system == "nats" {
             self.js
                 .create_stream(jetstream::stream::Config {

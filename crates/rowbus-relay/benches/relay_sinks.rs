@@ -28,11 +28,11 @@ mod common;
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use common::{Args, Bench, in_turn, payload, relay};
+use common::{Args, Bench, Round, in_turn, payload, relay};
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions, QueueDeleteOptions};
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
-use rowbus::{Db, Queue};
+use rowbus::Db;
 use rowbus_relay::Template;
 use rowbus_relay::sink::amqp::{AmqpOptions, AmqpSink};
 use rowbus_relay::sink::mqtt::{MqttOptions, MqttSink};
@@ -107,14 +107,8 @@ struct Rabbit {
 impl Bench for Rabbit {
     const SYSTEMS: [&'static str; 2] = ["amqp", "mqtt"];
 
-    async fn round<DB: Db>(
-        &self,
-        args: &Args,
-        system: &str,
-        queue: &Queue<DB>,
-        name: &str,
-        relay_first: bool,
-    ) -> (f64, f64) {
+    async fn round<DB: Db>(&self, round: Round<'_, DB>) -> (f64, f64) {
+        let Round { args, system, queue, name, relay_first } = round;
         if system == "amqp" {
             for q in [format!("{name}_native"), format!("{name}_relay")] {
                 let options = QueueDeclareOptions::default();

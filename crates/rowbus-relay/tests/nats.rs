@@ -30,7 +30,9 @@ async fn sink(addr: &str, template: &str, prefix: &str) -> NatsSink {
 /// A stream of the test's own, read from its first message on.
 struct Nats {
     stream: Stream,
-    reader: async_nats::jetstream::consumer::pull::Stream,
+    reader: Option<async_nats::jetstream::consumer::pull::Stream>,
+    /// How many messages were read.
+    read: u64,
 }
 
 impl Target for Nats {
@@ -41,9 +43,7 @@ impl Target for Nats {
     type Sink = NatsSink;
 
     async fn new() -> Nats {
-        let stream = Stream::new().await;
-        let reader = stream.reader().await;
-        Nats { stream, reader }
+        Nats { stream: Stream::new().await, reader: None, read: 0 }
     }
 
     fn place(&self, group: &str, key: &str) -> String {
@@ -55,8 +55,20 @@ impl Target for Nats {
     }
 
     async fn next(&mut self, within: Duration) -> Option<Arrival> {
-        let message = tokio::time::timeout(within, self.reader.next()).await.ok()?;
-        let message = message.expect("the consumer goes on").expect("a message");
+        let deadline = tokio::time::Instant::now() + within;
+        let message = loop {
+            if self.reader.is_none() {
+                self.reader = Some(self.stream.reader(self.read + 1).await);
+            }
+            let reader = self.reader.as_mut().expect("made above");
+            match tokio::time::timeout_at(deadline, reader.next()).await.ok()? {
+                Some(Ok(message)) => break message,
+                // A reader left idle while a relay ran missed the server's heartbeats
+                // (MissingHeartbeat): a new one goes on after what was read.
+                Some(Err(_)) | None => self.reader = None,
+            }
+        };
+        self.read += 1;
         let header =
             |name: &str| message.headers.as_ref().and_then(|h| h.get(name)).map(|v| v.as_str().to_owned());
         Some(Arrival {

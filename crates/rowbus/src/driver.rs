@@ -267,10 +267,10 @@ impl sealed::Decoded for ClaimedRow {
     }
 }
 
-impl sealed::Decoded for DeadRow {
-    type With = ();
-
-    fn decode(row: &impl sealed::Columns, (): ()) -> Result<Self, sqlx::Error> {
+impl DeadRow {
+    /// A dead letter's first seven columns, id to last error: all a history row keeps of it
+    /// (no priority, key or headers: see `HistoryEntry`).
+    fn head(row: &impl sealed::Columns) -> Result<Self, sqlx::Error> {
         Ok(DeadRow {
             id: row.int(0)?,
             group: row.text(1)?,
@@ -279,9 +279,22 @@ impl sealed::Decoded for DeadRow {
             created_at: row.int(4)?,
             failed_at: row.int(5)?,
             last_error: row.opt_text(6)?,
+            priority: 0,
+            key: None,
+            headers: None,
+        })
+    }
+}
+
+impl sealed::Decoded for DeadRow {
+    type With = ();
+
+    fn decode(row: &impl sealed::Columns, (): ()) -> Result<Self, sqlx::Error> {
+        Ok(DeadRow {
             priority: row.int(7)?,
             key: row.opt_text(8)?,
             headers: row.opt_text(9)?,
+            ..DeadRow::head(row)?
         })
     }
 }
@@ -289,24 +302,9 @@ impl sealed::Decoded for DeadRow {
 impl sealed::Decoded for HistoryRow {
     type With = ();
 
-    /// The dead letter's first seven columns, then the outcome: the history keeps no
-    /// priority, key or headers (see `HistoryEntry`).
+    /// The dead letter's first seven columns, then the outcome.
     fn decode(row: &impl sealed::Columns, (): ()) -> Result<Self, sqlx::Error> {
-        Ok(HistoryRow {
-            row: DeadRow {
-                id: row.int(0)?,
-                group: row.text(1)?,
-                payload: row.bytes(2)?,
-                attempts: row.int(3)?,
-                created_at: row.int(4)?,
-                failed_at: row.int(5)?,
-                last_error: row.opt_text(6)?,
-                priority: 0,
-                key: None,
-                headers: None,
-            },
-            outcome: row.text(7)?,
-        })
+        Ok(HistoryRow { row: DeadRow::head(row)?, outcome: row.text(7)? })
     }
 }
 

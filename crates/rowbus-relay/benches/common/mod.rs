@@ -143,19 +143,24 @@ pub trait Bench {
     /// The brokers, by the names `--only` takes.
     const SYSTEMS: [&'static str; 2];
 
-    /// One round of `system`: (native, relay) in messages/s, from [`in_turn`]. `name` is the
-    /// round's own, for what it makes at the broker (and drops); `queue` is deployed, empty.
-    async fn round<DB: Db>(
-        &self,
-        args: &Args,
-        system: &str,
-        queue: &Queue<DB>,
-        name: &str,
-        relay_first: bool,
-    ) -> (f64, f64);
+    /// One round of a broker: (native, relay) in messages/s, from [`in_turn`].
+    async fn round<DB: Db>(&self, round: Round<'_, DB>) -> (f64, f64);
 
     /// Closes what the bench opened.
     async fn close(self);
+}
+
+/// One round of one broker.
+pub struct Round<'a, DB: Db> {
+    pub args: &'a Args,
+    /// Which of [`Bench::SYSTEMS`].
+    pub system: &'a str,
+    /// Deployed, empty.
+    pub queue: &'a Queue<DB>,
+    /// The round's own, for what it makes at the broker (and drops).
+    pub name: &'a str,
+    /// Whether the relay is measured before the native client.
+    pub relay_first: bool,
 }
 
 struct Rounds<B>(Args, B);
@@ -180,7 +185,8 @@ impl<B: Bench> OnPool for Rounds<B> {
                 let queue = broker.queue(&name).unwrap();
                 queue.deploy().await.unwrap();
                 let relay_first = (round + b) % 2 == 1;
-                let (native, relayed) = bench.round(&args, system, &queue, &name, relay_first).await;
+                let round = Round { args: &args, system, queue: &queue, name: &name, relay_first };
+                let (native, relayed) = bench.round(round).await;
                 queue.undeploy().await.unwrap();
                 eprintln!("round {}: {system}: native {native:.0}/s, relay {relayed:.0}/s", round + 1);
                 natives.push(native);

@@ -43,13 +43,13 @@ impl Stream {
         stream.info().await.unwrap().state.messages
     }
 
-    /// Every message in the stream, from its first on, as it comes.
-    pub async fn reader(&self) -> consumer::pull::Stream {
+    /// The stream's messages from sequence number `from` on (the first is 1), as they come.
+    pub async fn reader(&self, from: u64) -> consumer::pull::Stream {
         let stream = self.context.get_stream(&self.name).await.unwrap();
         let reader = stream
             .create_consumer(consumer::pull::Config {
                 ack_policy: consumer::AckPolicy::None,
-                deliver_policy: consumer::DeliverPolicy::All,
+                deliver_policy: consumer::DeliverPolicy::ByStartSequence { start_sequence: from },
                 ..Default::default()
             })
             .await

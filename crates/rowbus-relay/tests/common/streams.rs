@@ -25,7 +25,7 @@ pub struct Streams {
 
 impl Streams {
     pub async fn new() -> Streams {
-        let client = redis::Client::open(REDIS).unwrap();
+        let client = redis::Client::open(format!("redis://{REDIS}")).unwrap();
         let mut connection = client
             .get_multiplexed_async_connection()
             .await

@@ -101,14 +101,16 @@ impl Bench for Clients {
             let template = Template::parse(&format!("{name}.relay")).unwrap();
             let sink =
                 NatsSink::connect(NATS, NatsOptions::new(template, queue.table().to_string())).await.unwrap();
-            let native = native_nats(args, &format!("{name}.native"));
+            let target = format!("{name}.native");
+            let native = native_nats(args, &target);
             let figures = in_turn(relay_first, native, relay(args, queue, sink)).await;
             self.js.delete_stream(name).await.unwrap();
             figures
         } else {
             let template = Template::parse(&format!("{name}:relay")).unwrap();
             let sink = RedisSink::connect(REDIS, RedisOptions::new(template)).await.unwrap();
-            let native = native_redis(args, &format!("{name}:native"));
+            let target = format!("{name}:native");
+            let native = native_redis(args, &target);
             let figures = in_turn(relay_first, native, relay(args, queue, sink)).await;
             let _: () = redis::cmd("DEL")
                 .arg(format!("{name}:relay"))

@@ -118,7 +118,8 @@ impl Bench for Rabbit {
             let sink = AmqpSink::connect(AMQP, AmqpOptions::new("", template, queue.table().to_string()))
                 .await
                 .unwrap();
-            let native = native_amqp(args, &format!("{name}_native"));
+            let target = format!("{name}_native");
+            let native = native_amqp(args, &target);
             let figures = in_turn(relay_first, native, relay(args, queue, sink)).await;
             for q in [format!("{name}_native"), format!("{name}_relay")] {
                 self.admin.queue_delete(q.as_str().into(), QueueDeleteOptions::default()).await.unwrap();
@@ -129,7 +130,8 @@ impl Bench for Rabbit {
             let url = format!("mqtt://127.0.0.1:{}", args.mqtt_port);
             let sink =
                 MqttSink::connect(&url, MqttOptions::new(template, queue.table().to_string())).await.unwrap();
-            let native = native_mqtt(args, &format!("{name}/native"));
+            let target = format!("{name}/native");
+            let native = native_mqtt(args, &target);
             in_turn(relay_first, native, relay(args, queue, sink)).await
         }
     }

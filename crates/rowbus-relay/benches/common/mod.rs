@@ -185,8 +185,8 @@ impl<B: Bench> OnPool for Rounds<B> {
                 let queue = broker.queue(&name).unwrap();
                 queue.deploy().await.unwrap();
                 let relay_first = (round + b) % 2 == 1;
-                let round = Round { args: &args, system, queue: &queue, name: &name, relay_first };
-                let (native, relayed) = bench.round(round).await;
+                let this = Round { args: &args, system, queue: &queue, name: &name, relay_first };
+                let (native, relayed) = bench.round(this).await;
                 queue.undeploy().await.unwrap();
                 eprintln!("round {}: {system}: native {native:.0}/s, relay {relayed:.0}/s", round + 1);
                 natives.push(native);

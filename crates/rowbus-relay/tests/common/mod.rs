@@ -72,7 +72,7 @@ pub fn payload(i: usize) -> Vec<u8> {
 /// The ordering key of message number `i` when every `keyed`-th is keyed (none when 0):
 /// `k<i mod 7>`.
 pub fn key_of(i: usize, keyed: usize) -> Option<String> {
-    (keyed > 0 && i % keyed == 0).then(|| format!("k{}", i % 7))
+    (keyed > 0 && i.is_multiple_of(keyed)).then(|| format!("k{}", i % 7))
 }
 
 /// Publishes the messages numbered `numbers`: each its [`payload`], its number in the

@@ -15,6 +15,9 @@
 #                                     the first and last five minutes side by side
 #
 #   RATE=1000 CLEAN=2m HELD=10m AFTER=3m DRAIN=20000 SOAK=30m ROWBUS=target/release/rowbus
+#   PLAIN=beside   the plain table beside rowbus (PLAIN=none: rowbus alone on its server; on
+#                  two cores the plain table's consumers, slowing as its dead rows pile up,
+#                  take the CPU that rowbus's claims need, so the held run measures them both)
 #
 # PostgreSQL: scripts/pg-throwaway.sh on 127.0.0.1:PG_PORT (5444; autovacuum on, naptime 10 s).
 # MariaDB: scripts/binlog.sh on 127.0.0.1:3362 (a server of its own with a binary log, as
@@ -31,6 +34,7 @@ DRAIN=${DRAIN:-20000}
 SOAK=${SOAK:-30m}
 rowbus=${ROWBUS:-$root/target/release/rowbus}
 PG_PORT=${PG_PORT:-5444}
+PLAIN=${PLAIN:-beside}
 MY_PORT=3362
 bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
 
@@ -58,9 +62,7 @@ seconds() {
   esac
 }
 
-postgres() {
-  "$root/scripts/pg-throwaway.sh" up "$PG_PORT"
-  local url="postgres://postgres@127.0.0.1:$PG_PORT/test"
+plain() {
   local psql=(psql -X -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d test -tA)
   "${psql[@]}" -c "CREATE TABLE plain_jobs (id BIGSERIAL PRIMARY KEY, payload TEXT NOT NULL,
     run_at TIMESTAMPTZ NOT NULL DEFAULT now(), locked_by INTEGER, locked_at TIMESTAMPTZ);
@@ -91,10 +93,18 @@ EOF
     done
   ) >"$work/plain.txt" &
   pids+=($!)
+}
+
+postgres() {
+  "$root/scripts/pg-throwaway.sh" up "$PG_PORT"
+  local url="postgres://postgres@127.0.0.1:$PG_PORT/test"
+  if [ "$PLAIN" = beside ]; then plain; fi
   "$rowbus" --database-url "$url" bench horizon --rate "$RATE" --clean "$CLEAN" --held "$HELD" --after "$AFTER" \
     | tee "$work/rowbus.txt"
-  sleep 2
-  python3 "$here/plain.py" "$work" "$RATE"
+  if [ "$PLAIN" = beside ]; then
+    sleep 2
+    python3 "$here/plain.py" "$work" "$RATE"
+  fi
 }
 
 mariadb() {

@@ -40,7 +40,8 @@ import tempfile
 
 # Unit -> layer; a higher number is a higher layer. A new top-level module goes here.
 LAYERS = {
-    "root": 5,
+    "root": 6,
+    "workflow": 5,
     "deploy": 4,
     "broker": 4,
     "listener": 3,

@@ -124,7 +124,7 @@ impl Naming for Postgres {
 impl Schema for Postgres {
     /// Besides the shared ones, its indexes': they share the tables' names.
     fn queue_names() -> Vec<&'static str> {
-        [&QUEUE_NAMES[..], &[READY, KEYS, DEDUP, super::HISTORY_INDEX_SUFFIX], &layout::PARTITIONS[..]]
+        [&QUEUE_NAMES[..], &[READY, KEYS, DEDUP, super::HISTORY_INDEX_SUFFIX, super::EVENTS_INDEX], &layout::PARTITIONS[..]]
             .concat()
     }
 

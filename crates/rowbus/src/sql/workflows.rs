@@ -19,7 +19,7 @@ pub(crate) const STEPS_SUFFIX: &str = "_wfs";
 /// The events table's suffix.
 pub(crate) const EVENTS_SUFFIX: &str = "_wfe";
 /// The events table's index (workflow, name, id)'s suffix.
-const EVENTS_INDEX: &str = "_wfei";
+pub(crate) const EVENTS_INDEX: &str = "_wfei";
 
 /// A database's DDL of a queue's workflow tables.
 pub trait Workflowing: Naming {
@@ -170,8 +170,8 @@ pub(crate) struct WorkflowSql {
     /// Drops the three tables.
     pub drop: Vec<String>,
     /// Inserts a workflow unless its id or idempotency key is taken. Binds: id, name,
-    /// version, idempotency key (NULL for none), status, input, parent (NULL), message id
-    /// (NULL), created µs, updated µs.
+    /// version, idempotency key (NULL for none), status, input, parent (NULL), created µs,
+    /// updated µs.
     pub insert: Arc<str>,
     /// The id of the workflow of an idempotency key, read under a lock where the database
     /// has one (so a snapshot taken earlier does not hide it). Binds: key. Texts: id.
@@ -186,7 +186,8 @@ pub(crate) struct WorkflowSql {
     /// (`""`); ints: seq, attempts, started µs, ended µs, whether output is NULL (1).
     pub steps: Arc<str>,
     /// Records a step unless its position is taken. Binds: workflow id, seq, name, state,
-    /// output (NULL), error (NULL), attempts, started µs, ended µs.
+    /// output (NULL), error (NULL), attempts, started µs, ended µs (-1 for none: a
+    /// NULL integer bind is not one every driver types alike).
     pub insert_step: Arc<str>,
     /// Moves a step from one state to another with its output. Binds: state, output
     /// (NULL), ended µs, workflow id, seq, state it must be in.
@@ -219,16 +220,20 @@ impl WorkflowSql {
             quoted::<DB>(table, EVENTS_SUFFIX),
         );
         let p = DB::param;
-        let wf_cols = "name, version, status, input, COALESCE(output, ''), COALESCE(error, ''), \
-                       COALESCE(idem_key, ''), COALESCE(parent, ''), message_id, created_us, updated_us, \
-                       CASE WHEN output IS NULL THEN 1 ELSE 0 END";
+        // Flags as BIGINT: the driver reads every integer column as one.
+        let null_output = DB::bigint("CASE WHEN output IS NULL THEN 1 ELSE 0 END");
+        let null_payload = DB::bigint("CASE WHEN payload IS NULL THEN 1 ELSE 0 END");
+        let wf_cols = format!(
+            "name, version, status, input, COALESCE(output, ''), COALESCE(error, ''), COALESCE(idem_key, ''), \
+             COALESCE(parent, ''), message_id, created_us, updated_us, {null_output}"
+        );
         WorkflowSql {
             create: DB::create_workflows(table),
             drop: [&e, &s, &w].iter().map(|t| format!("DROP TABLE IF EXISTS {t}")).collect(),
             insert: DB::insert_ignore(
                 &w,
-                "id, name, version, idem_key, status, input, parent, message_id, created_us, updated_us",
-                &placeholders::<DB>(1, 10),
+                "id, name, version, idem_key, status, input, parent, created_us, updated_us",
+                &placeholders::<DB>(1, 9),
             )
             .into(),
             by_key: format!("SELECT id FROM {w} WHERE idem_key = {}{}", p(1), DB::FOR_UPDATE).into(),
@@ -236,14 +241,14 @@ impl WorkflowSql {
             load: format!("SELECT {wf_cols} FROM {w} WHERE id = {}", p(1)).into(),
             steps: format!(
                 "SELECT name, state, COALESCE(output, ''), COALESCE(error, ''), seq, attempts, started_us, \
-                 ended_us, CASE WHEN output IS NULL THEN 1 ELSE 0 END FROM {s} WHERE workflow_id = {} ORDER BY seq",
+                 ended_us, {null_output} FROM {s} WHERE workflow_id = {} ORDER BY seq",
                 p(1)
             )
             .into(),
             insert_step: DB::insert_ignore(
                 &s,
                 "workflow_id, seq, name, state, output, error, attempts, started_us, ended_us",
-                &placeholders::<DB>(1, 9),
+                &format!("{}, NULLIF({}, -1)", placeholders::<DB>(1, 8), p(9)),
             )
             .into(),
             move_step: format!(
@@ -261,7 +266,7 @@ impl WorkflowSql {
 "UPDATE {s} SET output = {} WHERE state = {}", p(1), p(2))
             .into(),
             take_event: format!(
-                "SELECT COALESCE(payload, ''), id, CASE WHEN payload IS NULL THEN 1 ELSE 0 END FROM {e} \
+                "SELECT COALESCE(payload, ''), id, {null_payload} FROM {e} \
                  WHERE workflow_id = {} AND name = {} AND consumed_seq IS NULL ORDER BY id LIMIT 1{}",
                 p(1),
                 p(2),
@@ -269,7 +274,7 @@ impl WorkflowSql {
             )
             .into(),
             peek_event: format!(
-                "SELECT COALESCE(payload, ''), id, CASE WHEN payload IS NULL THEN 1 ELSE 0 END FROM {e} \
+                "SELECT COALESCE(payload, ''), id, {null_payload} FROM {e} \
                  WHERE workflow_id = {} AND name = {} AND consumed_seq IS NULL ORDER BY id LIMIT 1",
                 p(1),
                 p(2)

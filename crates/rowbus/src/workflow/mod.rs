@@ -23,7 +23,7 @@ mod testing;
 use std::time::SystemTime;
 
 pub use context::Context;
-pub use registry::{Start, Workflows};
+pub use registry::{MAX_NAME_CHARS, Start, VERSION_WAIT, Workflows};
 
 use crate::error::Error;
 
@@ -74,8 +74,9 @@ pub enum WorkflowError {
     #[error("no workflow named `{0}` is registered here")]
     Unregistered(String),
     /// The workflow was started under another version than the one registered here: this
-    /// process refuses to run it (its message fails, is retried, then dead-lettered), so
-    /// that code of one version never replays the record of another.
+    /// process refuses to run it, so that code of one version never replays the record of
+    /// another. A runner logs this error as a warning and puts the workflow's message off
+    /// for [`VERSION_WAIT`] (its attempt not counted), for a process of its version.
     #[error(
         "workflow `{id}` was started as `{name}` version `{recorded}`; this process runs version `{registered}`"
     )]
@@ -88,6 +89,14 @@ pub enum WorkflowError {
         recorded: String,
         /// The version registered here.
         registered: String,
+    },
+    /// A name or key longer than the workflow tables hold.
+    #[error("the {what} is over {max} characters")]
+    TooLong {
+        /// What it names.
+        what: &'static str,
+        /// The most characters.
+        max: usize,
     },
     /// A value could not be written or read as JSON (an input, output or event payload).
     #[error("JSON: {0}")]

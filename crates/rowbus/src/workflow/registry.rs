@@ -22,6 +22,18 @@ use crate::driver::Arg;
 use crate::error::Error;
 use crate::sql::{Db, WorkflowSql};
 
+/// The longest workflow name, version, idempotency key or event name, in characters (what
+/// a MySQL/MariaDB key column of the workflow tables holds).
+pub const MAX_NAME_CHARS: usize = 255;
+
+/// Refuses a name over [`MAX_NAME_CHARS`] characters.
+fn check_len(what: &'static str, name: &str) -> Result<(), WorkflowError> {
+    match name.chars().count() > MAX_NAME_CHARS {
+        true => Err(WorkflowError::TooLong { what, max: MAX_NAME_CHARS }),
+        false => Ok(()),
+    }
+}
+
 /// A registered workflow, its input and output as JSON.
 type Run<DB> =
     Arc<dyn Fn(Context<DB>, String) -> BoxFuture<'static, Result<String, WorkflowError>> + Send + Sync>;
@@ -116,6 +128,9 @@ struct Inner<DB: Db> {
 
 /// How long a wait for an event stays put off before it looks again by default.
 const DEFAULT_RECHECK: Duration = Duration::from_secs(60);
+/// How long a runner puts off a workflow of another version than the one it registered
+/// (see [`WorkflowError::Version`]).
+pub const VERSION_WAIT: Duration = Duration::from_secs(2);
 /// The longest [`Workflows::result`] waits between two reads of a workflow still running.
 const RESULT_POLL_MAX: Duration = Duration::from_millis(100);
 
@@ -164,7 +179,8 @@ impl<DB: Db> Workflows<DB> {
 
     /// Registers workflow `name` at `version`: a workflow started here records the
     /// version, and a runner refuses one recorded under another version
-    /// ([`WorkflowError::Version`]).
+    /// ([`WorkflowError::Version`]). A name or version over [`MAX_NAME_CHARS`] characters
+    /// is refused when a workflow is started with it.
     pub fn register_version<I, O, F, Fut>(&self, name: &str, version: &str, run: F) -> &Self
     where
         I: DeserializeOwned + Send + 'static,
@@ -266,8 +282,13 @@ impl<DB: Db> Workflows<DB> {
         input: &I,
         options: &Start,
     ) -> Result<String, WorkflowError> {
+        check_len("workflow name", name)?;
+        if let Some(key) = &options.key {
+            check_len("idempotency key", key)?;
+        }
         let input = serde_json::to_string(input)?;
         let version = self.registration(name).map(|r| r.version.clone()).unwrap_or_default();
+        check_len("workflow version", &version)?;
         let sql = &self.inner.sql;
         let id = self.fresh_id();
         let now = now_us();
@@ -278,7 +299,6 @@ impl<DB: Db> Workflows<DB> {
             opt(options.key.as_deref()),
             Arg::Text(Status::Running.as_str()),
             Arg::Text(&input),
-            Arg::Null,
             Arg::Null,
             Arg::Int(now),
             Arg::Int(now),
@@ -350,6 +370,7 @@ impl<DB: Db> Workflows<DB> {
         name: &str,
         payload: &P,
     ) -> Result<(), WorkflowError> {
+        check_len("event name", name)?;
         let payload = serde_json::to_string(payload)?;
         let mut conn = self.inner.queue.broker().pool().acquire().await?;
         let Some(info) = store::load::<DB>(&mut conn, &self.inner.sql, id).await? else {
@@ -424,12 +445,14 @@ impl<DB: Db> Workflows<DB> {
         let registration =
             self.registration(&info.name).ok_or_else(|| WorkflowError::Unregistered(info.name.clone()))?;
         if !info.version.is_empty() && info.version != registration.version {
-            return Err(WorkflowError::Version {
+            let refused = WorkflowError::Version {
                 id,
                 name: info.name,
                 recorded: info.version,
                 registered: registration.version.clone(),
-            });
+            };
+            warn!(table = %self.inner.queue.table(), error = %refused, "workflow refused; put off for a process of its version");
+            return Ok(Outcome::Snooze(VERSION_WAIT));
         }
         let recheck = *self.inner.recheck.read().unwrap_or_else(std::sync::PoisonError::into_inner);
         let ctx = Context::new(self.inner.queue.clone(), sql.clone(), id.clone(), recorded, recheck);

@@ -144,7 +144,7 @@ pub(super) async fn insert_step<DB: Db>(
         opt(step.error),
         Arg::Int(step.attempts.into()),
         Arg::Int(step.started_us),
-        step.ended_us.map_or(Arg::Null, Arg::Int),
+        Arg::Int(step.ended_us.unwrap_or(-1)),
     ];
     Ok(DB::execute(conn, &sql.insert_step, &args).await? == 1)
 }

@@ -296,7 +296,8 @@ async fn starts_are_idempotent_and_go_with_their_transaction<DB: Brokers>(place:
         setup.workflows.start_with("echo", &"a", &raced),
         setup.workflows.start_with("echo", &"b", &raced)
     );
-    assert_eq!(a.unwrap(), b.unwrap(), "racing starts with one key start one workflow");
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!(a, b, "racing starts with one key start one workflow");
 
     let mut tx = setup.broker.begin().await.unwrap();
     let rolled_back = setup.workflows.start_in(&mut tx, "echo", &"never", &Start::default()).await.unwrap();
@@ -312,6 +313,7 @@ async fn starts_are_idempotent_and_go_with_their_transaction<DB: Brokers>(place:
     let runner = setup.run(&setup.workflows);
     assert_eq!(setup.result::<String>(&first).await.unwrap(), "one");
     assert_eq!(setup.result::<String>(&committed).await.unwrap(), "kept");
+    assert!(["a", "b"].contains(&setup.result::<String>(&a).await.unwrap().as_str()));
     assert!(matches!(setup.workflows.result::<String>(&rolled_back).await, Err(WorkflowError::NotFound(_))));
     assert_eq!(setup.workflows.list(Some(Status::Succeeded), 100).await.unwrap().len(), 3);
     runner.abort();
@@ -479,3 +481,56 @@ async fn code_changed_under_a_workflow_fails_it_clearly<DB: Brokers>(place: Plac
     setup.finish().await;
 }
 on_each_database!(code_changed_under_a_workflow_fails_it_clearly);
+
+/// The harness (feature `testing`): `drain` runs a workflow inline up to its durable
+/// sleep, `make_sleeps_due` moves the sleep's wake time to now, and the next `drain` runs
+/// it to its end; a workflow of another version is put off, not run.
+#[cfg(feature = "testing")]
+mod harness {
+    use super::*;
+    use rowbus::testing::{Handled, TestBroker};
+
+    async fn sleeps_are_made_due_and_drained<DB: Db>(test: TestBroker<DB>) {
+        let workflows = Workflows::new(test.queue("wfharness").await.unwrap());
+        workflows.deploy().await.unwrap();
+        workflows.register("nap", |ctx: Context<DB>, n: u32| async move {
+            let a: u32 = ctx.step("a", || async move { Ok::<_, std::io::Error>(n + 1) }).await?;
+            ctx.sleep(Duration::from_secs(3600)).await?;
+            ctx.step("b", || async move { Ok::<_, std::io::Error>(a * 10) }).await
+        });
+        let id = workflows.start("nap", &1u32).await.unwrap();
+        let drained = workflows.drain(&test).await.unwrap();
+        assert_eq!(drained.len(), 1, "one run, up to the sleep: {drained:?}");
+        let states: Vec<StepState> = workflows.steps(&id).await.unwrap().iter().map(|s| s.state).collect();
+        assert_eq!(states, [StepState::Done, StepState::Sleep]);
+        assert!(workflows.drain(&test).await.unwrap().is_empty(), "asleep: nothing due");
+        assert_eq!(workflows.make_sleeps_due(&test).await.unwrap(), 1);
+        workflows.drain(&test).await.unwrap();
+        assert_eq!(workflows.result::<u32>(&id).await.unwrap(), 20);
+
+        workflows.register_version("old", "v1", |_ctx: Context<DB>, (): ()| async move { Ok::<_, WorkflowError>(()) });
+        let old = workflows.start("old", &()).await.unwrap();
+        workflows.register_version("old", "v2", |_ctx: Context<DB>, (): ()| async move { Ok::<_, WorkflowError>(()) });
+        let drained = workflows.drain(&test).await.unwrap();
+        assert_eq!(drained[0].handled, Handled::Snoozed { after: rowbus::workflow::VERSION_WAIT });
+        assert_eq!(workflows.get(&old).await.unwrap().unwrap().status, Status::Running);
+        test.cleanup().await.unwrap();
+    }
+
+    mod sleeps_are_made_due_and_drained {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn postgres() {
+            let test = rowbus::testing::TestBroker::<sqlx::Postgres>::connect(crate::common::PG).await.unwrap();
+            super::sleeps_are_made_due_and_drained(test).await;
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn mariadb() {
+            let test = rowbus::testing::TestBroker::<sqlx::MySql>::connect(crate::common::MARIADB).await.unwrap();
+            super::sleeps_are_made_due_and_drained(test).await;
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn sqlite() {
+            super::sleeps_are_made_due_and_drained(rowbus::testing::TestBroker::sqlite().await.unwrap()).await;
+        }
+    }
+}

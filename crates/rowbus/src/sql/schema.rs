@@ -5,9 +5,9 @@ use futures::future::BoxFuture;
 
 use super::COUNTS_SUFFIX;
 use super::Naming;
+use super::{EVENTS_SUFFIX, STEPS_SUFFIX, WORKFLOWS_SUFFIX};
 use super::{HISTORY_SUFFIX, KEEP_SUFFIX, PAUSE_SUFFIX, SCHED_SUFFIX, TICKS_SUFFIX};
 use super::{LIMITS_SUFFIX, STARTS_SUFFIX};
-use super::{EVENTS_SUFFIX, STEPS_SUFFIX, WORKFLOWS_SUFFIX};
 use super::{OLD_CLAIM, quoted};
 use crate::error::Error;
 use crate::names::QueueTable;

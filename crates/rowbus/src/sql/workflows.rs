@@ -262,9 +262,7 @@ impl WorkflowSql {
                 p(6)
             )
             .into(),
-            due_steps: format!(
-"UPDATE {s} SET output = {} WHERE state = {}", p(1), p(2))
-            .into(),
+            due_steps: format!("UPDATE {s} SET output = {} WHERE state = {}", p(1), p(2)).into(),
             take_event: format!(
                 "SELECT COALESCE(payload, ''), id, {null_payload} FROM {e} \
                  WHERE workflow_id = {} AND name = {} AND consumed_seq IS NULL ORDER BY id LIMIT 1{}",
@@ -286,8 +284,13 @@ impl WorkflowSql {
                 p(2)
             )
             .into(),
-            emit: format!("INSERT INTO {e} (workflow_id, name, payload) VALUES ({}, {}, {})", p(1), p(2), p(3))
-                .into(),
+            emit: format!(
+                "INSERT INTO {e} (workflow_id, name, payload) VALUES ({}, {}, {})",
+                p(1),
+                p(2),
+                p(3)
+            )
+            .into(),
             finish: format!(
                 "UPDATE {w} SET status = {}, output = {}, error = {}, updated_us = {} WHERE id = {} \
                  AND status = 'running'",

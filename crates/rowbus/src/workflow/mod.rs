@@ -23,7 +23,7 @@ mod testing;
 use std::time::SystemTime;
 
 pub use context::Context;
-pub use registry::{MAX_NAME_CHARS, Start, VERSION_WAIT, Workflows};
+pub use registry::{MAX_NAME_CHARS, REFUSED_WAIT, Start, Workflows};
 
 use crate::error::Error;
 
@@ -69,14 +69,15 @@ pub enum WorkflowError {
     /// No workflow has this id in this queue.
     #[error("no workflow `{0}` in this queue")]
     NotFound(String),
-    /// No workflow of this name is registered in this process (a runner leaves its
-    /// message to run again later, as a failure).
+    /// No workflow of this name is registered in this process: a runner logs this error
+    /// as a warning and puts the workflow's message off for [`REFUSED_WAIT`] (its attempt
+    /// not counted), for a process that registered it.
     #[error("no workflow named `{0}` is registered here")]
     Unregistered(String),
     /// The workflow was started under another version than the one registered here: this
     /// process refuses to run it, so that code of one version never replays the record of
     /// another. A runner logs this error as a warning and puts the workflow's message off
-    /// for [`VERSION_WAIT`] (its attempt not counted), for a process of its version.
+    /// for [`REFUSED_WAIT`] (its attempt not counted), for a process of its version.
     #[error(
         "workflow `{id}` was started as `{name}` version `{recorded}`; this process runs version `{registered}`"
     )]

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use futures::FutureExt as _;
 use futures::future::BoxFuture;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -128,9 +129,10 @@ struct Inner<DB: Db> {
 
 /// How long a wait for an event stays put off before it looks again by default.
 const DEFAULT_RECHECK: Duration = Duration::from_secs(60);
-/// How long a runner puts off a workflow of another version than the one it registered
-/// (see [`WorkflowError::Version`]).
-pub const VERSION_WAIT: Duration = Duration::from_secs(2);
+/// How long a runner puts off a workflow it cannot run: of a name not registered in its
+/// process, or of another version than the one registered (see
+/// [`WorkflowError::Version`]).
+pub const REFUSED_WAIT: Duration = Duration::from_secs(2);
 /// The longest [`Workflows::result`] waits between two reads of a workflow still running.
 const RESULT_POLL_MAX: Duration = Duration::from_millis(100);
 
@@ -346,6 +348,9 @@ impl<DB: Db> Workflows<DB> {
         let mut wait = Duration::from_millis(1);
         loop {
             let ended = self.inner.ended.notified();
+            tokio::pin!(ended);
+            // Registered before the read: an end in this process after it is not missed.
+            ended.as_mut().enable();
             let Some(info) = self.get(id).await? else { return Err(WorkflowError::NotFound(id.to_owned())) };
             match info.status {
                 Status::Succeeded => {
@@ -425,8 +430,11 @@ impl<DB: Db> Workflows<DB> {
             .await
     }
 
-    /// Runs the workflow of one claimed message (see [`run`](Self::run)). `Err` leaves the
-    /// message to run again (a database error, an unregistered name, another version).
+    /// Runs the workflow of one claimed message (see [`run`](Self::run)). `Err` (a
+    /// database error) or a panic leaves the message to run again after the broker's
+    /// backoff, except at its last attempt, which ends the workflow failed with that
+    /// error. A workflow of a name not registered here, or of another version, is put off
+    /// for [`REFUSED_WAIT`] (its attempt not counted), with a warning.
     pub async fn handle(&self, delivery: Delivery<DB>) -> Result<Outcome, WorkflowError> {
         let id = delivery.text()?.to_owned();
         let sql = &self.inner.sql;
@@ -442,8 +450,11 @@ impl<DB: Db> Workflows<DB> {
             let recorded = store::recorded::<DB>(&mut conn, sql, &id).await?;
             (info, recorded)
         };
-        let registration =
-            self.registration(&info.name).ok_or_else(|| WorkflowError::Unregistered(info.name.clone()))?;
+        let Some(registration) = self.registration(&info.name) else {
+            let refused = WorkflowError::Unregistered(info.name);
+            warn!(table = %self.inner.queue.table(), id, error = %refused, "workflow refused; put off for a process that runs it");
+            return Ok(Outcome::Snooze(REFUSED_WAIT));
+        };
         if !info.version.is_empty() && info.version != registration.version {
             let refused = WorkflowError::Version {
                 id,
@@ -452,26 +463,41 @@ impl<DB: Db> Workflows<DB> {
                 registered: registration.version.clone(),
             };
             warn!(table = %self.inner.queue.table(), error = %refused, "workflow refused; put off for a process of its version");
-            return Ok(Outcome::Snooze(VERSION_WAIT));
+            return Ok(Outcome::Snooze(REFUSED_WAIT));
         }
         let recheck = *self.inner.recheck.read().unwrap_or_else(std::sync::PoisonError::into_inner);
         let ctx = Context::new(self.inner.queue.clone(), sql.clone(), id.clone(), recorded, recheck);
         let signal = ctx.suspend_signal();
         let suspended = signal.notified();
-        let run = (registration.run)(ctx.clone(), info.input.clone());
+        let run =
+            std::panic::AssertUnwindSafe((registration.run)(ctx.clone(), info.input.clone())).catch_unwind();
         let ended = tokio::select! {
             biased;
             () = suspended => None,
             ended = run => Some(ended),
         };
+        // The message's last attempt: a run that crashes or cannot reach the database ends
+        // the workflow failed rather than leave it running with its message dead-lettered.
+        let last = self.inner.queue.broker().options().retry.exhausted(delivery.attempt());
         match ended {
             None => self.put_off(&ctx, delivery, info.message_id).await,
-            Some(Ok(output)) => {
+            Some(Err(panic)) if last => {
+                let error = format!("its last run panicked: {}", panic_text(panic.as_ref()));
+                self.finish(&id, Status::Failed, None, Some(&error)).await?;
+                Ok(Outcome::Ack)
+            }
+            Some(Err(panic)) => std::panic::resume_unwind(panic),
+            Some(Ok(Ok(output))) => {
                 self.finish(&id, Status::Succeeded, Some(&output), None).await?;
                 Ok(Outcome::Ack)
             }
-            Some(Err(WorkflowError::Db(error))) => Err(WorkflowError::Db(error)),
-            Some(Err(error)) => {
+            Some(Ok(Err(WorkflowError::Db(error)))) if last => {
+                let error = format!("its last run failed: {error}");
+                self.finish(&id, Status::Failed, None, Some(&error)).await?;
+                Ok(Outcome::Ack)
+            }
+            Some(Ok(Err(WorkflowError::Db(error)))) => Err(WorkflowError::Db(error)),
+            Some(Ok(Err(error))) => {
                 debug!(table = %self.inner.queue.table(), id, %error, "workflow failed");
                 self.finish(&id, Status::Failed, None, Some(&error.to_string())).await?;
                 Ok(Outcome::Ack)
@@ -503,4 +529,13 @@ impl<DB: Db> Workflows<DB> {
         // Settled by the snooze: the runner leaves it.
         Ok(Outcome::Ack)
     }
+}
+
+/// A panic's message, where it has one.
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a panic")
 }

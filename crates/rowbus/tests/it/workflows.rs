@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{Brokers, Cleanup, Place, on_each_database, unique};
-use rowbus::workflow::{Context, Start, StepState, Status, WorkflowError, Workflows};
+use rowbus::workflow::{Context, Start, Status, StepState, WorkflowError, Workflows};
 use rowbus::{Broker, BrokerOptions, Db, Queue, RetryPolicy};
 use sqlx::{Encode, Executor, IntoArguments, Type};
 
@@ -43,7 +43,11 @@ struct Setup<DB: Db> {
 
 impl<DB: Brokers> Setup<DB> {
     async fn new(place: &Place, prefix: &str) -> Self {
-        let broker = DB::broker(place, options()).await;
+        Self::with(place, prefix, options()).await
+    }
+
+    async fn with(place: &Place, prefix: &str, options: BrokerOptions) -> Self {
+        let broker = DB::broker(place, options).await;
         let cleanup = Cleanup::new(DB::BACKEND);
         let name = cleanup.queue(&unique(prefix));
         for suffix in ["_wf", "_wfs", "_wfe"] {
@@ -68,7 +72,10 @@ impl<DB: Brokers> Setup<DB> {
     fn run(&self, workflows: &Workflows<DB>) -> tokio::task::JoinHandle<()> {
         let (workflows, queue) = (workflows.clone(), workflows.queue().clone());
         tokio::spawn(async move {
-            workflows.run(queue.subscribe().workers(4).poll_interval(Duration::from_millis(50))).await.unwrap();
+            workflows
+                .run(queue.subscribe().workers(4).poll_interval(Duration::from_millis(50)))
+                .await
+                .unwrap();
         })
     }
 
@@ -162,16 +169,56 @@ async fn steps_run_once_across_crashed_runs<DB: Brokers>(place: Place) {
             assert_eq!(ran, expected, "workflow {k}, step {step} ran {ran} times");
         }
         let steps = setup.workflows.steps(id).await.unwrap();
-        let recorded: Vec<(u32, &str, StepState)> = steps.iter().map(|s| (s.seq, s.name.as_str(), s.state)).collect();
-        assert_eq!(recorded, [(0, "s0", StepState::Done), (1, "s1", StepState::Done), (2, "s2", StepState::Done)]);
+        let recorded: Vec<(u32, &str, StepState)> =
+            steps.iter().map(|s| (s.seq, s.name.as_str(), s.state)).collect();
+        assert_eq!(
+            recorded,
+            [(0, "s0", StepState::Done), (1, "s1", StepState::Done), (2, "s2", StepState::Done)]
+        );
         let info = setup.workflows.get(id).await.unwrap().unwrap();
-        assert_eq!((info.status, info.name.as_str(), info.output.as_deref()), (Status::Succeeded, "three", Some("[0,10,20]")));
+        assert_eq!(
+            (info.status, info.name.as_str(), info.output.as_deref()),
+            (Status::Succeeded, "three", Some("[0,10,20]"))
+        );
     }
     assert_eq!(crashes.0.lock().unwrap().len(), 4, "each workflow crashed once");
     runner.abort();
     setup.finish().await;
 }
 on_each_database!(steps_run_once_across_crashed_runs);
+
+/// A workflow whose every run crashes is run again until its message's last attempt,
+/// which ends it failed with the crash's message (not left running, its message
+/// dead-lettered).
+async fn a_workflow_whose_last_run_crashes_ends_failed<DB: Brokers>(place: Place) {
+    let retry = RetryPolicy { max_attempts: 2, base: Duration::from_millis(10), ..RetryPolicy::default() };
+    let setup = Setup::<DB>::with(&place, "wfdoom", BrokerOptions { retry, ..options() }).await;
+    let effects = Effects::default();
+    let e = effects.clone();
+    setup.workflows.register("doomed", move |_ctx: Context<DB>, (): ()| {
+        let effects = e.clone();
+        async move {
+            effects.count("run");
+            if effects.of("run") < 100 {
+                panic!("a simulated crash, every run");
+            }
+            Ok::<_, WorkflowError>(())
+        }
+    });
+    let id = setup.workflows.start("doomed", &()).await.unwrap();
+    let runner = setup.run(&setup.workflows);
+    let error = setup.result::<()>(&id).await.unwrap_err().to_string();
+    assert!(error.contains("its last run panicked: a simulated crash, every run"), "{error}");
+    assert_eq!(effects.of("run"), 2, "one run per attempt");
+    let ended = Instant::now();
+    while setup.queue.depth("").await.unwrap() != (0, 0) {
+        assert!(ended.elapsed() < ENDS, "acknowledged, not dead-lettered: {:?}", setup.queue.depth("").await);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    runner.abort();
+    setup.finish().await;
+}
+on_each_database!(a_workflow_whose_last_run_crashes_ends_failed);
 
 /// A step with retries fails twice and succeeds at its third attempt, recorded with its
 /// attempts; a step that fails every attempt is recorded as failed and returned as
@@ -184,7 +231,8 @@ async fn a_step_retries_and_its_failure_is_recorded<DB: Brokers>(place: Place) {
     setup.workflows.register("retrying", move |ctx: Context<DB>, (): ()| {
         let (effects, crashes) = (e.clone(), c.clone());
         async move {
-            let policy = RetryPolicy { max_attempts: 3, base: Duration::from_millis(1), ..RetryPolicy::default() };
+            let policy =
+                RetryPolicy { max_attempts: 3, base: Duration::from_millis(1), ..RetryPolicy::default() };
             let flaky = effects.clone();
             let got: String = ctx
                 .step_with("flaky", &policy, move || {
@@ -263,7 +311,11 @@ where
             let refused = ctx
                 .transaction_step("refused", move |conn| {
                     Box::pin(async move {
-                        sqlx::query(sqlx::AssertSqlSafe(insert)).bind(-n).execute(&mut *conn).await.map_err(|e| e.to_string())?;
+                        sqlx::query(sqlx::AssertSqlSafe(insert))
+                            .bind(-n)
+                            .execute(&mut *conn)
+                            .await
+                            .map_err(|e| e.to_string())?;
                         Err::<i64, _>("refused after its write".to_owned())
                     })
                 })
@@ -275,7 +327,11 @@ where
     let runner = setup.run(&setup.workflows);
     let output: (i64, bool) = setup.result(&id).await.unwrap();
     assert_eq!(output, (7, true));
-    assert_eq!(place.ints(format!("SELECT n FROM {effects} ORDER BY n")).await, [7], "written once, the refused write undone");
+    assert_eq!(
+        place.ints(format!("SELECT n FROM {effects} ORDER BY n")).await,
+        [7],
+        "written once, the refused write undone"
+    );
     runner.abort();
     setup.finish().await;
 }
@@ -286,7 +342,9 @@ on_each_database!(a_transaction_step_writes_once);
 /// message; one inside a transaction that commits runs.
 async fn starts_are_idempotent_and_go_with_their_transaction<DB: Brokers>(place: Place) {
     let setup = Setup::<DB>::new(&place, "wfstart").await;
-    setup.workflows.register("echo", |_ctx: Context<DB>, text: String| async move { Ok::<_, WorkflowError>(text) });
+    setup
+        .workflows
+        .register("echo", |_ctx: Context<DB>, text: String| async move { Ok::<_, WorkflowError>(text) });
     let keyed = Start::default().idempotency_key("order-1");
     let first = setup.workflows.start_with("echo", &"one", &keyed).await.unwrap();
     let again = setup.workflows.start_with("echo", &"two", &keyed).await.unwrap();
@@ -450,7 +508,8 @@ async fn code_changed_under_a_workflow_fails_it_clearly<DB: Brokers>(place: Plac
     let id = w.start("evolving", &()).await.unwrap();
     let runner = setup.run(w);
     let waiting = Instant::now();
-    while w.steps(&id).await.unwrap().len() < 2 {
+    // Until its run stopped at the wait: recorded, and the message put off.
+    while w.steps(&id).await.unwrap().len() < 2 || setup.queue.group_stats().await.unwrap()[0].in_flight > 0 {
         assert!(waiting.elapsed() < ENDS, "the workflow never waited");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -464,17 +523,29 @@ async fn code_changed_under_a_workflow_fails_it_clearly<DB: Brokers>(place: Plac
         assert!(error.contains(part), "{part} is not in: {error}");
     }
 
-    w.register_version("versioned", "v1", |_ctx: Context<DB>, (): ()| async move { Ok::<_, WorkflowError>(1) });
+    w.register_version(
+        "versioned",
+        "v1",
+        |_ctx: Context<DB>, (): ()| async move { Ok::<_, WorkflowError>(1) },
+    );
     let id = w.start("versioned", &()).await.unwrap();
     assert_eq!(w.get(&id).await.unwrap().unwrap().version, "v1");
     runner.abort();
     // Only a process of another version runs: the workflow is refused (put off), not run.
-    w.register_version("versioned", "v2", |_ctx: Context<DB>, (): ()| async move { Ok::<_, WorkflowError>(2) });
+    w.register_version(
+        "versioned",
+        "v2",
+        |_ctx: Context<DB>, (): ()| async move { Ok::<_, WorkflowError>(2) },
+    );
     let runner = setup.run(w);
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(w.get(&id).await.unwrap().unwrap().status, Status::Running, "refused by version v2");
     runner.abort();
-    w.register_version("versioned", "v1", |_ctx: Context<DB>, (): ()| async move { Ok::<_, WorkflowError>(1) });
+    w.register_version(
+        "versioned",
+        "v1",
+        |_ctx: Context<DB>, (): ()| async move { Ok::<_, WorkflowError>(1) },
+    );
     let runner = setup.run(w);
     assert_eq!(setup.result::<i32>(&id).await.unwrap(), 1, "run by v1");
     runner.abort();
@@ -508,11 +579,15 @@ mod harness {
         workflows.drain(&test).await.unwrap();
         assert_eq!(workflows.result::<u32>(&id).await.unwrap(), 20);
 
-        workflows.register_version("old", "v1", |_ctx: Context<DB>, (): ()| async move { Ok::<_, WorkflowError>(()) });
+        workflows.register_version("old", "v1", |_ctx: Context<DB>, (): ()| async move {
+            Ok::<_, WorkflowError>(())
+        });
         let old = workflows.start("old", &()).await.unwrap();
-        workflows.register_version("old", "v2", |_ctx: Context<DB>, (): ()| async move { Ok::<_, WorkflowError>(()) });
+        workflows.register_version("old", "v2", |_ctx: Context<DB>, (): ()| async move {
+            Ok::<_, WorkflowError>(())
+        });
         let drained = workflows.drain(&test).await.unwrap();
-        assert_eq!(drained[0].handled, Handled::Snoozed { after: rowbus::workflow::VERSION_WAIT });
+        assert_eq!(drained[0].handled, Handled::Snoozed { after: rowbus::workflow::REFUSED_WAIT });
         assert_eq!(workflows.get(&old).await.unwrap().unwrap().status, Status::Running);
         test.cleanup().await.unwrap();
     }
@@ -520,17 +595,20 @@ mod harness {
     mod sleeps_are_made_due_and_drained {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn postgres() {
-            let test = rowbus::testing::TestBroker::<sqlx::Postgres>::connect(crate::common::PG).await.unwrap();
+            let test =
+                rowbus::testing::TestBroker::<sqlx::Postgres>::connect(crate::common::PG).await.unwrap();
             super::sleeps_are_made_due_and_drained(test).await;
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn mariadb() {
-            let test = rowbus::testing::TestBroker::<sqlx::MySql>::connect(crate::common::MARIADB).await.unwrap();
+            let test =
+                rowbus::testing::TestBroker::<sqlx::MySql>::connect(crate::common::MARIADB).await.unwrap();
             super::sleeps_are_made_due_and_drained(test).await;
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn sqlite() {
-            super::sleeps_are_made_due_and_drained(rowbus::testing::TestBroker::sqlite().await.unwrap()).await;
+            super::sleeps_are_made_due_and_drained(rowbus::testing::TestBroker::sqlite().await.unwrap())
+                .await;
         }
     }
 }

@@ -207,8 +207,9 @@ impl<DB: Db> Queue<DB> {
         .into_iter()
         .cloned()
         .chain(DB::side_tables(self.table()))
-        .chain([WORKFLOWS_SUFFIX, STEPS_SUFFIX, EVENTS_SUFFIX].map(|suffix| quoted::<DB>(self.table(), suffix)))
-        {
+        .chain(
+            [WORKFLOWS_SUFFIX, STEPS_SUFFIX, EVENTS_SUFFIX].map(|suffix| quoted::<DB>(self.table(), suffix)),
+        ) {
             DB::execute(&mut conn, &Arc::from(format!("DROP TABLE IF EXISTS {table}")), &[]).await?;
         }
         Ok(())

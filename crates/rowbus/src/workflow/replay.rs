@@ -96,8 +96,8 @@ mod tests {
             }
             let at = changed.index(names.len());
             let other = format!("{}x", names[at]);
-            for seq in 0..at {
-                prop_assert!(matches!(replay(&recorded, seq as u32, &names[seq]), Replay::Recorded(_)));
+            for (seq, name) in names.iter().enumerate().take(at) {
+                prop_assert!(matches!(replay(&recorded, seq as u32, name), Replay::Recorded(_)));
             }
             prop_assert_eq!(
                 replay(&recorded, at as u32, &other),

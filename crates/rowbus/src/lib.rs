@@ -70,6 +70,7 @@ mod listener;
 mod names;
 mod notify;
 mod sql;
+pub mod workflow;
 
 pub use backend::{Backend, PGBOUNCER, redact, uses_pgbouncer};
 pub use broker::{
@@ -204,6 +205,8 @@ mod snippets {
     struct Testing;
     #[doc = include_str!("../../../docs/waking.md")]
     struct Waking;
+    #[doc = include_str!("../../../docs/workflows.md")]
+    struct Workflows;
 }
 
 #[cfg(test)]

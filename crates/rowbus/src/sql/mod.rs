@@ -12,7 +12,8 @@
 //! - [`Rotating`]: partitions emptied by `TRUNCATE`, and where claims start ([`Floor`]);
 //! - [`Horizon`]: dead rows, size on disk and what holds the horizon (a queue's health);
 //! - beside their features: [`Keeping`] (kept history), [`Pausing`], [`Scheduling`],
-//!   [`Positions`] (durable listeners), [`Counting`] (a queue's event counters), [`Limiting`].
+//!   [`Positions`] (durable listeners), [`Counting`] (a queue's event counters), [`Limiting`],
+//!   [`Workflowing`] (a queue's workflow tables).
 //!
 //! [`Db`] is all of them at once: the broker and the listener are written once against
 //! it and never ask which database they run on. A trait's provided methods are the
@@ -48,6 +49,7 @@ mod sqlite;
 mod statements;
 mod table;
 mod wake;
+mod workflows;
 
 use crate::backend::Backend;
 
@@ -90,6 +92,8 @@ pub(crate) use table::{DEAD_FEATURE_COLUMNS, FEATURE_COLUMNS, LIMITS_FEATURE_COL
 pub use wake::{
     Notifier, PG_MAX_CHANNEL_BYTES, PG_PAYLOAD_LIMIT_BYTES, Waking, check_pg_channel, check_pg_payload,
 };
+pub use workflows::Workflowing;
+pub(crate) use workflows::{EVENTS_INDEX, EVENTS_SUFFIX, STEPS_SUFFIX, WORKFLOWS_SUFFIX, WorkflowSql};
 
 /// The sqlx databases rowbus works on: [`Postgres`](sqlx::Postgres),
 /// [`MySql`](sqlx::MySql) and [`Sqlite`](sqlx::Sqlite), each behind its cargo feature
@@ -115,6 +119,7 @@ pub trait Db:
     + Counting
     + Rotating
     + Horizon
+    + Workflowing
 {
     /// Which backend this is.
     const BACKEND: Backend;

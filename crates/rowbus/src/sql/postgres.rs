@@ -124,8 +124,12 @@ impl Naming for Postgres {
 impl Schema for Postgres {
     /// Besides the shared ones, its indexes': they share the tables' names.
     fn queue_names() -> Vec<&'static str> {
-        [&QUEUE_NAMES[..], &[READY, KEYS, DEDUP, super::HISTORY_INDEX_SUFFIX], &layout::PARTITIONS[..]]
-            .concat()
+        [
+            &QUEUE_NAMES[..],
+            &[READY, KEYS, DEDUP, super::HISTORY_INDEX_SUFFIX, super::EVENTS_INDEX],
+            &layout::PARTITIONS[..],
+        ]
+        .concat()
     }
 
     type TableState = layout::Dedup;

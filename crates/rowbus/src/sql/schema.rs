@@ -5,6 +5,7 @@ use futures::future::BoxFuture;
 
 use super::COUNTS_SUFFIX;
 use super::Naming;
+use super::{EVENTS_SUFFIX, STEPS_SUFFIX, WORKFLOWS_SUFFIX};
 use super::{HISTORY_SUFFIX, KEEP_SUFFIX, PAUSE_SUFFIX, SCHED_SUFFIX, TICKS_SUFFIX};
 use super::{LIMITS_SUFFIX, STARTS_SUFFIX};
 use super::{OLD_CLAIM, quoted};
@@ -13,8 +14,9 @@ use crate::names::QueueTable;
 
 /// The suffixes of the names every database's deploy of a queue takes, the queue table's
 /// own (`""`) first: its dead-letter, pause, schedule, tick, history and counts tables,
-/// then its limits table and start log.
-pub(crate) const QUEUE_NAMES: [&str; 10] = [
+/// then its limits table and start log, and the workflow tables a queue's workflows
+/// deploy beside it (`Workflows::deploy`).
+pub(crate) const QUEUE_NAMES: [&str; 13] = [
     "",
     "_dead",
     PAUSE_SUFFIX,
@@ -25,6 +27,9 @@ pub(crate) const QUEUE_NAMES: [&str; 10] = [
     COUNTS_SUFFIX,
     LIMITS_SUFFIX,
     STARTS_SUFFIX,
+    WORKFLOWS_SUFFIX,
+    STEPS_SUFFIX,
+    EVENTS_SUFFIX,
 ];
 
 /// A queue's tables: made, upgraded and deployed one deploy at a time.

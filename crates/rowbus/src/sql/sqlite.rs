@@ -154,7 +154,7 @@ impl Naming for Sqlite {
 impl Schema for Sqlite {
     /// Besides the shared ones, its indexes': they share the tables' names.
     fn queue_names() -> Vec<&'static str> {
-        [&QUEUE_NAMES[..], &[READY, KEYS, DEDUP, super::HISTORY_INDEX_SUFFIX]].concat()
+        [&QUEUE_NAMES[..], &[READY, KEYS, DEDUP, super::HISTORY_INDEX_SUFFIX, super::EVENTS_INDEX]].concat()
     }
 
     const NAMES_FOLD_CASE: bool = true;

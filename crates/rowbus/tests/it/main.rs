@@ -40,3 +40,4 @@ mod spawned_notify;
 mod testing;
 mod transactional_effects;
 mod wake_after_commit;
+mod workflows;

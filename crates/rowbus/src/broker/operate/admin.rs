@@ -18,6 +18,7 @@ use crate::error::{Error, is_missing_table};
 use crate::sql::Db;
 use crate::sql::Notifier;
 use crate::sql::quoted;
+use crate::sql::{EVENTS_SUFFIX, STEPS_SUFFIX, WORKFLOWS_SUFFIX};
 
 /// One group of one queue table, as it stands.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -184,8 +185,8 @@ impl<DB: Db> Queue<DB> {
 
     /// Drops the queue table, its dead-letter table, its pause table, its schedule and
     /// tick tables, its history tables, its counts table, its limits table and start log
-    /// and (on MySQL/MariaDB) its deduplication ids' table, with every message and schedule
-    /// in them. A table of the queue's name that is not a queue table is left alone:
+    /// and (on MySQL/MariaDB) its deduplication ids' table, and its workflow tables where
+    /// its workflows deployed them, with every message, schedule and workflow in them. A table of the queue's name that is not a queue table is left alone:
     /// [`Error::NotAQueueTable`], and nothing is dropped.
     pub async fn undeploy(&self) -> Result<(), Error> {
         refuse_foreign(self.table(), self.state().await?)?;
@@ -206,7 +207,9 @@ impl<DB: Db> Queue<DB> {
         .into_iter()
         .cloned()
         .chain(DB::side_tables(self.table()))
-        {
+        .chain(
+            [WORKFLOWS_SUFFIX, STEPS_SUFFIX, EVENTS_SUFFIX].map(|suffix| quoted::<DB>(self.table(), suffix)),
+        ) {
             DB::execute(&mut conn, &Arc::from(format!("DROP TABLE IF EXISTS {table}")), &[]).await?;
         }
         Ok(())

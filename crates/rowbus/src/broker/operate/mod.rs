@@ -2,7 +2,8 @@
 //! letters ([`dead`]), pausing ([`pause`]), limits ([`limits`]), kept history ([`history`]), schedules
 //! ([`schedule`], run by [`scheduler`], due ticks by [`ticks`]), published totals
 //! ([`published`]), the counters a user reads ([`stats`]) and those kept in the database
-//! ([`counts`]), and what holds the database's horizon ([`horizon`]).
+//! ([`counts`]), what holds the database's horizon ([`horizon`]), and a waiting message
+//! made due at once ([`due`]).
 //!
 //! Entered through `Queue` and `Broker` methods (`deploy`, `dead_letters`, `pause`,
 //! `history`, `schedule`, `stats`...), as `rowbus stats`, `dead`, `pause`, `history`,
@@ -12,6 +13,7 @@ pub(crate) mod admin;
 pub(crate) mod cancel;
 pub(crate) mod counts;
 pub(crate) mod dead;
+pub(crate) mod due;
 pub(crate) mod history;
 pub(crate) mod horizon;
 pub(crate) mod keeping;

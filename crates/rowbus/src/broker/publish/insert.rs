@@ -564,6 +564,24 @@ impl<DB: Db> BrokerTx<DB> {
         wake_others_in_tx(queue, &mut **self.tx(), &fresh).await;
         Ok(n)
     }
+
+    /// Publishes one message in this transaction (see [`BrokerTx::publish`]) and returns
+    /// its id, read on the transaction's connection right after the insert (as
+    /// [`Queue::publish_with_id`] does): `None` when a message with its deduplication id
+    /// is in the queue. For the workflows, which record the message that runs each.
+    pub(crate) async fn publish_with_id(
+        &mut self,
+        queue: &Queue<DB>,
+        message: Message,
+    ) -> Result<Option<i64>, Error> {
+        let published = self.publish(queue, message).await?;
+        if published.stored == 0 {
+            return Ok(None);
+        }
+        let sql: Arc<str> = Arc::from(DB::LAST_ID_SQL);
+        let rows = DB::fetch_rows(&mut **self.tx(), &sql, &[], 0).await.map_err(|e| queue_error(queue, e))?;
+        Ok(rows.first().and_then(|row| row.ints.first().copied().flatten()))
+    }
 }
 
 #[cfg(test)]

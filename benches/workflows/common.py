@@ -1,0 +1,85 @@
+"""Shared by dbos_bench.py and absurd_bench.py: the scratch database, the options, the figures.
+
+Each driver creates a database of its own on the server of --url (named after the driver and
+its PID, so a run touches nothing but its own), runs one mode of its system in it and drops it
+at the end, whatever happened. It prints one JSON line per measurement on stdout:
+{system, mode, workflows, seconds, workflows_per_s, steps_per_s, p50_ms, p99_ms, ...}.
+"""
+
+import argparse
+import json
+import os
+import time
+from contextlib import contextmanager
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+from psycopg import sql
+
+# The two modes every polling system is measured in: its own defaults, and a 10 ms poll.
+MODES = ("defaults", "poll10ms")
+
+
+def parse_args(system: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=f"{system}: throughput and latency of 5-step no-op workflows")
+    p.add_argument("--url", default=os.environ.get("PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres"),
+                   help="any database on the PostgreSQL server; a scratch database is made beside it")
+    p.add_argument("--mode", choices=MODES, default="defaults")
+    p.add_argument("--workflows", type=int, default=1000, help="workflows in the throughput run")
+    p.add_argument("--steps", type=int, default=5, help="no-op steps per workflow")
+    p.add_argument("--workers", type=int, default=8, help="concurrent workers")
+    p.add_argument("--latency-samples", type=int, default=50,
+                   help="workflows started one at a time on the idle worker for p50/p99")
+    return p.parse_args()
+
+
+@contextmanager
+def scratch_database(url: str, system: str):
+    """Creates database wfbench_<system>_<pid> on url's server, yields its URL, drops it."""
+    name = f"wfbench_{system}_{os.getpid()}"
+    u = urlsplit(url)
+    with psycopg.connect(url, autocommit=True) as c:
+        c.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
+    try:
+        yield urlunsplit((u.scheme, u.netloc, "/" + name, u.query, ""))
+    finally:
+        with psycopg.connect(url, autocommit=True) as c:
+            c.execute(sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name)))
+
+
+def wait_until(probe, timeout_s: float, period_s: float):
+    """Calls probe() every period_s until it returns a true value; returns it (or raises)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        v = probe()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not done after {timeout_s} s")
+        time.sleep(period_s)
+
+
+def percentile(sorted_ms, q: float) -> float:
+    """Nearest-rank percentile of an ascending list."""
+    i = max(0, min(len(sorted_ms) - 1, int(round(q * len(sorted_ms) + 0.5)) - 1))
+    return sorted_ms[i]
+
+
+def report(system: str, version: str, args, seconds: float, latencies_ms, extra=None) -> None:
+    lat = sorted(latencies_ms)
+    line = {
+        "system": system,
+        "version": version,
+        "mode": args.mode,
+        "workers": args.workers,
+        "workflows": args.workflows,
+        "steps_per_workflow": args.steps,
+        "seconds": round(seconds, 3),
+        "workflows_per_s": round(args.workflows / seconds, 1),
+        "steps_per_s": round(args.workflows * args.steps / seconds, 1),
+        "p50_ms": round(percentile(lat, 0.50), 2) if lat else None,
+        "p99_ms": round(percentile(lat, 0.99), 2) if lat else None,
+        "latency_samples": len(lat),
+    }
+    line.update(extra or {})
+    print(json.dumps(line), flush=True)

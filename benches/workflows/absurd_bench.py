@@ -9,9 +9,11 @@ result is a checkpoint row), spawned with `spawn(...)` and run by `app.start_wor
 
 Throughput: the clock starts, the main thread spawns WORKFLOWS tasks one by one (on a client of
 its own) while the worker runs them, and the clock stops when the last one is `completed` (read
-by a plain count every 5 ms once all are spawned). Latency: on the then idle worker, one task at
-a time is spawned and its result read through `fetch_task_result` every 1 ms until it is
-completed; start-to-result is from before the spawn to that read.
+by a plain count every 5 ms once all are spawned). Latency: on the then idle worker,
+after a random 0-1 s gap (common.idle_gap), one task at a time is spawned and its result read through `fetch_task_result` every 1 ms until it is
+completed; start-to-result is from before the spawn to that read (p50_ms, p99_ms). The same
+tasks' rows give start-to-end without the probe: the run's completed_at - the task's
+enqueue_at (recorded_p50_ms, recorded_p99_ms).
 
 Run by run.sh from a venv with the pinned packages of requirements-absurd.txt.
 """
@@ -26,7 +28,7 @@ from pathlib import Path
 import psycopg
 from absurd_sdk import Absurd
 
-from common import parse_args, report, scratch_database, wait_until
+from common import idle_gap, parse_args, report, scratch_database, wait_until
 
 QUEUE = "wfbench"
 TASK = "no-op-workflow"
@@ -71,10 +73,12 @@ def main() -> None:
                     raise SystemExit(f"absurd: {steps_recorded} checkpoints recorded, "
                                      f"expected {args.workflows * args.steps}")
 
-                latencies = []
+                latencies, ids = [], []
                 for i in range(args.latency_samples):
+                    idle_gap()
                     t0 = time.perf_counter()
                     task_id = spawner.spawn(TASK, {"steps": args.steps, "n": -1 - i}, queue=QUEUE)["task_id"]
+                    ids.append(task_id)
 
                     def done() -> bool:
                         snap = spawner.fetch_task_result(task_id)
@@ -84,12 +88,17 @@ def main() -> None:
 
                     wait_until(done, 60, 0.001)
                     latencies.append((time.perf_counter() - t0) * 1000)
+                # The task row is stamped when spawned, its run's row when it completes.
+                recorded = [r[0] for r in probe.execute(
+                    "select extract(epoch from r.completed_at - t.enqueue_at)::float8 * 1000"
+                    " from absurd.t_wfbench t join absurd.r_wfbench r using (task_id)"
+                    " where t.task_id = any(%s) and r.state = 'completed'", (ids,)).fetchall()]
         finally:
             app.stop_worker()
             worker.join()
             spawner.close()
             app.close()
-    report("absurd", version("absurd-sdk"), args, seconds, latencies, {"steps_recorded": steps_recorded})
+    report("absurd", version("absurd-sdk"), args, seconds, latencies, recorded, {"steps_recorded": steps_recorded})
 
 
 if __name__ == "__main__":

@@ -9,6 +9,9 @@ at the end, whatever happened. It prints one JSON line per measurement on stdout
 import argparse
 import json
 import os
+import random
+import signal
+import sys
 import time
 from contextlib import contextmanager
 from urllib.parse import urlsplit, urlunsplit
@@ -21,6 +24,9 @@ MODES = ("defaults", "poll10ms")
 
 
 def parse_args(system: str) -> argparse.Namespace:
+    # run.sh stops a run with SIGTERM when its PAUSE_FILE appears: exit through the finally
+    # blocks, so that the workers stop and the scratch database is dropped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     p = argparse.ArgumentParser(description=f"{system}: throughput and latency of 5-step no-op workflows")
     p.add_argument("--url", default=os.environ.get("PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres"),
                    help="any database on the PostgreSQL server; a scratch database is made beside it")
@@ -47,6 +53,14 @@ def scratch_database(url: str, system: str):
             c.execute(sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name)))
 
 
+def idle_gap() -> None:
+    """Sleeps a random 0-1 s before a latency sample. Samples started right after the previous
+    one ended would be locked to the worker's poll cycle (an Absurd worker that just found
+    nothing sleeps its whole 0.25 s, every time); the random gap spreads the starts over it, as
+    starts that come at any time are (DBOS polls every 1 s at its defaults, hence 1 s)."""
+    time.sleep(random.uniform(0.0, 1.0))
+
+
 def wait_until(probe, timeout_s: float, period_s: float):
     """Calls probe() every period_s until it returns a true value; returns it (or raises)."""
     deadline = time.monotonic() + timeout_s
@@ -65,8 +79,11 @@ def percentile(sorted_ms, q: float) -> float:
     return sorted_ms[i]
 
 
-def report(system: str, version: str, args, seconds: float, latencies_ms, extra=None) -> None:
+def report(system: str, version: str, args, seconds: float, latencies_ms, recorded_ms, extra=None) -> None:
+    """Prints the JSON line. latencies_ms: start to result as the caller saw it (probing every
+    1 ms); recorded_ms: the same workflows' start to end as their own rows record it (no probe)."""
     lat = sorted(latencies_ms)
+    rec = sorted(recorded_ms)
     line = {
         "system": system,
         "version": version,
@@ -80,6 +97,9 @@ def report(system: str, version: str, args, seconds: float, latencies_ms, extra=
         "p50_ms": round(percentile(lat, 0.50), 2) if lat else None,
         "p99_ms": round(percentile(lat, 0.99), 2) if lat else None,
         "latency_samples": len(lat),
+        "recorded_p50_ms": round(percentile(rec, 0.50), 2) if rec else None,
+        "recorded_p99_ms": round(percentile(rec, 0.99), 2) if rec else None,
+        "loadavg_1m": round(os.getloadavg()[0], 2),
     }
     line.update(extra or {})
     print(json.dumps(line), flush=True)

@@ -2,18 +2,19 @@
 
 Written the way Absurd's SDK documentation writes them: a task registered with
 `app.register_task(name=...)` whose body runs its steps with `ctx.step(name, fn)` (each step's
-result is a checkpoint row), spawned with `spawn(...)` and run by `app.start_worker(concurrency=8)`
-(one claim loop feeding a pool of 8 threads). The worker polls for tasks every `poll_interval`:
-0.25 s at its defaults, 0.01 s in mode poll10ms. The schema is installed by `absurdctl init`
-(the SQL bundled in absurdctl, needs psql) in a scratch database of its own (see common.py).
+result is a checkpoint row), spawned with `spawn(...)` and run by
+`app.start_worker(concurrency=8)` (one claim loop feeding a pool of 8 threads). The worker polls
+for tasks every `poll_interval`: 0.25 s at its defaults, 0.01 s in mode poll10ms. The schema is
+installed by `absurdctl init` (the SQL bundled in absurdctl, needs psql) in a scratch database
+of its own (see common.py).
 
 Throughput: the clock starts, the main thread spawns WORKFLOWS tasks one by one (on a client of
 its own) while the worker runs them, and the clock stops when the last one is `completed` (read
-by a plain count every 5 ms once all are spawned). Latency: on the then idle worker,
-after a random 0-1 s gap (common.idle_gap), one task at a time is spawned and its result read through `fetch_task_result` every 1 ms until it is
-completed; start-to-result is from before the spawn to that read (p50_ms, p99_ms). The same
-tasks' rows give start-to-end without the probe: the run's completed_at - the task's
-enqueue_at (recorded_p50_ms, recorded_p99_ms).
+by a plain count every 5 ms once all are spawned). Latency: on the then idle worker, after a
+random 0-1 s gap (common.idle_gap), one task at a time is spawned and its result read through
+`fetch_task_result` every 1 ms until it is completed; start-to-result is from before the spawn
+to that read (p50_ms, p99_ms). The same tasks' rows give start-to-end without the probe: the
+run's completed_at - the task's enqueue_at (recorded_p50_ms, recorded_p99_ms).
 
 Run by run.sh from a venv with the pinned packages of requirements-absurd.txt.
 """

@@ -8,11 +8,11 @@ is a scratch PostgreSQL database of its own (see common.py).
 
 Throughput: the clock starts, the main thread enqueues WORKFLOWS workflows one by one while the
 queue's workers run them, and the clock stops when the last one's status is SUCCESS (read by a
-plain count every 5 ms once all are enqueued). Latency: on the then idle queue,
-after a random 0-1 s gap (common.idle_gap), one workflow at a time is enqueued and its status read through `DBOS.get_workflow_status` every 1 ms until it is
-SUCCESS; start-to-result is from before the enqueue to that read (p50_ms, p99_ms). The same
-workflows' rows give start-to-end without the probe: completed_at - created_at, in milliseconds
-(recorded_p50_ms, recorded_p99_ms).
+plain count every 5 ms once all are enqueued). Latency: on the then idle queue, after a random
+0-1 s gap (common.idle_gap), one workflow at a time is enqueued and its status read through
+`DBOS.get_workflow_status` every 1 ms until it is SUCCESS; start-to-result is from before the
+enqueue to that read (p50_ms, p99_ms). The same workflows' rows give start-to-end without the
+probe: completed_at - created_at, in milliseconds (recorded_p50_ms, recorded_p99_ms).
 
 Run by run.sh from a venv with the pinned packages of requirements-dbos.txt.
 """

@@ -16,6 +16,10 @@ random 0-1 s gap (common.idle_gap), one task at a time is spawned and its result
 to that read (p50_ms, p99_ms). The same tasks' rows give start-to-end without the probe: the
 run's completed_at - the task's enqueue_at (recorded_p50_ms, recorded_p99_ms).
 
+--layout clients runs WORKERS clients instead, each with its own connection and a
+start_worker() of one task at a time (the pool's 8 threads share one connection); run.sh uses
+the default, pool, unless ABSURD_LAYOUT says otherwise.
+
 Run by run.sh from a venv with the pinned packages of requirements-absurd.txt.
 """
 
@@ -35,25 +39,38 @@ QUEUE = "wfbench"
 TASK = "no-op-workflow"
 
 
+def layout_option(p) -> None:
+    p.add_argument("--layout", choices=("pool", "clients"), default="pool",
+                   help="pool: one client's start_worker(concurrency=WORKERS), the SDK's way to run "
+                   "several tasks at once (its threads share the client's connection); clients: "
+                   "WORKERS clients, each its own connection and start_worker()")
+
+
 def main() -> None:
-    args = parse_args("absurd")
+    args = parse_args("absurd", layout_option)
     with scratch_database(args.url, "absurd") as url:
         absurdctl = Path(sys.executable).with_name("absurdctl")
         subprocess.run([str(absurdctl), "init", "-d", url], check=True, stdout=subprocess.DEVNULL)
 
-        app = Absurd(url, queue_name=QUEUE)
-        app.create_queue(QUEUE)
-
-        @app.register_task(name=TASK)
-        def no_op_workflow(params, ctx):
-            total = 0
-            for i in range(params["steps"]):
-                total += ctx.step(f"step-{i}", lambda i=i: i)
-            return total
-
         poll = {} if args.mode == "defaults" else {"poll_interval": 0.01}
-        worker = threading.Thread(target=app.start_worker, kwargs={"concurrency": args.workers, **poll})
-        worker.start()
+        if args.layout == "pool":
+            apps = [Absurd(url, queue_name=QUEUE)]
+            run = {"concurrency": args.workers, **poll}
+        else:
+            apps = [Absurd(url, queue_name=QUEUE) for _ in range(args.workers)]
+            run = poll
+        apps[0].create_queue(QUEUE)
+        for app in apps:
+            @app.register_task(name=TASK)
+            def no_op_workflow(params, ctx):
+                total = 0
+                for i in range(params["steps"]):
+                    total += ctx.step(f"step-{i}", lambda i=i: i)
+                return total
+
+        workers = [threading.Thread(target=app.start_worker, kwargs=run) for app in apps]
+        for worker in workers:
+            worker.start()
         spawner = Absurd(url, queue_name=QUEUE)
         try:
             with psycopg.connect(url, autocommit=True) as probe:
@@ -95,11 +112,15 @@ def main() -> None:
                     " from absurd.t_wfbench t join absurd.r_wfbench r using (task_id)"
                     " where t.task_id = any(%s) and r.state = 'completed'", (ids,)).fetchall()]
         finally:
-            app.stop_worker()
-            worker.join()
+            for app in apps:
+                app.stop_worker()
+            for worker in workers:
+                worker.join()
             spawner.close()
-            app.close()
-    report("absurd", version("absurd-sdk"), args, seconds, latencies, recorded, {"steps_recorded": steps_recorded})
+            for app in apps:
+                app.close()
+    report("absurd", version("absurd-sdk"), args, seconds, latencies, recorded,
+           {"layout": args.layout, "steps_recorded": steps_recorded})
 
 
 if __name__ == "__main__":

@@ -23,7 +23,8 @@ from psycopg import sql
 MODES = ("defaults", "poll10ms")
 
 
-def parse_args(system: str) -> argparse.Namespace:
+def parse_args(system: str, more=None) -> argparse.Namespace:
+    """The options every driver takes; more(parser) adds a driver's own."""
     # run.sh stops a run with SIGTERM when its PAUSE_FILE appears: exit through the finally
     # blocks, so that the workers stop and the scratch database is dropped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -36,6 +37,8 @@ def parse_args(system: str) -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=8, help="concurrent workers")
     p.add_argument("--latency-samples", type=int, default=50,
                    help="workflows started one at a time on the idle worker for p50/p99")
+    if more is not None:
+        more(p)
     return p.parse_args()
 
 

@@ -14,7 +14,9 @@
 #   benches/workflows/run.sh
 #   ROUNDS=3 WORKFLOWS=1000 STEPS=5 WORKERS=8 LATENCY_SAMPLES=50 SYSTEMS="rowbus dbos absurd" \
 #     MODES="defaults poll10ms" PG_URL=postgresql://postgres@127.0.0.1:5432/postgres \
-#     ROWBUS=target/release/rowbus PAUSE_FILE=/path/to/file benches/workflows/run.sh
+#     ROWBUS=target/release/rowbus PAUSE_FILE=/path/to/file ABSURD_LAYOUT=pool benches/workflows/run.sh
+# ABSURD_LAYOUT: pool (one client, start_worker(concurrency=WORKERS)) or clients (WORKERS clients
+# of one task at a time, each with its own connection); see absurd_bench.py.
 #
 # PAUSE_FILE: while that file exists, no run starts (checked every 30 s); a peer's run under way
 # when it appears is stopped (SIGTERM, its database dropped) and run again once the file is gone,
@@ -36,6 +38,7 @@ SYSTEMS=${SYSTEMS:-rowbus dbos absurd}
 MODES=${MODES:-defaults poll10ms}
 PG_URL=${PG_URL:-postgresql://postgres@127.0.0.1:5432/postgres}
 PAUSE_FILE=${PAUSE_FILE:-}
+ABSURD_LAYOUT=${ABSURD_LAYOUT:-pool}
 cache=${WFBENCH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rowbus-bench}
 rowbus=${ROWBUS:-$root/target/release/rowbus}
 
@@ -79,12 +82,13 @@ trap cleanup EXIT
 # the start if PAUSE_FILE appeared while it ran.
 peer() {
   venv "$1"
-  local status
+  local status extra=()
+  [ "$1" = absurd ] && extra=(--layout "$ABSURD_LAYOUT")
   while :; do
     pause_if_asked
     (cd "$here" && exec "$venv_dir/bin/python" "$1_bench.py" --url "$PG_URL" --mode "$2" \
       --workflows "$WORKFLOWS" --steps "$STEPS" --workers "$WORKERS" \
-      --latency-samples "$LATENCY_SAMPLES") >"$work/run.out" &
+      --latency-samples "$LATENCY_SAMPLES" ${extra[@]+"${extra[@]}"}) >"$work/run.out" &
     driver=$!
     while kill -0 "$driver" 2>/dev/null; do
       if [ -n "$PAUSE_FILE" ] && [ -e "$PAUSE_FILE" ]; then

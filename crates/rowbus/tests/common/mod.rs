@@ -5,6 +5,7 @@
 
 pub mod binlog;
 pub mod bouncer;
+pub mod statements;
 mod cleanup;
 mod place;
 pub mod throwaway;

@@ -11,6 +11,7 @@ mod common;
 
 mod bad_input;
 mod broker;
+mod claim_cost;
 mod control;
 #[cfg(feature = "testing")]
 mod dead_letters;

@@ -1,61 +1,108 @@
-//! Counts the statements a future sends, as sqlx reports each one it ran (its
-//! `sqlx::query` events): a subscriber scoped to the future, so that statements of other
-//! tests and of tasks the future does not poll itself are not counted.
+//! The test binary's one process-wide tracing subscriber: warnings and above of every
+//! test, as text ([`warnings`]), and the statements that name a table, as sqlx reports each
+//! one it ran (its `sqlx::query` events), recorded only while a [`Statements`] counts.
+//! Process-wide because SQLite's statements run on a thread of sqlx's own, where no
+//! subscriber scoped to the test's future sees them; statements of other tests running
+//! meanwhile are told apart by the (unique) table they name.
 
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::io::Write;
+use std::sync::{Arc, Mutex, Once, OnceLock};
 
 use tracing::field::{Field, Visit};
-use tracing::{Dispatch, Event, Subscriber};
-use tracing_subscriber::layer::{Context as LayerContext, Layer, SubscriberExt};
+use tracing::{Event, Subscriber};
+use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 
-/// Each statement's text (its summary, or the whole statement where sqlx shortened it)
-/// and the rows it returned, in the order they ran.
-#[derive(Debug, Clone, Default)]
-pub struct Statements(Arc<Mutex<Vec<Ran>>>);
+/// Where the statements go while counters count.
+static COUNTING: Mutex<Vec<Arc<Mutex<Vec<String>>>>> = Mutex::new(Vec::new());
 
-/// One statement run.
-#[derive(Debug, Clone, Default)]
-pub struct Ran {
-    pub sql: String,
-    pub rows_returned: u64,
+static INSTALL: Once = Once::new();
+
+/// Warnings and above of every test of this process, as text.
+static WARNINGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+
+/// Installs the subscriber, once.
+fn install() {
+    INSTALL.call_once(|| {
+        use tracing_subscriber::Layer as _;
+        let sink = WARNINGS.get_or_init(Arc::default).clone();
+        let text = tracing_subscriber::fmt::layer()
+            .with_writer(move || Sink(sink.clone()))
+            .with_ansi(false)
+            .with_filter(tracing_subscriber::filter::LevelFilter::WARN);
+        let statements = Recorder.with_filter(tracing_subscriber::filter::filter_fn(|m| {
+            m.target() == "sqlx::query" && counting()
+        }));
+        let subscriber = tracing_subscriber::registry().with(text).with(statements);
+        tracing::subscriber::set_global_default(subscriber).expect("the only global subscriber of the tests");
+    });
+}
+
+/// Warnings and above of every test of this process since the first call (of this or of
+/// [`Statements::start`]), as text.
+pub fn warnings() -> Arc<Mutex<Vec<u8>>> {
+    let logs = WARNINGS.get_or_init(Arc::default).clone();
+    install();
+    logs
+}
+
+struct Sink(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Sink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A counter of statements, counting from [`start`](Self::start) until dropped.
+pub struct Statements {
+    ran: Arc<Mutex<Vec<String>>>,
 }
 
 impl Statements {
-    /// The statements run so far.
-    pub fn ran(&self) -> Vec<Ran> {
-        self.0.lock().unwrap().clone()
+    /// Counts from now on.
+    pub fn start() -> Statements {
+        install();
+        let ran = Arc::new(Mutex::new(Vec::new()));
+        COUNTING.lock().unwrap().push(ran.clone());
+        // Callsites seen before any counter were told nobody listens: ask them again.
+        tracing::callsite::rebuild_interest_cache();
+        Statements { ran }
     }
 
-    /// How many statements named `table` (any of its tables: `table_limits`...).
-    pub fn naming(&self, table: &str) -> usize {
-        self.ran().iter().filter(|r| r.sql.contains(table)).count()
-    }
-
-    /// Forgets what ran so far.
-    pub fn clear(&self) {
-        self.0.lock().unwrap().clear();
+    /// How many statements that name `table` (any of its tables: `table_limits`...) ran
+    /// since the last call (or the start).
+    pub fn take_naming(&self, table: &str) -> usize {
+        let ran = std::mem::take(&mut *self.ran.lock().unwrap());
+        ran.iter().filter(|sql| sql.contains(table)).count()
     }
 }
 
-struct Counter(Statements);
+impl Drop for Statements {
+    fn drop(&mut self) {
+        COUNTING.lock().unwrap().retain(|c| !Arc::ptr_eq(c, &self.ran));
+    }
+}
+
+struct Recorder;
+
+fn counting() -> bool {
+    !COUNTING.lock().unwrap().is_empty()
+}
 
 #[derive(Default)]
-struct Fields {
+struct Sql {
     summary: String,
     statement: String,
-    rows_returned: u64,
 }
 
-impl Visit for Fields {
+impl Visit for Sql {
     fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        match field.name() {
-            "summary" => self.summary = format!("{value:?}"),
-            "db.statement" => self.statement = format!("{value:?}"),
-            _ => {}
-        }
+        self.record_str(field, &format!("{value:?}"));
     }
 
     fn record_str(&mut self, field: &Field, value: &str) {
@@ -65,43 +112,16 @@ impl Visit for Fields {
             _ => {}
         }
     }
+}
 
-    fn record_u64(&mut self, field: &Field, value: u64) {
-        if field.name() == "rows_returned" {
-            self.rows_returned = value;
+impl<S: Subscriber> Layer<S> for Recorder {
+    fn on_event(&self, event: &Event<'_>, _: Context<'_, S>) {
+        let mut sql = Sql::default();
+        event.record(&mut sql);
+        // sqlx gives the whole statement where its summary shortened it.
+        let sql = if sql.statement.trim().is_empty() { sql.summary } else { sql.statement };
+        for counter in COUNTING.lock().unwrap().iter() {
+            counter.lock().unwrap().push(sql.clone());
         }
-    }
-}
-
-impl<S: Subscriber> Layer<S> for Counter {
-    fn on_event(&self, event: &Event<'_>, _: LayerContext<'_, S>) {
-        if event.metadata().target() != "sqlx::query" {
-            return;
-        }
-        let mut fields = Fields::default();
-        event.record(&mut fields);
-        let sql = if fields.statement.trim().is_empty() { fields.summary } else { fields.statement };
-        self.0.0.lock().unwrap().push(Ran { sql, rows_returned: fields.rows_returned });
-    }
-}
-
-/// `future`, counting the statements it runs while polled into `statements`.
-pub fn counted<F: Future>(statements: &Statements, future: F) -> Counted<F> {
-    let subscriber = tracing_subscriber::registry().with(Counter(statements.clone()));
-    Counted { dispatch: Dispatch::new(subscriber), future: Box::pin(future) }
-}
-
-/// A future polled under a statement counter (see [`counted`]).
-pub struct Counted<F> {
-    dispatch: Dispatch,
-    future: Pin<Box<F>>,
-}
-
-impl<F: Future> Future for Counted<F> {
-    type Output = F::Output;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let this = &mut *self;
-        tracing::dispatcher::with_default(&this.dispatch, || this.future.as_mut().poll(cx))
     }
 }

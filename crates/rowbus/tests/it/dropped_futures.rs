@@ -239,7 +239,9 @@ where
                     .await
                     .map(|r| assert_eq!(r.unwrap().ids.len(), 1)),
                 7 => {
-                    let done = poll_then_drop(q.pause(Some("paused")), polls, apart).await.map(|r| drop(r.unwrap()));
+                    let done = poll_then_drop(q.pause(Some("paused")), polls, apart).await.map(|r| {
+                        r.unwrap();
+                    });
                     timeout(within, q.resume(Some("paused"))).await.unwrap_or_else(held("a resume", round)).unwrap();
                     done
                 }
@@ -252,7 +254,9 @@ where
                 9 => {
                     let set = q.set_limit(&limited, Limit::Rate("5/s".parse().unwrap()));
                     timeout(within, set).await.unwrap_or_else(held("a limit", round)).unwrap();
-                    poll_then_drop(q.clear_limit(&limited), polls, apart).await.map(|r| drop(r.unwrap()))
+                    poll_then_drop(q.clear_limit(&limited), polls, apart).await.map(|r| {
+                        r.unwrap();
+                    })
                 }
                 10 | 11 => {
                     let id = a.id();
@@ -266,9 +270,13 @@ where
                             let back = q.cancel(&[id]).await.unwrap();
                             assert_eq!(back.ids, [id], "round {round}: the requeued dead letter {id} was lost");
                         }
-                        done.map(|r| drop(r.unwrap()))
+                        done.map(|r| {
+                        r.unwrap();
+                    })
                     } else {
-                        poll_then_drop(q.purge_dead(&ids), polls, apart).await.map(|r| drop(r.unwrap()))
+                        poll_then_drop(q.purge_dead(&ids), polls, apart).await.map(|r| {
+                        r.unwrap();
+                    })
                     }
                 }
                 12 => {

@@ -513,13 +513,18 @@ mod page_tests {
             assert!(!body.contains(r#"=== null ? "-""#), "{row} writes its dash as an error");
         }
         let cell = function("errorCell");
-        assert!(cell.contains(r#"{ class: "none""#) && PAGE.contains("td.error .none { color: var(--muted); }"));
+        assert!(
+            cell.contains(r#"{ class: "none""#) && PAGE.contains("td.error .none { color: var(--muted); }")
+        );
     }
 
     #[test]
     fn charts_have_a_time_axis() {
         let chart = function("chart");
-        assert!(chart.contains("timeTicks(from, now)") && chart.contains(r#"class: "tick""#), "a chart without time axis");
+        assert!(
+            chart.contains("timeTicks(from, now)") && chart.contains(r#"class: "tick""#),
+            "a chart without time axis"
+        );
         assert!(function("timeTicks").contains("toLocaleTimeString"), "ticks labelled with the time");
     }
 

@@ -37,10 +37,9 @@ use sqlx::{ConnectOptions as _, Pool, Transaction};
 use tokio::sync::{Notify, watch};
 use tracing::{debug, info, warn};
 
-use crate::broker::exec::to_the_end;
 use crate::error::{Error, check_duration};
 use crate::listener::{Event, Listener, ListenerHandle, ListenerOptions};
-use crate::sql::Db;
+use crate::sql::{Db, Finishing};
 use crate::sql::Notifier;
 use crate::sql::TableSql;
 
@@ -520,7 +519,7 @@ impl<DB: Db> BrokerTx<DB> {
     /// [`Error::TransactionAbandoned`].
     pub async fn commit(mut self) -> Result<(), Error> {
         let tx = self.take_tx()?;
-        to_the_end(tx.commit()).await?;
+        Finishing::new(|_| tx.commit()).await?;
         let inner = &self.broker.inner;
         for (table, group) in &self.woken {
             inner.wakers.wake(table, Some(group));
@@ -534,7 +533,7 @@ impl<DB: Db> BrokerTx<DB> {
     /// Rolls back: nothing published in it is seen, nobody is woken.
     pub async fn rollback(mut self) -> Result<(), Error> {
         match self.take_tx() {
-            Ok(tx) => Ok(to_the_end(tx.rollback()).await?),
+            Ok(tx) => Ok(Finishing::new(|_| tx.rollback()).await?),
             // Rolled back already, where the publish dropped part way ended.
             Err(_) => Ok(()),
         }

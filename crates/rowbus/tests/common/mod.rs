@@ -5,9 +5,9 @@
 
 pub mod binlog;
 pub mod bouncer;
-pub mod statements;
 mod cleanup;
 mod place;
+pub mod statements;
 pub mod throwaway;
 pub mod trickle;
 

@@ -47,7 +47,9 @@ async fn per_claim<DB: rowbus::Db>(queue: &Queue<DB>, name: &str) -> usize {
 async fn limited_claims_cost_little_more_than_a_plain_claim<DB: Brokers>(place: Place) {
     let cleanup = Cleanup::new(DB::BACKEND);
     let name = cleanup.queue(&unique("cost_lim"));
-    let broker = DB::broker(&place, BrokerOptions { poll_interval: Duration::from_millis(200), ..Default::default() }).await;
+    let broker =
+        DB::broker(&place, BrokerOptions { poll_interval: Duration::from_millis(200), ..Default::default() })
+            .await;
     let q = broker.queue(&name).unwrap();
     q.deploy().await.unwrap();
     q.publish_batch((0..3 * (CLAIMS + 1)).map(|i| Message::text(i.to_string()))).await.unwrap();

@@ -20,9 +20,9 @@ use futures::future::join_all;
 use rowbus::dead::DeadLetters;
 use rowbus::limit::{Limit, LimitScope};
 use rowbus::{Broker, BrokerOptions, Db, Message};
-use tokio::time::timeout;
 use sqlx::pool::PoolOptions;
 use sqlx::{Executor, Row};
+use tokio::time::timeout;
 use trickle::poll_then_drop;
 
 /// How many connections the broker's pool holds: few, so that every dropped future's
@@ -242,13 +242,19 @@ where
                     let done = poll_then_drop(q.pause(Some("paused")), polls, apart).await.map(|r| {
                         r.unwrap();
                     });
-                    timeout(within, q.resume(Some("paused"))).await.unwrap_or_else(held("a resume", round)).unwrap();
+                    timeout(within, q.resume(Some("paused")))
+                        .await
+                        .unwrap_or_else(held("a resume", round))
+                        .unwrap();
                     done
                 }
                 8 => {
                     let set = q.set_limit(&limited, Limit::MaxRunning(3));
                     let done = poll_then_drop(set, polls, apart).await.map(Result::unwrap);
-                    timeout(within, q.clear_limit(&limited)).await.unwrap_or_else(held("a clear", round)).unwrap();
+                    timeout(within, q.clear_limit(&limited))
+                        .await
+                        .unwrap_or_else(held("a clear", round))
+                        .unwrap();
                     done
                 }
                 9 => {
@@ -265,22 +271,28 @@ where
                     if round % KINDS == 10 {
                         let done = poll_then_drop(q.requeue_dead(&ids, Duration::ZERO), polls, apart).await;
                         // Still a dead letter, or back in the queue (where a cancel finds it).
-                        let dead = timeout(within, q.dead_letter(id)).await.unwrap_or_else(held("a read", round));
+                        let dead =
+                            timeout(within, q.dead_letter(id)).await.unwrap_or_else(held("a read", round));
                         if dead.unwrap().is_none() {
                             let back = q.cancel(&[id]).await.unwrap();
-                            assert_eq!(back.ids, [id], "round {round}: the requeued dead letter {id} was lost");
+                            assert_eq!(
+                                back.ids,
+                                [id],
+                                "round {round}: the requeued dead letter {id} was lost"
+                            );
                         }
                         done.map(|r| {
-                        r.unwrap();
-                    })
+                            r.unwrap();
+                        })
                     } else {
                         poll_then_drop(q.purge_dead(&ids), polls, apart).await.map(|r| {
-                        r.unwrap();
-                    })
+                            r.unwrap();
+                        })
                     }
                 }
                 12 => {
-                    let mut tx = timeout(within, broker.begin()).await.unwrap_or_else(held("a begin", round)).unwrap();
+                    let mut tx =
+                        timeout(within, broker.begin()).await.unwrap_or_else(held("a begin", round)).unwrap();
                     let publish = poll_then_drop(tx.publish(&q, Message::text("in tx")), polls, apart).await;
                     match publish {
                         Some(published) if round % 2 == 0 => {

@@ -287,7 +287,10 @@ pub(crate) async fn claim_in<DB: Db>(
         .filter(|row| row.counts())
         .flat_map(|row| {
             let (whole, scope) = (row.whole_queue, scope(row));
-            claimed.iter().enumerate().map(move |(i, r)| (whole, scope, planned_at.get(i).copied().unwrap_or(0), r.id))
+            claimed
+                .iter()
+                .enumerate()
+                .map(move |(i, r)| (whole, scope, planned_at.get(i).copied().unwrap_or(0), r.id))
         })
         .collect();
     for chunk in entries.chunks(ACK_BATCH) {
@@ -295,7 +298,9 @@ pub(crate) async fn claim_in<DB: Db>(
             // Without a rate a start is the claim's time (it counts for a concurrency limit).
             let args: Vec<Arg<'_>> = chunk
                 .iter()
-                .flat_map(|&(whole, scope, _, id)| [Arg::Int(whole), Arg::Text(scope), Arg::Int(id), Arg::Int(token)])
+                .flat_map(|&(whole, scope, _, id)| {
+                    [Arg::Int(whole), Arg::Text(scope), Arg::Int(id), Arg::Int(token)]
+                })
                 .collect();
             DB::execute(tx, &limits.record(chunk.len()), &args).await?;
         } else {

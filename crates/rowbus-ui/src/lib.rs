@@ -510,7 +510,7 @@ mod page_tests {
         for row in ["renderDead", "messageRow"] {
             let body = function(row);
             assert!(body.contains("errorCell("), "{row} makes its error cell itself");
-            assert!(!body.contains(r#"=== null ? "-""#), "{row} writes its dash as an error");
+            assert!(!body.contains(r#"last_error === null ? "-""#), "{row} writes its dash as an error");
         }
         let cell = function("errorCell");
         assert!(

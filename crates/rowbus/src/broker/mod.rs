@@ -39,9 +39,9 @@ use tracing::{debug, info, warn};
 
 use crate::error::{Error, check_duration};
 use crate::listener::{Event, Listener, ListenerHandle, ListenerOptions};
-use crate::sql::{Db, Finishing};
 use crate::sql::Notifier;
 use crate::sql::TableSql;
+use crate::sql::{Db, Finishing};
 
 pub use crate::names::{QueueTable, check_group};
 pub use claim::subscription::{DEFAULT_GRACE, Subscription, SubscriptionBuilder};

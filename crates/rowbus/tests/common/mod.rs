@@ -7,7 +7,6 @@ pub mod binlog;
 pub mod bouncer;
 mod cleanup;
 mod place;
-pub mod statements;
 pub mod throwaway;
 pub mod trickle;
 

@@ -5,7 +5,7 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::statements::Statements;
+use crate::statements::Statements;
 use common::{Brokers, Cleanup, Place, on_each_database, unique};
 use futures::StreamExt;
 use rowbus::limit::{Limit, LimitScope};

@@ -8,6 +8,9 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+// Not in `common`: other crates' tests include that, without tracing-subscriber.
+#[path = "../common/statements.rs"]
+mod statements;
 
 mod bad_input;
 mod broker;

@@ -19,7 +19,7 @@ const HOUR: Duration = Duration::from_secs(3600);
 
 /// Warnings and above of every test of this process, as text.
 fn logs() -> Arc<Mutex<Vec<u8>>> {
-    crate::common::statements::warnings()
+    crate::statements::warnings()
 }
 
 /// The log lines that mention `needle`.

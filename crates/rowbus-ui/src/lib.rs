@@ -480,3 +480,58 @@ async fn no_such_operation() -> Response {
 #[cfg(doctest)]
 #[doc = include_str!("../../../docs/dashboard.md")]
 struct DashboardPage;
+
+/// The page's rendering, read from its script (no browser here): what each cell and chart
+/// is made of.
+#[cfg(test)]
+mod page_tests {
+    use super::PAGE;
+
+    /// The body of the script's function `name`, up to the next function.
+    fn function(name: &str) -> &'static str {
+        let start = PAGE.find(&format!("function {name}(")).unwrap_or_else(|| panic!("no function {name}"));
+        let rest = &PAGE[start..];
+        let end = rest[1..].find("\nfunction ").map_or(rest.len(), |e| e + 1);
+        &rest[..end]
+    }
+
+    #[test]
+    fn payloads_wrap_between_words_or_parts() {
+        // `break-all` broke a payload anywhere, mid-word.
+        assert!(!PAGE.contains("break-all"), "a payload's CSS breaks words anywhere");
+        for row in ["renderDead", "messageRow"] {
+            assert!(function(row).contains("...breakable(payload)"), "{row} renders its payload unbroken");
+        }
+        assert!(function("breakable").contains("wbr"), "breakable marks where a line may break");
+    }
+
+    #[test]
+    fn no_error_is_a_muted_dash() {
+        for row in ["renderDead", "messageRow"] {
+            let body = function(row);
+            assert!(body.contains("errorCell("), "{row} makes its error cell itself");
+            assert!(!body.contains(r#"last_error === null ? "-""#), "{row} writes its dash as an error");
+        }
+        let cell = function("errorCell");
+        assert!(
+            cell.contains(r#"{ class: "none""#) && PAGE.contains("td.error .none { color: var(--muted); }")
+        );
+    }
+
+    #[test]
+    fn charts_have_a_time_axis() {
+        let chart = function("chart");
+        assert!(
+            chart.contains("timeTicks(from, now)") && chart.contains(r#"class: "tick""#),
+            "a chart without time axis"
+        );
+        assert!(function("timeTicks").contains("toLocaleTimeString"), "ticks labelled with the time");
+    }
+
+    #[test]
+    fn a_queue_is_named_once() {
+        let row = function("groupRow");
+        assert!(row.contains(r#"el("td", { class: "queue" })"#), "each group's row names its queue again");
+        assert!(!row.contains(r#"{ class: "queue" }, q.table"#));
+    }
+}

@@ -404,6 +404,13 @@ pub enum Error {
     /// The broker is shutting down and takes no new work.
     #[error("the broker is shutting down")]
     ShuttingDown,
+    /// A [`BrokerTx`](crate::BrokerTx) whose publish was dropped before it finished: the
+    /// publish ran to its end on a task of its own and its transaction was rolled back
+    /// there (nothing of it stored). Begin another transaction.
+    #[error(
+        "this transaction was rolled back: a publish in it was dropped before it finished          (begin another transaction)"
+    )]
+    TransactionAbandoned,
     /// A message too large for the database to take in one statement.
     #[error(
         "message of {bytes} bytes refused: over the {limit}-byte limit of {setting} \

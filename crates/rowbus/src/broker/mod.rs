@@ -39,9 +39,9 @@ use tracing::{debug, info, warn};
 
 use crate::error::{Error, check_duration};
 use crate::listener::{Event, Listener, ListenerHandle, ListenerOptions};
-use crate::sql::Db;
 use crate::sql::Notifier;
 use crate::sql::TableSql;
+use crate::sql::{Db, Finishing};
 
 pub use crate::names::{QueueTable, check_group};
 pub use claim::subscription::{DEFAULT_GRACE, Subscription, SubscriptionBuilder};
@@ -473,6 +473,10 @@ impl<DB: Db> Queue<DB> {
     }
 }
 
+/// Why a [`BrokerTx`] holds no transaction while it is still there.
+const ABANDONED: &str = "a BrokerTx is usable until commit or rollback consumes it, or a publish in it \
+                         dropped part way rolls it back";
+
 /// A transaction of a [`Broker`]: publishes inside it wake subscriptions after it commits,
 /// never before and never if it rolls back. Dereferences to the connection, so your own
 /// statements run in it too: `sqlx::query(...).execute(&mut *tx)`.
@@ -490,17 +494,32 @@ impl<DB: Db> std::fmt::Debug for BrokerTx<DB> {
 }
 
 impl<DB: Db> BrokerTx<DB> {
-    /// The transaction, until commit or rollback consumes it.
-    pub(in crate::broker) fn tx(&mut self) -> &mut Transaction<'static, DB> {
-        self.tx.as_mut().expect("a BrokerTx is usable until commit or rollback consumes it")
+    /// The transaction, until commit or rollback consumes it, or a publish dropped part
+    /// way takes it with it ([`Error::TransactionAbandoned`]).
+    pub(in crate::broker) fn take_tx(&mut self) -> Result<Transaction<'static, DB>, Error> {
+        self.tx.take().ok_or(Error::TransactionAbandoned)
+    }
+
+    /// The transaction, for statements of the caller's own.
+    fn tx(&mut self) -> &mut Transaction<'static, DB> {
+        self.tx.as_mut().expect(ABANDONED)
+    }
+
+    /// Gives back the transaction [`take_tx`](Self::take_tx) took.
+    pub(in crate::broker) fn put_tx(&mut self, tx: Transaction<'static, DB>) {
+        self.tx = Some(tx);
     }
 
     /// Commits; then wakes the subscriptions of every table and group published to: this
     /// broker's at once, and with `listen_notify` other processes' (on PostgreSQL by a
     /// notification sent after the commit, apart from the transaction).
+    ///
+    /// Runs to its end when its future is dropped once polled (then nobody is woken).
+    /// After a publish in it was dropped part way, commits nothing:
+    /// [`Error::TransactionAbandoned`].
     pub async fn commit(mut self) -> Result<(), Error> {
-        let tx = self.tx.take().expect("usable until consumed");
-        tx.commit().await?;
+        let tx = self.take_tx()?;
+        Finishing::new(|_| tx.commit()).await?;
         let inner = &self.broker.inner;
         for (table, group) in &self.woken {
             inner.wakers.wake(table, Some(group));
@@ -513,8 +532,11 @@ impl<DB: Db> BrokerTx<DB> {
 
     /// Rolls back: nothing published in it is seen, nobody is woken.
     pub async fn rollback(mut self) -> Result<(), Error> {
-        let tx = self.tx.take().expect("usable until consumed");
-        Ok(tx.rollback().await?)
+        match self.take_tx() {
+            Ok(tx) => Ok(Finishing::new(|_| tx.rollback()).await?),
+            // Rolled back already, where the publish dropped part way ended.
+            Err(_) => Ok(()),
+        }
     }
 }
 
@@ -522,7 +544,7 @@ impl<DB: Db> std::ops::Deref for BrokerTx<DB> {
     type Target = DB::Connection;
 
     fn deref(&self) -> &DB::Connection {
-        self.tx.as_ref().expect("usable until consumed")
+        self.tx.as_ref().expect(ABANDONED)
     }
 }
 

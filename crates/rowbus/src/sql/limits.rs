@@ -26,6 +26,12 @@ use crate::names::QueueTable;
 /// this): see `broker::claim::limited::window`.
 pub(crate) const RATE_GUARD: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// How many starts a scope may hold beyond those a claim counts (in flight, or in the
+/// rate's window) before a claim forgets the rest: forgetting them is a statement, which
+/// every claim ran before (the fifth of a claim under a concurrency limit), and starts
+/// past their use only lengthen the counts' scan of the scope a little.
+pub(crate) const PRUNE_SLACK: i64 = 64;
+
 /// The limits tables' statements for one queue.
 #[derive(Debug)]
 pub struct LimitSql<DB> {
@@ -55,14 +61,16 @@ pub struct LimitSql<DB> {
     /// rate_burst, rate_next_us),
     /// the whole queue's first (the order every claim locks them in).
     pub lock: Arc<str>,
-    /// Binds: whole_queue, group. The scope's messages in flight: its starts whose
-    /// message holds that lease unexpired.
-    pub running: Arc<str>,
-    /// Binds: whole_queue, group, period µs. The scope's starts in the last period, the
-    /// oldest of them (µs), and now (µs), by the database's clock.
-    pub started: Arc<str>,
+    /// Binds: group. The limits that apply to a claim of the group as [`lock`](Self::lock)
+    /// reads them (not locked: see [`COUNTS_LOCK`](Self::COUNTS_LOCK)), each followed by
+    /// how its scope stands: its messages in flight (its starts whose message holds that
+    /// lease unexpired; 0 without a concurrency limit), its starts in the rate's window and
+    /// the oldest of them (µs; 0 without a rate), now (µs, by the database's clock) and
+    /// all its starts. One statement for every limit and every count.
+    pub counts: Arc<str>,
     /// Binds: whole_queue, group, period µs. Forgets the scope's starts older than the
-    /// period whose message no longer holds their lease.
+    /// period whose message no longer holds their lease (a claim runs it once a scope holds
+    /// [`PRUNE_SLACK`] starts beyond those it counts).
     pub prune: Arc<str>,
     /// Binds: whole_queue, group, whole_queue, group, whole_queue, group. Records the
     /// scope's messages in flight now that have no start as starts long past (counted as running, not against a rate): a limit
@@ -140,15 +148,32 @@ impl<DB: Limiting> LimitSql<DB> {
                 DB::FOR_UPDATE
             )
             .into(),
-            running: format!("SELECT {} FROM {s} AS s WHERE {scope} AND {}", DB::COUNT, live("s")).into(),
-            started: format!(
-                "SELECT {}, {}, {} FROM {s} WHERE {scope} AND started_us > {now_us} - {}",
-                DB::COUNT,
-                DB::bigint("MIN(started_us)"),
-                DB::bigint(&now_us),
-                p(3)
-            )
-            .into(),
+            counts: {
+                let same = "s.whole_queue = l.whole_queue AND s.group_name = l.group_name";
+                let rated = "l.rate_count > 0 AND l.rate_period_us > 0";
+                let window = format!(
+                    "s.started_us > {now_us} - (l.rate_period_us + CASE WHEN l.rate_period_us / 10 < {guard} \
+                     THEN l.rate_period_us / 10 ELSE {guard} END)",
+                    guard = RATE_GUARD.as_micros()
+                );
+                format!(
+                    "SELECT l.whole_queue, l.max_running, l.per_key, l.rate_count, l.rate_period_us, l.rate_burst, \
+                     l.rate_next_us, \
+                     CASE WHEN l.max_running > 0 THEN (SELECT {count} FROM {s} AS s WHERE {same} AND {live}) \
+                     ELSE 0 END, \
+                     CASE WHEN {rated} THEN (SELECT {count} FROM {s} AS s WHERE {same} AND {window}) ELSE 0 END, \
+                     CASE WHEN {rated} THEN (SELECT {oldest} FROM {s} AS s WHERE {same} AND {window}) ELSE 0 END, \
+                     {now}, \
+                     (SELECT {count} FROM {s} AS s WHERE {same}) \
+                     FROM {l} AS l WHERE l.whole_queue = 1 OR l.group_name = {} ORDER BY l.whole_queue DESC",
+                    p(1),
+                    count = DB::COUNT,
+                    live = live("s"),
+                    oldest = DB::bigint("COALESCE(MIN(s.started_us), 0)"),
+                    now = DB::bigint(&now_us),
+                )
+                .into()
+            },
             // No alias: MariaDB's single-table DELETE takes none.
             prune: format!("DELETE FROM {s} WHERE {scope} AND started_us <= {now_us} - {} AND NOT {}", p(3), live(&s))
                 .into(),
@@ -216,6 +241,14 @@ pub trait Limiting: Naming {
 }
 
 impl<DB: Limiting> LimitSql<DB> {
+    /// Whether [`counts`](Self::counts) locks what it reads as well: where the claim's
+    /// transaction holds the database's write lock from its start (SQLite), it takes the
+    /// place of [`lock`](Self::lock). Elsewhere the counts must be read by a statement
+    /// that starts once the lock is held: a statement's snapshot is taken at its start
+    /// (PostgreSQL's read committed, InnoDB's read view), and one that waited for the
+    /// lock would count without the starts of the claim it waited for.
+    pub const COUNTS_LOCK: bool = DB::FOR_UPDATE.is_empty();
+
     /// The lease claim of a limited group with `per_key` messages of a key at once
     /// (0 or 1: one), built once per `per_key`.
     /// `build` makes it (see `Claiming::limited_claim_sql`).

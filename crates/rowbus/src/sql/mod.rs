@@ -66,7 +66,7 @@ pub(crate) use history::{HISTORY_SUFFIX, HistorySql, KEEP_SUFFIX, Moved};
 pub use horizon::Horizon;
 pub(crate) use horizon::kind;
 pub use limits::Limiting;
-pub(crate) use limits::{LimitSql, RATE_GUARD};
+pub(crate) use limits::{LimitSql, PRUNE_SLACK, RATE_GUARD};
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) use naming::DEPLOY_LOCK_WAIT;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]

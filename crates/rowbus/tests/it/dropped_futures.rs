@@ -17,9 +17,12 @@ use std::time::Duration;
 use common::{Cleanup, MARIADB, PG, TempSqlite, trickle, unique};
 use futures::StreamExt;
 use futures::future::join_all;
+use rowbus::dead::DeadLetters;
+use rowbus::limit::{Limit, LimitScope};
 use rowbus::{Broker, BrokerOptions, Db, Message};
 use sqlx::pool::PoolOptions;
 use sqlx::{Executor, Row};
+use tokio::time::timeout;
 use trickle::poll_then_drop;
 
 /// How many connections the broker's pool holds: few, so that every dropped future's
@@ -195,10 +198,14 @@ async fn schedulers_stop_between_statements_sqlite() {
     schedulers_stop_between_statements(Broker::new(pool, BrokerOptions::default()).await.unwrap()).await;
 }
 
-/// Settles deliveries, publishes and cancels, and drops each call part way (at several
-/// points of its statements over the rounds): an acknowledgement, a retry, a dead letter,
-/// a release, a batch's acknowledgement, a cancel, a publish of its own (one with a
-/// deduplication id). Then takes every connection of the pool, none inside a transaction.
+/// Settles deliveries, publishes, cancels and operates the queue, and drops each call part
+/// way (at several points of its statements over the rounds): an acknowledgement, a retry,
+/// a dead letter, a release, a batch's acknowledgement, a cancel, a publish of its own (one
+/// with a deduplication id), a pause, a limit set and one cleared, a dead letter requeued
+/// and one purged, a publish in a `BrokerTx` and its commit. After each, the call that
+/// undoes it (a resume, a limit cleared) runs whole within 10 s: no lock was left held; a
+/// dead letter requeued part way is still one, or back in the queue, never lost. Then takes
+/// every connection of the pool, none inside a transaction.
 async fn calls_dropped<DB: Db>(broker: Broker<DB>)
 where
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
@@ -209,15 +216,18 @@ where
     let name = cleanup.queue(&unique("call_drop"));
     let q = broker.queue(&name).unwrap();
     q.deploy().await.unwrap();
-    q.publish_batch((0..300).map(|i| Message::text(i.to_string()))).await.unwrap();
+    // Each round takes two and leaves one leased in about half the kinds.
+    q.publish_batch((0..2 * ROUNDS).map(|i| Message::text(i.to_string()))).await.unwrap();
     let mut dropped = 0;
+    let within = Duration::from_secs(10);
+    let limited = LimitScope::Group("limited".into());
     let rounds = async {
-        for round in 0..200u64 {
+        for round in 0..ROUNDS {
             let mut sub = q.subscribe().batch(2).stream().await.unwrap();
             let (a, b) = (sub.next().await.unwrap().unwrap(), sub.next().await.unwrap().unwrap());
             drop(sub);
             let (polls, apart) = (1 + round % 6, Duration::from_micros(30 + round * 13 % 200));
-            let finished = match round % 7 {
+            let finished = match round % KINDS {
                 0 => poll_then_drop(a.ack(), polls, apart).await.map(|r| r.unwrap()),
                 1 => poll_then_drop(a.retry(Duration::ZERO, "again"), polls, apart).await.map(|r| r.unwrap()),
                 2 => poll_then_drop(a.dead_letter("dead"), polls, apart).await.map(|r| r.unwrap()),
@@ -228,6 +238,78 @@ where
                 5 => poll_then_drop(q.cancel(&[a.id()]), polls, apart)
                     .await
                     .map(|r| assert_eq!(r.unwrap().ids.len(), 1)),
+                7 => {
+                    let done = poll_then_drop(q.pause(Some("paused")), polls, apart).await.map(|r| {
+                        r.unwrap();
+                    });
+                    timeout(within, q.resume(Some("paused")))
+                        .await
+                        .unwrap_or_else(held("a resume", round))
+                        .unwrap();
+                    done
+                }
+                8 => {
+                    let set = q.set_limit(&limited, Limit::MaxRunning(3));
+                    let done = poll_then_drop(set, polls, apart).await.map(Result::unwrap);
+                    timeout(within, q.clear_limit(&limited))
+                        .await
+                        .unwrap_or_else(held("a clear", round))
+                        .unwrap();
+                    done
+                }
+                9 => {
+                    let set = q.set_limit(&limited, Limit::Rate("5/s".parse().unwrap()));
+                    timeout(within, set).await.unwrap_or_else(held("a limit", round)).unwrap();
+                    poll_then_drop(q.clear_limit(&limited), polls, apart).await.map(|r| {
+                        r.unwrap();
+                    })
+                }
+                10 | 11 => {
+                    let id = a.id();
+                    a.dead_letter("to requeue or purge").await.unwrap();
+                    let ids = DeadLetters::Ids(vec![id]);
+                    if round % KINDS == 10 {
+                        let done = poll_then_drop(q.requeue_dead(&ids, Duration::ZERO), polls, apart).await;
+                        // Still a dead letter, or back in the queue (where a cancel finds it).
+                        let dead =
+                            timeout(within, q.dead_letter(id)).await.unwrap_or_else(held("a read", round));
+                        if dead.unwrap().is_none() {
+                            let back = q.cancel(&[id]).await.unwrap();
+                            assert_eq!(
+                                back.ids,
+                                [id],
+                                "round {round}: the requeued dead letter {id} was lost"
+                            );
+                        }
+                        done.map(|r| {
+                            r.unwrap();
+                        })
+                    } else {
+                        poll_then_drop(q.purge_dead(&ids), polls, apart).await.map(|r| {
+                            r.unwrap();
+                        })
+                    }
+                }
+                12 => {
+                    let mut tx =
+                        timeout(within, broker.begin()).await.unwrap_or_else(held("a begin", round)).unwrap();
+                    let publish = poll_then_drop(tx.publish(&q, Message::text("in tx")), polls, apart).await;
+                    match publish {
+                        Some(published) if round % 2 == 0 => {
+                            assert!(published.unwrap().all_stored());
+                            poll_then_drop(tx.commit(), polls, apart).await.map(Result::unwrap)
+                        }
+                        Some(published) => {
+                            assert!(published.unwrap().all_stored());
+                            drop(tx);
+                            Some(())
+                        }
+                        None => {
+                            drop(tx);
+                            None
+                        }
+                    }
+                }
                 _ => {
                     // `a` stays leased: the rounds need far fewer than the queue holds.
                     let alone = Message::text("more").dedup_id(format!("d{round}"));
@@ -246,10 +328,10 @@ where
                 .unwrap();
         }
     };
-    tokio::time::timeout(Duration::from_secs(120), rounds)
+    timeout(Duration::from_secs(120), rounds)
         .await
-        .expect("200 rounds took over two minutes: the pool was short of connections");
-    assert!(dropped > 30, "only {dropped} of 200 settlements were dropped part way: the test tested little");
+        .expect("the rounds took over two minutes: the pool was short of connections");
+    assert!(dropped > 40, "only {dropped} of {ROUNDS} calls were dropped part way: the test tested little");
     let mut conns = join_all((0..CONNECTIONS).map(|_| broker.pool().acquire())).await;
     let mut open = 0;
     for conn in &mut conns {
@@ -263,6 +345,17 @@ where
     q.undeploy().await.unwrap();
     cleanup.forget(&name);
 }
+
+/// What a call that waited too long in round `round` of [`calls_dropped`] says.
+fn held<T>(what: &'static str, round: u64) -> impl FnOnce(tokio::time::error::Elapsed) -> T {
+    move |_| panic!("round {round}: {what} waited 10 s: a lock or a connection was left held")
+}
+
+/// The kinds of call [`calls_dropped`] drops, one a round in turn.
+const KINDS: u64 = 13;
+
+/// Rounds of [`calls_dropped`]: each kind of call dropped at 20 points.
+const ROUNDS: u64 = KINDS * 20;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_dropped_postgres() {

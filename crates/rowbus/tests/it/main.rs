@@ -8,9 +8,13 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+// Not in `common`: other crates' tests include that, without tracing-subscriber.
+#[path = "../common/statements.rs"]
+mod statements;
 
 mod bad_input;
 mod broker;
+mod claim_cost;
 mod control;
 #[cfg(feature = "testing")]
 mod dead_letters;

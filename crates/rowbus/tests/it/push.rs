@@ -6,9 +6,8 @@
 //! Push is told from polling by the listener's own counters and by poll intervals of an
 //! hour: a notification that arrives at all came by the push path.
 
-use std::io::Write;
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rowbus::{DbPool, Event, Listener, ListenerOptions, NotifyConfig, WakePath, WakeStats};
@@ -20,29 +19,7 @@ const HOUR: Duration = Duration::from_secs(3600);
 
 /// Warnings and above of every test of this process, as text.
 fn logs() -> Arc<Mutex<Vec<u8>>> {
-    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
-    LOGS.get_or_init(|| {
-        let logs = Arc::new(Mutex::new(Vec::new()));
-        struct Sink(Arc<Mutex<Vec<u8>>>);
-        impl Write for Sink {
-            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(buf);
-                Ok(buf.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let sink = logs.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || Sink(sink.clone()))
-            .with_max_level(tracing::Level::WARN)
-            .with_ansi(false)
-            .finish();
-        tracing::subscriber::set_global_default(subscriber).expect("the only global subscriber of the tests");
-        logs
-    })
-    .clone()
+    crate::statements::warnings()
 }
 
 /// The log lines that mention `needle`.

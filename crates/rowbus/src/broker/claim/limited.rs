@@ -17,7 +17,7 @@ use crate::broker::Queue;
 pub(crate) use crate::broker::claim::slot::{DbClock, Slot};
 use crate::broker::settle::lease::ack_in;
 use crate::driver::{Arg, ClaimedRow};
-use crate::sql::{ACK_BATCH, Db};
+use crate::sql::{ACK_BATCH, Db, LimitSql, PRUNE_SLACK};
 
 /// Why a limited claim took fewer than it was asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -172,13 +172,28 @@ pub(crate) async fn claim_in<DB: Db>(
     let sql = &*queue.sql;
     let limits = &sql.limits;
     let acked = ack_in(sql, tx, acks, queue.keeps()).await?;
-    let locked = DB::fetch_rows(tx, &limits.lock, &[Arg::Text(group)], 0).await?;
+    // The limits rows locked (the whole queue's first), then read with their scopes'
+    // counts, or both at once where the transaction holds every row already.
+    let locked = match LimitSql::<DB>::COUNTS_LOCK {
+        true => None,
+        false => Some(DB::fetch_rows(tx, &limits.lock, &[Arg::Text(group)], 0).await?),
+    };
     let floor = queue.inner().upkeep.floor(queue.table(), group);
-    if locked.is_empty() {
+    if locked.as_ref().is_some_and(Vec::is_empty) {
         let rows = DB::claim(tx, sql, group, limit, lease, token, floor).await?;
         return Ok(Limited { rows, acked, held: None, limited: false, slots: Vec::new() });
     }
-    let mut rows: Vec<Row> = locked
+    let mut counted = DB::fetch_rows(tx, &limits.counts, &[Arg::Text(group)], 0).await?;
+    let arrived = Instant::now();
+    if let Some(locked) = &locked {
+        // A limit set since the lock was taken is left to the next claim.
+        counted.retain(|c| locked.iter().any(|l| l.int(0) == c.int(0)));
+    }
+    if counted.is_empty() {
+        let rows = DB::claim(tx, sql, group, limit, lease, token, floor).await?;
+        return Ok(Limited { rows, acked, held: None, limited: false, slots: Vec::new() });
+    }
+    let mut rows: Vec<Row> = counted
         .iter()
         .map(|r| Row {
             whole_queue: r.int(0),
@@ -192,13 +207,18 @@ pub(crate) async fn claim_in<DB: Db>(
         .collect();
     let scope = |row: &Row| if row.whole_queue == 1 { "" } else { group };
     let (mut room, mut held, mut per_key) = (limit, None, 0_i64);
-    // The database's time at the rate's count, and when its answer came.
+    // The database's time at the counts, and when their answer came.
     let mut clock: Option<(i64, Instant)> = None;
-    for row in &rows {
-        let binds = [Arg::Int(row.whole_queue), Arg::Text(scope(row))];
+    // Whether a scope holds enough starts past their use to forget them.
+    let mut prune = Vec::new();
+    for (row, counts) in rows.iter().zip(&counted) {
+        let (running, started, oldest, now, all) =
+            (counts.int(7), counts.int(8), counts.int(9), counts.int(10), counts.int(11));
+        if row.counts() && all.saturating_sub(running.max(started)) > PRUNE_SLACK {
+            prune.push(row.whole_queue);
+        }
         if row.max_running > 0 {
-            let running = DB::fetch_rows(tx, &limits.running, &binds, 0).await?;
-            let left = row.max_running.saturating_sub(running.first().map_or(0, |r| r.int(0))).max(0);
+            let left = row.max_running.saturating_sub(running).max(0);
             if left < room {
                 room = left;
                 held = Some(Held::Running);
@@ -209,12 +229,8 @@ pub(crate) async fn claim_in<DB: Db>(
         }
         if row.rated() {
             let window = window(row.rate_us);
-            let args = [binds[0], binds[1], Arg::Int(window)];
-            let started = DB::fetch_rows(tx, &limits.started, &args, 0).await?;
-            let arrived = Instant::now();
-            let (count, oldest, now) = started.first().map_or((0, 0, 0), |r| (r.int(0), r.int(1), r.int(2)));
             clock.get_or_insert((now, arrived));
-            let left = row.rate_count.saturating_sub(count).max(0);
+            let left = row.rate_count.saturating_sub(started).max(0);
             if left < room || (left == 0 && room == 0) {
                 room = left;
                 // The oldest start of the period leaves it after `oldest + period`.
@@ -263,32 +279,46 @@ pub(crate) async fn claim_in<DB: Db>(
         let taken = i64::try_from(claimed.len()).unwrap_or(i64::MAX);
         starts = if taken > 0 { plan(&mut rated, taken, first, last, together) } else { Vec::new() };
     }
-    for row in rows.iter().filter(|row| row.counts()) {
-        let (whole, scope) = (row.whole_queue, scope(row));
-        for (c, chunk) in claimed.chunks(ACK_BATCH).enumerate() {
-            if starts.is_empty() {
-                // Without a rate a start is the claim's time (it counts for a concurrency limit).
-                let args: Vec<Arg<'_>> = chunk
-                    .iter()
-                    .flat_map(|r| [Arg::Int(whole), Arg::Text(scope), Arg::Int(r.id), Arg::Int(token)])
-                    .collect();
-                DB::execute(tx, &limits.record(chunk.len()), &args).await?;
-            } else {
-                let args: Vec<Arg<'_>> = chunk
-                    .iter()
-                    .zip(&starts[c * ACK_BATCH..])
-                    .flat_map(|(r, &at)| {
-                        [Arg::Int(whole), Arg::Text(scope), Arg::Int(at), Arg::Int(r.id), Arg::Int(token)]
-                    })
-                    .collect();
-                DB::execute(tx, &limits.record_at(chunk.len()), &args).await?;
-            }
+    // Every start of the claim (each scope that counts them, each message) in one
+    // statement per chunk: (whole_queue, scope, its time if a rate planned it, id).
+    let planned_at = &starts;
+    let entries: Vec<(i64, &str, i64, i64)> = rows
+        .iter()
+        .filter(|row| row.counts())
+        .flat_map(|row| {
+            let (whole, scope) = (row.whole_queue, scope(row));
+            claimed
+                .iter()
+                .enumerate()
+                .map(move |(i, r)| (whole, scope, planned_at.get(i).copied().unwrap_or(0), r.id))
+        })
+        .collect();
+    for chunk in entries.chunks(ACK_BATCH) {
+        if starts.is_empty() {
+            // Without a rate a start is the claim's time (it counts for a concurrency limit).
+            let args: Vec<Arg<'_>> = chunk
+                .iter()
+                .flat_map(|&(whole, scope, _, id)| {
+                    [Arg::Int(whole), Arg::Text(scope), Arg::Int(id), Arg::Int(token)]
+                })
+                .collect();
+            DB::execute(tx, &limits.record(chunk.len()), &args).await?;
+        } else {
+            let args: Vec<Arg<'_>> = chunk
+                .iter()
+                .flat_map(|&(whole, scope, at, id)| {
+                    [Arg::Int(whole), Arg::Text(scope), Arg::Int(at), Arg::Int(id), Arg::Int(token)]
+                })
+                .collect();
+            DB::execute(tx, &limits.record_at(chunk.len()), &args).await?;
         }
-        if row.rated() && !starts.is_empty() {
-            let next = [Arg::Int(row.next_us), Arg::Int(whole), Arg::Text(scope)];
-            DB::execute(tx, &limits.set_next, &next).await?;
-        }
-        let prune = [Arg::Int(whole), Arg::Text(scope), Arg::Int(window(row.rate_us.max(0)))];
+    }
+    for row in rows.iter().filter(|row| row.rated() && !starts.is_empty()) {
+        let next = [Arg::Int(row.next_us), Arg::Int(row.whole_queue), Arg::Text(scope(row))];
+        DB::execute(tx, &limits.set_next, &next).await?;
+    }
+    for row in rows.iter().filter(|row| prune.contains(&row.whole_queue)) {
+        let prune = [Arg::Int(row.whole_queue), Arg::Text(scope(row)), Arg::Int(window(row.rate_us.max(0)))];
         DB::execute(tx, &limits.prune, &prune).await?;
     }
     // Fewer than asked for because of a limit, unless the limit left exactly that many.

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use notify_table::DurationRange;
 
-use crate::broker::exec::{micros, retrying};
+use crate::broker::exec::{micros, retrying, to_the_end};
 use crate::broker::publish::insert;
 use crate::broker::{Queue, check_group};
 use crate::driver::{Arg, DeadRow};
@@ -151,8 +151,15 @@ impl<DB: Db> Queue<DB> {
     /// subscriptions of their groups, and with `listen_notify` those of other processes.
     ///
     /// Each one moves once: the move locks the dead letters it takes, and a requeue of
-    /// the same ones at the same time finds them gone and moves nothing.
+    /// the same ones at the same time finds them gone and moves nothing. A requeue whose
+    /// future is dropped once polled runs to its end all the same.
     pub async fn requeue_dead(&self, which: &DeadLetters, delay: Duration) -> Result<u64, Error> {
+        let (queue, which) = (self.clone(), which.clone());
+        to_the_end(async move { queue.requeue_dead_now(&which, delay).await }).await
+    }
+
+    /// [`requeue_dead`](Self::requeue_dead) itself.
+    async fn requeue_dead_now(&self, which: &DeadLetters, delay: Duration) -> Result<u64, Error> {
         check_duration("delay", delay, DurationRange::Span)?;
         let delay = micros(delay);
         let (mut moved, mut groups) = (0, Vec::new());
@@ -229,8 +236,15 @@ impl<DB: Db> Queue<DB> {
         }
     }
 
-    /// Deletes dead letters for good. Returns how many it deleted.
+    /// Deletes dead letters for good. Returns how many it deleted. Runs to its end when its
+    /// future is dropped once polled.
     pub async fn purge_dead(&self, which: &DeadLetters) -> Result<u64, Error> {
+        let (queue, which) = (self.clone(), which.clone());
+        to_the_end(async move { queue.purge_dead_now(&which).await }).await
+    }
+
+    /// [`purge_dead`](Self::purge_dead) itself.
+    async fn purge_dead_now(&self, which: &DeadLetters) -> Result<u64, Error> {
         match which {
             DeadLetters::Ids(ids) => {
                 let mut purged = 0;

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use notify_table::MAX_DURATION;
 
-use crate::broker::exec::{micros, queue_error};
+use crate::broker::exec::{micros, queue_error, to_the_end};
 use crate::broker::publish::insert;
 use crate::broker::{Queue, check_group};
 use crate::driver::Arg;
@@ -217,7 +217,16 @@ impl<DB: Db> Queue<DB> {
     /// refused at its start ([`Error::LimitedTransactional`]), and one already running
     /// takes nothing from it. Needs the limits tables: a queue deployed by an older rowbus gets
     /// them from a new [`deploy`](Self::deploy) ([`Error::MissingLimitsTable`] until then).
+    ///
+    /// Runs to its end when its future is dropped once polled (as every operation on a
+    /// queue does: a statement cut off half way could cost the pool its connection).
     pub async fn set_limit(&self, scope: &LimitScope, limit: Limit) -> Result<(), Error> {
+        let (queue, scope) = (self.clone(), scope.clone());
+        to_the_end(async move { queue.set_limit_now(&scope, limit).await }).await
+    }
+
+    /// [`set_limit`](Self::set_limit) itself.
+    async fn set_limit_now(&self, scope: &LimitScope, limit: Limit) -> Result<(), Error> {
         let (whole, group) = scope.key();
         check_group(group)?;
         let sql = &self.sql.limits;
@@ -254,8 +263,14 @@ impl<DB: Db> Queue<DB> {
 
     /// Removes every limit of `scope` (a group's own; the whole queue's stay, and go with
     /// [`LimitScope::Queue`]). Wakes the subscriptions it held back. Returns whether there
-    /// were any.
+    /// were any. Runs to its end when its future is dropped once polled.
     pub async fn clear_limit(&self, scope: &LimitScope) -> Result<bool, Error> {
+        let (queue, scope) = (self.clone(), scope.clone());
+        to_the_end(async move { queue.clear_limit_now(&scope).await }).await
+    }
+
+    /// [`clear_limit`](Self::clear_limit) itself.
+    async fn clear_limit_now(&self, scope: &LimitScope) -> Result<bool, Error> {
         let (whole, group) = scope.key();
         check_group(group)?;
         let sql = &self.sql.limits;

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use crate::broker::exec::queue_error;
+use crate::broker::exec::{queue_error, to_the_end};
 use crate::broker::publish::insert;
 use crate::broker::{Queue, check_group};
 use crate::driver::Arg;
@@ -37,13 +37,18 @@ impl<DB: Db> Queue<DB> {
     /// once. Returns whether it was not paused so already (pausing twice is harmless).
     ///
     /// Needs the pause table: a queue deployed by an older rowbus gets it from a new
-    /// [`deploy`](Self::deploy) ([`Error::MissingPauseTable`] until then).
+    /// [`deploy`](Self::deploy) ([`Error::MissingPauseTable`] until then). A pause whose
+    /// future is dropped once polled runs to its end all the same.
     pub async fn pause(&self, group: Option<&str>) -> Result<bool, Error> {
-        let sql = &self.sql.pause;
-        let changed = match group {
-            None => self.run_pause_sql(&sql.pause_queue, None).await?,
-            Some(group) => self.run_pause_sql(&sql.pause_group, Some(group)).await?,
-        };
+        let (queue, group) = (self.clone(), group.map(str::to_owned));
+        let changed = to_the_end(async move {
+            let sql = &queue.sql.pause;
+            match group.as_deref() {
+                None => queue.run_pause_sql(&sql.pause_queue, None).await,
+                Some(group) => queue.run_pause_sql(&sql.pause_group, Some(group)).await,
+            }
+        })
+        .await?;
         Ok(changed > 0)
     }
 
@@ -51,13 +56,17 @@ impl<DB: Db> Queue<DB> {
     /// group's; `Some(group)` lifts that group's own pause (while the whole queue is
     /// paused, the group still waits for it). Wakes the subscriptions as
     /// [`pause`](Self::pause) does, so that they claim again at once. Returns how many
-    /// pauses it lifted.
+    /// pauses it lifted. Runs to its end when its future is dropped once polled.
     pub async fn resume(&self, group: Option<&str>) -> Result<u64, Error> {
-        let sql = &self.sql.pause;
-        match group {
-            None => self.run_pause_sql(&sql.resume_queue, None).await,
-            Some(group) => self.run_pause_sql(&sql.resume_group, Some(group)).await,
-        }
+        let (queue, group) = (self.clone(), group.map(str::to_owned));
+        to_the_end(async move {
+            let sql = &queue.sql.pause;
+            match group.as_deref() {
+                None => queue.run_pause_sql(&sql.resume_queue, None).await,
+                Some(group) => queue.run_pause_sql(&sql.resume_group, Some(group)).await,
+            }
+        })
+        .await
     }
 
     /// What is paused in this queue now.

@@ -551,17 +551,30 @@ impl<DB: Db> BrokerTx<DB> {
         let span = telemetry::publish_span(queue.table(), messages.len());
         #[cfg(feature = "opentelemetry")]
         telemetry::inject(&span, &mut messages);
-        let limit = checked_on(queue, &messages, Some(&mut **self.tx())).instrument(span.clone()).await?;
-        let n = insert(queue, &mut **self.tx(), &messages, limit, false).instrument(span).await?;
         let channel = queue.table().channel_arc();
-        let mut fresh = Vec::new();
-        for group in groups_of(&messages) {
-            if !self.woken.iter().any(|(t, g)| t == channel && *g == group) {
-                fresh.push(group.clone());
-                self.woken.push((channel.clone(), group));
+        let fresh: Vec<String> = groups_of(&messages)
+            .into_iter()
+            .filter(|group| !self.woken.iter().any(|(t, g)| t == channel && g == group))
+            .collect();
+        // The statements own the transaction while they run: dropped part way, they run
+        // to their end on a task of their own (a statement cut off half way could cost the
+        // pool its connection, on MariaDB), and the transaction is rolled back there.
+        let (mut tx, queue) = (self.take_tx()?, queue.clone());
+        let woken = fresh.clone();
+        let (tx, published) = to_the_end(async move {
+            let published = async {
+                let limit = checked_on(&queue, &messages, Some(&mut *tx)).instrument(span.clone()).await?;
+                let n = insert(&queue, &mut *tx, &messages, limit, false).instrument(span).await?;
+                wake_others_in_tx(&queue, &mut *tx, &woken).await;
+                Ok::<_, Error>(n)
             }
-        }
-        wake_others_in_tx(queue, &mut **self.tx(), &fresh).await;
+            .await;
+            (tx, published)
+        })
+        .await;
+        self.put_tx(tx);
+        let n = published?;
+        self.woken.extend(fresh.into_iter().map(|group| (channel.clone(), group)));
         Ok(n)
     }
 

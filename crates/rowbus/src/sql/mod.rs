@@ -93,7 +93,9 @@ pub use wake::{
     Notifier, PG_MAX_CHANNEL_BYTES, PG_PAYLOAD_LIMIT_BYTES, Waking, check_pg_channel, check_pg_payload,
 };
 pub use workflows::Workflowing;
-pub(crate) use workflows::{EVENTS_INDEX, EVENTS_SUFFIX, STEPS_SUFFIX, WORKFLOWS_SUFFIX, WorkflowSql};
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+pub(crate) use workflows::EVENTS_INDEX;
+pub(crate) use workflows::{EVENTS_SUFFIX, STEPS_SUFFIX, WORKFLOWS_SUFFIX, WorkflowSql};
 
 /// The sqlx databases rowbus works on: [`Postgres`](sqlx::Postgres),
 /// [`MySql`](sqlx::MySql) and [`Sqlite`](sqlx::Sqlite), each behind its cargo feature

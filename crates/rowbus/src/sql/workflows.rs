@@ -194,6 +194,7 @@ pub(crate) struct WorkflowSql {
     pub move_step: Arc<str>,
     /// The output of every step in a state set (testing's sleeps made due). Binds:
     /// output, state.
+    #[cfg(feature = "testing")]
     pub due_steps: Arc<str>,
     /// The oldest unconsumed event of a name, locked. Binds: workflow id, name. Texts:
     /// payload (`""`); ints: id, whether payload is NULL (1).
@@ -264,6 +265,7 @@ impl WorkflowSql {
                 p(6)
             )
             .into(),
+            #[cfg(feature = "testing")]
             due_steps: format!("UPDATE {s} SET output = {} WHERE state = {}", p(1), p(2)).into(),
             take_event: format!(
                 "SELECT COALESCE(payload, ''), id, {null_payload} FROM {e} \

@@ -207,6 +207,8 @@ pub(crate) struct WorkflowSql {
     /// Ends a running workflow. Binds: status, output (NULL), error (NULL), updated µs,
     /// id.
     pub finish: Arc<str>,
+    /// The running children of a workflow. Binds: parent id. Texts: id.
+    pub children: Arc<str>,
     /// Workflows, newest first, of every status or one. Binds: status or `""` twice, then
     /// the limit. Texts: as [`load`](Self::load) with the id first.
     pub list: Arc<str>,
@@ -301,6 +303,7 @@ impl WorkflowSql {
                 p(5)
             )
             .into(),
+            children: format!("SELECT id FROM {w} WHERE parent = {} AND status = 'running'", p(1)).into(),
             list: format!(
                 "SELECT id, {wf_cols} FROM {w} WHERE ({} = '' OR status = {}) ORDER BY created_us DESC, id \
                  LIMIT {}",

@@ -17,6 +17,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
 
 use super::replay::{Recorded, Replay, remember, replay};
+use super::start::{CHILD_EVENT, ChildEnd, Starter};
 use super::store::{self, NewStep};
 use super::{StepState, WorkflowError, micros_of, now_us};
 use crate::broker::{Queue, RetryPolicy};
@@ -61,6 +62,7 @@ impl<DB: Db> std::fmt::Debug for Context<DB> {
 struct Inner<DB: Db> {
     queue: Queue<DB>,
     sql: Arc<WorkflowSql>,
+    starter: Arc<Starter<DB>>,
     id: String,
     /// The next step's position and what is recorded.
     state: Mutex<State>,
@@ -80,16 +82,16 @@ struct State {
 
 impl<DB: Db> Context<DB> {
     pub(crate) fn new(
-        queue: Queue<DB>,
-        sql: Arc<WorkflowSql>,
+        starter: Arc<Starter<DB>>,
         id: String,
         recorded: Vec<Recorded>,
         recheck: Duration,
     ) -> Self {
         Context {
             inner: Arc::new(Inner {
-                queue,
-                sql,
+                queue: starter.queue.clone(),
+                sql: starter.sql.clone(),
+                starter,
                 id,
                 state: Mutex::new(State { next: 0, recorded }),
                 suspended: Mutex::new(None),
@@ -504,6 +506,82 @@ impl<DB: Db> Context<DB> {
             }
         }
         Ok(taken)
+    }
+
+    /// Starts workflow `name` with `input` as a child of this one, once (a step: a replay
+    /// returns the same child's id, and a crash between the start and its record starts
+    /// no second child). The child runs as any workflow of this queue; its end is told to
+    /// this workflow, for [`child_result`](Self::child_result) and
+    /// [`join_all`](Self::join_all); cancelling this workflow cancels it.
+    pub async fn start_child<I: Serialize + ?Sized>(
+        &self,
+        name: &str,
+        input: &I,
+    ) -> Result<String, WorkflowError> {
+        let step_name = format!("{CHILD_EVENT}{name}");
+        let (seq, recorded) = self.next(&step_name)?;
+        if let Some(r) = recorded {
+            return self.output_of(&r);
+        }
+        let started_us = now_us();
+        let input = serde_json::to_string(input)?;
+        let key = format!("{}/{seq}", self.inner.id);
+        let mut tx = self.inner.queue.broker().begin().await?;
+        let child =
+            self.inner.starter.start_in(&mut tx, name, &input, Some(&key), Some(&self.inner.id)).await?;
+        tx.commit().await?;
+        let output = serde_json::to_string(&child)?;
+        let new = NewStep {
+            id: &self.inner.id,
+            seq,
+            name: &step_name,
+            state: StepState::Done,
+            output: Some(&output),
+            error: None,
+            attempts: 1,
+            started_us,
+            ended_us: Some(now_us()),
+        };
+        let mut conn = self.inner.queue.broker().pool().acquire().await?;
+        let recorded = match store::insert_step::<DB>(&mut conn, &self.inner.sql, &new).await? {
+            true => self.record(&new),
+            false => {
+                drop(conn);
+                self.theirs(seq, &step_name).await?
+            }
+        };
+        self.output_of(&recorded)
+    }
+
+    /// Waits for child `child` (of [`start_child`](Self::start_child)) to end: its
+    /// output, or [`WorkflowError::Child`] with its error when it failed or was
+    /// cancelled. The run stops meanwhile without holding a worker; the child's end makes
+    /// it due at once.
+    pub async fn child_result<O: DeserializeOwned>(&self, child: &str) -> Result<O, WorkflowError> {
+        let end: Option<ChildEnd> = self.wait_for_event(&format!("{CHILD_EVENT}{child}"), None).await?;
+        match end {
+            Some(ChildEnd::Ok(value)) => Ok(serde_json::from_value(value)?),
+            Some(ChildEnd::Err(error)) => Err(WorkflowError::Child { id: child.to_owned(), error }),
+            None => Err(WorkflowError::Child { id: child.to_owned(), error: "no end recorded".to_owned() }),
+        }
+    }
+
+    /// Waits for every child of `children` to end (fan-in): each one's output or
+    /// [`WorkflowError::Child`], in the order given. Other errors (the database's) end
+    /// the wait.
+    pub async fn join_all<O: DeserializeOwned>(
+        &self,
+        children: &[String],
+    ) -> Result<Vec<Result<O, WorkflowError>>, WorkflowError> {
+        let mut ends = Vec::with_capacity(children.len());
+        for child in children {
+            match self.child_result(child).await {
+                Err(error @ WorkflowError::Child { .. }) => ends.push(Err(error)),
+                Err(error) => return Err(error),
+                Ok(output) => ends.push(Ok(output)),
+            }
+        }
+        Ok(ends)
     }
 
     /// Stops the run: tells the runner why, and never resolves (the runner drops it).

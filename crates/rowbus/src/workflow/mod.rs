@@ -7,7 +7,8 @@
 //! event, cancel, list), whose runner hands each workflow a [`Context`] (steps, durable
 //! sleeps, events). The rooms: `registry` is [`Workflows`]; `context` the [`Context`] a
 //! workflow runs with; `replay` the pure matching of the running code's steps against
-//! the recorded ones (the determinism guard); `store` the statements on the workflow
+//! the recorded ones (the determinism guard); `start` starts and ends workflows (a
+//! child's end told to its parent) for both; `store` the statements on the workflow
 //! tables (`sql::WorkflowSql`); `testing` runs workflows inline for tests (feature
 //! `testing`). A layer above `broker`: a workflow run is a broker message, put off with a
 //! snooze while it sleeps or waits and made due at once (`Queue::make_due_now`) when an
@@ -16,6 +17,7 @@
 mod context;
 mod registry;
 mod replay;
+mod start;
 mod store;
 #[cfg(feature = "testing")]
 mod testing;
@@ -23,7 +25,8 @@ mod testing;
 use std::time::SystemTime;
 
 pub use context::Context;
-pub use registry::{MAX_NAME_CHARS, REFUSED_WAIT, Start, Workflows};
+pub use registry::{REFUSED_WAIT, Start, Workflows};
+pub use start::MAX_NAME_CHARS;
 
 use crate::error::Error;
 
@@ -59,6 +62,15 @@ pub enum WorkflowError {
         recorded: String,
         /// The name this code gave.
         found: String,
+    },
+    /// A child workflow ([`Context::start_child`]) ended failed or cancelled: its id and
+    /// its error. The parent may handle it.
+    #[error("child workflow `{id}` failed: {error}")]
+    Child {
+        /// The child's id.
+        id: String,
+        /// Its error as recorded (`cancelled` for a cancelled one).
+        error: String,
     },
     /// The workflow failed: its error as recorded (the text of the error it returned).
     #[error("workflow failed: {0}")]
@@ -227,6 +239,8 @@ pub struct WorkflowInfo {
     pub error: Option<String>,
     /// The idempotency key it was started with, if any.
     pub idempotency_key: Option<String>,
+    /// The workflow that started it as a child, if one did.
+    pub parent: Option<String>,
     /// The id of the message of the queue that runs it.
     pub message_id: Option<i64>,
     /// When it was started.

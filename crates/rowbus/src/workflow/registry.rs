@@ -3,8 +3,6 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -16,24 +14,13 @@ use tokio::sync::Notify;
 use tracing::{debug, warn};
 
 use super::context::Context;
-use super::store::{self, opt};
+use super::start::{Starter, check_len};
+use super::store;
 use super::{Status, StepInfo, WorkflowError, WorkflowInfo, now_us};
-use crate::broker::{BrokerTx, Delivery, Message, Outcome, Queue, SubscriptionBuilder};
+use crate::broker::{BrokerTx, Delivery, Outcome, Queue, SubscriptionBuilder};
 use crate::driver::Arg;
 use crate::error::Error;
 use crate::sql::{Db, WorkflowSql};
-
-/// The longest workflow name, version, idempotency key or event name, in characters (what
-/// a MySQL/MariaDB key column of the workflow tables holds).
-pub const MAX_NAME_CHARS: usize = 255;
-
-/// Refuses a name over [`MAX_NAME_CHARS`] characters.
-fn check_len(what: &'static str, name: &str) -> Result<(), WorkflowError> {
-    match name.chars().count() > MAX_NAME_CHARS {
-        true => Err(WorkflowError::TooLong { what, max: MAX_NAME_CHARS }),
-        false => Ok(()),
-    }
-}
 
 /// A registered workflow, its input and output as JSON.
 type Run<DB> =
@@ -119,12 +106,11 @@ struct Inner<DB: Db> {
     queue: Queue<DB>,
     group: String,
     sql: Arc<WorkflowSql>,
+    starter: Arc<Starter<DB>>,
     registered: RwLock<HashMap<String, Arc<Registration<DB>>>>,
     /// Told when a workflow ends in this process: [`Workflows::result`] looks again.
     ended: Notify,
     recheck: RwLock<Duration>,
-    ids: AtomicU64,
-    id_keys: std::hash::RandomState,
 }
 
 /// How long a wait for an event stays put off before it looks again by default.
@@ -147,16 +133,16 @@ impl<DB: Db> Workflows<DB> {
     /// processes that run it; see docs/workflows.md, "Versions").
     pub fn in_group(queue: Queue<DB>, group: &str) -> Self {
         let sql = Arc::new(WorkflowSql::new::<DB>(queue.table()));
+        let starter = Arc::new(Starter::new(queue.clone(), sql.clone(), group));
         Workflows {
             inner: Arc::new(Inner {
                 queue,
                 group: group.to_owned(),
                 sql,
+                starter,
                 registered: RwLock::default(),
                 ended: Notify::new(),
                 recheck: RwLock::new(DEFAULT_RECHECK),
-                ids: AtomicU64::new(0),
-                id_keys: std::hash::RandomState::new(),
             }),
         }
     }
@@ -181,7 +167,7 @@ impl<DB: Db> Workflows<DB> {
 
     /// Registers workflow `name` at `version`: a workflow started here records the
     /// version, and a runner refuses one recorded under another version
-    /// ([`WorkflowError::Version`]). A name or version over [`MAX_NAME_CHARS`] characters
+    /// ([`WorkflowError::Version`]). A name or version over [`MAX_NAME_CHARS`](super::MAX_NAME_CHARS) characters
     /// is refused when a workflow is started with it.
     pub fn register_version<I, O, F, Fut>(&self, name: &str, version: &str, run: F) -> &Self
     where
@@ -200,6 +186,12 @@ impl<DB: Db> Workflows<DB> {
             })
         });
         let registration = Arc::new(Registration { version: version.to_owned(), run: erased });
+        self.inner
+            .starter
+            .versions
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(name.to_owned(), version.to_owned());
         self.inner
             .registered
             .write()
@@ -245,14 +237,6 @@ impl<DB: Db> Workflows<DB> {
         Ok(())
     }
 
-    /// A fresh workflow id: 32 hexadecimal digits no other start has.
-    fn fresh_id(&self) -> String {
-        let n = self.inner.ids.fetch_add(1, Ordering::Relaxed);
-        let keys = &self.inner.id_keys;
-        let at = now_us();
-        format!("{:016x}{:016x}", keys.hash_one((n, at, std::process::id())), keys.hash_one((at, n, 1u8)))
-    }
-
     /// Starts workflow `name` with `input` (serialized as JSON) in a transaction of its
     /// own; its id.
     pub async fn start<I: Serialize + ?Sized>(&self, name: &str, input: &I) -> Result<String, WorkflowError> {
@@ -284,42 +268,8 @@ impl<DB: Db> Workflows<DB> {
         input: &I,
         options: &Start,
     ) -> Result<String, WorkflowError> {
-        check_len("workflow name", name)?;
-        if let Some(key) = &options.key {
-            check_len("idempotency key", key)?;
-        }
         let input = serde_json::to_string(input)?;
-        let version = self.registration(name).map(|r| r.version.clone()).unwrap_or_default();
-        check_len("workflow version", &version)?;
-        let sql = &self.inner.sql;
-        let id = self.fresh_id();
-        let now = now_us();
-        let args = [
-            Arg::Text(&id),
-            Arg::Text(name),
-            Arg::Text(&version),
-            opt(options.key.as_deref()),
-            Arg::Text(Status::Running.as_str()),
-            Arg::Text(&input),
-            Arg::Null,
-            Arg::Int(now),
-            Arg::Int(now),
-        ];
-        if DB::execute(&mut *tx, &sql.insert, &args).await? == 0 {
-            let Some(key) = &options.key else {
-                return Err(WorkflowError::failed(format!("workflow id `{id}` is taken")));
-            };
-            let rows = DB::fetch_rows(&mut *tx, &sql.by_key, &[Arg::Text(key)], 1).await?;
-            return rows.first().map(|row| row.text(0).to_owned()).ok_or_else(|| {
-                WorkflowError::failed(format!("idempotency key `{key}` is taken and its workflow not found"))
-            });
-        }
-        let message = Message::text(id.clone()).group(self.inner.group.clone());
-        let message_id = tx.publish_with_id(&self.inner.queue, message).await?;
-        if let Some(message_id) = message_id {
-            DB::execute(&mut *tx, &sql.set_message, &[Arg::Int(message_id), Arg::Text(&id)]).await?;
-        }
-        Ok(id)
+        self.inner.starter.start_in(tx, name, &input, options.key.as_deref(), None).await
     }
 
     /// Workflow `id` as its row stands, if there is one.
@@ -390,18 +340,28 @@ impl<DB: Db> Workflows<DB> {
         Ok(())
     }
 
-    /// Cancels workflow `id` if it is running: marked cancelled, and its message cancelled
-    /// (a run in flight is asked to stop; see [`Queue::cancel`]). Whether it was running.
+    /// Cancels workflow `id` if it is running: marked cancelled, its message cancelled (a
+    /// run in flight is asked to stop; see [`Queue::cancel`]), its parent told (as a
+    /// [`WorkflowError::Child`] error), and its running children cancelled the same way,
+    /// down the tree. Whether it was running.
     pub async fn cancel(&self, id: &str) -> Result<bool, WorkflowError> {
         let Some(info) = self.get(id).await? else { return Err(WorkflowError::NotFound(id.to_owned())) };
-        let ended = self.finish(id, Status::Cancelled, None, None).await?;
+        let ended = self.finish(id, Status::Cancelled, None, Some(Status::Cancelled.as_str())).await?;
         if let Some(message) = info.message_id {
             self.inner.queue.cancel(&[message]).await?;
+        }
+        let children = {
+            let mut conn = self.inner.queue.broker().pool().acquire().await?;
+            DB::fetch_rows(&mut conn, &self.inner.sql.children, &[Arg::Text(id)], 1).await?
+        };
+        for child in children {
+            Box::pin(self.cancel(child.text(0))).await?;
         }
         Ok(ended)
     }
 
-    /// Ends running workflow `id` as `status` says: whether it was running.
+    /// Ends running workflow `id` as `status` says, telling its parent: whether it was
+    /// running.
     async fn finish(
         &self,
         id: &str,
@@ -409,9 +369,7 @@ impl<DB: Db> Workflows<DB> {
         output: Option<&str>,
         error: Option<&str>,
     ) -> Result<bool, WorkflowError> {
-        let mut conn = self.inner.queue.broker().pool().acquire().await?;
-        let args = [Arg::Text(status.as_str()), opt(output), opt(error), Arg::Int(now_us()), Arg::Text(id)];
-        let ended = DB::execute(&mut conn, &self.inner.sql.finish, &args).await? == 1;
+        let ended = self.inner.starter.finish(id, status, output, error).await?;
         self.inner.ended.notify_waiters();
         Ok(ended)
     }
@@ -466,7 +424,7 @@ impl<DB: Db> Workflows<DB> {
             return Ok(Outcome::Snooze(REFUSED_WAIT));
         }
         let recheck = *self.inner.recheck.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let ctx = Context::new(self.inner.queue.clone(), sql.clone(), id.clone(), recorded, recheck);
+        let ctx = Context::new(self.inner.starter.clone(), id.clone(), recorded, recheck);
         let signal = ctx.suspend_signal();
         let suspended = signal.notified();
         let run =

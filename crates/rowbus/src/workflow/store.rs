@@ -36,6 +36,7 @@ fn info(id: &str, row: &TextsAndInts, skip: usize) -> Result<WorkflowInfo, Workf
         output: unless(t(4), row.int(3) == 1),
         error: non_empty(t(5)),
         idempotency_key: non_empty(t(6)),
+        parent: non_empty(t(7)),
         message_id: row.ints.first().copied().flatten(),
         created_at: time_of(row.int(1)),
         updated_at: time_of(row.int(2)),

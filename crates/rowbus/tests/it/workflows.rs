@@ -612,3 +612,94 @@ mod harness {
         }
     }
 }
+
+/// Fan-out and fan-in: a workflow starts 100 children, one of which fails, and joins
+/// them: each child once, the failure reaching the parent as an error it handles.
+/// Cancelling a parent cancels its running children, down the tree.
+async fn children_fan_out_join_and_cancel_with_their_parent<DB: Brokers>(place: Place) {
+    let setup = Setup::<DB>::new(&place, "wfkids").await;
+    let effects = Effects::default();
+    let e = effects.clone();
+    setup.workflows.register("square", move |ctx: Context<DB>, n: i64| {
+        let effects = e.clone();
+        async move {
+            effects.count(&format!("square {n}"));
+            match n {
+                13 => Err(WorkflowError::failed("thirteen")),
+                n => Ok(ctx.step("square", move || async move { Ok::<_, std::io::Error>(n * n) }).await?),
+            }
+        }
+    });
+    setup.workflows.register("fan", |ctx: Context<DB>, n: i64| async move {
+        let mut children = Vec::new();
+        for i in 0..n {
+            children.push(ctx.start_child("square", &i).await?);
+        }
+        let mut sum = 0;
+        let mut failed = Vec::new();
+        for end in ctx.join_all::<i64>(&children).await? {
+            match end {
+                Ok(square) => sum += square,
+                Err(WorkflowError::Child { error, .. }) => failed.push(error),
+                Err(other) => return Err(other),
+            }
+        }
+        Ok::<_, WorkflowError>((sum, failed))
+    });
+    setup.workflows.register("parent", |ctx: Context<DB>, (): ()| async move {
+        let children = [ctx.start_child("idle", &()).await?, ctx.start_child("idle", &()).await?];
+        ctx.join_all::<()>(&children).await?;
+        Ok::<_, WorkflowError>(())
+    });
+    setup.workflows.register("idle", |ctx: Context<DB>, (): ()| async move {
+        ctx.wait_for_event::<()>("never", None).await?;
+        Ok::<_, WorkflowError>(())
+    });
+    let fan = setup.workflows.start("fan", &100i64).await.unwrap();
+    let runner = setup.run(&setup.workflows);
+    let (sum, failed): (i64, Vec<String>) = setup.result(&fan).await.unwrap();
+    let expected: i64 = (0..100i64).filter(|n| *n != 13).map(|n| n * n).sum();
+    assert_eq!((sum, failed), (expected, vec!["workflow failed: thirteen".to_owned()]));
+    for n in 0..100 {
+        assert_eq!(effects.of(&format!("square {n}")), 1, "child {n} ran once");
+    }
+    let children: Vec<_> = setup
+        .workflows
+        .list(None, 1000)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|w| w.parent.as_deref() == Some(fan.as_str()))
+        .collect();
+    assert_eq!(children.len(), 100);
+
+    let parent = setup.workflows.start("parent", &()).await.unwrap();
+    let started = Instant::now();
+    let kids = loop {
+        let kids: Vec<String> = setup
+            .workflows
+            .list(Some(Status::Running), 1000)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|w| w.parent.as_deref() == Some(parent.as_str()))
+            .map(|w| w.id)
+            .collect();
+        if kids.len() == 2 {
+            break kids;
+        }
+        assert!(started.elapsed() < ENDS, "the children did not start");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(setup.workflows.cancel(&parent).await.unwrap());
+    for kid in &kids {
+        assert!(
+            matches!(setup.result::<()>(kid).await, Err(WorkflowError::Cancelled(_))),
+            "child {kid} cancelled"
+        );
+    }
+    assert!(matches!(setup.result::<()>(&parent).await, Err(WorkflowError::Cancelled(_))));
+    runner.abort();
+    setup.finish().await;
+}
+on_each_database!(children_fan_out_join_and_cancel_with_their_parent);

@@ -703,3 +703,31 @@ async fn children_fan_out_join_and_cancel_with_their_parent<DB: Brokers>(place: 
     setup.finish().await;
 }
 on_each_database!(children_fan_out_join_and_cancel_with_their_parent);
+
+/// The documented plain-SQL emit: a row inserted into `<queue>_wfe` by another program
+/// (which wakes nobody) is found by the waiting workflow within the recheck interval.
+async fn an_event_inserted_by_plain_sql_is_found_at_the_recheck<DB: Brokers>(place: Place) {
+    let setup = Setup::<DB>::new(&place, "wfsql").await;
+    setup.workflows.recheck(Duration::from_millis(300));
+    setup.workflows.register("await", |ctx: Context<DB>, (): ()| async move {
+        ctx.wait_for_event::<String>("paid", None).await
+    });
+    let id = setup.workflows.start("await", &()).await.unwrap();
+    let runner = setup.run(&setup.workflows);
+    let waiting = Instant::now();
+    while setup.workflows.steps(&id).await.unwrap().is_empty() {
+        assert!(waiting.elapsed() < ENDS, "the workflow never waited");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The statement of docs/workflows.md; the id is hexadecimal, safe as a literal here.
+    place
+        .exec(format!(
+            "INSERT INTO {}_wfe (workflow_id, name, payload) VALUES ('{id}', 'paid', '\"by sql\"')",
+            setup.name
+        ))
+        .await;
+    assert_eq!(setup.result::<Option<String>>(&id).await.unwrap().as_deref(), Some("by sql"));
+    runner.abort();
+    setup.finish().await;
+}
+on_each_database!(an_event_inserted_by_plain_sql_is_found_at_the_recheck);

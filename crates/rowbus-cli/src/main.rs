@@ -119,6 +119,11 @@ enum BenchCommand {
     /// percentiles, dead rows, size and memory, a line per window (minutes: run it on a
     /// server of its own, see benches/horizon)
     Horizon(bench::horizon::HorizonBench),
+    /// Durable workflows: N workflows of no-op steps (1,000 of 5 by default) started while
+    /// the workers (8) run, workflows/s and steps/s; then start-to-result latency of one
+    /// workflow at a time on idle workers (p50, p99); on a queue of the run's own, dropped
+    /// at the end (benches/workflows runs it beside DBOS Transact and Absurd)
+    Workflows(bench::workflows::WorkflowsBench),
 }
 
 #[derive(Debug, Subcommand)]
@@ -416,6 +421,9 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Bench { what: BenchCommand::Horizon(args) } => {
             let notify_table = cli.notify_table.applied_to(rowbus::BrokerOptions::default().notify_table)?;
             bench::horizon::horizon(url, notify_table, args).await?
+        }
+        Command::Bench { what: BenchCommand::Workflows(args) } => {
+            bench::workflows::workflows(url, args).await?
         }
         Command::Ui(args) => on_database(url, 4, &config, QueueCommand::Ui(args)).await?,
         Command::Undeploy(args) => on_database(url, 1, &config, QueueCommand::Undeploy(args)).await?,

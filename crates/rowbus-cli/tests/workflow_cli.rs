@@ -189,8 +189,8 @@ fn list_show_emit_cancel(kind: Kind) {
             .map(|w| w["id"].as_str().unwrap().to_owned())
             .collect()
     };
-    assert_eq!(ended("succeeded"), [first.clone()]);
-    assert_eq!(ended("cancelled"), [second.clone()]);
+    assert_eq!(ended("succeeded"), [first.as_str()]);
+    assert_eq!(ended("cancelled"), [second.as_str()]);
     assert!(ended("running").is_empty());
     let shown = &db.json(&["show", &q, first])[0];
     assert_eq!((shown["status"].as_str(), shown["output"].as_str()), (Some("succeeded"), Some("parcel")));

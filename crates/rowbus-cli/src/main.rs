@@ -1,4 +1,7 @@
 //! The `rowbus` command: LISTEN/NOTIFY on PostgreSQL, MySQL/MariaDB and SQLite.
+//!
+//! Past 800 lines: the one `Command` enum (every subcommand's help) and its dispatch, which
+//! read best whole; each command's work is in a module of its own.
 
 mod bench;
 mod cancel_cmd;
@@ -119,10 +122,8 @@ enum BenchCommand {
     /// percentiles, dead rows, size and memory, a line per window (minutes: run it on a
     /// server of its own, see benches/horizon)
     Horizon(bench::horizon::HorizonBench),
-    /// Durable workflows: N workflows of no-op steps (1,000 of 5 by default) started while
-    /// the workers (8) run, workflows/s and steps/s; then start-to-result latency of one
-    /// workflow at a time on idle workers (p50, p99); on a queue of the run's own, dropped
-    /// at the end (benches/workflows runs it beside DBOS Transact and Absurd)
+    /// Durable workflows: N workflows of no-op steps started while the workers run
+    /// (workflows/s, steps/s), then start-to-result latency on idle workers (p50, p99)
     Workflows(bench::workflows::WorkflowsBench),
 }
 

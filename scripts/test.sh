@@ -65,6 +65,30 @@ for example in typed_jobs cron_schedule durable_listener "web_outbox --demo" "da
   # shellcheck disable=SC2086 # the example's flags
   timeout 120 target/debug/examples/$example >/dev/null || { echo "test.sh: example $example failed" >&2; status=1; }
 done
+# The checkout workflow across crashes: 6 workflows started, the process aborted after a
+# step 2, run again and aborted after a step 4 (the sleep between 3 and 4 outlives it), then
+# run with `paid` emitted to every workflow until all ended; the log must hold each
+# `STEP <n> <id>` line exactly once per workflow.
+checkout_example() {
+  local db="$tmp/rowbus-example-checkout-$$.sqlite" log="$tmp/rowbus-example-checkout-$$.log"
+  local ids="$tmp/rowbus-example-checkout-$$.ids" ok=0 id n run=(timeout 120 target/debug/examples/checkout_workflow)
+  run+=(--database-url "sqlite://$db" --log "$log" --sleep 1s)
+  # Aborts are expected: no core files for them.
+  (ulimit -c 0; "${run[@]}" --start 6 --abort-after-step 2 >"$ids" 2>/dev/null) && ok=1
+  (ulimit -c 0; "${run[@]}" --abort-after-step 4 >/dev/null 2>&1) && ok=1
+  "${run[@]}" --emit-paid >/dev/null 2>&1 || ok=1
+  [ "$(grep -c . "$ids")" = 6 ] || ok=1
+  for id in $(cat "$ids"); do
+    for n in 1 2 3 4 5; do
+      [ "$(grep -cxF "STEP $n $id" "$log")" = 1 ] || { echo "test.sh: checkout_workflow: STEP $n $id not once" >&2; ok=1; }
+    done
+  done
+  [ "$(grep -c . "$log")" = 30 ] || ok=1
+  rm -f "$db" "$db-wal" "$db-shm" "$db-journal" "$log" "$ids"
+  return "$ok"
+}
+echo "test.sh: running example checkout_workflow (aborted twice, then run to its end)" >&2
+checkout_example || { echo "test.sh: example checkout_workflow failed" >&2; status=1; }
 left=$(LC_ALL=C comm -13 <(printf '%s\n' "$examples_before") <(example_files) | grep . || true)
 if [ -n "$left" ]; then
   echo "test.sh: the examples left $(wc -l <<<"$left") files in $tmp:" >&2

@@ -5,6 +5,7 @@ pub(crate) mod claim_times;
 pub mod horizon;
 mod raw_claim;
 mod raw_insert;
+pub mod workflows;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -248,12 +248,20 @@ struct Run {
     retries: u64,
 }
 
-/// One latency figure.
+/// One latency figure, and the floor under it.
 #[derive(Debug, Clone, Copy, Default)]
 struct Latency {
     percentiles: Percentiles,
+    /// A one-row autocommitted INSERT with sqlx alone, timed between the samples on a
+    /// plain table beside the queue: what the database's durable commit costs at that
+    /// moment, the part of a publish-to-handler time rowbus cannot take away.
+    insert: Percentiles,
     lost: u64,
 }
+
+/// Samples of a latency run made and thrown away before the timed ones: the first
+/// publishes prepare their statements and fill the caches.
+const WARM_UP: u32 = 20;
 
 /// Unique queue table names of this run: `rbb_<pid>_<scenario>_<round>`.
 fn table_name(scenario: Scenario, round: u32) -> String {
@@ -358,6 +366,8 @@ impl Results {
                     "p50_ms": l.percentiles.p50,
                     "p99_ms": l.percentiles.p99,
                     "max_ms": l.percentiles.max,
+                    "insert_p50_ms": l.insert.p50,
+                    "insert_p99_ms": l.insert.p99,
                     "samples": args.latency_samples,
                     "lost": l.lost,
                     "wake_up": self.wake_up(*scenario),
@@ -408,8 +418,11 @@ impl Results {
             lines.extend(super::table(&rows, &[2]));
         }
         if !self.latency.is_empty() {
-            let mut rows =
-                vec![["latency", "wake-up", "p50 ms", "p99 ms", "max ms"].map(str::to_owned).to_vec()];
+            let mut rows = vec![
+                ["latency", "wake-up", "p50 ms", "p99 ms", "max ms", "INSERT p50", "INSERT p99"]
+                    .map(str::to_owned)
+                    .to_vec(),
+            ];
             let mut lost = Vec::new();
             for (scenario, l) in &self.latency {
                 rows.push(vec![
@@ -418,13 +431,19 @@ impl Results {
                     format!("{:.2}", l.percentiles.p50),
                     format!("{:.2}", l.percentiles.p99),
                     format!("{:.2}", l.percentiles.max),
+                    format!("{:.2}", l.insert.p50),
+                    format!("{:.2}", l.insert.p99),
                 ]);
                 if l.lost > 0 {
                     lost.push(format!("{scenario}: {} latency samples never reached the handler", l.lost));
                 }
             }
-            lines.extend(super::table(&rows, &[2, 3, 4]));
+            lines.extend(super::table(&rows, &[2, 3, 4, 5, 6]));
             lines.extend(lost);
+            lines.push(
+                "INSERT: a one-row autocommitted INSERT with sqlx alone, timed between the samples: the commit's floor"
+                    .to_owned(),
+            );
         }
         lines
     }
@@ -853,12 +872,18 @@ async fn drain<DB: rowbus::Db>(
 /// through that notify table on MySQL/MariaDB and SQLite); there the spacing is 10 ms plus a
 /// random part of the table's poll interval, so that samples fall on every phase of the
 /// poll (each is published soon after the poll that delivered the one before).
-async fn latency_run<DB: rowbus::Db>(
+async fn latency_run<DB>(
     pool: &Pool<DB>,
     remote: Option<(Pool<DB>, NotifyConfig)>,
     table: &str,
     samples: u32,
-) -> Result<Latency, rowbus::Error> {
+) -> Result<Latency, rowbus::Error>
+where
+    DB: rowbus::Db,
+    DB::Arguments: IntoArguments<DB>,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> i64: Encode<'q, DB> + Type<DB>,
+{
     let listen_notify = remote.is_some();
     let mut options = BrokerOptions { listen_notify, ..BrokerOptions::default() };
     if let Some((_, notify_table)) = &remote {
@@ -890,13 +915,21 @@ async fn latency_run<DB: rowbus::Db>(
         });
     let label = if listen_notify { "latency-remote" } else { "latency" };
     let progress = bar(u64::from(samples), label);
+    // The floor's plain table, beside the queue's.
+    let floor = format!("{table}_floor");
+    raw_claim::drop_table(pool, &floor).await;
+    let create = raw_claim::create_sql(DB::BACKEND, &floor);
+    rowbus::sqlx::query(rowbus::sqlx::AssertSqlSafe(create)).execute(pool).await?;
+    let insert = raw_claim::insert_sql(DB::BACKEND, &floor, 1);
     let timer = async {
         // Let the subscription make its first (empty) claim and go idle.
         tokio::time::sleep(Duration::from_millis(300)).await;
         let mut jitter = Jitter(0x2545_F491_4F6C_DD1D);
         let mut latencies = Vec::with_capacity(samples as usize);
+        let mut inserts = Vec::with_capacity(samples as usize);
         let mut lost = 0;
-        for _ in 0..samples {
+        for i in 0..samples + WARM_UP {
+            let timed = i >= WARM_UP;
             tokio::time::sleep(Duration::from_millis(10) + spread.mul_f64(jitter.next_unit())).await;
             let sent = base.elapsed().as_nanos() as u64;
             if let Err(error) = publish_queue.publish(Message::text(sent.to_string())).await {
@@ -905,16 +938,32 @@ async fn latency_run<DB: rowbus::Db>(
             }
             // The poll interval is 10 s: a sample lost to the wake-up still arrives by then.
             match tokio::time::timeout(Duration::from_secs(15), rx.recv()).await {
-                Ok(Some(latency)) => latencies.push(latency),
-                _ => lost += 1,
+                Ok(Some(latency)) if timed => latencies.push(latency),
+                Ok(Some(_)) => {}
+                _ => lost += u64::from(timed),
             }
-            progress.inc(1);
+            // The floor, after the same kind of pause.
+            tokio::time::sleep(Duration::from_millis(10) + spread.mul_f64(jitter.next_unit())).await;
+            let started = Instant::now();
+            let inserted = rowbus::sqlx::query(rowbus::sqlx::AssertSqlSafe(insert.as_str()))
+                .bind(i64::from(i))
+                .execute(pool)
+                .await;
+            if let Err(error) = inserted {
+                broker.shutdown(Duration::from_secs(5)).await;
+                return Err(error.into());
+            }
+            if timed {
+                inserts.push(started.elapsed());
+                progress.inc(1);
+            }
         }
         broker.shutdown(Duration::from_secs(5)).await;
-        Ok(Latency { percentiles: percentiles(latencies), lost })
+        Ok(Latency { percentiles: percentiles(latencies), insert: percentiles(inserts), lost })
     };
     let (ran, measured) = tokio::join!(subscription, timer);
     progress.finish_and_clear();
+    raw_claim::drop_table(pool, &floor).await;
     if let Some((_, other)) = publisher {
         other.shutdown(Duration::from_secs(1)).await;
     }

@@ -92,9 +92,9 @@ pub(crate) use table::{DEAD_FEATURE_COLUMNS, FEATURE_COLUMNS, LIMITS_FEATURE_COL
 pub use wake::{
     Notifier, PG_MAX_CHANNEL_BYTES, PG_PAYLOAD_LIMIT_BYTES, Waking, check_pg_channel, check_pg_payload,
 };
-pub use workflows::Workflowing;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 pub(crate) use workflows::EVENTS_INDEX;
+pub use workflows::Workflowing;
 pub(crate) use workflows::{EVENTS_SUFFIX, STEPS_SUFFIX, WORKFLOWS_SUFFIX, WorkflowSql};
 
 /// The sqlx databases rowbus works on: [`Postgres`](sqlx::Postgres),

@@ -124,7 +124,7 @@ rowbus_has_workflows_bench() {
 rowbus_side() { # MODE
   [ "$1" = defaults ] || return 0
   if ! rowbus_has_workflows_bench; then
-    echo "rowbus: skipped, \`$rowbus bench workflows\` is not there (to be provided with the workflow library; build with cargo build --release -p rowbus-cli)" >&2
+    echo "rowbus: skipped, \`$rowbus bench workflows\` is not in this build (cargo build --release -p rowbus-cli)" >&2
     return 0
   fi
   rowbus_db="wfbench_rowbus_$$"

@@ -149,6 +149,16 @@ impl<DB: Db> Context<DB> {
 
     /// The step at `seq` as another run recorded it (its record took the position
     /// first), checked against `name`.
+    /// Records `new`, or, where another run recorded its position first, returns theirs.
+    async fn insert_or_theirs(&self, new: &NewStep<'_>) -> Result<Recorded, WorkflowError> {
+        let mut conn = self.inner.queue.broker().pool().acquire().await?;
+        if store::insert_step::<DB>(&mut conn, &self.inner.sql, new).await? {
+            return Ok(self.record(new));
+        }
+        drop(conn);
+        self.theirs(new.seq, new.name).await
+    }
+
     async fn theirs(&self, seq: u32, name: &str) -> Result<Recorded, WorkflowError> {
         let mut conn = self.inner.queue.broker().pool().acquire().await?;
         let found = store::recorded_at::<DB>(&mut conn, &self.inner.sql, &self.inner.id, seq).await?;
@@ -224,14 +234,7 @@ impl<DB: Db> Context<DB> {
             started_us,
             ended_us: Some(now_us()),
         };
-        let mut conn = self.inner.queue.broker().pool().acquire().await?;
-        let recorded = match store::insert_step::<DB>(&mut conn, &self.inner.sql, &new).await? {
-            true => self.record(&new),
-            false => {
-                drop(conn);
-                self.theirs(seq, name).await?
-            }
-        };
+        let recorded = self.insert_or_theirs(&new).await?;
         self.output_of(&recorded)
     }
 
@@ -343,14 +346,7 @@ impl<DB: Db> Context<DB> {
                     started_us: now,
                     ended_us: None,
                 };
-                let mut conn = self.inner.queue.broker().pool().acquire().await?;
-                let recorded = match store::insert_step::<DB>(&mut conn, &self.inner.sql, &new).await? {
-                    true => self.record(&new),
-                    false => {
-                        drop(conn);
-                        self.theirs(seq, SLEEP_STEP).await?
-                    }
-                };
+                let recorded = self.insert_or_theirs(&new).await?;
                 recorded.output.as_deref().and_then(|o| o.parse().ok()).unwrap_or(wake_us)
             }
         };
@@ -393,14 +389,7 @@ impl<DB: Db> Context<DB> {
                     started_us: now,
                     ended_us: None,
                 };
-                let mut conn = self.inner.queue.broker().pool().acquire().await?;
-                match store::insert_step::<DB>(&mut conn, &self.inner.sql, &new).await? {
-                    true => self.record(&new),
-                    false => {
-                        drop(conn);
-                        self.theirs(seq, &step_name).await?
-                    }
-                }
+                self.insert_or_theirs(&new).await?
             }
         };
         match StepState::parse(&recorded.state) {
@@ -542,14 +531,7 @@ impl<DB: Db> Context<DB> {
             started_us,
             ended_us: Some(now_us()),
         };
-        let mut conn = self.inner.queue.broker().pool().acquire().await?;
-        let recorded = match store::insert_step::<DB>(&mut conn, &self.inner.sql, &new).await? {
-            true => self.record(&new),
-            false => {
-                drop(conn);
-                self.theirs(seq, &step_name).await?
-            }
-        };
+        let recorded = self.insert_or_theirs(&new).await?;
         self.output_of(&recorded)
     }
 

@@ -889,6 +889,13 @@ where
     if let Some((_, notify_table)) = &remote {
         options.notify_table = notify_table.clone();
     }
+    // The floor's plain table, beside the queue's, made before the
+    // broker so that a refusal leaves nothing running.
+    let floor = format!("{table}_floor");
+    raw_claim::drop_table(pool, &floor).await;
+    let create = raw_claim::create_sql(DB::BACKEND, &floor);
+    rowbus::sqlx::query(rowbus::sqlx::AssertSqlSafe(create)).execute(pool).await?;
+    let insert = raw_claim::insert_sql(DB::BACKEND, &floor, 1);
     let (broker, queue) = fresh_queue(pool, table, options.clone()).await?;
     let publisher = match remote {
         Some((remote, _)) => {
@@ -915,12 +922,6 @@ where
         });
     let label = if listen_notify { "latency-remote" } else { "latency" };
     let progress = bar(u64::from(samples), label);
-    // The floor's plain table, beside the queue's.
-    let floor = format!("{table}_floor");
-    raw_claim::drop_table(pool, &floor).await;
-    let create = raw_claim::create_sql(DB::BACKEND, &floor);
-    rowbus::sqlx::query(rowbus::sqlx::AssertSqlSafe(create)).execute(pool).await?;
-    let insert = raw_claim::insert_sql(DB::BACKEND, &floor, 1);
     let timer = async {
         // Let the subscription make its first (empty) claim and go idle.
         tokio::time::sleep(Duration::from_millis(300)).await;

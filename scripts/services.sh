@@ -47,7 +47,10 @@ fi
 maria_up() { mariadb-admin -h 127.0.0.1 -P 3306 -u root ping; }
 if ! maria_up >/dev/null 2>&1; then
   echo "services: starting MariaDB" >&2
-  start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd
+  # By the shared server's pid file: the throwaway servers the tests start (binlog.sh,
+  # galera.sh) run the same binary, and are not it.
+  mkdir -p /run/mysqld && chown mysql:mysql /run/mysqld 2>/dev/null || true
+  start-stop-daemon --start --oknodo --background --pidfile /run/mysqld/mysqld.pid --exec /usr/sbin/mariadbd
   wait_for MariaDB maria_up
 fi
 mariadb -h 127.0.0.1 -P 3306 -u root -e "CREATE DATABASE IF NOT EXISTS test"

@@ -210,6 +210,8 @@ where
     );
     let name = cleanup.queue(&unique("held"));
     let mut holder = other.pool().acquire().await.unwrap();
+    // Other tests deploy in the same database at the same time: the lock is waited for,
+    // and taken for sure before the deploy below starts.
     sqlx::Executor::execute(&mut *holder, sqlx::AssertSqlSafe(lock(&name))).await.unwrap();
     let q = b.queue(&name).unwrap();
     let deploy = tokio::spawn({
@@ -242,7 +244,11 @@ async fn deploy_waits_for_the_lock_on_postgres() {
 async fn deploy_waits_for_the_lock_on_mariadb() {
     deploy_waits_for_the_lock::<sqlx::MySql>(
         MARIADB,
-        |_| "SELECT GET_LOCK(CONCAT('rowbus deploy ', DATABASE()), 0)".into(),
+        |_| {
+            "BEGIN NOT ATOMIC IF GET_LOCK(CONCAT('rowbus deploy ', DATABASE()), 60) IS NOT TRUE THEN \
+             SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'the deploy lock was not taken'; END IF; END"
+                .into()
+        },
         |_| "SELECT RELEASE_LOCK(CONCAT('rowbus deploy ', DATABASE()))".into(),
     )
     .await;

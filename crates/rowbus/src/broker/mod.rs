@@ -225,6 +225,8 @@ pub(crate) struct Inner<DB: Db> {
     pub listen: Option<ListenerHandle>,
     listen_task: Mutex<Option<tokio::task::JoinHandle<()>>>,
     pub shutdown: watch::Sender<bool>,
+    /// When [`Broker::shutdown`]'s deadline passes, once it was called.
+    shutdown_by: Mutex<Option<tokio::time::Instant>>,
     /// The latest failed claim of any subscription.
     pub claim_failure: watch::Sender<Option<ClaimFailure>>,
     /// The largest statement the database takes, once read.
@@ -249,6 +251,15 @@ impl<DB: Db> Inner<DB> {
 
     pub fn is_shutting_down(&self) -> bool {
         *self.shutdown.borrow()
+    }
+
+    /// How long a runner that stops lets its handlers in flight finish: its own shutdown
+    /// timeout, or what is left of [`Broker::shutdown`]'s deadline when that is shorter.
+    pub fn drain_timeout(&self, own: Duration) -> Duration {
+        match *self.shutdown_by.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(by) => own.min(by.saturating_duration_since(tokio::time::Instant::now())),
+            None => own,
+        }
     }
 
     /// Counts a failed claim of `table` and tells [`Broker::claim_failures`]'s watchers.
@@ -308,6 +319,7 @@ impl<DB: Db> Broker<DB> {
             statement_limit: tokio::sync::OnceCell::new(),
             turns: settle::turns::Turns::default(),
             running: AtomicUsize::new(0),
+            shutdown_by: Mutex::new(None),
             ended: Notify::new(),
             tokens: AtomicU64::new(0),
             token_keys: std::hash::RandomState::new(),
@@ -391,8 +403,13 @@ impl<DB: Db> Broker<DB> {
     /// processes then go out one publish at a time.
     pub async fn shutdown(&self, deadline: Duration) {
         info!("broker shutting down");
+        let by = tokio::time::Instant::now() + deadline;
+        {
+            let mut set = self.inner.shutdown_by.lock().unwrap_or_else(|e| e.into_inner());
+            *set = Some(set.map_or(by, |earlier| earlier.min(by)));
+        }
         self.inner.shutdown.send_replace(true);
-        let until = tokio::time::Instant::now() + deadline + Duration::from_millis(500);
+        let until = by + Duration::from_millis(500);
         while self.inner.running.load(Ordering::Acquire) > 0 {
             let ended = self.inner.ended.notified();
             if self.inner.running.load(Ordering::Acquire) == 0 {

@@ -1467,7 +1467,8 @@ on_each_database!(no_claim_ahead_when_turned_off);
 
 /// Messages claimed ahead and still waiting when the runner stops are given back at once
 /// (not left leased for the hour of their lease), like those of handlers aborted at the
-/// shutdown deadline.
+/// shutdown deadline; the runner ends by the broker's deadline, shorter than its own
+/// shutdown timeout (30 s by default).
 async fn claimed_ahead_is_given_back_at_shutdown<DB: Db>(broker: Broker<DB>) {
     let q = queue(&broker).await;
     q.publish_batch((0..400).map(|i| Message::text(format!("{i}")))).await.unwrap();
@@ -1497,7 +1498,11 @@ async fn claimed_ahead_is_given_back_at_shutdown<DB: Db>(broker: Broker<DB>) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     broker.shutdown(Duration::from_millis(200)).await;
-    runner.await.unwrap().unwrap();
+    tokio::time::timeout(Duration::from_secs(5), runner)
+        .await
+        .expect("the runner ended at the broker's shutdown deadline")
+        .unwrap()
+        .unwrap();
     assert_eq!(handled.load(Ordering::Relaxed), 204, "no message started after the workers hung");
     let stats = q.group_stats().await.unwrap();
     assert_eq!((stats[0].depth, stats[0].ready, stats[0].in_flight), (200, 200, 0), "{stats:?}");

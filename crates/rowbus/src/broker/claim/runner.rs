@@ -607,7 +607,7 @@ pub(in crate::broker) async fn drive<DB: Db, T: Turn<DB>>(
         // What was handed over and not started goes back at once.
         taker.close();
     }
-    turn.finish(std::mem::take(set), timeout).await;
+    turn.finish(std::mem::take(set), queue.inner().drain_timeout(timeout)).await;
 }
 
 /// [`SubscriptionBuilder::run`]: a message per free worker, and those claimed ahead (see

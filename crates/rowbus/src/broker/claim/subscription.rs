@@ -167,7 +167,9 @@ impl<DB: Db> SubscriptionBuilder<DB> {
         self
     }
 
-    /// How long a runner lets handlers in flight finish after shutdown begins.
+    /// How long a runner lets handlers in flight finish after shutdown begins (30 s by
+    /// default), or less: what is left of [`Broker::shutdown`](crate::broker::Broker::shutdown)'s
+    /// deadline, when that stops it.
     pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
         self.shutdown_timeout = timeout;
         self

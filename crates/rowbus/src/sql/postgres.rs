@@ -142,9 +142,10 @@ impl Schema for Postgres {
         layout::create_queue(table)
     }
 
-    /// A table deployed before queue tables were partitioned becomes one.
+    /// A table deployed before queue tables were partitioned becomes one; one partitioned
+    /// with its key across partitions gets a key per partition.
     fn index_upgrades(table: &QueueTable) -> Vec<(String, Vec<String>, Vec<String>)> {
-        vec![layout::conversion(table)]
+        vec![layout::conversion(table), layout::key_per_partition(table)]
     }
 
     fn column_def(column: &str) -> &'static str {
@@ -754,7 +755,8 @@ mod tests {
         assert_eq!(t.create[0], "CREATE SCHEMA IF NOT EXISTS \"app\"");
         assert!(t.create[1].ends_with(") PARTITION BY LIST (slot)"), "{}", t.create[1]);
         assert!(t.create[2].starts_with(
-            "CREATE TABLE IF NOT EXISTS \"app\".\"jobs_p0\" PARTITION OF \"app\".\"jobs\" FOR VALUES IN (0)"
+            "CREATE TABLE IF NOT EXISTS \"app\".\"jobs_p0\" PARTITION OF \"app\".\"jobs\" (PRIMARY KEY (id)) \
+             FOR VALUES IN (0)"
         ));
         assert!(t.create[6].starts_with("CREATE INDEX IF NOT EXISTS \"jobs_ready\" ON \"app\".\"jobs\""));
         assert!(t.create[6].ends_with("(group_name, priority, visible_at, id)"));

@@ -201,6 +201,7 @@ async fn postgres_deploy_converts_a_table_of_the_release_before() {
         1,
         "partitioned"
     );
+    assert_eq!(keyed_by_id(&broker, &name).await, 4, "a key on id in each partition");
     let rows_after: String = sqlx::query_scalar(sqlx::AssertSqlSafe(snapshot(name.clone())))
         .fetch_one(broker.pool())
         .await
@@ -243,5 +244,64 @@ async fn postgres_deploy_converts_a_table_of_the_release_before() {
     }
     let second = next(&mut sub, "the key's second").await;
     assert!(["key second", "after"].contains(&second.text().unwrap()), "{}", second.text().unwrap());
+    broker.shutdown(Duration::from_secs(1)).await;
+}
+
+/// The partitions of `name` whose unique index is on `id` alone.
+async fn keyed_by_id(broker: &Broker<sqlx::Postgres>, name: &str) -> i64 {
+    int(
+        broker,
+        format!(
+            "SELECT COUNT(*) FROM pg_inherits h JOIN pg_index i ON i.indrelid = h.inhrelid \
+             WHERE h.inhparent = '\"{name}\"'::regclass AND i.indisunique AND i.indnkeyatts = 1 \
+             AND i.indkey[0] = (SELECT attnum FROM pg_attribute WHERE attrelid = h.inhrelid AND attname = 'id')"
+        ),
+    )
+    .await
+}
+
+/// Each partition is keyed by `id` alone (the planner then reads a partition by its key for
+/// a statement by ids, rather than the whole of it); a queue deployed with one key across
+/// the partitions, `(id, slot)`, gets a key per partition from a deploy, every message kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_partitions_are_keyed_by_id() {
+    let cleanup = Cleanup::new(rowbus::Backend::Postgres);
+    let name = cleanup.queue(&unique("keyed"));
+    let pool = rowbus::connect::<sqlx::Postgres>(PG, 4).await.expect("the test PostgreSQL must be reachable");
+    let broker = Broker::new(pool, quick()).await.unwrap();
+    let q = broker.queue(&name).unwrap();
+    q.deploy().await.unwrap();
+    assert_eq!(keyed_by_id(&broker, &name).await, 4, "a key on id in each partition");
+    let parent_keys = format!(
+        "SELECT COUNT(*) FROM pg_constraint WHERE conrelid = '\"{name}\"'::regclass AND contype = 'p'"
+    );
+    assert_eq!(int(&broker, parent_keys.clone()).await, 0, "no key across the partitions");
+
+    // As the release before made it: one key across partitions.
+    let drops: String = (0..4)
+        .map(|n| format!("ALTER TABLE \"{name}_p{n}\" DROP CONSTRAINT \"{name}_p{n}_pkey\";"))
+        .collect();
+    exec(&broker, format!("{drops} ALTER TABLE \"{name}\" ADD PRIMARY KEY (id, slot)")).await;
+    assert_eq!(keyed_by_id(&broker, &name).await, 0);
+    for n in 0..50 {
+        q.publish(Message::text(format!("m{n}"))).await.unwrap();
+    }
+    q.deploy().await.unwrap();
+    assert_eq!(keyed_by_id(&broker, &name).await, 4, "a key on id in each partition");
+    assert_eq!(int(&broker, parent_keys).await, 0, "the key across the partitions dropped");
+    // Deploying again changes nothing.
+    q.deploy().await.unwrap();
+    let mut sub = q.subscribe().batch(50).lease(Duration::from_secs(60)).stream().await.unwrap();
+    let mut seen = std::collections::BTreeSet::new();
+    while seen.len() < 50 {
+        let d = next(&mut sub, "a message published before the deploy").await;
+        seen.insert(d.text().unwrap().to_owned());
+        d.ack().await.unwrap();
+    }
+    assert_eq!(
+        int(&broker, format!("SELECT COUNT(*) FROM \"{name}\"")).await,
+        0,
+        "every message acknowledged"
+    );
     broker.shutdown(Duration::from_secs(1)).await;
 }

@@ -21,6 +21,41 @@ use super::super::rotation::{Retire, RotationSql};
 use super::super::{DEDUP, KEYS, Limiting, Naming, Pausing, READY, quoted};
 use crate::names::QueueTable;
 
+/// A primary key on `id` alone per partition, rather than one on `(id, slot)` across them
+/// (a key of a partitioned table must hold its partition key): with ids unique in the
+/// index, the planner takes a statement by ids (an acknowledgement of 200 messages) for
+/// one row an id, and reads the partition's key. Keyed by `(id, slot)`, unanalyzed (the
+/// partitions are emptied every few seconds) it guessed 92 rows for the 200 ids and read
+/// the whole partition instead, dead rows included, at every acknowledgement: a drain of
+/// 40,000 messages ran 214 sequential scans reading 4.3 million rows, and took 2.5 s
+/// where a plain table took 1.9 s; keyed by `id`, 1.9 s.
+///
+/// The conversion of a partitioned table deployed with the key across partitions: whether
+/// it is one (binds: the table, quoted), and the statement that moves its key.
+pub(super) fn key_per_partition(table: &QueueTable) -> (String, Vec<String>, Vec<String>) {
+    let t = quoted::<Postgres>(table, "");
+    let check = "SELECT COUNT(*) FROM pg_constraint c JOIN pg_class r ON r.oid = c.conrelid \
+                 WHERE c.conrelid = to_regclass($1) AND c.contype = 'p' AND r.relkind = 'p'"
+        .to_owned();
+    let adds: String = PARTITIONS
+        .iter()
+        .map(|p| format!("\x20 ALTER TABLE {} ADD PRIMARY KEY (id);\n", quoted::<Postgres>(table, p)))
+        .collect();
+    // Identifiers are validated (no quotes in them), so they go into literals as they are.
+    let convert = format!(
+        "DO $rowbus$\n\
+         DECLARE\n\
+         \x20 key name;\n\
+         BEGIN\n\
+         \x20 SELECT conname INTO key FROM pg_constraint WHERE conrelid = {tl}::regclass AND contype = 'p';\n\
+         \x20 EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', {tl}, key);\n\
+         {adds}\
+         END $rowbus$",
+        tl = literal(&t),
+    );
+    (check, vec![t], vec![convert])
+}
+
 /// The partitions of a queue table: publishes fill each in turn for [`SLOT_SECONDS`], so
 /// each is filled again every `SLOTS * SLOT_SECONDS`. A partition is retired (emptied)
 /// once it is neither the one filled now nor the one filled just before, so each gets
@@ -99,14 +134,13 @@ pub(super) fn create_queue(table: &QueueTable) -> Vec<String> {
          \x20 lease_until TIMESTAMPTZ,\n\
          \x20 created_at TIMESTAMPTZ NOT NULL DEFAULT now(),\n\
          \x20 last_error TEXT,\n\
-         \x20 slot SMALLINT NOT NULL DEFAULT {},\n\
-         \x20 PRIMARY KEY (id, slot)\n\
+         \x20 slot SMALLINT NOT NULL DEFAULT {}\n\
          ) PARTITION BY LIST (slot)",
         slot_now()
     ));
     for (slot, suffix) in PARTITIONS.iter().enumerate() {
         create.push(format!(
-            "CREATE TABLE IF NOT EXISTS {} PARTITION OF {t} FOR VALUES IN ({slot}) \
+            "CREATE TABLE IF NOT EXISTS {} PARTITION OF {t} (PRIMARY KEY (id)) FOR VALUES IN ({slot}) \
              WITH (fillfactor = {QUEUE_FILLFACTOR})",
             quoted::<Postgres>(table, suffix)
         ));

@@ -509,16 +509,7 @@ async fn run_on<DB: Notifying>(ctx: &Ctx) -> Result<Report, BoxError> {
         ("not_reconnected", c.not_reconnected, "listeners that never came back (must be 0)"),
         ("gap_ms", u64::try_from(gap_ms).unwrap_or(0), "time in gaps, all listeners, slack included"),
     ]));
-    // Recovery: until the last listener is back after each restart.
-    let recoveries: Vec<Option<i64>> = crashes
-        .iter()
-        .map(|&(_, up)| {
-            logs.iter()
-                .map(|l| l.reconnected.iter().copied().filter(|&r| r >= up).min().map(|r| r - up))
-                .collect::<Option<Vec<i64>>>()
-                .and_then(|each| each.into_iter().max())
-        })
-        .collect();
+    let recoveries = listener_recoveries(&crashes, &logs);
     if ctx.server.is_some() {
         counts.extend(super::report::rows(super::broker::server_counts(&crashes, &recoveries)));
     }
@@ -549,6 +540,22 @@ async fn run_on<DB: Notifying>(ctx: &Ctx) -> Result<Report, BoxError> {
         report.problems.push(format!("{kill_errors} kills failed"));
     }
     Ok(report)
+}
+
+/// Recovery after each crash (`(down, up)`): until the last listener is back, from when the
+/// server accepted connections again (0 for a listener back before the harness saw that:
+/// it polls the server, and a listener may reconnect first); `None` where a listener never
+/// came back after the crash.
+fn listener_recoveries(crashes: &[(i64, i64)], logs: &[ListenLog]) -> Vec<Option<i64>> {
+    crashes
+        .iter()
+        .map(|&(down, up)| {
+            logs.iter()
+                .map(|l| l.reconnected.iter().copied().filter(|&r| r >= down).min().map(|r| (r - up).max(0)))
+                .collect::<Option<Vec<i64>>>()
+                .and_then(|each| each.into_iter().max())
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -595,5 +602,16 @@ mod tests {
         assert_eq!(gaps(&log, 1_100_000, 0), (vec![(3_800_000, 5_300_000)], true));
         let never = ListenLog { disconnected: vec![5_000_000], ..ListenLog::default() };
         assert_eq!(gaps(&never, 0, 9_000_000), (vec![(5_000_000, 9_000_000)], false));
+    }
+
+    #[test]
+    fn a_listener_back_before_the_harness_saw_the_server_up_has_recovered() {
+        let back = |at: i64| ListenLog { reconnected: vec![at], ..ListenLog::default() };
+        // Crashed at 10 s, seen accepting connections at 12 s.
+        let crash = [(10_000_000, 12_000_000)];
+        assert_eq!(listener_recoveries(&crash, &[back(11_900_000), back(12_500_000)]), [Some(500_000)]);
+        assert_eq!(listener_recoveries(&crash, &[back(11_900_000)]), [Some(0)]);
+        // Back before the crash only: not back after it.
+        assert_eq!(listener_recoveries(&crash, &[back(9_000_000), back(12_500_000)]), [None]);
     }
 }

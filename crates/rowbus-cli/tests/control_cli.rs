@@ -419,15 +419,20 @@ fn commands_die_with_their_consumer(kind: Kind) {
 on_each_database!(commands_die_with_their_consumer);
 
 /// Another session holding an exclusive lock on a table for 30 s, through the database's
-/// own client (killed when dropped, which ends the lock).
-struct TableLock(std::process::Child);
+/// own client (killed when dropped, which ends the lock; on PostgreSQL its session is
+/// ended too, which would otherwise sleep on with the lock after its client is gone).
+struct TableLock(std::process::Child, Option<String>);
 
 impl TableLock {
     /// Locks `table` of `db` and waits a moment for the lock to be taken.
     fn take(db: &Db, table: &str) -> TableLock {
+        let mut session = None;
         let mut cmd = match db.database.kind {
             Kind::Postgres => {
+                let name = format!("rowbus-lock-{table}");
                 let mut cmd = Command::new("psql");
+                cmd.env("PGAPPNAME", &name);
+                session = Some(name);
                 cmd.args(["-h", "127.0.0.1", "-U", "postgres", "-d", "test", "-q", "-c"]);
                 cmd.arg(format!(
                     "BEGIN; LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(30); COMMIT;"
@@ -447,13 +452,15 @@ impl TableLock {
                 cmd
             }
         };
+        // No output kept: what the client starts (sqlite3's `.shell`) outlives it.
         let child = cmd
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
             .spawn()
             .expect("starting the database's client");
         thread::sleep(Duration::from_secs(1));
-        TableLock(child)
+        TableLock(child, session)
     }
 }
 
@@ -461,6 +468,15 @@ impl Drop for TableLock {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+        if let Some(name) = &self.1 {
+            let _ = Command::new("psql")
+                .args(["-h", "127.0.0.1", "-U", "postgres", "-d", "test", "-q", "-c"])
+                .arg(format!(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '{name}'"
+                ))
+                .stdout(std::process::Stdio::null())
+                .status();
+        }
     }
 }
 

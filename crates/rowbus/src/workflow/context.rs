@@ -27,15 +27,17 @@ use crate::sql::{Db, WorkflowSql, begin};
 pub(crate) const SLEEP_STEP: &str = "rowbus.sleep";
 /// The prefix of the name a wait for an event is recorded under (then the event's name).
 pub(crate) const EVENT_STEP: &str = "rowbus.event:";
+/// The name a wait for the first of several children is recorded under.
+pub(crate) const ANY_STEP: &str = "rowbus.any";
 
 /// Why and until when a run stopped before its workflow ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Suspension {
     /// When to run it again (µs since the Unix epoch).
     pub until_us: i64,
-    /// The event it waits for, if it does: an event of that name emitted while the run
-    /// stops makes it due at once.
-    pub event: Option<String>,
+    /// The events it waits for, if it does: one of these emitted while the run stops
+    /// makes it due at once.
+    pub events: Vec<String>,
 }
 
 /// What a workflow's steps run with; cloned freely (all clones are the one run).
@@ -353,7 +355,7 @@ impl<DB: Db> Context<DB> {
         if now_us() >= wake_us {
             return Ok(());
         }
-        self.suspend(Suspension { until_us: wake_us, event: None }).await
+        self.suspend(Suspension { until_us: wake_us, events: Vec::new() }).await
     }
 
     /// Waits for the event `name` emitted to this workflow
@@ -417,7 +419,7 @@ impl<DB: Db> Context<DB> {
                 let recheck = now_us()
                     .saturating_add(i64::try_from(self.inner.recheck.as_micros()).unwrap_or(i64::MAX));
                 let until_us = deadline.map_or(recheck, |d| d.min(recheck));
-                self.suspend(Suspension { until_us, event: Some(name.to_owned()) }).await
+                self.suspend(Suspension { until_us, events: vec![name.to_owned()] }).await
             }
         }
     }
@@ -566,12 +568,112 @@ impl<DB: Db> Context<DB> {
         Ok(ends)
     }
 
+    /// Waits for the first of `children` (of [`start_child`](Self::start_child)) to end
+    /// (fan-in, any): its id, and its output or [`WorkflowError::Child`] with its error.
+    /// The first is the one whose end was told first; a step records which, so a replay
+    /// returns the same child whatever ended since. The others run on, and their ends stay
+    /// for [`child_result`](Self::child_result) and [`join_all`](Self::join_all), as does
+    /// this one's. The run stops meanwhile without holding a worker; a child's end makes
+    /// it due at once.
+    pub async fn join_any<O: DeserializeOwned>(
+        &self,
+        children: &[String],
+    ) -> Result<(String, Result<O, WorkflowError>), WorkflowError> {
+        if children.is_empty() {
+            return Err(WorkflowError::failed("join_any of no child"));
+        }
+        let (seq, recorded) = self.next(ANY_STEP)?;
+        let recorded = match recorded {
+            Some(r) => r,
+            None => {
+                let new = NewStep {
+                    id: &self.inner.id,
+                    seq,
+                    name: ANY_STEP,
+                    state: StepState::Wait,
+                    output: None,
+                    error: None,
+                    attempts: 1,
+                    started_us: now_us(),
+                    ended_us: None,
+                };
+                self.insert_or_theirs(&new).await?
+            }
+        };
+        let output = match (StepState::parse(&recorded.state), recorded.output) {
+            (Some(StepState::Done), Some(output)) => output,
+            _ => match self.take_first_end(seq, children).await? {
+                Some(output) => output,
+                None => {
+                    let until_us = now_us()
+                        .saturating_add(i64::try_from(self.inner.recheck.as_micros()).unwrap_or(i64::MAX));
+                    let events = children.iter().map(|c| format!("{CHILD_EVENT}{c}")).collect();
+                    return self.suspend(Suspension { until_us, events }).await;
+                }
+            },
+        };
+        let first: FirstEnd = serde_json::from_str(&output)?;
+        let end = match first.end {
+            ChildEnd::Ok(value) => Ok(serde_json::from_value(value)?),
+            ChildEnd::Err(error) => Err(WorkflowError::Child { id: first.child.clone(), error }),
+        };
+        Ok((first.child, end))
+    }
+
+    /// Records in step `seq` the first end of `children` told (the event of the lowest
+    /// id, left for the child's own wait): the step's output, or `None` with no end yet.
+    /// Where another run recorded it first, theirs.
+    async fn take_first_end(&self, seq: u32, children: &[String]) -> Result<Option<String>, WorkflowError> {
+        let (sql, id) = (&self.inner.sql, self.inner.id.as_str());
+        let mut conn = self.inner.queue.broker().pool().acquire().await?;
+        let mut first: Option<(i64, &String, String)> = None;
+        for child in children {
+            let name = format!("{CHILD_EVENT}{child}");
+            if let Some((event, payload)) = store::event::<DB>(&mut conn, sql, id, &name, false).await?
+                && first.as_ref().is_none_or(|(at, _, _)| event < *at)
+            {
+                first = Some((event, child, payload));
+            }
+        }
+        let Some((_, child, payload)) = first else { return Ok(None) };
+        let end: serde_json::Value = serde_json::from_str(&payload)?;
+        let output = serde_json::to_string(&serde_json::json!({ "child": child, "end": end }))?;
+        let moved = store::move_step::<DB>(
+            &mut conn,
+            sql,
+            (id, seq),
+            StepState::Wait,
+            StepState::Done,
+            Some(&output),
+            now_us(),
+        )
+        .await?;
+        drop(conn);
+        if moved {
+            let mut st = self.inner.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some(r) = st.recorded.iter_mut().find(|r| r.seq == seq) {
+                r.state = StepState::Done.as_str().to_owned();
+                r.output = Some(output.clone());
+            }
+            return Ok(Some(output));
+        }
+        // Another run moved the step meanwhile: its record decides.
+        Ok(self.theirs(seq, ANY_STEP).await?.output)
+    }
+
     /// Stops the run: tells the runner why, and never resolves (the runner drops it).
     async fn suspend<T>(&self, why: Suspension) -> Result<T, WorkflowError> {
         *self.inner.suspended.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(why);
         self.inner.suspend.notify_one();
         std::future::pending().await
     }
+}
+
+/// What a [`Context::join_any`] step records: the first child to end, and how.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct FirstEnd {
+    child: String,
+    end: ChildEnd,
 }
 
 /// What [`Context::take_event`] did.

@@ -475,12 +475,19 @@ impl<DB: Db> Workflows<DB> {
         let after = Duration::from_micros(u64::try_from(why.until_us - now_us()).unwrap_or(0));
         let id = delivery.id();
         delivery.snooze(after).await?;
-        if let Some(event) = &why.event {
+        if !why.events.is_empty() {
             let mut conn = self.inner.queue.broker().pool().acquire().await?;
-            let there =
-                store::event::<DB>(&mut conn, &self.inner.sql, ctx.workflow_id(), event, false).await?;
+            let mut there = false;
+            for event in &why.events {
+                there = store::event::<DB>(&mut conn, &self.inner.sql, ctx.workflow_id(), event, false)
+                    .await?
+                    .is_some();
+                if there {
+                    break;
+                }
+            }
             drop(conn);
-            if there.is_some() {
+            if there {
                 self.inner.queue.make_due_now(message.unwrap_or(id), &self.inner.group).await?;
             }
         }

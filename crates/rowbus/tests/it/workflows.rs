@@ -731,3 +731,88 @@ async fn an_event_inserted_by_plain_sql_is_found_at_the_recheck<DB: Brokers>(pla
     setup.finish().await;
 }
 on_each_database!(an_event_inserted_by_plain_sql_is_found_at_the_recheck);
+
+/// Fan-in, any: a workflow starts three children, two of which wait for an event, and
+/// takes the first to end; the step records which, so the run after a later sleep (a
+/// replay from the top, once every child has ended) gets the same child, and the
+/// others' ends are then joined as usual. A failing first child reaches the parent as
+/// an error it handles.
+async fn join_any_takes_the_first_child_to_end<DB: Brokers>(place: Place) {
+    let setup = Setup::<DB>::new(&place, "wfany").await;
+    let effects = Effects::default();
+    setup.workflows.register("child", |ctx: Context<DB>, (n, wait): (i64, bool)| async move {
+        if wait {
+            ctx.wait_for_event::<()>("go", None).await?;
+        }
+        match n {
+            13 => Err(WorkflowError::failed("thirteen")),
+            n => Ok(n),
+        }
+    });
+    let e = effects.clone();
+    setup.workflows.register("race", move |ctx: Context<DB>, first: i64| {
+        let effects = e.clone();
+        async move {
+            let children = vec![
+                ctx.start_child("child", &(1i64, true)).await?,
+                ctx.start_child("child", &(first, false)).await?,
+                ctx.start_child("child", &(3i64, true)).await?,
+            ];
+            let (winner, end) = ctx.join_any::<i64>(&children).await?;
+            effects.count(&format!("joined {}", winner == children[1]));
+            let first = match end {
+                Ok(n) => n.to_string(),
+                Err(WorkflowError::Child { error, .. }) => error,
+                Err(other) => return Err(other),
+            };
+            // Replayed from the top after this sleep, with every child ended by then.
+            ctx.sleep(Duration::from_millis(300)).await?;
+            let all: Vec<String> = ctx
+                .join_all::<i64>(&children)
+                .await?
+                .into_iter()
+                .map(|end| match end {
+                    Ok(n) => n.to_string(),
+                    Err(WorkflowError::Child { error, .. }) => error,
+                    Err(other) => other.to_string(),
+                })
+                .collect();
+            Ok::<_, WorkflowError>((first, all))
+        }
+    });
+    let runner = setup.run(&setup.workflows);
+    for (first, expected) in [(2i64, "2"), (13, "workflow failed: thirteen")] {
+        let race = setup.workflows.start("race", &first).await.unwrap();
+        // The waiting children are told to go once the race took its first.
+        let started = Instant::now();
+        let kids: Vec<String> = loop {
+            let kids: Vec<_> = setup
+                .workflows
+                .list(None, 1000)
+                .await
+                .unwrap()
+                .into_iter()
+                .filter(|w| w.parent.as_deref() == Some(race.as_str()))
+                .collect();
+            let steps = setup.workflows.steps(&race).await.unwrap();
+            if kids.len() == 3 && steps.iter().any(|s| s.name == "rowbus.sleep") {
+                break kids.into_iter().map(|w| w.id).collect();
+            }
+            assert!(started.elapsed() < ENDS, "the race did not take its first child");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        for kid in &kids {
+            setup.workflows.emit_event(kid, "go", &()).await.unwrap();
+        }
+        let (got, all): (String, Vec<String>) = setup.result(&race).await.unwrap();
+        assert_eq!(got, expected);
+        assert_eq!(all, ["1".to_owned(), expected.to_owned(), "3".to_owned()]);
+    }
+    // Every run of both races past the join (at least two each: before and after the
+    // sleep) got the same child.
+    assert!(effects.of("joined true") >= 4, "{:?}", effects.0);
+    assert_eq!(effects.of("joined false"), 0, "the same child on every run: {:?}", effects.0);
+    runner.abort();
+    setup.finish().await;
+}
+on_each_database!(join_any_takes_the_first_child_to_end);

@@ -4,7 +4,8 @@
 //! message's headers, and the handler's span is the publish span's child in the same
 //! trace, with the messaging attributes; a batch handler's span links to each message's
 //! trace; a publish outside any span starts a trace of its own, which its handler
-//! continues.
+//! continues. A workflow's runs are spans under its message's handler span, and the steps
+//! that run are spans under their run's.
 
 mod common;
 
@@ -46,7 +47,11 @@ fn spans(queue: &str, root: &str) -> Vec<SpanData> {
         .get_finished_spans()
         .expect("the exported spans")
         .into_iter()
-        .filter(|s| s.name == root || s.name.ends_with(&format!(" {queue}")))
+        .filter(|s| {
+            s.name == root
+                || s.name.ends_with(&format!(" {queue}"))
+                || attribute(s, "rowbus.queue").as_deref() == Some(queue)
+        })
         .collect()
 }
 
@@ -282,3 +287,86 @@ async fn a_transactional_handlers_span_continues_the_publishers_trace<DB: Broker
     broker.shutdown(Duration::from_secs(1)).await;
 }
 on_each_database!(a_transactional_handlers_span_continues_the_publishers_trace);
+
+/// A workflow started inside a traced request: each run is a `workflow NAME` span, the
+/// child of its message's handler span in the request's trace, with its outcome (the
+/// first suspended by a sleep, the second succeeded); each step that runs is a
+/// `step NAME` span under its run's, with its attempts; the steps the second run replays
+/// from the record make none.
+async fn a_workflows_runs_and_steps_are_spans_in_its_starters_trace<DB: Brokers>(place: Place) {
+    use rowbus::RetryPolicy;
+    use rowbus::workflow::{Context, WorkflowError, Workflows};
+
+    exporter();
+    let cleanup = Cleanup::new(place.backend());
+    let options = BrokerOptions { poll_interval: Duration::from_millis(20), ..BrokerOptions::default() };
+    let broker = DB::broker(&place, options).await;
+    let name = cleanup.queue(&unique("otelw"));
+    for suffix in ["_wf", "_wfs", "_wfe"] {
+        cleanup.table(&format!("{name}{suffix}"));
+    }
+    let root = format!("request {name}");
+    let q = broker.queue(&name).unwrap();
+    q.deploy().await.unwrap();
+    let workflows = Workflows::new(q.clone());
+    workflows.deploy().await.unwrap();
+    let flaky = Arc::new(AtomicUsize::new(0));
+    let f = flaky.clone();
+    workflows.register("order", move |ctx: Context<DB>, (): ()| {
+        let flaky = f.clone();
+        async move {
+            ctx.step("charge", || async { Ok::<_, std::io::Error>(1) }).await?;
+            let retry =
+                RetryPolicy { max_attempts: 3, base: Duration::from_millis(5), ..RetryPolicy::default() };
+            ctx.step_with("reserve", &retry, || {
+                let flaky = flaky.clone();
+                async move {
+                    match flaky.fetch_add(1, Ordering::SeqCst) {
+                        0 => Err("not yet".to_owned()),
+                        _ => Ok(2),
+                    }
+                }
+            })
+            .await?;
+            ctx.sleep(Duration::from_millis(200)).await?;
+            ctx.step("ship", || async { Ok::<_, std::io::Error>(3) }).await?;
+            Ok::<_, WorkflowError>(())
+        }
+    });
+    let request = tracing::info_span!("request", otel.name = %root);
+    let id = workflows.start("order", &()).instrument(request).await.unwrap();
+    let runner = {
+        let (workflows, q) = (workflows.clone(), q.clone());
+        tokio::spawn(async move { workflows.run(q.subscribe().workers(2)).await })
+    };
+    tokio::time::timeout(Duration::from_secs(30), workflows.result::<()>(&id))
+        .await
+        .expect("the workflow ends in time")
+        .unwrap();
+    broker.shutdown(Duration::from_secs(1)).await;
+    runner.await.unwrap().unwrap();
+
+    let spans = spans(&name, &root);
+    let trace = named(&spans, &root)[0].span_context.trace_id();
+    let handlers = named(&spans, &format!("process {name}"));
+    let runs = named(&spans, "workflow order");
+    assert_eq!(runs.len(), 2, "{spans:#?}");
+    for run in &runs {
+        assert_eq!(run.span_context.trace_id(), trace, "{run:#?}");
+        assert!(handlers.iter().any(|h| h.span_context.span_id() == run.parent_span_id), "{run:#?}");
+        assert_eq!(attribute(run, "rowbus.workflow.id").as_deref(), Some(id.as_str()));
+    }
+    let mut outcomes: Vec<_> =
+        runs.iter().map(|r| attribute(r, "rowbus.workflow.outcome").unwrap()).collect();
+    outcomes.sort();
+    assert_eq!(outcomes, ["succeeded", "suspended"]);
+    for (step, attempts) in [("charge", "1"), ("reserve", "2"), ("ship", "1")] {
+        let ran = named(&spans, &format!("step {step}"));
+        assert_eq!(ran.len(), 1, "{step} ran once, replayed without a span: {spans:#?}");
+        assert!(runs.iter().any(|r| r.span_context.span_id() == ran[0].parent_span_id), "{ran:#?}");
+        assert_eq!(attribute(ran[0], "rowbus.step.attempts").as_deref(), Some(attempts), "{ran:#?}");
+        assert_eq!(attribute(ran[0], "rowbus.step.outcome").as_deref(), Some("done"));
+    }
+    workflows.drop_tables().await.unwrap();
+}
+on_each_database!(a_workflows_runs_and_steps_are_spans_in_its_starters_trace);

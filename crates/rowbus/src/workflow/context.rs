@@ -15,8 +15,10 @@ use futures::future::BoxFuture;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
+use tracing::Instrument as _;
 
 use super::replay::{Recorded, Replay, remember, replay};
+use super::spans;
 use super::start::{CHILD_EVENT, ChildEnd, Starter};
 use super::store::{self, NewStep};
 use super::{StepState, WorkflowError, micros_of, now_us};
@@ -212,14 +214,25 @@ impl<DB: Db> Context<DB> {
             return self.output_of(&r);
         }
         let started_us = now_us();
+        let span = spans::step_span(self.inner.queue.table(), &self.inner.id, name, seq);
         let mut attempt = 0;
-        let result = loop {
-            attempt += 1;
-            match step().await {
-                Ok(value) => break Ok(serde_json::to_string(&value)?),
-                Err(error) if policy.exhausted(attempt) => break Err(error.to_string()),
-                Err(_) => tokio::time::sleep(policy.delay(attempt)).await,
+        let result: Result<T, String> = async {
+            loop {
+                attempt += 1;
+                match step().await {
+                    Ok(value) => break Ok(value),
+                    Err(error) if policy.exhausted(attempt) => break Err(error.to_string()),
+                    Err(_) => tokio::time::sleep(policy.delay(attempt)).await,
+                }
             }
+        }
+        .instrument(span.clone())
+        .await;
+        span.record("rowbus.step.attempts", attempt);
+        span.record("rowbus.step.outcome", if result.is_ok() { "done" } else { "failed" });
+        let result = match result {
+            Ok(value) => Ok(serde_json::to_string(&value)?),
+            Err(error) => Err(error),
         };
         let (state, output, error) = match &result {
             Ok(output) => (StepState::Done, Some(output.as_str()), None),
@@ -256,7 +269,10 @@ impl<DB: Db> Context<DB> {
         }
         let started_us = now_us();
         let mut tx = begin(self.inner.queue.broker().pool(), DB::WRITE_BEGIN).await?;
-        let result = step(&mut *tx).await;
+        let span = spans::step_span(self.inner.queue.table(), &self.inner.id, name, seq);
+        let result = step(&mut *tx).instrument(span.clone()).await;
+        span.record("rowbus.step.attempts", 1);
+        span.record("rowbus.step.outcome", if result.is_ok() { "done" } else { "failed" });
         let mut new = NewStep {
             id: &self.inner.id,
             seq,

@@ -7,8 +7,9 @@
 //! event, cancel, list), whose runner hands each workflow a [`Context`] (steps, durable
 //! sleeps, events). The rooms: `registry` is [`Workflows`]; `context` the [`Context`] a
 //! workflow runs with; `replay` the pure matching of the running code's steps against
-//! the recorded ones (the determinism guard); `start` starts and ends workflows (a
-//! child's end told to its parent) for both; `store` the statements on the workflow
+//! the recorded ones (the determinism guard); `spans` the tracing spans of runs and
+//! steps; `start` starts and ends workflows (a child's end told to its parent) for
+//! both; `store` the statements on the workflow
 //! tables (`sql::WorkflowSql`); `testing` runs workflows inline for tests (feature
 //! `testing`). A layer above `broker`: a workflow run is a broker message, put off with a
 //! snooze while it sleeps or waits and made due at once (`Queue::make_due_now`) when an
@@ -17,6 +18,7 @@
 mod context;
 mod registry;
 mod replay;
+mod spans;
 mod start;
 mod store;
 #[cfg(feature = "testing")]

@@ -11,7 +11,7 @@ use futures::future::BoxFuture;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::Notify;
-use tracing::{debug, warn};
+use tracing::{Instrument as _, debug, warn};
 
 use super::context::Context;
 use super::start::{Starter, check_len};
@@ -427,13 +427,31 @@ impl<DB: Db> Workflows<DB> {
         let ctx = Context::new(self.inner.starter.clone(), id.clone(), recorded, recheck);
         let signal = ctx.suspend_signal();
         let suspended = signal.notified();
-        let run =
-            std::panic::AssertUnwindSafe((registration.run)(ctx.clone(), info.input.clone())).catch_unwind();
+        let span = super::spans::run_span(
+            self.inner.queue.table(),
+            &info.name,
+            &registration.version,
+            &id,
+            delivery.attempt(),
+        );
+        let run = std::panic::AssertUnwindSafe((registration.run)(ctx.clone(), info.input.clone()))
+            .catch_unwind()
+            .instrument(span.clone());
         let ended = tokio::select! {
             biased;
             () = suspended => None,
             ended = run => Some(ended),
         };
+        span.record(
+            "rowbus.workflow.outcome",
+            match &ended {
+                None => "suspended",
+                Some(Ok(Ok(_))) => "succeeded",
+                Some(Ok(Err(WorkflowError::Db(_)))) => "database error",
+                Some(Ok(Err(_))) => "failed",
+                Some(Err(_)) => "panicked",
+            },
+        );
         // The message's last attempt: a run that crashes or cannot reach the database ends
         // the workflow failed rather than leave it running with its message dead-lettered.
         let last = self.inner.queue.broker().options().retry.exhausted(delivery.attempt());

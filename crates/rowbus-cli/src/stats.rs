@@ -26,7 +26,8 @@ pub(crate) struct StatsArgs {
     /// or database]
     pub(crate) tables: Vec<String>,
     /// Print one JSON object {"queues": [...], "counts": {TABLE: {"cancelled", "snoozed",
-    /// "timed_out", "lease_lost"} or null without a counts table}, "notify_table": {...} or
+    /// "timed_out", "lease_lost", "workflows": {STATUS: N} with workflow tables} or null
+    /// without a counts table}, "notify_table": {...} or
     /// null, "durable_listeners": [...]}; a part this role may not read has an "error"
     /// instead of figures (durable listeners: null, and "durable_listeners_error"),
     /// "health": {TABLE: {"dead_rows", "bytes", "holder", "wal", "held_past_warn"}} and
@@ -278,6 +279,11 @@ fn print_counts(counted: &[Counts], lines: &[Line]) -> Result<(), CliError> {
             Err(()) => NOT_READABLE.to_owned(),
         };
         outln!("events of `{}`: {what}", c.table);
+        if let Some(workflows) = &c.workflows {
+            let each: Vec<String> =
+                workflows.by_status().iter().map(|(status, n)| format!("{} {n}", status.as_str())).collect();
+            outln!("workflows of `{}`: {}", c.table, each.join(", "));
+        }
         if let Ok(Some(counts)) = &c.counts
             && Counted::RELAY.iter().any(|k| counts.get(*k) > 0)
         {

@@ -192,6 +192,18 @@ fn list_show_emit_cancel(kind: Kind) {
     assert_eq!(ended("succeeded"), [first.as_str()]);
     assert_eq!(ended("cancelled"), [second.as_str()]);
     assert!(ended("running").is_empty());
+    // `stats` counts them by status.
+    let stats = db.ok(&["stats", &q]);
+    assert!(
+        stats.contains(&format!("workflows of `{q}`: running 0, succeeded 1, failed 0, cancelled 1")),
+        "{stats}"
+    );
+    let json: Value = serde_json::from_str(&db.ok(&["stats", "--json", &q])).unwrap();
+    assert_eq!(
+        json["counts"][q.as_str()]["workflows"],
+        serde_json::json!({"running": 0, "succeeded": 1, "failed": 0, "cancelled": 1}),
+        "{json}"
+    );
     let shown = &db.json(&["show", &q, first])[0];
     assert_eq!((shown["status"].as_str(), shown["output"].as_str()), (Some("succeeded"), Some("parcel")));
     let steps = shown["steps"].as_array().unwrap();

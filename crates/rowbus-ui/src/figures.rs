@@ -5,6 +5,7 @@
 use rowbus::durable::DurableListener;
 use rowbus::limit::{LimitScope, LimitStatus};
 use rowbus::stats::{Counted, GroupStats, NotifyTableStats, QueueCounts};
+use rowbus::workflow::{WorkflowCounts, WorkflowError, Workflows};
 use rowbus::{Broker, Db, QueueTable};
 use serde_json::json;
 
@@ -72,6 +73,9 @@ pub struct Counts {
     /// Each limited scope's limits in words (`whole queue: max running 5, rate 20/s,
     /// burst 1`), the whole queue's first; empty where `limited` is `None`.
     pub limits: Vec<String>,
+    /// Its workflows in each status; `None` without workflow tables or where this role
+    /// may not read them.
+    pub workflows: Option<WorkflowCounts>,
 }
 
 /// The counts of `table`'s consumers; a counts table this role may not read is one part
@@ -96,7 +100,13 @@ pub async fn counts<DB: Db>(broker: &Broker<DB>, table: &QueueTable) -> Result<C
         Err(e) if e.is_permission_denied() => (None, Vec::new()),
         Err(e) => return Err(e),
     };
-    Ok(Counts { table: table.clone(), counts, limited, limits })
+    let workflows = match Workflows::new(queue).counts().await {
+        Ok(counts) => counts,
+        Err(WorkflowError::Db(e)) if e.is_permission_denied() => None,
+        Err(WorkflowError::Db(e)) => return Err(e),
+        Err(_) => None,
+    };
+    Ok(Counts { table: table.clone(), counts, limited, limits, workflows })
 }
 
 /// A scope's limits in words: `group "g": max running 5, per key 2, rate 20/s, burst 1`.
@@ -118,10 +128,11 @@ pub fn counted_words(kind: Counted) -> String {
 }
 
 /// Each queue's counts as JSON: `{TABLE: {"cancelled": N, "snoozed": N, "timed_out": N,
-/// "lease_lost": N, "limited": N, "limits": [TEXT]}}` ("limited": ready messages held by a
-/// limit now, absent without a limits table; "limits": each limited scope's limits in
-/// words, absent without any), null without a counts table, `{"error": ...}` where not
-/// readable.
+/// "lease_lost": N, "limited": N, "limits": [TEXT], "workflows": {STATUS: N}}` ("limited":
+/// ready messages held by a limit now, absent without a limits table; "limits": each
+/// limited scope's limits in words, absent without any; "workflows": the queue's workflows
+/// by status, absent without workflow tables), null without a counts table, `{"error":
+/// ...}` where not readable.
 pub fn counts_json(counted: &[Counts]) -> serde_json::Value {
     let entries = counted.iter().map(|c| {
         let value = match &c.counts {
@@ -131,6 +142,7 @@ pub fn counts_json(counted: &[Counts]) -> serde_json::Value {
                     .map(|k| (k.as_str().to_owned(), json!(counts.get(*k))))
                     .chain(c.limited.map(|held| ("limited".to_owned(), json!(held))))
                     .chain((!c.limits.is_empty()).then(|| ("limits".to_owned(), json!(c.limits))))
+                    .chain(c.workflows.map(|w| ("workflows".to_owned(), workflows_json(&w))))
                     .collect(),
             ),
             Ok(None) => serde_json::Value::Null,
@@ -139,6 +151,14 @@ pub fn counts_json(counted: &[Counts]) -> serde_json::Value {
         (c.table.channel().to_owned(), value)
     });
     serde_json::Value::Object(entries.collect())
+}
+
+/// A queue's workflows by status as JSON: `{"running": N, "succeeded": N, "failed": N,
+/// "cancelled": N}`.
+fn workflows_json(counts: &WorkflowCounts) -> serde_json::Value {
+    serde_json::Value::Object(
+        counts.by_status().iter().map(|(s, n)| (s.as_str().to_owned(), json!(n))).collect(),
+    )
 }
 
 /// The groups and the notify table as one JSON object: `{"queues": [...], "notify_table":

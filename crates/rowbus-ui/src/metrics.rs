@@ -175,6 +175,22 @@ pub(crate) fn render(
         }
     }
     out.family(
+        "rowbus_workflows",
+        "gauge",
+        "A queue's workflows by status: running (including sleeping or waiting for an event), succeeded, failed, cancelled; absent for a queue without workflow tables.",
+    );
+    for c in counts {
+        if let Some(workflows) = &c.workflows {
+            for (status, n) in workflows.by_status() {
+                out.sample(
+                    "rowbus_workflows",
+                    &[("queue", c.table.channel()), ("status", status.as_str())],
+                    n,
+                );
+            }
+        }
+    }
+    out.family(
         "rowbus_queue_limited",
         "gauge",
         "A queue's messages ready but held back by a limit now (rowbus limit; absent for a queue without a limits table).",
@@ -298,6 +314,7 @@ mod tests {
 
     use rowbus::QueueTable;
     use rowbus::stats::{GroupStats, QueueCounts};
+    use rowbus::workflow::WorkflowCounts;
 
     use super::*;
 
@@ -373,15 +390,30 @@ mod tests {
         let mut events = QueueCounts::default();
         events.snoozed = 3;
         events.lease_lost = 1;
+        let mut workflows = WorkflowCounts::default();
+        (workflows.running, workflows.failed) = (4, 1);
         let counts = [
             Counts {
                 table: "jobs".parse().unwrap(),
                 counts: Ok(Some(events)),
                 limited: Some(2),
                 limits: Vec::new(),
+                workflows: Some(workflows),
             },
-            Counts { table: "old".parse().unwrap(), counts: Ok(None), limited: None, limits: Vec::new() },
-            Counts { table: "secret".parse().unwrap(), counts: Err(()), limited: None, limits: Vec::new() },
+            Counts {
+                table: "old".parse().unwrap(),
+                counts: Ok(None),
+                limited: None,
+                limits: Vec::new(),
+                workflows: None,
+            },
+            Counts {
+                table: "secret".parse().unwrap(),
+                counts: Err(()),
+                limited: None,
+                limits: Vec::new(),
+                workflows: None,
+            },
         ];
         let text = render(&[line("jobs", GroupStats::default())], Some(&notify), &pauses, &counts, &stats);
         let mut current: Option<(String, String)> = None;
@@ -415,6 +447,7 @@ mod tests {
                 "rowbus_paused",
                 "rowbus_queue_paused",
                 "rowbus_queue_events_total",
+                "rowbus_workflows",
                 "rowbus_queue_limited",
                 "rowbus_notify_table_rows",
                 "rowbus_notify_table_oldest_age_seconds",
@@ -431,6 +464,9 @@ mod tests {
             ]
         );
         for expected in [
+            "rowbus_workflows{queue=\"jobs\",status=\"running\"} 4",
+            "rowbus_workflows{queue=\"jobs\",status=\"succeeded\"} 0",
+            "rowbus_workflows{queue=\"jobs\",status=\"failed\"} 1",
             "rowbus_paused{queue=\"jobs\",group=\"\"} 0",
             "rowbus_queue_paused{queue=\"jobs\"} 0",
             "rowbus_notify_table_rows{table=\"rowbus_notify\"} 7",

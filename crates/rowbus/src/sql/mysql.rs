@@ -129,6 +129,12 @@ fn lane_claim(claim: &str, quoted: &str, mine: bool, limit: i64) -> Arc<str> {
     }
 }
 
+/// The first part of claim `claim` ([`MySql::claim_sql`]) as a statement of its own: the
+/// rows of the floor's priority.
+fn floor_part(claim: &str) -> Arc<str> {
+    claim.split(" UNION ALL ").next().unwrap_or(claim).into()
+}
+
 /// The most rows a lane claim of `limit` reads. The rows of the lanes no consumer takes
 /// (nodes without consumers, or every consumer on one node) pile up at the head of the
 /// claim order, and an unbounded lane claim walked all of them on every claim: three
@@ -215,24 +221,18 @@ async fn claim_in_lanes(
 ) -> Result<Vec<ClaimedRow>, sqlx::Error> {
     let (priority, others) = (i64::from(floor.priority), i64::from(floor.others));
     let (g, p) = (Arg::Text(group), Arg::Int(priority));
+    // With no other priority waiting, the floor's part alone: the union of the two parts
+    // sorts its rows, payloads included, in a temporary table of its own (Aria's, for the
+    // BLOBs), at every claim.
+    let one = !floor.others;
+    let claim: &Arc<str> = &if one { floor_part(claim) } else { claim.clone() };
     let binds = |limit| {
         let l = Arg::Int(limit);
-        [
-            g,
-            g,
-            p,
-            Arg::Int(floor.visible_us),
-            g,
-            l,
-            g,
-            g,
-            p,
-            Arg::Int(floor.others_us),
-            g,
-            Arg::Int(others),
-            l,
-            l,
-        ]
+        let mut binds = vec![g, g, p, Arg::Int(floor.visible_us), g, l];
+        if !one {
+            binds.extend([g, g, p, Arg::Int(floor.others_us), g, Arg::Int(others), l, l]);
+        }
+        binds
     };
     if !LANES.load(Ordering::Relaxed) {
         return MySql::fetch_claimed(conn, claim, &binds(limit)).await;
@@ -678,7 +678,8 @@ impl Claiming for MySql {
     /// equality MariaDB read it with `ref` on (group, priority) and filtered `visible_at`,
     /// the statistics seeing no delete-marked record; and the other priorities are a part of
     /// their own, read only while rows wait there (`? = 1`), since the range of the more
-    /// urgent ones ends where the floor's priority's delete-marked records begin.
+    /// urgent ones ends where the floor's priority's delete-marked records begin. While
+    /// none waits there, the first part runs alone (`floor_part`).
     fn claim_sql(table: &QueueTable) -> String {
         let (t, since) = (super::quoted::<Self>(table, ""), Self::from_micros("?"));
         let part = |priority: &str, only: &str| {

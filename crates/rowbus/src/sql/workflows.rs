@@ -213,6 +213,8 @@ pub(crate) struct WorkflowSql {
     /// Workflows, newest first, of every status or one. Binds: status or `""` twice, then
     /// the limit. Texts: as [`load`](Self::load) with the id first.
     pub list: Arc<str>,
+    /// How many workflows are in each status. Texts: status; ints: count.
+    pub counts: Arc<str>,
 }
 
 impl WorkflowSql {
@@ -314,6 +316,7 @@ impl WorkflowSql {
                 p(3)
             )
             .into(),
+            counts: format!("SELECT status, {} FROM {w} GROUP BY status", DB::bigint("COUNT(*)")).into(),
         }
     }
 }

@@ -155,6 +155,33 @@ pub enum Status {
     Cancelled,
 }
 
+/// How many workflows of a queue are in each [`Status`]
+/// ([`Workflows::counts`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WorkflowCounts {
+    /// Running, sleeping or waiting for an event.
+    pub running: u64,
+    /// Ended with an output.
+    pub succeeded: u64,
+    /// Ended with an error.
+    pub failed: u64,
+    /// Cancelled before they ended.
+    pub cancelled: u64,
+}
+
+impl WorkflowCounts {
+    /// Each status with its count, in [`Status`]'s order.
+    pub fn by_status(&self) -> [(Status, u64); 4] {
+        [
+            (Status::Running, self.running),
+            (Status::Succeeded, self.succeeded),
+            (Status::Failed, self.failed),
+            (Status::Cancelled, self.cancelled),
+        ]
+    }
+}
+
 impl Status {
     /// Its name as stored: `running`, `succeeded`, `failed`, `cancelled`.
     pub fn as_str(self) -> &'static str {

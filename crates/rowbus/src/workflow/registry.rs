@@ -16,11 +16,12 @@ use tracing::{Instrument as _, debug, warn};
 use super::context::Context;
 use super::start::{Starter, check_len};
 use super::store;
-use super::{Status, StepInfo, WorkflowError, WorkflowInfo, now_us};
+use super::{Status, StepInfo, WorkflowCounts, WorkflowError, WorkflowInfo, now_us};
 use crate::broker::{BrokerTx, Delivery, Outcome, Queue, SubscriptionBuilder};
+use crate::deploy::columns_on;
 use crate::driver::Arg;
-use crate::error::Error;
-use crate::sql::{Db, WorkflowSql};
+use crate::error::{Error, is_missing_table};
+use crate::sql::{Db, WORKFLOWS_SUFFIX, WorkflowSql};
 
 /// A registered workflow, its input and output as JSON.
 type Run<DB> =
@@ -288,6 +289,37 @@ impl<DB: Db> Workflows<DB> {
     pub async fn list(&self, status: Option<Status>, limit: u32) -> Result<Vec<WorkflowInfo>, WorkflowError> {
         let mut conn = self.inner.queue.broker().pool().acquire().await?;
         store::list::<DB>(&mut conn, &self.inner.sql, status, limit).await
+    }
+
+    /// How many workflows of the queue are in each status, or `None` where the queue's
+    /// workflow tables are not deployed ([`deploy`](Self::deploy)).
+    pub async fn counts(&self) -> Result<Option<WorkflowCounts>, WorkflowError> {
+        let mut conn = self.inner.queue.broker().pool().acquire().await?;
+        // Looked up first: a statement on a missing table is an error in the server's log,
+        // and the dashboard asks at every refresh of every queue.
+        let table = self.inner.queue.table();
+        let name = format!("{}{WORKFLOWS_SUFFIX}", table.name());
+        if columns_on::<DB>(&mut conn, table.schema(), &name).await?.is_none() {
+            return Ok(None);
+        }
+        let rows = match DB::fetch_rows(&mut conn, &self.inner.sql.counts, &[], 1).await {
+            Ok(rows) => rows,
+            // Dropped since.
+            Err(e) if is_missing_table(&e) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let mut counts = WorkflowCounts::default();
+        for row in rows {
+            let n = u64::try_from(row.int(0)).unwrap_or(0);
+            match Status::parse(row.text(0)) {
+                Some(Status::Running) => counts.running += n,
+                Some(Status::Succeeded) => counts.succeeded += n,
+                Some(Status::Failed) => counts.failed += n,
+                Some(Status::Cancelled) => counts.cancelled += n,
+                None => {}
+            }
+        }
+        Ok(Some(counts))
     }
 
     /// Waits for workflow `id` to end, in this process or any other: its output, or

@@ -77,8 +77,13 @@ impl Statements {
     /// How many statements that name `table` (any of its tables: `table_limits`...) ran
     /// since the last call (or the start).
     pub fn take_naming(&self, table: &str) -> usize {
+        self.take_texts_naming(table).len()
+    }
+
+    /// The statements that name `table` that ran since the last call (or the start).
+    pub fn take_texts_naming(&self, table: &str) -> Vec<String> {
         let ran = std::mem::take(&mut *self.ran.lock().unwrap());
-        ran.iter().filter(|sql| sql.contains(table)).count()
+        ran.into_iter().filter(|sql| sql.contains(table)).collect()
     }
 }
 

@@ -72,3 +72,60 @@ async fn limited_claims_cost_little_more_than_a_plain_claim<DB: Brokers>(place: 
     cleanup.forget(&name);
 }
 on_each_database!(limited_claims_cost_little_more_than_a_plain_claim);
+
+/// MariaDB: while every waiting message has one priority, a claim reads that priority's
+/// part alone, not the union of the two parts, which sorts its rows (payloads included) in
+/// a temporary table at every claim; a message of another priority is claimed first once
+/// the floor tells of it, through the union.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_claims_of_one_priority_read_without_a_union() {
+    let place = Place::MariaDb;
+    let cleanup = Cleanup::new(rowbus::Backend::MySql);
+    let name = cleanup.queue(&unique("cost_one"));
+    let broker = <sqlx::MySql as Brokers>::broker(
+        &place,
+        BrokerOptions { poll_interval: Duration::from_millis(50), ..Default::default() },
+    )
+    .await;
+    let q = broker.queue(&name).unwrap();
+    q.deploy().await.unwrap();
+    // Enough that the queue still holds the first priority's when the floor tells of the
+    // urgent one below, and the floor's priority stays theirs.
+    q.publish_batch((0..2000).map(|i| Message::text(i.to_string()))).await.unwrap();
+    let statements = Statements::start();
+    let mut sub = q.subscribe().batch(1).stream().await.unwrap();
+    let claims = |statements: &Statements| -> Vec<String> {
+        let all = statements.take_texts_naming(&name);
+        all.into_iter().filter(|sql| sql.contains("FOR UPDATE SKIP LOCKED")).collect()
+    };
+    // Until the broker's first floor of the group, claims read both parts.
+    let started = std::time::Instant::now();
+    loop {
+        sub.next().await.unwrap().unwrap().ack().await.unwrap();
+        if claims(&statements).iter().any(|sql| !sql.contains("UNION")) {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "no claim without a union");
+    }
+    for _ in 0..5 {
+        sub.next().await.unwrap().unwrap().ack().await.unwrap();
+    }
+    let later = claims(&statements);
+    assert!(!later.is_empty());
+    assert!(later.iter().all(|sql| !sql.contains("UNION")), "{later:#?}");
+    q.publish(Message::text("urgent").priority(-5)).await.unwrap();
+    let started = std::time::Instant::now();
+    loop {
+        let d = sub.next().await.unwrap().unwrap();
+        let text = d.text().unwrap().to_owned();
+        d.ack().await.unwrap();
+        if text == "urgent" {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "the urgent message was not claimed");
+    }
+    let claims = statements.take_texts_naming(&name);
+    assert!(claims.iter().any(|sql| sql.contains("UNION ALL")), "{claims:#?}");
+    drop(sub);
+    broker.shutdown(Duration::from_secs(1)).await;
+}

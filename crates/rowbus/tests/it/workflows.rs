@@ -816,3 +816,19 @@ async fn join_any_takes_the_first_child_to_end<DB: Brokers>(place: Place) {
     setup.finish().await;
 }
 on_each_database!(join_any_takes_the_first_child_to_end);
+
+/// A queue's workflows counted by status; `None` once its workflow tables are dropped.
+async fn workflows_are_counted_by_status<DB: Brokers>(place: Place) {
+    let setup = Setup::<DB>::new(&place, "wfcount").await;
+    setup.workflows.register("noop", |_ctx: Context<DB>, (): ()| async move { Ok::<_, WorkflowError>(()) });
+    assert_eq!(setup.workflows.counts().await.unwrap(), Some(rowbus::workflow::WorkflowCounts::default()));
+    let first = setup.workflows.start("noop", &()).await.unwrap();
+    setup.workflows.start("noop", &()).await.unwrap();
+    assert!(setup.workflows.cancel(&first).await.unwrap());
+    let counts = setup.workflows.counts().await.unwrap().expect("the tables are there");
+    assert_eq!((counts.running, counts.succeeded, counts.failed, counts.cancelled), (1, 0, 0, 1));
+    setup.workflows.drop_tables().await.unwrap();
+    assert_eq!(setup.workflows.counts().await.unwrap(), None);
+    setup.finish().await;
+}
+on_each_database!(workflows_are_counted_by_status);

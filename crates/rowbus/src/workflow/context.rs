@@ -151,8 +151,15 @@ impl<DB: Db> Context<DB> {
         remember(&mut state.recorded, step);
     }
 
-    /// The step at `seq` as another run recorded it (its record took the position
-    /// first), checked against `name`.
+    /// Remembers that this run moved step `seq` to `state` with `output`.
+    fn moved(&self, seq: u32, state: StepState, output: Option<String>) {
+        let mut st = self.inner.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(r) = st.recorded.iter_mut().find(|r| r.seq == seq) {
+            r.state = state.as_str().to_owned();
+            r.output = output;
+        }
+    }
+
     /// Records `new`, or, where another run recorded its position first, returns theirs.
     async fn insert_or_theirs(&self, new: &NewStep<'_>) -> Result<Recorded, WorkflowError> {
         let mut conn = self.inner.queue.broker().pool().acquire().await?;
@@ -163,6 +170,8 @@ impl<DB: Db> Context<DB> {
         self.theirs(new.seq, new.name).await
     }
 
+    /// The step at `seq` as another run recorded it (its record took the position
+    /// first), checked against `name`.
     async fn theirs(&self, seq: u32, name: &str) -> Result<Recorded, WorkflowError> {
         let mut conn = self.inner.queue.broker().pool().acquire().await?;
         let found = store::recorded_at::<DB>(&mut conn, &self.inner.sql, &self.inner.id, seq).await?;
@@ -228,8 +237,7 @@ impl<DB: Db> Context<DB> {
         }
         .instrument(span.clone())
         .await;
-        span.record("rowbus.step.attempts", attempt);
-        span.record("rowbus.step.outcome", if result.is_ok() { "done" } else { "failed" });
+        spans::step_ended(&span, attempt, result.is_ok());
         let result = match result {
             Ok(value) => Ok(serde_json::to_string(&value)?),
             Err(error) => Err(error),
@@ -271,8 +279,7 @@ impl<DB: Db> Context<DB> {
         let mut tx = begin(self.inner.queue.broker().pool(), DB::WRITE_BEGIN).await?;
         let span = spans::step_span(self.inner.queue.table(), &self.inner.id, name, seq);
         let result = step(&mut *tx).instrument(span.clone()).await;
-        span.record("rowbus.step.attempts", 1);
-        span.record("rowbus.step.outcome", if result.is_ok() { "done" } else { "failed" });
+        spans::step_ended(&span, 1, result.is_ok());
         let mut new = NewStep {
             id: &self.inner.id,
             seq,
@@ -494,23 +501,10 @@ impl<DB: Db> Context<DB> {
             Taken::Event(_) | Taken::TimedOut => tx.commit().await?,
             Taken::Again | Taken::Nothing => tx.rollback().await?,
         }
-        let state = match &taken {
-            Taken::Event(_) => Some((
-                StepState::Done,
-                match &taken {
-                    Taken::Event(p) => Some(p.clone()),
-                    _ => None,
-                },
-            )),
-            Taken::TimedOut => Some((StepState::TimedOut, None)),
-            _ => None,
-        };
-        if let Some((state, output)) = state {
-            let mut st = self.inner.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            if let Some(r) = st.recorded.iter_mut().find(|r| r.seq == seq) {
-                r.state = state.as_str().to_owned();
-                r.output = output;
-            }
+        match &taken {
+            Taken::Event(payload) => self.moved(seq, StepState::Done, Some(payload.clone())),
+            Taken::TimedOut => self.moved(seq, StepState::TimedOut, None),
+            Taken::Again | Taken::Nothing => {}
         }
         Ok(taken)
     }
@@ -666,11 +660,7 @@ impl<DB: Db> Context<DB> {
         .await?;
         drop(conn);
         if moved {
-            let mut st = self.inner.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            if let Some(r) = st.recorded.iter_mut().find(|r| r.seq == seq) {
-                r.state = StepState::Done.as_str().to_owned();
-                r.output = Some(output.clone());
-            }
+            self.moved(seq, StepState::Done, Some(output.clone()));
             return Ok(Some(output));
         }
         // Another run moved the step meanwhile: its record decides.

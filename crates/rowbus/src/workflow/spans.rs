@@ -40,3 +40,9 @@ pub(super) fn step_span(queue: &QueueTable, id: &str, name: &str, seq: u32) -> S
         rowbus.step.outcome = Empty,
     )
 }
+
+/// Records on a step's span how it ended: after `attempts`, `done` or failed.
+pub(super) fn step_ended(span: &Span, attempts: u32, done: bool) {
+    span.record("rowbus.step.attempts", attempts);
+    span.record("rowbus.step.outcome", if done { "done" } else { "failed" });
+}

@@ -114,6 +114,12 @@ async fn a_message_given_back_is_claimed_by_another_broker<DB: Brokers>(place: P
 }
 on_each_database!(a_message_given_back_is_claimed_by_another_broker);
 
+/// A broker on the test PostgreSQL, of its own pool.
+async fn pg_broker() -> Broker<sqlx::Postgres> {
+    let pool = rowbus::connect::<sqlx::Postgres>(PG, 4).await.expect("the test PostgreSQL must be reachable");
+    Broker::new(pool, quick()).await.unwrap()
+}
+
 /// Runs `sql` on PostgreSQL (test set-up: constant text and generated names).
 async fn exec(broker: &Broker<sqlx::Postgres>, sql: String) {
     sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(broker.pool()).await.unwrap();
@@ -134,8 +140,7 @@ async fn int(broker: &Broker<sqlx::Postgres>, sql: String) -> i64 {
 async fn postgres_deploy_converts_a_table_of_the_release_before() {
     let cleanup = Cleanup::new(rowbus::Backend::Postgres);
     let name = cleanup.queue(&unique("convert"));
-    let pool = rowbus::connect::<sqlx::Postgres>(PG, 4).await.expect("the test PostgreSQL must be reachable");
-    let broker = Broker::new(pool, quick()).await.unwrap();
+    let broker = pg_broker().await;
     exec(
         &broker,
         format!(
@@ -267,8 +272,7 @@ async fn keyed_by_id(broker: &Broker<sqlx::Postgres>, name: &str) -> i64 {
 async fn postgres_partitions_are_keyed_by_id() {
     let cleanup = Cleanup::new(rowbus::Backend::Postgres);
     let name = cleanup.queue(&unique("keyed"));
-    let pool = rowbus::connect::<sqlx::Postgres>(PG, 4).await.expect("the test PostgreSQL must be reachable");
-    let broker = Broker::new(pool, quick()).await.unwrap();
+    let broker = pg_broker().await;
     let q = broker.queue(&name).unwrap();
     q.deploy().await.unwrap();
     assert_eq!(keyed_by_id(&broker, &name).await, 4, "a key on id in each partition");

@@ -83,6 +83,12 @@ impl<DB: Brokers> Setup<DB> {
         tokio::time::timeout(ENDS, self.workflows.result(id)).await.expect("the workflow ends in time")
     }
 
+    /// The ids of the children of workflow `parent`, of `status` (`None`: any).
+    async fn children(&self, parent: &str, status: Option<Status>) -> Vec<String> {
+        let all = self.workflows.list(status, 1000).await.unwrap();
+        all.into_iter().filter(|w| w.parent.as_deref() == Some(parent)).map(|w| w.id).collect()
+    }
+
     async fn finish(self) {
         self.broker.shutdown(Duration::from_secs(5)).await;
         self.workflows.drop_tables().await.unwrap();
@@ -663,28 +669,12 @@ async fn children_fan_out_join_and_cancel_with_their_parent<DB: Brokers>(place: 
     for n in 0..100 {
         assert_eq!(effects.of(&format!("square {n}")), 1, "child {n} ran once");
     }
-    let children: Vec<_> = setup
-        .workflows
-        .list(None, 1000)
-        .await
-        .unwrap()
-        .into_iter()
-        .filter(|w| w.parent.as_deref() == Some(fan.as_str()))
-        .collect();
-    assert_eq!(children.len(), 100);
+    assert_eq!(setup.children(&fan, None).await.len(), 100);
 
     let parent = setup.workflows.start("parent", &()).await.unwrap();
     let started = Instant::now();
     let kids = loop {
-        let kids: Vec<String> = setup
-            .workflows
-            .list(Some(Status::Running), 1000)
-            .await
-            .unwrap()
-            .into_iter()
-            .filter(|w| w.parent.as_deref() == Some(parent.as_str()))
-            .map(|w| w.id)
-            .collect();
+        let kids = setup.children(&parent, Some(Status::Running)).await;
         if kids.len() == 2 {
             break kids;
         }
@@ -785,18 +775,11 @@ async fn join_any_takes_the_first_child_to_end<DB: Brokers>(place: Place) {
         let race = setup.workflows.start("race", &first).await.unwrap();
         // The waiting children are told to go once the race took its first.
         let started = Instant::now();
-        let kids: Vec<String> = loop {
-            let kids: Vec<_> = setup
-                .workflows
-                .list(None, 1000)
-                .await
-                .unwrap()
-                .into_iter()
-                .filter(|w| w.parent.as_deref() == Some(race.as_str()))
-                .collect();
+        let kids = loop {
+            let kids = setup.children(&race, None).await;
             let steps = setup.workflows.steps(&race).await.unwrap();
             if kids.len() == 3 && steps.iter().any(|s| s.name == "rowbus.sleep") {
-                break kids.into_iter().map(|w| w.id).collect();
+                break kids;
             }
             assert!(started.elapsed() < ENDS, "the race did not take its first child");
             tokio::time::sleep(Duration::from_millis(20)).await;
